@@ -1,0 +1,102 @@
+"""The training configuration: one definition for the TFX Trainer and the standalone trainer.
+
+Field names and defaults follow Uncertainty Baselines' `baselines/cifar/deterministic.py`
+(WRN-28-10 on CIFAR-10), so users of that script recognise them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  # Model.
+  depth: int = 28
+  width_multiplier: int = 10
+  num_classes: int = 10
+  # Regularisation; each per-group L2 falls back to `l2` when None.
+  l2: float = 2e-4
+  bn_l2: Optional[float] = None
+  input_conv_l2: Optional[float] = None
+  group_1_conv_l2: Optional[float] = None
+  group_2_conv_l2: Optional[float] = None
+  group_3_conv_l2: Optional[float] = None
+  dense_kernel_l2: Optional[float] = None
+  dense_bias_l2: Optional[float] = None
+  label_smoothing: float = 0.0
+  # Optimisation. The learning rate is given per 128 examples and scaled by the total batch.
+  base_learning_rate: float = 0.1
+  one_minus_momentum: float = 0.1
+  lr_decay_epochs: Tuple[int, ...] = (60, 120, 160)  # For 200 epochs; rescaled to train_epochs.
+  lr_decay_ratio: float = 0.2
+  lr_warmup_epochs: int = 1
+  train_epochs: int = 200
+  # Stops after this many steps when set (smoke runs); the schedule still spans train_epochs.
+  train_steps: Optional[int] = None
+  per_core_batch_size: int = 64
+  eval_batch_size: int = 256
+  seed: int = 42
+  num_bins: int = 15
+  log_every_steps: int = 20
+
+  def __post_init__(self):
+    _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
+             "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
+    _require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")
+    _require(self.num_classes >= 2, "num_classes", self.num_classes, "must be >= 2")
+    for name in ("l2",) + L2_GROUPS:
+      value = getattr(self, name)
+      _require(value is None or value >= 0, name, value, "must be >= 0")
+    _require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
+             "must be in [0, 1]")
+    _require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
+             "must be > 0")
+    _require(0.0 < self.one_minus_momentum <= 1.0, "one_minus_momentum",
+             self.one_minus_momentum, "must be in (0, 1]")
+    _require(list(self.lr_decay_epochs) == sorted(self.lr_decay_epochs)
+             and all(e > 0 for e in self.lr_decay_epochs), "lr_decay_epochs",
+             self.lr_decay_epochs, "must be increasing positive epochs")
+    _require(0.0 < self.lr_decay_ratio <= 1.0, "lr_decay_ratio", self.lr_decay_ratio,
+             "must be in (0, 1]")
+    _require(self.lr_warmup_epochs >= 0, "lr_warmup_epochs", self.lr_warmup_epochs,
+             "must be >= 0")
+    _require(self.train_epochs > 0, "train_epochs", self.train_epochs, "must be > 0")
+    _require(self.train_steps is None or self.train_steps > 0, "train_steps", self.train_steps,
+             "must be > 0 (or unset to train for train_epochs)")
+    _require(self.per_core_batch_size > 0, "per_core_batch_size", self.per_core_batch_size,
+             "must be > 0")
+    _require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
+    _require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
+    _require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
+
+  def group_l2(self, name: str) -> float:
+    """The L2 coefficient of one parameter group, falling back to `l2`."""
+    value = getattr(self, name)
+    return self.l2 if value is None else value
+
+  def scaled_decay_epochs(self) -> Tuple[int, ...]:
+    """lr_decay_epochs are given for a 200-epoch run; rescale them to train_epochs."""
+    return tuple(e * self.train_epochs // 200 for e in self.lr_decay_epochs)
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_dict(cls, values: Mapping[str, Any]) -> "TrainerConfig":
+    values = dict(values)
+    if "lr_decay_epochs" in values:
+      values["lr_decay_epochs"] = tuple(values["lr_decay_epochs"])
+    unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+      raise ValueError(f"Unknown trainer config field(s): {sorted(unknown)}")
+    return cls(**values)
+
+
+L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",
+             "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")
+
+
+def _require(condition: bool, name: str, value: Any, rule: str) -> None:
+  if not condition:
+    raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")

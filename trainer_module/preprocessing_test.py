@@ -1,0 +1,62 @@
+"""Transform: decoding, and normalisation statistics that equal numpy's on the same data."""
+import io
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+import tensorflow_transform.beam as tft_beam
+from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
+
+from components.image_sources import encode_png
+from trainer_module import preprocessing
+from trainer_module.features import IMAGE_SHAPE
+
+_RAW_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
+             "label": tf.io.FixedLenFeature([], tf.int64)}
+
+
+def _random_images(count, seed):
+  rng = np.random.default_rng(seed)
+  # Channels with different brightness and spread, so a per-image or global statistic fails.
+  scale = np.array([60, 120, 200])
+  offset = np.array([10, 40, 0])
+  return (rng.random((count,) + IMAGE_SHAPE) * scale + offset).astype(np.uint8)
+
+
+def _analyze_and_transform(images):
+  raw = [{"image": encode_png(image), "label": i % 10} for i, image in enumerate(images)]
+  metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(_RAW_SPEC))
+  with tempfile.TemporaryDirectory() as temp_dir, tft_beam.Context(temp_dir=temp_dir):
+    (transformed, _), _ = ((raw, metadata)
+                           | tft_beam.AnalyzeAndTransformDataset(preprocessing.preprocessing_fn))
+  return transformed
+
+
+def test_normalisation_uses_full_pass_per_channel_mean_and_std_like_numpy():
+  images = _random_images(24, seed=1)
+  transformed = _analyze_and_transform(images)
+  pixels = images.astype(np.float64) / 255.0
+  mean = pixels.reshape(-1, 3).mean(axis=0)
+  std = pixels.reshape(-1, 3).std(axis=0)
+  expected = (pixels - mean) / std
+  actual = np.stack([np.asarray(row["image"]).reshape(IMAGE_SHAPE) for row in transformed])
+  np.testing.assert_allclose(actual, expected, atol=1e-4)
+  flat = actual.reshape(-1, 3)
+  np.testing.assert_allclose(flat.mean(axis=0), 0.0, atol=1e-4)
+  np.testing.assert_allclose(flat.std(axis=0), 1.0, atol=1e-4)
+  assert [row["label"] for row in transformed] == [i % 10 for i in range(24)]
+
+
+def test_decode_images_scales_to_unit_range_in_batch_order():
+  images = _random_images(3, seed=2)
+  decoded = preprocessing.decode_images(tf.constant([encode_png(i) for i in images])).numpy()
+  np.testing.assert_allclose(decoded, images / 255.0, atol=1e-6)
+
+
+def test_decode_images_rejects_an_image_of_the_wrong_shape():
+  buffer = io.BytesIO()
+  Image.fromarray(np.zeros((28, 28, 3), np.uint8)).save(buffer, format="PNG")
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    preprocessing.decode_images(tf.constant([buffer.getvalue()]))

@@ -1,0 +1,45 @@
+"""The learning-rate schedule and a training loop that learns."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_module.config import TrainerConfig
+from trainer_module.model import wide_resnet
+from trainer_module.train import (WarmUpPiecewiseConstantSchedule, learning_rate_schedule,
+                                  make_optimizer, train_model)
+
+
+def test_schedule_warms_up_linearly_then_decays_at_each_boundary():
+  schedule = WarmUpPiecewiseConstantSchedule(steps_per_epoch=10, base_learning_rate=0.4,
+                                             decay_ratio=0.2, decay_epochs=[3, 6],
+                                             warmup_epochs=2)
+  rates = [float(schedule(step)) for step in (0, 5, 10, 20, 29, 30, 59, 60, 100)]
+  np.testing.assert_allclose(rates, [0.0, 0.1, 0.2, 0.4, 0.4, 0.08, 0.08, 0.016, 0.016],
+                             rtol=1e-6)
+
+
+def test_learning_rate_scales_with_batch_and_decay_epochs_with_train_epochs():
+  config = TrainerConfig(base_learning_rate=0.1, per_core_batch_size=64, train_epochs=20,
+                         lr_decay_epochs=(60, 120, 160), lr_warmup_epochs=0)
+  schedule = learning_rate_schedule(config, steps_per_epoch=10, global_batch_size=64)
+  assert schedule.decay_epochs == [6, 12, 16]
+  assert float(schedule(0)) == pytest.approx(0.05)
+  optimizer = make_optimizer(config, steps_per_epoch=10, global_batch_size=64)
+  assert optimizer.nesterov and float(optimizer.momentum) == pytest.approx(0.9)
+
+
+def test_training_fits_a_learnable_problem():
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 2, 128)
+  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
+  images[labels == 1, :, :, 0] += 1.0  # Class 1 is redder.
+  data = tf.data.Dataset.from_tensor_slices((images, labels)).shuffle(128, seed=0).repeat()
+  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
+                         per_core_batch_size=32, lr_warmup_epochs=0, log_every_steps=8)
+  tf.keras.utils.set_random_seed(0)
+  model = wide_resnet(config)
+  eval_data = tf.data.Dataset.from_tensor_slices((images, labels)).batch(64)
+  metrics = train_model(config, model, data.batch(32, drop_remainder=True), eval_data,
+                        steps_per_epoch=4)
+  assert metrics["accuracy"] >= 0.95
+  assert np.isfinite(metrics["nll"])
