@@ -1,0 +1,102 @@
+"""Ingestion: stable keys, a deterministic split, lossless PNGs, and the tfds path."""
+import collections
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from components import image_sources
+from components.example_gen import records_for_query, source_query
+from trainer_module.features import IMAGE_SHAPE
+
+
+def _digits(split):
+  return list(image_sources.digits_records(split, eval_fraction=0.15, test_fraction=0.15))
+
+
+def test_split_for_key_is_a_pure_function_of_the_key():
+  keys = [f"example-{i}" for i in range(5000)]
+  first = [image_sources.split_for_key(k, 0.15, 0.15) for k in keys]
+  second = [image_sources.split_for_key(k, 0.15, 0.15) for k in reversed(keys)][::-1]
+  assert first == second
+  counts = collections.Counter(first)
+  assert abs(counts["train"] / 5000 - 0.70) < 0.03
+  assert abs(counts["eval"] / 5000 - 0.15) < 0.03
+  assert abs(counts["test"] / 5000 - 0.15) < 0.03
+
+
+def test_split_for_key_without_test_fraction_never_picks_test():
+  assert {image_sources.split_for_key(f"k{i}", 0.2, 0.0) for i in range(2000)} == {"train",
+                                                                                    "eval"}
+
+
+def test_digits_splits_partition_all_1797_examples_with_unique_stable_keys():
+  splits = {split: _digits(split) for split in image_sources.SPLITS}
+  keys = [key for records in splits.values() for key, _, _ in records]
+  assert len(keys) == len(set(keys)) == 1797
+  assert {len(splits[s]) for s in splits} and len(splits["train"]) > 1100
+  assert 200 < len(splits["eval"]) < 340 and 200 < len(splits["test"]) < 340
+  again = _digits("test")
+  assert [(k, png, label) for k, png, label in again] == splits["test"]  # Bytes too.
+  assert {label for records in splits.values() for _, _, label in records} == set(range(10))
+
+
+def test_digits_images_are_upscaled_grey_replicated_to_rgb():
+  from sklearn.datasets import load_digits
+  images = image_sources.digits_to_images(load_digits().images[:5])
+  assert images.shape == (5,) + IMAGE_SHAPE and images.dtype == np.uint8
+  assert np.array_equal(images[..., 0], images[..., 1])
+  assert np.array_equal(images[..., 0], images[..., 2])
+  assert images.max() > 200 and images.min() == 0
+
+
+def test_png_round_trip_is_lossless_for_pil_and_tensorflow():
+  image = np.random.default_rng(0).integers(0, 256, IMAGE_SHAPE, dtype=np.uint8)
+  png = image_sources.encode_png(image)
+  assert np.array_equal(image_sources.decode_png(png), image)
+  assert np.array_equal(tf.io.decode_png(png, channels=3).numpy(), image)
+
+
+def test_encode_png_rejects_wrong_shape_or_dtype():
+  with pytest.raises(ValueError, match="shape"):
+    image_sources.encode_png(np.zeros((28, 28, 3), np.uint8))
+  with pytest.raises(ValueError, match="uint8"):
+    image_sources.encode_png(np.zeros(IMAGE_SHAPE, np.float32))
+
+
+def test_decode_png_rejects_other_formats():
+  buffer = io.BytesIO()
+  Image.fromarray(np.zeros(IMAGE_SHAPE, np.uint8)).save(buffer, format="JPEG")
+  with pytest.raises(ValueError, match="not a PNG"):
+    image_sources.decode_png(buffer.getvalue())
+
+
+def test_make_example_carries_image_label_and_key():
+  example = image_sources.make_example("digits-0001", b"png", 7)
+  features = example.features.feature
+  assert features["image"].bytes_list.value == [b"png"]
+  assert features["label"].int64_list.value == [7]
+  assert features["key"].bytes_list.value == [b"digits-0001"]
+
+
+def test_example_gen_query_reads_the_split_it_names():
+  query = source_query("digits", "eval", 0.15, 0.15, None)
+  assert list(records_for_query(query)) == _digits("eval")
+
+
+def test_cifar10_through_tfds_splits_train_into_train_and_eval_and_keeps_test():
+  import tensorflow_datasets as tfds
+  with tfds.testing.mock_data(num_examples=40):
+    splits = {split: list(image_sources.tfds_records("cifar10", split, eval_fraction=0.25))
+              for split in image_sources.SPLITS}
+  train_keys = {key for key, _, _ in splits["train"]}
+  eval_keys = {key for key, _, _ in splits["eval"]}
+  assert len(train_keys) + len(eval_keys) == 40 and not train_keys & eval_keys
+  assert eval_keys, "the eval split is carved out of tfds' train split"
+  assert len(splits["test"]) == 40
+  for key, png, label in splits["train"] + splits["test"]:
+    assert key.startswith("cifar10-")
+    assert image_sources.decode_png(png).shape == IMAGE_SHAPE
+    assert 0 <= label < 10
