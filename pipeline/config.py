@@ -1,0 +1,175 @@
+"""One configuration object per run: defaults, plus overrides from flags, validated up front.
+
+The local runner, the Kubeflow runner and the standalone trainer all take their values from
+here (the trainer's part is `trainer_module.config.TrainerConfig`). Every flag is a field
+name: `--dataset cifar10 --depth 28 --width_multiplier 10`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from typing import Any, Mapping, Optional, Sequence
+
+from trainer_module.config import TrainerConfig
+
+DATASETS = ("digits", "cifar10", "tfrecord")
+TFRECORD_SPLITS_REQUIRED = ("train", "eval")
+DEFAULT_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "components",
+                                   "schema.pbtxt")
+BEAM_RUNNING_MODES = ("multi_processing", "multi_threading", "in_memory")
+
+
+def _local_trainer() -> TrainerConfig:
+  """A WRN-16-2 that trains on the embedded digits in about a minute on two CPU cores."""
+  return TrainerConfig(depth=16, width_multiplier=2, train_epochs=15)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  pipeline_name: str = "wrn_image_classifier"
+  output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
+  dataset: str = "digits"  # digits (embedded), cifar10 (tensorflow-datasets) or tfrecord.
+  tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: holds train/, eval/ [, test/].
+  tfds_data_dir: Optional[str] = None  # tensorflow-datasets cache; None is tfds' default.
+  eval_fraction: float = 0.15  # Share of keys held out for evaluation (model selection).
+  test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
+  schema_path: str = DEFAULT_SCHEMA_PATH
+  min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
+  max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
+  enable_cache: bool = True
+  beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
+  beam_running_mode: str = "multi_processing"
+  trainer: TrainerConfig = dataclasses.field(default_factory=_local_trainer)
+
+  def __post_init__(self):
+    object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
+    _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
+    _require(bool(self.pipeline_name.strip()), "pipeline_name", self.pipeline_name,
+             "must not be empty")
+    _require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
+             "must be in (0, 1)")
+    _require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
+             self.test_fraction, "must be in [0, 1 - eval_fraction)")
+    _require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
+             "must be in [0, 1]")
+    _require(self.max_accuracy_drop >= 0.0, "max_accuracy_drop", self.max_accuracy_drop,
+             "must be >= 0")
+    _require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
+             "must be >= 0 (0 = one per CPU core)")
+    _require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
+             self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
+    if self.dataset == "tfrecord":
+      _check_tfrecord_dir(self.tfrecord_dir)
+    else:
+      _require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
+               "is only used with dataset=tfrecord")
+    _check_schema(self.schema_path, self.trainer.num_classes)
+
+  # Where a run's outputs live.
+  @property
+  def pipeline_root(self) -> str:
+    return os.path.join(self.output_dir, "pipeline_root", self.pipeline_name)
+
+  @property
+  def metadata_path(self) -> str:
+    return os.path.join(self.output_dir, "metadata", self.pipeline_name, "metadata.sqlite")
+
+  @property
+  def serving_model_dir(self) -> str:
+    return os.path.join(self.output_dir, "serving_model", self.pipeline_name)
+
+  def beam_pipeline_args(self) -> list:
+    workers = self.beam_workers or os.cpu_count() or 1
+    return [f"--direct_running_mode={self.beam_running_mode}",
+            f"--direct_num_workers={workers}"]
+
+  def replace(self, **overrides) -> "PipelineConfig":
+    """A copy with overrides; trainer fields may be given by name alongside pipeline fields."""
+    pipeline_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
+    trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    unknown = set(overrides) - pipeline_fields - trainer_fields
+    if unknown:
+      raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
+    trainer_overrides = {k: v for k, v in overrides.items() if k in trainer_fields}
+    pipeline_overrides = {k: v for k, v in overrides.items() if k in pipeline_fields}
+    trainer = pipeline_overrides.pop("trainer", self.trainer)
+    if trainer_overrides:
+      trainer = dataclasses.replace(trainer, **trainer_overrides)
+    return dataclasses.replace(self, trainer=trainer, **pipeline_overrides)
+
+
+def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
+  """Builds the run's config from `--field value` / `--field=value` flags over the defaults."""
+  fields = {f.name: f for f in dataclasses.fields(PipelineConfig) if f.name != "trainer"}
+  fields.update({f.name: f for f in dataclasses.fields(TrainerConfig)})
+  hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig)}
+  overrides = {}
+  args = list(argv)
+  while args:
+    arg = args.pop(0)
+    if not arg.startswith("--"):
+      raise ValueError(f"Unexpected argument {arg!r}: flags look like --name=value.")
+    name, has_value, value = arg[2:].partition("=")
+    if name not in fields:
+      raise ValueError(f"Unknown flag --{name}. Known flags: "
+                       + ", ".join(f"--{n}" for n in sorted(fields)) + ".")
+    if not has_value:
+      if not args:
+        raise ValueError(f"Flag --{name} needs a value.")
+      value = args.pop(0)
+    overrides[name] = _parse_value(name, value, hints[name])
+  return (base or PipelineConfig()).replace(**overrides)
+
+
+def _parse_value(name: str, text: str, hint: Any) -> Any:
+  optional = type(None) in typing.get_args(hint)
+  if optional:
+    if text.lower() in ("none", ""):
+      return None
+    hint = next(a for a in typing.get_args(hint) if a is not type(None))
+  try:
+    if hint is bool:
+      if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(text)
+      return text.lower() in ("true", "1", "yes")
+    if typing.get_origin(hint) is tuple:
+      item = typing.get_args(hint)[0]
+      return tuple(item(v) for v in text.split(",") if v.strip())
+    return hint(text)
+  except ValueError:
+    raise ValueError(f"Invalid value for --{name}: {text!r} is not a {getattr(hint, '__name__', hint)}.") from None
+
+
+def _check_tfrecord_dir(path: Optional[str]) -> None:
+  _require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
+  _require(os.path.isdir(path), "tfrecord_dir", path, "is not a directory")
+  for split in TFRECORD_SPLITS_REQUIRED:
+    split_dir = os.path.join(path, split)
+    _require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
+             f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
+             " and optionally test/ subdirectories)")
+
+
+def _check_schema(path: str, num_classes: int) -> None:
+  """The curated schema must exist and bound the label to [0, num_classes)."""
+  from google.protobuf import text_format
+  from tensorflow_metadata.proto.v0 import schema_pb2
+  _require(os.path.isfile(path), "schema_path", path, "does not exist")
+  schema = schema_pb2.Schema()
+  with open(path) as f:
+    try:
+      text_format.Parse(f.read(), schema)
+    except text_format.ParseError as error:
+      raise ValueError(f"Invalid config value schema_path={path!r}: not a schema: {error}") from None
+  label = next((f for f in schema.feature if f.name == "label"), None)
+  _require(label is not None and label.HasField("int_domain"), "schema_path", path,
+           "must give the 'label' feature an int_domain")
+  _require(label.int_domain.min == 0 and label.int_domain.max == num_classes - 1, "num_classes",
+           num_classes, f"disagrees with the label domain [{label.int_domain.min}, "
+           f"{label.int_domain.max}] of {path}")
+
+
+def _require(condition: bool, name: str, value: Any, rule: str) -> None:
+  if not condition:
+    raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")

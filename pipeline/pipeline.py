@@ -1,0 +1,126 @@
+"""The pipeline graph, as one function of the run's config.
+
+ExampleGen -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate ->
+Transform -> Trainer -> (latest blessed model) -> Evaluator -> Pusher
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+
+from components.example_gen import ImageDatasetExampleGen
+from components.validation_gate import ValidationGate
+from pipeline.config import PipelineConfig
+from trainer_module.features import LABEL_KEY, PROBABILITIES_KEY
+
+_TRAINER_MODULE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer_module")
+
+
+def trainer_module_fingerprint() -> str:
+  """A hash of trainer_module's code. Transform and Trainer load it by import path, which TFX's
+  cache key does not cover, so the fingerprint goes into their config: edit the code, and
+  they run again instead of reusing a stale cached result."""
+  digest = hashlib.sha256()
+  for name in sorted(os.listdir(_TRAINER_MODULE_DIR)):
+    if name.endswith(".py") and not name.endswith("_test.py"):
+      digest.update(name.encode())
+      with open(os.path.join(_TRAINER_MODULE_DIR, name), "rb") as f:
+        digest.update(f.read())
+  return digest.hexdigest()[:16]
+
+
+def example_gen(config: PipelineConfig):
+  if config.dataset == "tfrecord":
+    splits = ["train", "eval"]
+    if os.path.isdir(os.path.join(config.tfrecord_dir, "test")):
+      splits.append("test")
+    return tfx.components.ImportExampleGen(
+        input_base=config.tfrecord_dir,
+        input_config=tfx.proto.Input(
+            splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in splits]))
+  return ImageDatasetExampleGen(source=config.dataset, eval_fraction=config.eval_fraction,
+                                test_fraction=config.test_fraction,
+                                tfds_data_dir=config.tfds_data_dir)
+
+
+def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+  """Accuracy must reach min_eval_accuracy and drop at most max_accuracy_drop below the last
+  blessed model (a first run, with no baseline, is judged on the absolute bound alone)."""
+  accuracy_threshold = tfma.MetricThreshold(
+      value_threshold=tfma.GenericValueThreshold(lower_bound={"value": config.min_eval_accuracy}),
+      change_threshold=tfma.GenericChangeThreshold(
+          direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+          absolute={"value": -config.max_accuracy_drop}))
+  return tfma.EvalConfig(
+      model_specs=[tfma.ModelSpec(signature_name="serving_default", label_key=LABEL_KEY,
+                                  prediction_key=PROBABILITIES_KEY)],
+      slicing_specs=[tfma.SlicingSpec()],
+      metrics_specs=[tfma.MetricsSpec(metrics=[
+          tfma.MetricConfig(class_name="ExampleCount"),
+          tfma.MetricConfig(class_name="SparseCategoricalAccuracy",
+                            threshold=accuracy_threshold),
+      ])])
+
+
+def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
+  fingerprint = trainer_module_fingerprint()
+
+  examples = example_gen(config)
+  statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
+  schema = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
+  validator = tfx.components.ExampleValidator(statistics=statistics.outputs["statistics"],
+                                              schema=schema.outputs["schema"])
+  gate = ValidationGate(examples=examples.outputs["examples"],
+                        anomalies=validator.outputs["anomalies"])
+
+  transform = tfx.components.Transform(
+      examples=examples.outputs["examples"],
+      schema=schema.outputs["schema"],
+      preprocessing_fn="trainer_module.preprocessing.preprocessing_fn",
+      splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
+      custom_config={"trainer_module_fingerprint": fingerprint},
+      disable_statistics=True)  # StatisticsGen already covers the raw data.
+  transform.add_upstream_node(gate)
+
+  trainer = tfx.components.Trainer(
+      run_fn="trainer_module.trainer.run_fn",
+      examples=transform.outputs["transformed_examples"],
+      transform_graph=transform.outputs["transform_graph"],
+      schema=schema.outputs["schema"],
+      train_args=tfx.proto.TrainArgs(splits=["train"]),
+      eval_args=tfx.proto.EvalArgs(splits=["eval"]),
+      custom_config={"trainer": config.trainer.to_dict(),
+                     "trainer_module_fingerprint": fingerprint})
+
+  baseline = tfx.dsl.Resolver(
+      strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+      model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+      model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+  ).with_id("latest_blessed_model_resolver")
+
+  evaluator = tfx.components.Evaluator(
+      examples=examples.outputs["examples"],
+      model=trainer.outputs["model"],
+      baseline_model=baseline.outputs["model"],
+      example_splits=["eval"],
+      eval_config=eval_config(config))
+
+  pusher = tfx.components.Pusher(
+      model=trainer.outputs["model"],
+      model_blessing=evaluator.outputs["blessing"],
+      push_destination=tfx.proto.PushDestination(
+          filesystem=tfx.proto.PushDestination.Filesystem(
+              base_directory=config.serving_model_dir)))
+
+  return tfx.dsl.Pipeline(
+      pipeline_name=config.pipeline_name,
+      pipeline_root=config.pipeline_root,
+      components=[examples, statistics, schema, validator, gate, transform, trainer, baseline,
+                  evaluator, pusher],
+      enable_cache=config.enable_cache,
+      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          config.metadata_path),
+      beam_pipeline_args=config.beam_pipeline_args())

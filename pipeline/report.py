@@ -1,0 +1,90 @@
+"""What a run produced, read back from MLMD: metrics, blessing, where the model went."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from typing import Dict, List, Optional
+
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from pipeline.config import PipelineConfig
+
+
+def latest_run_outputs(config: PipelineConfig):
+  """(executions, {artifact type name: [artifacts]}) of the most recent pipeline run."""
+  from tfx.orchestration import metadata
+  store = metadata_store.MetadataStore(
+      metadata.sqlite_metadata_connection_config(config.metadata_path))
+  runs = store.get_contexts_by_type("pipeline_run")
+  if not runs:
+    raise RuntimeError(f"No pipeline run recorded in {config.metadata_path}.")
+  run = max(runs, key=lambda c: c.id)
+  executions = store.get_executions_by_context(run.id)
+  output_ids = [e.artifact_id for e in store.get_events_by_execution_ids([x.id for x in executions])
+                if e.type == metadata_store_pb2.Event.OUTPUT]
+  types = {t.id: t.name for t in store.get_artifact_types()}
+  outputs: Dict[str, List] = defaultdict(list)
+  for artifact in store.get_artifacts_by_id(output_ids):
+    outputs[types[artifact.type_id]].append(artifact)
+  return executions, outputs
+
+
+def eval_accuracy(evaluation_uri: str) -> Optional[float]:
+  """The candidate model's overall accuracy from TFMA's metrics."""
+  import tensorflow_model_analysis as tfma
+  for metrics in tfma.load_metrics(evaluation_uri):
+    if metrics.slice_key.single_slice_keys:
+      continue
+    for entry in metrics.metric_keys_and_values:
+      key = entry.key
+      if key.name == "sparse_categorical_accuracy" and not key.is_diff \
+          and key.model_name in ("", "candidate"):
+        return entry.value.double_value.value
+  return None
+
+
+def score_in_fresh_process(model_dir: str, examples_glob: str) -> dict:
+  result = subprocess.run(
+      [sys.executable, "-m", "pipeline.score_pushed_model", model_dir, examples_glob],
+      check=True, capture_output=True, text=True)
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_path: str) -> str:
+  executions, outputs = latest_run_outputs(config)
+  cached = sum(e.last_known_state == metadata_store_pb2.Execution.CACHED for e in executions)
+  lines = ["", f"Pipeline {config.pipeline_name} finished in {elapsed_seconds:.0f}s "
+           f"({cached} of {len(executions)} steps reused from cache)."]
+  evaluation = outputs.get("ModelEvaluation", [None])[-1]
+  if evaluation is not None:
+    accuracy = eval_accuracy(evaluation.uri)
+    lines.append(f"  eval accuracy:   {accuracy:.4f}" if accuracy is not None
+                 else "  eval accuracy:   not found")
+    lines.append(f"  metrics (TFMA):  {evaluation.uri}")
+  blessing = outputs.get("ModelBlessing", [None])[-1]
+  if blessing is not None:
+    blessed = blessing.custom_properties["blessed"].int_value == 1
+    lines.append(f"  blessed:         {'yes' if blessed else 'no (eval thresholds not met)'}")
+  pushed = outputs.get("PushedModel", [None])[-1]
+  examples = outputs.get("Examples", [])
+  raw_examples = next((e for e in examples
+                       if '"test"' in e.properties["split_names"].string_value), None)
+  if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
+    destination = pushed.custom_properties["pushed_destination"].string_value
+    lines.append(f"  pushed model:    {destination}")
+    if raw_examples is not None:
+      test = score_in_fresh_process(destination,
+                                    os.path.join(raw_examples.uri, "Split-test", "*"))
+      lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
+                   f"{test['examples']} held-out test examples, pushed model, fresh process)")
+  else:
+    lines.append("  pushed model:    nothing pushed this run")
+  lines.append(f"  serving models:  {config.serving_model_dir}")
+  lines.append(f"  MLMD database:   {config.metadata_path}")
+  lines.append(f"  pipeline root:   {config.pipeline_root}")
+  lines.append(f"  full log:        {log_path}")
+  return "\n".join(lines)
