@@ -7,6 +7,8 @@ import sys
 import time
 from typing import Sequence
 
+from absl import logging as absl_logging
+
 from pipeline import config as config_lib
 
 log = logging.getLogger("pipeline")
@@ -37,8 +39,13 @@ def configure_logging(log_dir: str) -> str:
   root.handlers = [console, logfile]
   root.setLevel(logging.INFO)
   for name in ("absl", "tensorflow", *_OUR_LOGGERS):
-    logging.getLogger(name).handlers = []
-    logging.getLogger(name).propagate = True
+    logger = logging.getLogger(name)
+    logger.handlers = []
+    logger.propagate = True
+    logger.setLevel(logging.INFO)
+  # Through absl's flag, not the logger: TensorFlow's SavedModel writer silences absl and then
+  # restores it from the flag, whose default (WARNING) would hide TFX's progress from then on.
+  absl_logging.set_verbosity(absl_logging.INFO)
   return log_path
 
 

@@ -14,23 +14,32 @@ from ml_metadata.proto import metadata_store_pb2
 from pipeline.config import PipelineConfig
 
 
-def latest_run_outputs(config: PipelineConfig):
-  """(executions, {artifact type name: [artifacts]}) of the most recent pipeline run."""
-  from tfx.orchestration import metadata
-  store = metadata_store.MetadataStore(
-      metadata.sqlite_metadata_connection_config(config.metadata_path))
-  runs = store.get_contexts_by_type("pipeline_run")
-  if not runs:
-    raise RuntimeError(f"No pipeline run recorded in {config.metadata_path}.")
-  run = max(runs, key=lambda c: c.id)
-  executions = store.get_executions_by_context(run.id)
-  output_ids = [e.artifact_id for e in store.get_events_by_execution_ids([x.id for x in executions])
-                if e.type == metadata_store_pb2.Event.OUTPUT]
-  types = {t.id: t.name for t in store.get_artifact_types()}
-  outputs: Dict[str, List] = defaultdict(list)
-  for artifact in store.get_artifacts_by_id(output_ids):
-    outputs[types[artifact.type_id]].append(artifact)
-  return executions, outputs
+class RunRecord:
+  """The most recent pipeline run in MLMD: its executions by component and its outputs."""
+
+  def __init__(self, config: PipelineConfig):
+    from tfx.orchestration import metadata
+    store = metadata_store.MetadataStore(
+        metadata.sqlite_metadata_connection_config(config.metadata_path))
+    runs = store.get_contexts_by_type("pipeline_run")
+    if not runs:
+      raise RuntimeError(f"No pipeline run recorded in {config.metadata_path}.")
+    run = max(runs, key=lambda c: c.id)
+    executions = store.get_executions_by_context(run.id)
+    execution_types = {t.id: t.name.rsplit(".", 1)[-1] for t in store.get_execution_types()}
+    state_names = metadata_store_pb2.Execution.State.Name
+    # Component class name -> its execution's state (COMPLETE, CACHED, FAILED, ...).
+    self.states: Dict[str, str] = {execution_types[e.type_id]: state_names(e.last_known_state)
+                                   for e in executions}
+    output_ids = [e.artifact_id for e in store.get_events_by_execution_ids(
+        [x.id for x in executions]) if e.type == metadata_store_pb2.Event.OUTPUT]
+    artifact_types = {t.id: t.name for t in store.get_artifact_types()}
+    self.outputs: Dict[str, List] = defaultdict(list)
+    for artifact in store.get_artifacts_by_id(output_ids):
+      self.outputs[artifact_types[artifact.type_id]].append(artifact)
+
+  def latest_output(self, type_name: str):
+    return self.outputs[type_name][-1] if self.outputs.get(type_name) else None
 
 
 def eval_accuracy(evaluation_uri: str) -> Optional[float]:
@@ -55,30 +64,27 @@ def score_in_fresh_process(model_dir: str, examples_glob: str) -> dict:
 
 
 def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_path: str) -> str:
-  executions, outputs = latest_run_outputs(config)
-  cached = sum(e.last_known_state == metadata_store_pb2.Execution.CACHED for e in executions)
+  run = RunRecord(config)
+  cached = sum(state == "CACHED" for state in run.states.values())
   lines = ["", f"Pipeline {config.pipeline_name} finished in {elapsed_seconds:.0f}s "
-           f"({cached} of {len(executions)} steps reused from cache)."]
-  evaluation = outputs.get("ModelEvaluation", [None])[-1]
+           f"({cached} of {len(run.states)} steps reused from cache)."]
+  evaluation = run.latest_output("ModelEvaluation")
   if evaluation is not None:
     accuracy = eval_accuracy(evaluation.uri)
     lines.append(f"  eval accuracy:   {accuracy:.4f}" if accuracy is not None
                  else "  eval accuracy:   not found")
     lines.append(f"  metrics (TFMA):  {evaluation.uri}")
-  blessing = outputs.get("ModelBlessing", [None])[-1]
+  blessing = run.latest_output("ModelBlessing")
   if blessing is not None:
     blessed = blessing.custom_properties["blessed"].int_value == 1
     lines.append(f"  blessed:         {'yes' if blessed else 'no (eval thresholds not met)'}")
-  pushed = outputs.get("PushedModel", [None])[-1]
-  examples = outputs.get("Examples", [])
-  raw_examples = next((e for e in examples
-                       if '"test"' in e.properties["split_names"].string_value), None)
+  pushed = run.latest_output("PushedModel")
+  examples = run.latest_output("Examples")
   if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
     destination = pushed.custom_properties["pushed_destination"].string_value
     lines.append(f"  pushed model:    {destination}")
-    if raw_examples is not None:
-      test = score_in_fresh_process(destination,
-                                    os.path.join(raw_examples.uri, "Split-test", "*"))
+    if examples is not None and '"test"' in examples.properties["split_names"].string_value:
+      test = score_in_fresh_process(destination, os.path.join(examples.uri, "Split-test", "*"))
       lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
                    f"{test['examples']} held-out test examples, pushed model, fresh process)")
   else:
