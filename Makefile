@@ -9,7 +9,7 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock bench clean
+.PHONY: run test setup lock clean
 
 setup: $(STAMP)
 
@@ -18,17 +18,21 @@ $(STAMP): requirements.lock pyproject.toml
 	@if [ -f $(STAMP) ] && [ "$$(cat $(STAMP))" = "$$(cat requirements.lock pyproject.toml | sha256sum)" ]; then \
 		touch $(STAMP); exit 0; fi; \
 	set -e; \
-	echo ">> creating $(VENV) and installing requirements.lock (a few minutes, once)"; \
+	echo ">> installing requirements.lock into $(VENV) (a few minutes, once per lock change;" \
+	     "pip's output: $(VENV)/install.log)"; \
 	[ -x $(VENV_PY) ] || $(PYTHON) -m venv $(VENV); \
-	$(VENV_PY) -m pip install --quiet --no-deps --ignore-requires-python -r requirements.lock; \
-	$(VENV_PY) -m pip install --quiet --no-deps --no-build-isolation -e .; \
+	if ! { $(VENV_PY) -m pip install --no-deps --ignore-requires-python -r requirements.lock \
+	       && $(VENV_PY) -m pip install --no-deps --no-build-isolation -e . ; } \
+	     > $(VENV)/install.log 2>&1; then \
+		tail -n 40 $(VENV)/install.log; echo ">> install failed; see $(VENV)/install.log"; exit 1; \
+	fi; \
 	cat requirements.lock pyproject.toml | sha256sum > $(STAMP)
 
 run: $(STAMP)
 	$(VENV_PY) -m pipeline $(ARGS)
 
 test: $(STAMP)
-	$(VENV_PY) -m pytest $(ARGS)
+	$(VENV_PY) -m pytest --durations=10 $(ARGS)
 
 # Regenerates requirements.lock from requirements.in. The resolver is told Python 3.10 because
 # tfx and ml-pipelines-sdk 1.16 declare Requires-Python <3.11 (metadata only; they run on 3.11).

@@ -1,0 +1,73 @@
+"""The whole pipeline on a reduced config: trains, evaluates, pushes a model that serves."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.config import from_flags
+from pipeline.report import RunRecord
+from tests.tfrecord_inputs import write_digits_tfrecord_dir
+
+# A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI.
+SMALL_MODEL = ["--depth=10", "--width_multiplier=1", "--train_epochs=6",
+               "--lr_decay_epochs=120,160", "--min_eval_accuracy=0.5"]
+PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
+                       "ExampleValidator", "ValidationGate", "Transform", "Trainer",
+                       "Evaluator", "Pusher"}
+
+
+def _versions(serving_dir):
+  return sorted(os.listdir(serving_dir)) if os.path.isdir(serving_dir) else []
+
+
+def _score(model_dir, examples_glob):
+  result = subprocess.run([sys.executable, "-m", "pipeline.score_pushed_model", model_dir,
+                           examples_glob], capture_output=True, text=True, check=True)
+  import json
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_digits_pipeline_pushes_a_model_that_serves_and_a_rerun_reuses_the_cache(
+    tmp_path, pipeline_runner):
+  flags = [f"--output_dir={tmp_path}", *SMALL_MODEL]
+  first = pipeline_runner(*flags)
+  assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+  for component in ("ImageDatasetExampleGen", "Transform", "Trainer", "Evaluator", "Pusher"):
+    assert f"Component {component} is running." in first.stdout
+  assert "step " in first.stdout and "images/s" in first.stdout  # Training progress.
+  assert "test accuracy:" in first.stdout
+
+  config = from_flags(flags)
+  run = RunRecord(config)
+  assert PIPELINE_COMPONENTS <= set(run.states)
+  assert {run.states[c] for c in PIPELINE_COMPONENTS} == {"COMPLETE"}
+  versions = _versions(config.serving_model_dir)
+  assert len(versions) == 1 and versions[0].isdigit()
+  assert f"pushed model:    {os.path.join(config.serving_model_dir, versions[0])}" in first.stdout
+
+  # The pushed model, in a fresh process, on raw serialized tf.Examples of the test split.
+  examples = run.latest_output("Examples")
+  scored = _score(os.path.join(config.serving_model_dir, versions[0]),
+                  os.path.join(examples.uri, "Split-test", "*"))
+  assert scored["examples"] > 200
+  assert scored["accuracy"] > 0.6
+
+  second = pipeline_runner(*flags)
+  assert second.returncode == 0, second.stderr[-3000:]
+  rerun = RunRecord(config)
+  assert {rerun.states[c] for c in PIPELINE_COMPONENTS} == {"CACHED"}
+  assert f"{len(PIPELINE_COMPONENTS)} of" in second.stdout
+  assert _versions(config.serving_model_dir) == versions, "a cached run pushes nothing new"
+
+
+def test_tfrecord_directory_input_runs_through_import_example_gen(tmp_path, pipeline_runner):
+  data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
+  flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
+           "--beam_running_mode=in_memory", *SMALL_MODEL]
+  result = pipeline_runner(*flags)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  run = RunRecord(from_flags(flags))
+  assert run.states["ImportExampleGen"] == "COMPLETE"
+  assert run.states["Pusher"] == "COMPLETE"
+  assert "test accuracy:" in result.stdout
