@@ -99,10 +99,25 @@ class PipelineConfig:
     return dataclasses.replace(self, trainer=trainer, **pipeline_overrides)
 
 
-def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
-  """Builds the run's config from `--field value` / `--field=value` flags over the defaults."""
+def _flag_fields() -> dict:
   fields = {f.name: f for f in dataclasses.fields(PipelineConfig) if f.name != "trainer"}
   fields.update({f.name: f for f in dataclasses.fields(TrainerConfig)})
+  return fields
+
+
+def usage() -> str:
+  """Every flag with its default for this pipeline (trainer defaults are the local ones)."""
+  defaults = PipelineConfig()
+  lines = ["usage: python -m pipeline [--flag=value ...]   (or: make run ARGS=\"--flag=value\")", ""]
+  for name in _flag_fields():
+    source = defaults.trainer if hasattr(defaults.trainer, name) else defaults
+    lines.append(f"  --{name:<22} default: {getattr(source, name)!r}")
+  return "\n".join(lines)
+
+
+def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
+  """Builds the run's config from `--field value` / `--field=value` flags over the defaults."""
+  fields = _flag_fields()
   hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig)}
   overrides = {}
   args = list(argv)

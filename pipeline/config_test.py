@@ -72,3 +72,11 @@ def test_a_config_error_stops_the_runner_before_any_component_runs(tmp_path):
   assert result.returncode == 2
   assert "dataset='nope'" in result.stderr
   assert not output_dir.exists(), "nothing may be written for an invalid config"
+
+
+def test_help_lists_every_flag_with_its_default():
+  result = subprocess.run([sys.executable, "-m", "pipeline", "--help"], capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 0
+  assert "--dataset" in result.stdout and "'digits'" in result.stdout
+  assert "--width_multiplier" in result.stdout and "--tfrecord_dir" in result.stdout

@@ -57,6 +57,9 @@ def run(config: config_lib.PipelineConfig) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
+  if any(arg in ("-h", "--help") for arg in argv):
+    print(config_lib.usage())
+    return 0
   try:
     config = config_lib.from_flags(argv)
   except ValueError as error:

@@ -10,8 +10,10 @@ import os
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
+from tfx.dsl.components.base import executor_spec
 
 from components.example_gen import ImageDatasetExampleGen
+from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
 from pipeline.config import PipelineConfig
 from trainer_module.features import LABEL_KEY, PROBABILITIES_KEY
@@ -113,7 +115,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       model_blessing=evaluator.outputs["blessing"],
       push_destination=tfx.proto.PushDestination(
           filesystem=tfx.proto.PushDestination.Filesystem(
-              base_directory=config.serving_model_dir)))
+              base_directory=config.serving_model_dir)),
+      custom_executor_spec=executor_spec.ExecutorClassSpec(VersionedPusherExecutor))
 
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from components.pusher import ALREADY_SERVING_KEY
 from pipeline.config import PipelineConfig
 
 
@@ -31,15 +32,16 @@ class RunRecord:
     # Component class name -> its execution's state (COMPLETE, CACHED, FAILED, ...).
     self.states: Dict[str, str] = {execution_types[e.type_id]: state_names(e.last_known_state)
                                    for e in executions}
-    output_ids = [e.artifact_id for e in store.get_events_by_execution_ids(
-        [x.id for x in executions]) if e.type == metadata_store_pb2.Event.OUTPUT]
-    artifact_types = {t.id: t.name for t in store.get_artifact_types()}
+    # Output key ("examples", "transformed_examples", "model", "blessing", ...) -> artifacts.
+    events = [e for e in store.get_events_by_execution_ids([x.id for x in executions])
+              if e.type == metadata_store_pb2.Event.OUTPUT]
+    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
     self.outputs: Dict[str, List] = defaultdict(list)
-    for artifact in store.get_artifacts_by_id(output_ids):
-      self.outputs[artifact_types[artifact.type_id]].append(artifact)
+    for event in sorted(events, key=lambda e: e.artifact_id):
+      self.outputs[event.path.steps[0].key].append(artifacts[event.artifact_id])
 
-  def latest_output(self, type_name: str):
-    return self.outputs[type_name][-1] if self.outputs.get(type_name) else None
+  def latest_output(self, key: str):
+    return self.outputs[key][-1] if self.outputs.get(key) else None
 
 
 def eval_accuracy(evaluation_uri: str) -> Optional[float]:
@@ -68,27 +70,33 @@ def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_pat
   cached = sum(state == "CACHED" for state in run.states.values())
   lines = ["", f"Pipeline {config.pipeline_name} finished in {elapsed_seconds:.0f}s "
            f"({cached} of {len(run.states)} steps reused from cache)."]
-  evaluation = run.latest_output("ModelEvaluation")
+  evaluation = run.latest_output("evaluation")
   if evaluation is not None:
     accuracy = eval_accuracy(evaluation.uri)
     lines.append(f"  eval accuracy:   {accuracy:.4f}" if accuracy is not None
                  else "  eval accuracy:   not found")
     lines.append(f"  metrics (TFMA):  {evaluation.uri}")
-  blessing = run.latest_output("ModelBlessing")
+  blessing = run.latest_output("blessing")
   if blessing is not None:
     blessed = blessing.custom_properties["blessed"].int_value == 1
     lines.append(f"  blessed:         {'yes' if blessed else 'no (eval thresholds not met)'}")
-  pushed = run.latest_output("PushedModel")
-  examples = run.latest_output("Examples")
+  pushed = run.latest_output("pushed_model")
+  examples = run.latest_output("examples")
+  serving = None
   if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
-    destination = pushed.custom_properties["pushed_destination"].string_value
-    lines.append(f"  pushed model:    {destination}")
-    if examples is not None and '"test"' in examples.properties["split_names"].string_value:
-      test = score_in_fresh_process(destination, os.path.join(examples.uri, "Split-test", "*"))
-      lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
-                   f"{test['examples']} held-out test examples, pushed model, fresh process)")
+    serving = pushed.custom_properties["pushed_destination"].string_value
+    lines.append(f"  pushed model:    {serving}")
+  elif pushed is not None and ALREADY_SERVING_KEY in pushed.custom_properties:
+    serving = pushed.custom_properties[ALREADY_SERVING_KEY].string_value
+    lines.append(f"  pushed model:    none new; the blessed model already serves as {serving}")
   else:
     lines.append("  pushed model:    nothing pushed this run")
+  has_test_split = examples is not None and '"test"' in examples.properties[
+      "split_names"].string_value
+  if serving is not None and has_test_split:
+    test = score_in_fresh_process(serving, os.path.join(examples.uri, "Split-test", "*"))
+    lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
+                 f"{test['examples']} held-out test examples, served model, fresh process)")
   lines.append(f"  serving models:  {config.serving_model_dir}")
   lines.append(f"  MLMD database:   {config.metadata_path}")
   lines.append(f"  pipeline root:   {config.pipeline_root}")
