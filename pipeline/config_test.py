@@ -50,6 +50,11 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--depth=abc"], "--depth"),
     (["--no_such_flag=1"], "--no_such_flag"),
     (["--eval_fraction=0.6", "--test_fraction=0.5"], "test_fraction=0.5"),
+    (["--augmix_width=0"], "augmix_width=0"),
+    (["--augmix_depth=0"], "augmix_depth=0"),
+    (["--augmix_depth=4"], "augmix_depth=4"),
+    (["--augmix_prob_coeff=0"], "augmix_prob_coeff=0.0"),
+    (["--aug_count=-1"], "aug_count=-1"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:
@@ -80,3 +85,19 @@ def test_help_lists_every_flag_with_its_default():
   assert result.returncode == 0
   assert "--dataset" in result.stdout and "'digits'" in result.stdout
   assert "--width_multiplier" in result.stdout and "--tfrecord_dir" in result.stdout
+
+
+def test_augmix_flags_keep_the_original_names_and_defaults():
+  trainer = from_flags(["--augmix=true"]).trainer
+  assert (trainer.augmix, trainer.aug_count, trainer.augmix_prob_coeff, trainer.augmix_depth,
+          trainer.augmix_width) == (True, 1, 0.5, -1, 3)
+  assert trainer.num_views == 1 and TrainerConfig().num_views == 0
+
+
+def test_transform_options_ignore_training_only_fields():
+  """Changing the learning rate must not invalidate Transform's cached output."""
+  base = from_flags(["--augmix=true"]).trainer
+  assert base.transform_options() == from_flags(["--augmix=true", "--base_learning_rate=0.3",
+                                                 "--depth=28"]).trainer.transform_options()
+  online = from_flags(["--augmix=true", "--augmix_online=true"]).trainer.transform_options()
+  assert online["num_views"] == 0 and online["emit_augmix_inputs"]

@@ -16,6 +16,7 @@ from components.example_gen import ImageDatasetExampleGen
 from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
 from pipeline.config import PipelineConfig
+from trainer_module import preprocessing
 from trainer_module.features import LABEL_KEY, PROBABILITIES_KEY
 
 _TRAINER_MODULE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer_module")
@@ -83,7 +84,9 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       schema=schema.outputs["schema"],
       preprocessing_fn="trainer_module.preprocessing.preprocessing_fn",
       splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
-      custom_config={"trainer_module_fingerprint": fingerprint},
+      custom_config={"transform": config.trainer.transform_options(),
+                     "trainer_module_fingerprint": fingerprint},
+      force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1,
       disable_statistics=True)  # StatisticsGen already covers the raw data.
   transform.add_upstream_node(gate)
 

@@ -39,6 +39,15 @@ class TrainerConfig:
   seed: int = 42
   num_bins: int = 15
   log_every_steps: int = 20
+  # AugMix (Hendrycks et al. 2020), named as in the original script.
+  augmix: bool = False
+  aug_count: int = 1  # AugMix views per training image (1 for a single model).
+  augmix_prob_coeff: float = 0.5  # Dirichlet and Beta concentration alpha.
+  augmix_depth: int = -1  # Operations per chain; -1 samples it in [1, 3].
+  augmix_width: int = 3  # Chains mixed per view.
+  augmix_severity: int = 3  # Upper bound of operation levels (the paper's CIFAR setting).
+  augmix_jsd_weight: float = 12.0  # Jensen-Shannon consistency weight, when aug_count >= 2.
+  augmix_online: bool = False  # Fresh views each epoch in the Trainer instead of in Transform.
 
   def __post_init__(self):
     _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
@@ -69,6 +78,29 @@ class TrainerConfig:
     _require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
     _require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
     _require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
+    _require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
+    _require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
+             "must be > 0")
+    _require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
+             self.augmix_depth, "must be in [1, 3], or -1 to sample it")
+    _require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
+    _require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
+             "must be in [1, 10]")
+    _require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
+             "must be >= 0")
+
+  @property
+  def num_views(self) -> int:
+    """AugMix views per training image (0 when AugMix is off)."""
+    return self.aug_count if self.augmix else 0
+
+  def transform_options(self) -> dict:
+    """What Transform needs: only these fields, so other changes keep its cache valid."""
+    return {"num_views": 0 if self.augmix_online else self.num_views,
+            "emit_augmix_inputs": self.augmix_online and self.num_views > 0,
+            "seed": self.seed, "augmix_width": self.augmix_width,
+            "augmix_depth": self.augmix_depth, "augmix_prob_coeff": self.augmix_prob_coeff,
+            "augmix_severity": self.augmix_severity}
 
   def group_l2(self, name: str) -> float:
     """The L2 coefficient of one parameter group, falling back to `l2`."""

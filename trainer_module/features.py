@@ -11,3 +11,8 @@ IMAGE_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, IMAGE_CHANNELS)
 # Outputs of the serving signatures.
 PROBABILITIES_KEY = "probabilities"
 CLASS_IDS_KEY = "class_ids"
+
+# Transform outputs besides IMAGE_KEY and LABEL_KEY.
+AUGMIX_VIEWS_KEY = "augmix_views"  # float32 [aug_count, 32, 32, 3], normalised like IMAGE_KEY.
+CHANNEL_MEAN_KEY = "channel_mean"  # float32 [3]: the training split's per-channel mean ...
+CHANNEL_STD_KEY = "channel_std"  # ... and standard deviation, for AugMix in the Trainer.

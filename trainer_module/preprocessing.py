@@ -1,40 +1,76 @@
-"""Transform's preprocessing_fn: decode, scale to [0, 1], normalise per channel.
+"""Transform's preprocessing_fn: decode, scale to [0, 1], normalise per channel, AugMix.
 
 The per-channel mean and standard deviation are full-pass statistics over the training split
-(tft analyzers), baked into the transform graph that serving applies too.
+(tft analyzers), baked into the transform graph that serving applies too. AugMix views are
+computed from the example key, which serving does not feed, so TFT prunes them (and all their
+random ops) from the serving graph.
 """
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY
+from trainer_module import augmix
+from trainer_module.features import (AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY,
+                                     EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY)
 
 _MIN_STD = 1e-6  # A constant channel normalises to 0 instead of dividing by zero.
 
+# Transform must trace preprocessing_fn as a TF1 graph: only then does TFT apply it at serving
+# as a pruned function that holds nothing but what the fed `image` needs. A TF2 transform
+# function is called whole, with dummy values for unfed inputs, so AugMix would run (and sit
+# in the graph) on every serving batch.
+FORCE_TF_COMPAT_V1 = True
+
 
 def decode_images(encoded: tf.Tensor) -> tf.Tensor:
-  """A batch of PNG/JPEG bytes -> float32 [batch, 32, 32, 3] in [0, 1]."""
+  """A batch of PNG/JPEG bytes -> uint8 [batch, 32, 32, 3]."""
 
   def decode(image_bytes):
     image = tf.io.decode_image(image_bytes, channels=IMAGE_SHAPE[-1], expand_animations=False)
     return tf.ensure_shape(image, IMAGE_SHAPE)
 
   encoded = tf.reshape(encoded, [-1])
-  images = tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec(IMAGE_SHAPE, tf.uint8))
-  return tf.cast(images, tf.float32) / 255.0
+  return tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec(IMAGE_SHAPE, tf.uint8))
 
 
-def normalize_per_channel(images: tf.Tensor) -> tf.Tensor:
-  pixels = tf.reshape(images, [-1, IMAGE_SHAPE[-1]])
-  mean = tft.mean(pixels, reduce_instance_dims=False)
-  std = tf.sqrt(tft.var(pixels, reduce_instance_dims=False))
-  return (images - mean) / tf.maximum(std, _MIN_STD)
+def normalize(images01: tf.Tensor, mean: tf.Tensor, std: tf.Tensor) -> tf.Tensor:
+  """[0, 1] images -> zero mean, unit variance per channel (mean, std broadcast on channels)."""
+  return (images01 - mean) / tf.maximum(std, _MIN_STD)
+
+
+def denormalize_to_uint8(images: tf.Tensor, mean: tf.Tensor, std: tf.Tensor) -> tf.Tensor:
+  """Inverts `normalize` exactly for images that came from uint8."""
+  images01 = images * tf.maximum(std, _MIN_STD) + mean
+  return tf.cast(tf.clip_by_value(tf.round(images01 * 255.0), 0.0, 255.0), tf.uint8)
 
 
 def preprocessing_fn(inputs, custom_config=None):
-  """Raw {image, label, key} -> {image: normalised float32 [32, 32, 3], label: int64}."""
-  del custom_config  # Carries the trainer_module fingerprint (cache key); AugMix options later.
+  """Raw {image, label, key} -> {image, label[, augmix_views | key, channel_mean, channel_std]}.
+
+  custom_config["transform"] is TrainerConfig.transform_options(): how many AugMix views to
+  write (`num_views`), or whether to hand the Trainer what it needs to make them each epoch
+  (`emit_augmix_inputs`).
+  """
+  options = (custom_config or {}).get("transform", {})
   images = decode_images(inputs[IMAGE_KEY])
-  return {
-      IMAGE_KEY: normalize_per_channel(images),
+  images01 = tf.cast(images, tf.float32) / 255.0
+  # float64 sums, rounded once: the statistics (and every normalised value) do not depend on
+  # how Beam splits the data across workers.
+  pixels = tf.reshape(tf.cast(images, tf.float64) / 255.0, [-1, IMAGE_SHAPE[-1]])
+  mean = tf.cast(tft.mean(pixels, reduce_instance_dims=False), tf.float32)
+  std = tf.cast(tf.sqrt(tft.var(pixels, reduce_instance_dims=False)), tf.float32)
+  outputs = {
+      IMAGE_KEY: normalize(images01, mean, std),
       LABEL_KEY: tf.reshape(inputs[LABEL_KEY], [-1]),
   }
+  if options.get("num_views", 0) > 0:
+    keys = tf.reshape(inputs[EXAMPLE_KEY], [-1])
+    views = augmix.augmix_views(images, keys, options["seed"], options["num_views"],
+                                augmix.params_from_options(options))
+    outputs[AUGMIX_VIEWS_KEY] = normalize(views, mean, std)
+  if options.get("emit_augmix_inputs", False):
+    keys = tf.reshape(inputs[EXAMPLE_KEY], [-1])
+    per_example = tf.stack([tf.shape(keys)[0], IMAGE_SHAPE[-1]])
+    outputs[EXAMPLE_KEY] = keys
+    outputs[CHANNEL_MEAN_KEY] = tf.broadcast_to(mean, per_example)
+    outputs[CHANNEL_STD_KEY] = tf.broadcast_to(std, per_example)
+  return outputs

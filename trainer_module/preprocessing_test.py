@@ -28,7 +28,8 @@ def _random_images(count, seed):
 def _analyze_and_transform(images):
   raw = [{"image": encode_png(image), "label": i % 10} for i, image in enumerate(images)]
   metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(_RAW_SPEC))
-  with tempfile.TemporaryDirectory() as temp_dir, tft_beam.Context(temp_dir=temp_dir):
+  with tempfile.TemporaryDirectory() as temp_dir, tft_beam.Context(
+      temp_dir=temp_dir, force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1):
     (transformed, _), _ = ((raw, metadata)
                            | tft_beam.AnalyzeAndTransformDataset(preprocessing.preprocessing_fn))
   return transformed
@@ -49,10 +50,17 @@ def test_normalisation_uses_full_pass_per_channel_mean_and_std_like_numpy():
   assert [row["label"] for row in transformed] == [i % 10 for i in range(24)]
 
 
-def test_decode_images_scales_to_unit_range_in_batch_order():
+def test_decode_images_keeps_pixels_and_batch_order():
   images = _random_images(3, seed=2)
   decoded = preprocessing.decode_images(tf.constant([encode_png(i) for i in images])).numpy()
-  np.testing.assert_allclose(decoded, images / 255.0, atol=1e-6)
+  np.testing.assert_array_equal(decoded, images)
+
+
+def test_denormalize_inverts_normalize_exactly_for_uint8_images():
+  images = _random_images(4, seed=3)
+  mean, std = tf.constant([0.2, 0.5, 0.7]), tf.constant([0.1, 0.3, 0.05])
+  normalized = preprocessing.normalize(tf.cast(images, tf.float32) / 255.0, mean, std)
+  np.testing.assert_array_equal(preprocessing.denormalize_to_uint8(normalized, mean, std), images)
 
 
 def test_decode_images_rejects_an_image_of_the_wrong_shape():

@@ -23,11 +23,8 @@ def run_fn(fn_args) -> None:
   if num_train_examples < config.per_core_batch_size:
     raise ValueError(f"The train split has {num_train_examples} examples, fewer than one batch "
                      f"of per_core_batch_size={config.per_core_batch_size}.")
-  train_data = data.transformed_dataset(fn_args.train_files, feature_spec,
-                                        config.per_core_batch_size, training=True,
-                                        seed=config.seed)
-  eval_data = data.transformed_dataset(fn_args.eval_files, feature_spec,
-                                       config.eval_batch_size, training=False, seed=config.seed)
+  train_data = data.training_batches(fn_args.train_files, feature_spec, config)
+  eval_data = data.eval_batches(fn_args.eval_files, feature_spec, config.eval_batch_size)
   keras.utils.set_random_seed(config.seed)
   model = wide_resnet(config)
   metrics = train_model(config, model, train_data, eval_data, steps_per_epoch,

@@ -1,0 +1,138 @@
+"""AugMix: each operation against PIL, the mixing statistics, and seeded determinism."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image, ImageOps
+
+from trainer_module import augmix
+
+SIZE = 32
+
+
+@pytest.fixture(scope="module")
+def images():
+  rng = np.random.default_rng(0)
+  noise = rng.integers(0, 256, (12, SIZE, SIZE, 3), dtype=np.uint8)
+  narrow = (noise // 3 + 40).astype(np.uint8)  # Low contrast: autocontrast/equalize have work.
+  return np.concatenate([noise, narrow])
+
+
+def _pil(images, fn):
+  return np.stack([np.asarray(fn(Image.fromarray(image))) for image in images])
+
+
+def _batch(value, images):
+  return tf.fill([len(images)], value)
+
+
+def test_autocontrast_equals_pil(images):
+  np.testing.assert_array_equal(augmix.autocontrast(images).numpy(),
+                                _pil(images, ImageOps.autocontrast))
+
+
+def test_equalize_equals_pil(images):
+  np.testing.assert_array_equal(augmix.equalize(images).numpy(), _pil(images, ImageOps.equalize))
+
+
+@pytest.mark.parametrize("bits", [0, 1, 3, 4, 8])
+def test_posterize_equals_pil(images, bits):
+  np.testing.assert_array_equal(augmix.posterize(images, _batch(bits, images)).numpy(),
+                                _pil(images, lambda i: ImageOps.posterize(i, bits)))
+
+
+@pytest.mark.parametrize("threshold", [0, 128, 180, 256])
+def test_solarize_equals_pil(images, threshold):
+  np.testing.assert_array_equal(augmix.solarize(images, _batch(threshold, images)).numpy(),
+                                _pil(images, lambda i: ImageOps.solarize(i, threshold)))
+
+
+def _source_inside(matrix):
+  """Output pixels whose PIL source point lies inside the image (index coordinates)."""
+  a, b, c, d, e, f = matrix
+  y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5
+  source_x, source_y = a * x + b * y + c - 0.5, d * x + e * y + f - 0.5
+  return (source_x >= 0) & (source_x <= SIZE - 1) & (source_y >= 0) & (source_y <= SIZE - 1)
+
+
+def _assert_matches_pil_affine(ours, reference, matrix):
+  """Stated tolerance: within 1 grey level wherever the source point is inside the image.
+
+  Only along the border, where PIL and TensorFlow treat neighbours outside the image
+  differently, may values differ more; that band is under 10% of the pixels here.
+  """
+  inside = _source_inside(matrix)
+  difference = np.abs(ours.astype(int) - reference.astype(int))
+  assert difference[:, inside].max() <= 1
+  assert (~inside).mean() < 0.10
+
+
+@pytest.mark.parametrize("name, matrix", [
+    ("shear_x", (1, 0.09, 0, 0, 1, 0)), ("shear_x", (1, -0.05, 0, 0, 1, 0)),
+    ("shear_y", (1, 0, 0, 0.07, 1, 0)), ("translate_x", (1, 0, 3, 0, 1, 0)),
+    ("translate_y", (1, 0, 0, 0, 1, -2)),
+])
+def test_shear_and_translate_match_pil_affine(images, name, matrix):
+  ours = augmix.affine(images, tf.constant([matrix] * len(images), tf.float32)).numpy()
+  reference = _pil(images, lambda i: i.transform((SIZE, SIZE), Image.AFFINE, matrix,
+                                                 resample=Image.BILINEAR))
+  _assert_matches_pil_affine(ours, reference, matrix)
+  if name.startswith("translate"):
+    np.testing.assert_array_equal(ours, reference)  # Whole-pixel shifts are exact.
+
+
+@pytest.mark.parametrize("degrees", [-8.0, -3.0, 5.0, 8.0])
+def test_rotate_matches_pil_rotate(images, degrees):
+  matrices = augmix.rotation_matrices(tf.fill([len(images)], degrees), float(SIZE), float(SIZE))
+  ours = augmix.affine(images, matrices).numpy()
+  reference = _pil(images, lambda i: i.rotate(degrees, resample=Image.BILINEAR))
+  _assert_matches_pil_affine(ours, reference, matrices.numpy()[0])
+
+
+def _seeds(count, seed=7, view=0):
+  return augmix.example_seeds(tf.constant([f"key-{i}" for i in range(count)]), seed, view)
+
+
+def test_mixing_weights_have_the_dirichlet_and_beta_means_and_depth_covers_1_to_3():
+  params = augmix.AugMixParams(width=3, depth=-1, alpha=0.5)
+  draws = augmix.sample_draws(_seeds(4000), params)
+  weights = draws.chain_weights.numpy()
+  np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-5)
+  np.testing.assert_allclose(weights.mean(axis=0), [1 / 3] * 3, atol=0.02)
+  # Var of a Dirichlet(0.5, 0.5, 0.5) component: (1/3)(2/3) / (1.5 + 1) = 0.0889.
+  np.testing.assert_allclose(weights.var(axis=0), [0.0889] * 3, atol=0.01)
+  m = draws.mix_weight.numpy()
+  assert abs(m.mean() - 0.5) < 0.02 and abs(m.var() - 0.125) < 0.01  # Beta(0.5, 0.5).
+  depths, counts = np.unique(draws.depths.numpy(), return_counts=True)
+  assert list(depths) == [1, 2, 3] and counts.min() > 0.3 * counts.sum() / 3
+  operations = np.unique(draws.operations.numpy())
+  assert list(operations) == list(range(len(augmix.OPERATIONS)))
+  levels = draws.levels.numpy()
+  assert 0.1 <= levels.min() and levels.max() < 3.0
+
+
+def test_a_fixed_depth_is_used_as_given():
+  draws = augmix.sample_draws(_seeds(50), augmix.AugMixParams(depth=2))
+  assert set(np.unique(draws.depths.numpy())) == {2}
+  assert draws.operations.shape[2] == 2
+
+
+def test_views_are_reproducible_and_differ_across_keys_seeds_and_views(images):
+  keys = tf.constant([f"key-{i}" for i in range(len(images))])
+  params = augmix.AugMixParams()
+  views = augmix.augmix_views(images, keys, 42, 2, params).numpy()
+  assert views.shape == (len(images), 2, SIZE, SIZE, 3)
+  assert views.min() >= 0.0 and views.max() <= 1.0
+  np.testing.assert_array_equal(views, augmix.augmix_views(images, keys, 42, 2, params).numpy())
+  other_seed = augmix.augmix_views(images, keys, 43, 2, params).numpy()
+  other_keys = augmix.augmix_views(images, tf.constant([f"other-{i}" for i in range(len(images))]),
+                                   42, 2, params).numpy()
+  for other in (other_seed, other_keys):
+    assert np.mean(np.any(views != other, axis=(1, 2, 3, 4))) > 0.9
+  assert np.mean(np.any(views[:, 0] != views[:, 1], axis=(1, 2, 3))) > 0.9
+
+
+def test_an_image_does_not_depend_on_its_batch(images):
+  keys = tf.constant([f"key-{i}" for i in range(len(images))])
+  whole = augmix.augmix_views(images, keys, 42, 1, augmix.AugMixParams()).numpy()
+  alone = augmix.augmix_views(images[5:6], keys[5:6], 42, 1, augmix.AugMixParams()).numpy()
+  np.testing.assert_array_equal(whole[5:6], alone)

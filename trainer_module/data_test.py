@@ -1,0 +1,94 @@
+"""The Trainer's input pipeline: deterministic epochs, and AugMix views from Transform or online."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_module import data
+from trainer_module.config import TrainerConfig
+from trainer_module.preprocessing import normalize
+
+MEAN, STD = np.array([0.4, 0.5, 0.6], np.float32), np.array([0.2, 0.25, 0.3], np.float32)
+NUM = 24
+
+
+def _float_feature(values):
+  return tf.train.Feature(float_list=tf.train.FloatList(value=np.ravel(values)))
+
+
+def _write_transformed(path, with_views=0, online_inputs=False):
+  rng = np.random.default_rng(0)
+  originals = rng.integers(0, 256, (NUM, 32, 32, 3), dtype=np.uint8)
+  spec = {"image": tf.io.FixedLenFeature([32, 32, 3], tf.float32),
+          "label": tf.io.FixedLenFeature([], tf.int64)}
+  with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+    for i, original in enumerate(originals):
+      image = normalize(original / np.float32(255.0), MEAN, STD).numpy()
+      feature = {"image": _float_feature(image),
+                 "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10]))}
+      if with_views:
+        feature["augmix_views"] = _float_feature(np.stack([image * 0.5] * with_views))
+      if online_inputs:
+        feature["key"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[f"k{i}".encode()]))
+        feature["channel_mean"] = _float_feature(MEAN)
+        feature["channel_std"] = _float_feature(STD)
+      writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                   .SerializeToString())
+  if with_views:
+    spec["augmix_views"] = tf.io.FixedLenFeature([with_views, 32, 32, 3], tf.float32)
+  if online_inputs:
+    spec.update(key=tf.io.FixedLenFeature([], tf.string),
+                channel_mean=tf.io.FixedLenFeature([3], tf.float32),
+                channel_std=tf.io.FixedLenFeature([3], tf.float32))
+  return [path], spec
+
+
+def _labels(dataset, batches):
+  return np.concatenate([labels.numpy() for _, _, labels in dataset.take(batches)])
+
+
+def test_epochs_are_shuffled_differently_but_the_same_on_every_run(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+  config = TrainerConfig(per_core_batch_size=8)
+  first = _labels(data.training_batches(files, spec, config), 6)
+  again = _labels(data.training_batches(files, spec, config), 6)
+  np.testing.assert_array_equal(first, again)
+  epoch_1, epoch_2 = first[:NUM], first[NUM:]
+  assert sorted(epoch_1) == sorted(epoch_2) and list(epoch_1) != list(epoch_2)
+
+
+def test_without_augmix_views_are_empty(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+  images, views, labels = next(iter(data.training_batches(files, spec,
+                                                          TrainerConfig(per_core_batch_size=8))))
+  assert images.shape == (8, 32, 32, 3) and views.shape == (8, 0, 32, 32, 3)
+  assert labels.shape == (8,)
+
+
+def test_views_written_by_transform_are_read(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2)
+  config = TrainerConfig(per_core_batch_size=8, augmix=True, aug_count=2)
+  images, views, _ = next(iter(data.training_batches(files, spec, config)))
+  np.testing.assert_allclose(views.numpy(), np.stack([images.numpy() * 0.5] * 2, axis=1))
+
+
+def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"), online_inputs=True)
+  config = TrainerConfig(per_core_batch_size=NUM, augmix=True, aug_count=1, augmix_online=True)
+
+  def two_epochs():
+    batches = list(data.training_batches(files, spec, config).take(2))
+    return [(labels.numpy(), views.numpy()) for _, views, labels in batches]
+
+  (labels_1, views_1), (labels_2, views_2) = two_epochs()
+  assert views_1.shape == (NUM, 1, 32, 32, 3)
+  by_label_1 = views_1[np.argsort(labels_1, kind="stable")]
+  by_label_2 = views_2[np.argsort(labels_2, kind="stable")]
+  assert not np.allclose(by_label_1, by_label_2), "epoch 2 must see new views"
+  (again_1, again_views_1), _ = two_epochs()
+  np.testing.assert_array_equal(again_views_1, views_1)
+
+
+def test_missing_transform_outputs_are_named(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+  with pytest.raises(ValueError, match="augmix_views"):
+    data.training_batches(files, spec, TrainerConfig(augmix=True, aug_count=2))
