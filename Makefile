@@ -9,7 +9,7 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean
+.PHONY: run test setup lock clean bench-augmix
 
 setup: $(STAMP)
 
@@ -43,3 +43,6 @@ lock:
 
 clean:
 	rm -rf outputs
+
+bench-augmix: $(STAMP)
+	$(VENV_PY) bench/augmix.py $(ARGS)

@@ -68,6 +68,19 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       ])])
 
 
+def transform_component(config: PipelineConfig, examples, schema, fingerprint: str):
+  """Decode, normalise and (with --augmix) write AugMix views, on Beam."""
+  return tfx.components.Transform(
+      examples=examples,
+      schema=schema,
+      preprocessing_fn="trainer_module.preprocessing.preprocessing_fn",
+      splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
+      custom_config={"transform": config.trainer.transform_options(),
+                     "trainer_module_fingerprint": fingerprint},
+      force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1,
+      disable_statistics=True)  # StatisticsGen already covers the raw data.
+
+
 def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   fingerprint = trainer_module_fingerprint()
 
@@ -79,15 +92,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   gate = ValidationGate(examples=examples.outputs["examples"],
                         anomalies=validator.outputs["anomalies"])
 
-  transform = tfx.components.Transform(
-      examples=examples.outputs["examples"],
-      schema=schema.outputs["schema"],
-      preprocessing_fn="trainer_module.preprocessing.preprocessing_fn",
-      splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
-      custom_config={"transform": config.trainer.transform_options(),
-                     "trainer_module_fingerprint": fingerprint},
-      force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1,
-      disable_statistics=True)  # StatisticsGen already covers the raw data.
+  transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
+                                  fingerprint)
   transform.add_upstream_node(gate)
 
   trainer = tfx.components.Trainer(

@@ -4,9 +4,11 @@ import os
 import subprocess
 import sys
 
+import tensorflow as tf
 
 from pipeline.config import from_flags
 from pipeline.report import RunRecord
+from tests.graph_ops import augmix_or_random_ops, reachable_op_types
 from tests.tfrecord_inputs import write_digits_tfrecord_dir
 
 # A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI.
@@ -69,13 +71,29 @@ def test_digits_pipeline_pushes_a_model_that_serves_and_a_rerun_reuses_the_cache
   assert _versions(config.serving_model_dir) == versions
 
 
-def test_tfrecord_directory_input_runs_through_import_example_gen(tmp_path, pipeline_runner):
+def test_tfrecord_input_with_augmix_trains_on_views_and_serves_without_them(tmp_path,
+                                                                          pipeline_runner):
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
-           "--beam_running_mode=in_memory", *SMALL_MODEL]
+           "--beam_running_mode=in_memory", "--augmix=true", "--aug_count=2", *SMALL_MODEL]
   result = pipeline_runner(*flags)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  run = RunRecord(from_flags(flags))
+  assert "+ 2 AugMix view(s) each with JSD" in result.stdout
+  config = from_flags(flags)
+  run = RunRecord(config)
   assert run.states["ImportExampleGen"] == "COMPLETE"
   assert run.states["Pusher"] == "COMPLETE"
   assert "test accuracy:" in result.stdout
+
+  transformed = tf.data.TFRecordDataset(
+      tf.io.gfile.glob(os.path.join(run.latest_output("transformed_examples").uri,
+                                    "Split-train", "*")), compression_type="GZIP")
+  example = tf.train.Example.FromString(next(iter(transformed)).numpy())
+  assert len(example.features.feature["augmix_views"].float_list.value) == 2 * 32 * 32 * 3
+
+  version = _versions(config.serving_model_dir)[0]
+  serve = tf.saved_model.load(os.path.join(config.serving_model_dir, version)).signatures[
+      "serving_default"]
+  serving_ops = reachable_op_types(serve)
+  assert "Conv2D" in serving_ops
+  assert not augmix_or_random_ops(serving_ops)
