@@ -97,13 +97,15 @@ def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=int, default=10_000)
   parser.add_argument("--aug_count", type=int, default=1)
+  parser.add_argument("--beam_running_mode", default=PipelineConfig.beam_running_mode)
   args = parser.parse_args(argv)
   if args.aug_count < 1:
     parser.error("--aug_count must be >= 1")
   work_dir = tempfile.mkdtemp(prefix="bench-augmix-")
   data_dir = os.path.join(work_dir, "data")
-  config = PipelineConfig(output_dir=work_dir, pipeline_name="bench_augmix").replace(
-      augmix=True, aug_count=args.aug_count)
+  config = PipelineConfig(output_dir=work_dir, pipeline_name="bench_augmix",
+                          beam_running_mode=args.beam_running_mode).replace(
+                              augmix=True, aug_count=args.aug_count)
   train_file = write_images(data_dir, args.images)
 
   data_seconds = tf_data_seconds(config.trainer, train_file)
