@@ -21,7 +21,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402

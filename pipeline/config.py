@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from trainer_module.config import TrainerConfig
 
