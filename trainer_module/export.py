@@ -1,10 +1,14 @@
-"""The serving SavedModel: serialized tf.Examples in, class probabilities out.
+"""The serving SavedModel: class probabilities and the predicted class for
 
-The Transform graph (decode, normalise) is part of the signature, so serving applies exactly
-the preprocessing the model was trained with; the label is not needed and TFT prunes it.
+- `serving_default`: serialized tf.Examples (what TFMA and tf.Example clients send);
+- `serving_images`: raw PNG or JPEG bytes, one image per element.
+
+Both apply the Transform graph (decode, normalise), so serving preprocesses exactly as
+training did; the label and key are not needed and TFT prunes what depends on them. Bytes that
+are not a 32x32 RGB PNG/JPEG fail that request with InvalidArgument naming the problem; the
+model keeps serving.
 """
 import tensorflow as tf
-from absl import logging as absl_logging
 import tensorflow_transform as tft
 import tf_keras as keras
 
@@ -16,18 +20,18 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-  def serve_tf_examples(serialized):
-    raw = tf.io.parse_example(serialized, image_spec)
-    transformed = model.tft_layer(raw)
+  def predict(raw_features):
+    transformed = model.tft_layer(raw_features)
     probabilities = tf.nn.softmax(model(transformed[IMAGE_KEY], training=False))
     return {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1)}
 
-  verbosity = absl_logging.get_verbosity()
-  try:
-    model.save(export_dir, save_format="tf",
-               signatures={"serving_default": serve_tf_examples})
-  finally:
-    # tf_keras' SavedModel writer lowers absl's verbosity and leaves it there, which would
-    # silence the orchestrator's progress for every later component in this process.
-    absl_logging.set_verbosity(verbosity)
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+  def serve_tf_examples(serialized):
+    return predict(tf.io.parse_example(serialized, image_spec))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+  def serve_images(encoded_images):
+    return predict({IMAGE_KEY: encoded_images})
+
+  model.save(export_dir, save_format="tf",
+             signatures={"serving_default": serve_tf_examples, "serving_images": serve_images})

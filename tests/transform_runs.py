@@ -1,0 +1,58 @@
+"""Small Transform runs on Beam (tft_beam), the way the Transform component runs them."""
+import hashlib
+import os
+
+import apache_beam as beam
+import tensorflow as tf
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
+
+from components.image_sources import digits_to_images, encode_png
+from trainer_module import preprocessing
+
+RAW_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64),
+            "key": tf.io.FixedLenFeature([], tf.string)}
+
+
+def raw_digit_examples(count=40):
+  from sklearn.datasets import load_digits
+  images = digits_to_images(load_digits().images[:count])
+  return [{"image": encode_png(image), "label": i % 10, "key": f"digits-{i:04d}"}
+          for i, image in enumerate(images)]
+
+
+def run_transform(raw, options, output_dir, beam_args):
+  """Analyze + transform `raw` with Beam, as Transform does; returns ({key: sha256 of the
+  AugMix views} (empty without views), the transform output directory)."""
+  config = {"transform": options}
+
+  def with_key(inputs):  # Carries the key through so outputs can be matched across runs.
+    return {**preprocessing.preprocessing_fn(inputs, config), "key": inputs["key"]}
+
+  metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(RAW_SPEC))
+  transform_dir = os.path.join(output_dir, "transform_fn")
+  records = os.path.join(output_dir, "transformed")
+  with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+    with tft_beam.Context(temp_dir=os.path.join(output_dir, "tmp"),
+                          force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1):
+      data = pipeline | beam.Create(raw, reshuffle=False)
+      (transformed, transformed_metadata), transform_fn = (
+          (data, metadata) | tft_beam.AnalyzeAndTransformDataset(with_key))
+      _ = transformed | beam.io.WriteToTFRecord(
+          records, coder=tft.coders.ExampleProtoCoder(transformed_metadata.schema))
+      _ = transform_fn | tft_beam.WriteTransformFn(transform_dir)
+  # TFX's Transform also records the raw schema, which the serving signature parses with.
+  metadata_io.write_metadata(
+      metadata, os.path.join(transform_dir, tft.TFTransformOutput.RAW_METADATA_DIR))
+  spec = tft.TFTransformOutput(transform_dir).transformed_feature_spec()
+  digests = {}
+  if "augmix_views" not in spec:
+    return digests, transform_dir
+  for record in tf.data.TFRecordDataset(tf.io.gfile.glob(records + "*")):
+    features = tf.io.parse_single_example(record, spec)
+    digests[features["key"].numpy().decode()] = hashlib.sha256(
+        features["augmix_views"].numpy().tobytes()).hexdigest()
+  return digests, transform_dir
