@@ -61,12 +61,12 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
     features = tf.io.parse_example(serialized, spec)
     images = features[IMAGE_KEY]
     if views_online:
-      mean = features[CHANNEL_MEAN_KEY][:, tf.newaxis, tf.newaxis, tf.newaxis, :]
-      std = features[CHANNEL_STD_KEY][:, tf.newaxis, tf.newaxis, tf.newaxis, :]
-      originals = denormalize_to_uint8(images, mean[:, 0], std[:, 0])
+      mean = features[CHANNEL_MEAN_KEY][:, tf.newaxis, tf.newaxis, :]  # [batch, 1, 1, 3]
+      std = features[CHANNEL_STD_KEY][:, tf.newaxis, tf.newaxis, :]
+      originals = denormalize_to_uint8(images, mean, std)
       views01 = augmix.augmix_views(originals, features[EXAMPLE_KEY], config.seed,
                                     config.num_views, params, epochs=epochs)
-      views = normalize(views01, mean, std)
+      views = normalize(views01, mean[:, tf.newaxis], std[:, tf.newaxis])  # Over the view axis.
     elif config.num_views:
       views = features[AUGMIX_VIEWS_KEY]
     else:

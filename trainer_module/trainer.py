@@ -19,10 +19,10 @@ def run_fn(fn_args) -> None:
   tft_output = tft.TFTransformOutput(fn_args.transform_output)
   feature_spec = tft_output.transformed_feature_spec()
   num_train_examples = data.count_examples(fn_args.train_files)
-  steps_per_epoch = max(1, num_train_examples // config.per_core_batch_size)
   if num_train_examples < config.per_core_batch_size:
     raise ValueError(f"The train split has {num_train_examples} examples, fewer than one batch "
                      f"of per_core_batch_size={config.per_core_batch_size}.")
+  steps_per_epoch = num_train_examples // config.per_core_batch_size
   train_data = data.training_batches(fn_args.train_files, feature_spec, config)
   eval_data = data.eval_batches(fn_args.eval_files, feature_spec, config.eval_batch_size)
   keras.utils.set_random_seed(config.seed)
