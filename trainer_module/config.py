@@ -37,8 +37,19 @@ class TrainerConfig:
   per_core_batch_size: int = 64
   eval_batch_size: int = 256
   seed: int = 42
-  num_bins: int = 15
+  num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
   log_every_steps: int = 20
+  # Checkpoints: every checkpoint_interval epochs as in the original (-1 never), also every
+  # checkpoint_steps steps when > 0, and always when the process is told to stop (SIGTERM).
+  checkpoint_interval: int = 25
+  checkpoint_steps: int = 0
+  max_checkpoints_to_keep: int = 3
+  # Where and how to train: default (one device), mirrored (the local GPUs),
+  # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
+  distribution_strategy: str = "default"
+  tpu: str = ""
+  mixed_precision: bool = False  # mixed_float16 on GPUs, mixed_bfloat16 on TPUs.
+  mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
   # AugMix (Hendrycks et al. 2020), named as in the original script.
   augmix: bool = False
   aug_count: int = 1  # AugMix views per training image (1 for a single model).
@@ -78,6 +89,17 @@ class TrainerConfig:
     _require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
     _require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
     _require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
+    _require(self.checkpoint_interval == -1 or self.checkpoint_interval > 0,
+             "checkpoint_interval", self.checkpoint_interval, "must be > 0 epochs, or -1 (never)")
+    _require(self.checkpoint_steps >= 0, "checkpoint_steps", self.checkpoint_steps,
+             "must be >= 0 (0 = only every checkpoint_interval epochs)")
+    _require(self.max_checkpoints_to_keep >= 1, "max_checkpoints_to_keep",
+             self.max_checkpoints_to_keep, "must be >= 1")
+    _require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
+             self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
+    _require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
+             "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
+    _require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
     _require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
     _require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
              "must be > 0")
@@ -125,6 +147,8 @@ class TrainerConfig:
     return cls(**values)
 
 
+DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
+MODES = ("train", "eval", "train_and_eval", "continuous_eval")
 L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",
              "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")
 
