@@ -12,6 +12,7 @@ import typing
 from typing import Any, Optional, Sequence
 
 from trainer_module.config import TrainerConfig
+from trainer_module.flags import parse_flags
 
 DATASETS = ("digits", "cifar10", "tfrecord")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
@@ -65,6 +66,9 @@ class PipelineConfig:
       _require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
                "is only used with dataset=tfrecord")
     _check_schema(self.schema_path, self.trainer.num_classes)
+    _require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
+             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
+             "`python -m trainer_module`)")
 
   # Where a run's outputs live.
   @property
@@ -117,43 +121,9 @@ def usage() -> str:
 
 def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
   """Builds the run's config from `--field value` / `--field=value` flags over the defaults."""
-  fields = _flag_fields()
   hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig)}
-  overrides = {}
-  args = list(argv)
-  while args:
-    arg = args.pop(0)
-    if not arg.startswith("--"):
-      raise ValueError(f"Unexpected argument {arg!r}: flags look like --name=value.")
-    name, has_value, value = arg[2:].partition("=")
-    if name not in fields:
-      raise ValueError(f"Unknown flag --{name}. Known flags: "
-                       + ", ".join(f"--{n}" for n in sorted(fields)) + ".")
-    if not has_value:
-      if not args:
-        raise ValueError(f"Flag --{name} needs a value.")
-      value = args.pop(0)
-    overrides[name] = _parse_value(name, value, hints[name])
-  return (base or PipelineConfig()).replace(**overrides)
-
-
-def _parse_value(name: str, text: str, hint: Any) -> Any:
-  optional = type(None) in typing.get_args(hint)
-  if optional:
-    if text.lower() in ("none", ""):
-      return None
-    hint = next(a for a in typing.get_args(hint) if a is not type(None))
-  try:
-    if hint is bool:
-      if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-        raise ValueError(text)
-      return text.lower() in ("true", "1", "yes")
-    if typing.get_origin(hint) is tuple:
-      item = typing.get_args(hint)[0]
-      return tuple(item(v) for v in text.split(",") if v.strip())
-    return hint(text)
-  except ValueError:
-    raise ValueError(f"Invalid value for --{name}: {text!r} is not a {getattr(hint, '__name__', hint)}.") from None
+  hints = {name: hints[name] for name in _flag_fields()}
+  return (base or PipelineConfig()).replace(**parse_flags(argv, hints))
 
 
 def _check_tfrecord_dir(path: Optional[str]) -> None:

@@ -26,7 +26,8 @@ def raw_digit_examples(count=40):
 
 def run_transform(raw, options, output_dir, beam_args):
   """Analyze + transform `raw` with Beam, as Transform does; returns ({key: sha256 of the
-  AugMix views} (empty without views), the transform output directory)."""
+  AugMix views} (empty without views), the transform output directory). The transformed
+  examples are written to `<output_dir>/transformed*.gz`."""
   config = {"transform": options}
 
   def with_key(inputs):  # Carries the key through so outputs can be matched across runs.
@@ -41,8 +42,9 @@ def run_transform(raw, options, output_dir, beam_args):
       data = pipeline | beam.Create(raw, reshuffle=False)
       (transformed, transformed_metadata), transform_fn = (
           (data, metadata) | tft_beam.AnalyzeAndTransformDataset(with_key))
-      _ = transformed | beam.io.WriteToTFRecord(
-          records, coder=tft.coders.ExampleProtoCoder(transformed_metadata.schema))
+      _ = transformed | beam.io.WriteToTFRecord(  # Gzipped, as TFX's Transform writes them.
+          records, coder=tft.coders.ExampleProtoCoder(transformed_metadata.schema),
+          file_name_suffix=".gz")
       _ = transform_fn | tft_beam.WriteTransformFn(transform_dir)
   # TFX's Transform also records the raw schema, which the serving signature parses with.
   metadata_io.write_metadata(
@@ -51,8 +53,27 @@ def run_transform(raw, options, output_dir, beam_args):
   digests = {}
   if "augmix_views" not in spec:
     return digests, transform_dir
-  for record in tf.data.TFRecordDataset(tf.io.gfile.glob(records + "*")):
+  for record in tf.data.TFRecordDataset(tf.io.gfile.glob(records + "*"), "GZIP"):
     features = tf.io.parse_single_example(record, spec)
     digests[features["key"].numpy().decode()] = hashlib.sha256(
         features["augmix_views"].numpy().tobytes()).hexdigest()
   return digests, transform_dir
+
+
+def transformed_digits(output_dir, count=160, eval_count=32):
+  """Digits through Transform, split into train/ and eval/ gzipped files like Transform's
+  output; returns the trainer's flags for them: train_files, eval_files, transform_output."""
+  from trainer_module.config import TrainerConfig
+  _, transform_dir = run_transform(raw_digit_examples(count), TrainerConfig().transform_options(),
+                                   output_dir, ["--direct_running_mode=in_memory"])
+  records = list(tf.data.TFRecordDataset(
+      tf.io.gfile.glob(os.path.join(output_dir, "transformed*.gz")), "GZIP").as_numpy_iterator())
+  splits = {"train": records[eval_count:], "eval": records[:eval_count]}
+  for split, split_records in splits.items():
+    os.makedirs(os.path.join(output_dir, split))
+    with tf.io.TFRecordWriter(os.path.join(output_dir, split, "part-0.gz"), "GZIP") as writer:
+      for record in split_records:
+        writer.write(record)
+  return {"train_files": os.path.join(output_dir, "train", "*"),
+          "eval_files": os.path.join(output_dir, "eval", "*"),
+          "transform_output": transform_dir}

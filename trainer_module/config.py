@@ -49,7 +49,10 @@ class TrainerConfig:
   distribution_strategy: str = "default"
   tpu: str = ""
   mixed_precision: bool = False  # mixed_float16 on GPUs, mixed_bfloat16 on TPUs.
+  op_determinism: bool = False  # Bit-identical reruns (tf.config op determinism; slower).
   mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
+  # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
+  continuous_eval_timeout_secs: int = 3600
   # AugMix (Hendrycks et al. 2020), named as in the original script.
   augmix: bool = False
   aug_count: int = 1  # AugMix views per training image (1 for a single model).
@@ -100,6 +103,8 @@ class TrainerConfig:
     _require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
              "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
     _require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
+    _require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
+             self.continuous_eval_timeout_secs, "must be > 0")
     _require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
     _require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
              "must be > 0")

@@ -1,5 +1,5 @@
 """tf.data input pipelines over Transform's output (gzipped TFRecords of tf.Examples)."""
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import tensorflow as tf
 
@@ -35,13 +35,43 @@ def _spec(feature_spec: Mapping, keys) -> dict:
   return {key: feature_spec[key] for key in keys}
 
 
+def _replica_slice(global_batch_size: int, input_context) -> tuple:
+  """(first, size, per_replica): this input pipeline's part of every global batch.
+
+  Replica r of the whole job takes examples [r * per_replica, (r + 1) * per_replica), so the
+  examples of a step are the same whatever the number of workers and devices.
+  """
+  if input_context is None:
+    return 0, global_batch_size, global_batch_size
+  per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+  local_replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+  size = local_replicas * per_replica
+  return input_context.input_pipeline_id * size, size, per_replica
+
+
+def _split_for_replicas(batches: tf.data.Dataset, global_batch_size: int,
+                        input_context) -> tf.data.Dataset:
+  """Global batches of tuples -> this pipeline's per-replica batches, in replica order."""
+  first, size, per_replica = _replica_slice(global_batch_size, input_context)
+  if per_replica == global_batch_size:
+    return batches
+  if size < global_batch_size:
+    batches = batches.map(lambda *parts: tuple(part[first:first + size] for part in parts))
+  return batches.unbatch().batch(per_replica, drop_remainder=True)
+
+
 def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
-                     config: TrainerConfig) -> tf.data.Dataset:
+                     config: TrainerConfig, global_batch_size: Optional[int] = None,
+                     start_example: int = 0, input_context=None) -> tf.data.Dataset:
   """(images, views, labels) batches forever. views is [batch, config.num_views, 32, 32, 3]:
   written by Transform, or made here with a fresh seed each epoch (augmix_online).
 
-  Epoch e is shuffled with seed (config.seed, e), so the order is the same on every run.
+  Epoch e is shuffled with seed (config.seed, e), so the order is the same on every run, and
+  the stream can start at any example: `start_example` is where a resumed run left off.
+  With `input_context` (distribute_datasets_from_function) the batches are this worker's
+  replicas' slices of the global batches.
   """
+  global_batch_size = global_batch_size or config.per_core_batch_size
   views_online = config.augmix_online and config.num_views > 0
   keys = [IMAGE_KEY, LABEL_KEY]
   if views_online:
@@ -51,6 +81,8 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
   spec = _spec(feature_spec, keys)
   records = _records(file_patterns)
   params = augmix.params_from_options(config.transform_options())
+  start_epoch, skip = (divmod(start_example, count_examples(file_patterns)) if start_example
+                       else (0, 0))
 
   def one_epoch(epoch):
     seed = tf.cast(config.seed, tf.int64) * 1_000_003 + epoch
@@ -73,16 +105,32 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
       views = tf.zeros(tf.concat([tf.shape(images)[:1], [0], IMAGE_SHAPE], 0))
     return images, views, features[LABEL_KEY]
 
-  batches = (tf.data.Dataset.counter().flat_map(one_epoch)
-             .batch(config.per_core_batch_size, drop_remainder=True))
+  stream = tf.data.Dataset.counter(start_epoch).flat_map(one_epoch).skip(skip)
+  batches = _split_for_replicas(stream.batch(global_batch_size, drop_remainder=True),
+                                global_batch_size, input_context)
   return batches.map(to_batch, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
-def eval_batches(file_patterns: Sequence[str], feature_spec: Mapping,
-                 batch_size: int) -> tf.data.Dataset:
-  """(images, labels) batches of the clean images, one pass."""
+def eval_batches(file_patterns: Sequence[str], feature_spec: Mapping, global_batch_size: int,
+                 input_context=None) -> tf.data.Dataset:
+  """(images, labels, weights) batches of the clean images, one pass.
+
+  The last batch is padded to full size with weight 0 (label -1), so every replica gets a
+  batch of the same static shape on every step (TPUs need that; workers must not run out of
+  data at different steps).
+  """
   spec = _spec(feature_spec, [IMAGE_KEY, LABEL_KEY])
-  batches = _records(file_patterns).batch(batch_size)
-  features = batches.map(lambda serialized: tf.io.parse_example(serialized, spec),
-                         num_parallel_calls=tf.data.AUTOTUNE)
-  return features.map(lambda f: (f[IMAGE_KEY], f[LABEL_KEY])).prefetch(tf.data.AUTOTUNE)
+
+  def padded(serialized):
+    features = tf.io.parse_example(serialized, spec)
+    missing = global_batch_size - tf.shape(serialized)[0]
+    images = tf.pad(features[IMAGE_KEY], [[0, missing], [0, 0], [0, 0], [0, 0]])
+    labels = tf.pad(features[LABEL_KEY], [[0, missing]], constant_values=-1)
+    images = tf.ensure_shape(images, [global_batch_size, *IMAGE_SHAPE])
+    labels = tf.ensure_shape(labels, [global_batch_size])
+    return images, labels, tf.cast(labels >= 0, tf.float32)
+
+  batches = _records(file_patterns).batch(global_batch_size).map(
+      padded, num_parallel_calls=tf.data.AUTOTUNE)
+  return _split_for_replicas(batches, global_batch_size, input_context).prefetch(
+      tf.data.AUTOTUNE)

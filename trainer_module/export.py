@@ -22,7 +22,8 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
 
   def predict(raw_features):
     transformed = model.tft_layer(raw_features)
-    probabilities = tf.nn.softmax(model(transformed[IMAGE_KEY], training=False))
+    logits = tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)  # Mixed precision.
+    probabilities = tf.nn.softmax(logits)
     return {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])

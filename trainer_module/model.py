@@ -20,8 +20,11 @@ def _conv(filters, kernel_size, strides, l2):
 
 
 def _bn_relu(x, l2):
+  # Synchronized: statistics over the global batch across replicas, so N devices compute what
+  # one device computes on the same batch. (It is also the unfused kernel on one device: the
+  # fused one would update the moving variance with Bessel's correction, the unfused without.)
   x = keras.layers.BatchNormalization(
-      momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON,
+      momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, synchronized=True,
       beta_regularizer=keras.regularizers.l2(l2),
       gamma_regularizer=keras.regularizers.l2(l2))(x)
   return keras.layers.Activation("relu")(x)

@@ -1,12 +1,21 @@
-"""The training loop: SGD with Nesterov momentum, warm-up then step decay, eval each epoch."""
+"""The training loop: SGD with Nesterov momentum, warm-up then step decay, under any strategy.
+
+Read top to bottom: schedule and losses, then `Training` (model, optimizer, metrics and
+checkpoints built under the strategy), its replica steps, and `fit`, the host loop that runs
+steps, logs progress, evaluates each epoch and checkpoints.
+"""
 import logging
+import math
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 import tf_keras as keras
 
+from trainer_module.checkpoints import Checkpoints, Preempted, StopSignal, TrainingState
 from trainer_module.config import TrainerConfig
+from trainer_module.metrics import ClassificationMetrics
+from trainer_module.model import wide_resnet
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +61,22 @@ def learning_rate_schedule(config: TrainerConfig, steps_per_epoch: int,
 
 def make_optimizer(config: TrainerConfig, steps_per_epoch: int, global_batch_size: int):
   schedule = learning_rate_schedule(config, steps_per_epoch, global_batch_size)
-  return keras.optimizers.SGD(schedule, momentum=1.0 - config.one_minus_momentum, nesterov=True)
+  optimizer = keras.optimizers.SGD(schedule, momentum=1.0 - config.one_minus_momentum,
+                                   nesterov=True)
+  if keras.mixed_precision.global_policy().name == "mixed_float16":
+    optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)  # float16 gradients underflow.
+  return optimizer
 
 
-def _cross_entropy(labels, logits, config: TrainerConfig):
-  return tf.reduce_mean(keras.losses.categorical_crossentropy(
+def cross_entropy(labels, logits, config: TrainerConfig):
+  """Per-example NLL with label smoothing."""
+  return keras.losses.categorical_crossentropy(
       tf.one_hot(labels, config.num_classes), logits, from_logits=True,
-      label_smoothing=config.label_smoothing))
+      label_smoothing=config.label_smoothing)
 
 
 def jensen_shannon(clean_logits, view_logits):
-  """Mean KL of each distribution (clean and views) to their mixture, as in AugMix.
+  """Per-example mean KL of each distribution (clean and views) to their mixture, as in AugMix.
 
   clean_logits: [batch, classes]; view_logits: [batch, views, classes].
   """
@@ -72,96 +86,194 @@ def jensen_shannon(clean_logits, view_logits):
                                              1e-7, 1.0))
   kl = tf.reduce_sum(probabilities * (tf.math.log(tf.clip_by_value(probabilities, 1e-7, 1.0))
                                       - log_mixture), axis=-1)
-  return tf.reduce_mean(kl)
+  return tf.reduce_mean(kl, axis=1)
 
 
-def train_model(config: TrainerConfig, model: keras.Model, train_data: tf.data.Dataset,
-                eval_data: tf.data.Dataset, steps_per_epoch: int,
-                log_dir: Optional[str] = None) -> Dict[str, float]:
-  """Trains `model` in place; returns the final evaluation metrics.
+class Training:
+  """Model, optimizer, metrics and checkpoints of one run, built under `strategy`."""
 
-  train_data yields (images, views, labels) forever; eval_data (images, labels) once.
-  """
-  total_steps = config.train_steps or config.train_epochs * steps_per_epoch
-  optimizer = make_optimizer(config, steps_per_epoch, config.per_core_batch_size)
-  writer = tf.summary.create_file_writer(log_dir) if log_dir else tf.summary.create_noop_writer()
+  def __init__(self, config: TrainerConfig, strategy: tf.distribute.Strategy,
+               steps_per_epoch: int, checkpoint_dir: str, is_chief: bool = True):
+    self.config = config
+    self.strategy = strategy
+    self.global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
+    self.steps_per_epoch = steps_per_epoch
+    self.total_steps = config.train_steps or config.train_epochs * steps_per_epoch
+    keras.utils.set_random_seed(config.seed)  # The same initial weights on every run.
+    with strategy.scope():
+      self.model = wide_resnet(config)
+      self.optimizer = make_optimizer(config, steps_per_epoch, self.global_batch_size)
+      self.optimizer.build(self.model.trainable_variables)
+      self.train_metrics = ClassificationMetrics(config.num_bins)
+      self.eval_metrics = ClassificationMetrics(config.num_bins)
+      self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+      self.state = TrainingState(config.seed)
+    self.checkpoints = Checkpoints(checkpoint_dir, config.max_checkpoints_to_keep, is_chief,
+                                   model=self.model, optimizer=self.optimizer, state=self.state,
+                                   train_metrics=self.train_metrics, loss_sum=self.loss_sum)
 
-  num_views = config.num_views
-  use_jsd = num_views >= 2
+  @property
+  def step(self) -> int:
+    return int(_value(self.optimizer.iterations))
 
-  @tf.function
-  def train_step(images, views, labels):
-    """Clean images and their AugMix views go through the model as one batch."""
+  @property
+  def examples_seen(self) -> int:
+    """The data position: training examples consumed by the steps taken so far."""
+    return int(_value(self.state.examples_seen))
+
+  def restore(self) -> None:
+    """Continues from the newest intact checkpoint, if any; refuses a different seed."""
+    path = self.checkpoints.restore_latest()
+    if path is None:
+      return
+    seed = int(_value(self.state.seed))
+    if seed != self.config.seed:
+      raise ValueError(f"Checkpoint {path} was trained with seed={seed}, this run has "
+                       f"seed={self.config.seed}: use the same seed or a new checkpoint "
+                       "directory.")
+    log.info("Resuming from %s at step %d (%d examples consumed).", path, self.step,
+             self.examples_seen)
+
+  # The steps each replica runs.
+  def _replica_train_step(self, images, views, labels):
+    config, num_views = self.config, self.config.num_views
     batch = tf.shape(images)[0]
-    all_images = tf.concat([images, tf.reshape(views, tf.concat([[-1], tf.shape(images)[1:]], 0))],
-                           axis=0)
+    all_images = tf.concat(
+        [images, tf.reshape(views, tf.concat([[-1], tf.shape(images)[1:]], 0))], axis=0)
     with tf.GradientTape() as tape:
-      logits = model(all_images, training=True)
+      logits = tf.cast(self.model(all_images, training=True), tf.float32)
       clean_logits = logits[:batch]
-      if use_jsd:  # The paper's objective: CE on clean images + consistency across views.
-        nll = _cross_entropy(labels, clean_logits, config)
+      if num_views >= 2:  # The paper's objective: CE on clean images + consistency of views.
+        nll = tf.nn.compute_average_loss(cross_entropy(labels, clean_logits, config),
+                                         global_batch_size=self.global_batch_size)
         view_logits = tf.reshape(logits[batch:], [batch, num_views, -1])
-        consistency = jensen_shannon(clean_logits, view_logits)
+        consistency = tf.nn.compute_average_loss(
+            jensen_shannon(clean_logits, view_logits), global_batch_size=self.global_batch_size)
         loss = nll + config.augmix_jsd_weight * consistency
-      else:  # Clean and (at most one) view per image as training examples.
+      else:  # Clean images and their view (if any) as training examples.
         all_labels = tf.concat([labels, tf.repeat(labels, num_views)], axis=0)
-        nll = _cross_entropy(all_labels, logits, config)
-        consistency = tf.constant(0.0)
-        loss = nll
-      loss += tf.add_n(model.losses)
-    grads = tape.gradient(loss, model.trainable_variables)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    accuracy = tf.reduce_mean(tf.cast(tf.argmax(clean_logits, -1) == labels, tf.float32))
-    return {"loss": loss, "nll": nll, "jsd": consistency, "accuracy": accuracy}
+        loss = tf.nn.compute_average_loss(
+            cross_entropy(all_labels, logits, config),
+            global_batch_size=self.global_batch_size * (1 + num_views))
+      loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
+      loss_scaled = isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+      scaled_loss = self.optimizer.get_scaled_loss(loss) if loss_scaled else loss
+    grads = tape.gradient(scaled_loss, self.model.trainable_variables)
+    if loss_scaled:
+      grads = self.optimizer.get_unscaled_gradients(grads)
+    self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+    self.train_metrics.update(labels, clean_logits)
+    return loss
 
-  @tf.function
-  def eval_step(images, labels):
-    logits = model(images, training=False)
-    nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    correct = tf.cast(tf.argmax(logits, -1) == labels, tf.float32)
-    return tf.reduce_sum(nll), tf.reduce_sum(correct), tf.cast(tf.size(labels), tf.float32)
+  def _replica_eval_step(self, images, labels, weights):
+    self.eval_metrics.update(labels, self.model(images, training=False), weights)
 
-  def evaluate():
-    totals = [0.0, 0.0, 0.0]
-    for images, labels in eval_data:
-      totals = [t + float(v) for t, v in zip(totals, eval_step(images, labels))]
-    nll_sum, correct, count = totals
-    return {"nll": nll_sum / count, "accuracy": correct / count}
+  def make_train_step(self) -> Callable:
+    @tf.function
+    def train_step(iterator):
+      losses = self.strategy.run(self._replica_train_step, args=next(iterator))
+      loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+      self.loss_sum.assign_add(tf.cast(loss, tf.float64))
+      self.state.examples_seen.assign_add(self.global_batch_size)
+      return loss
+    return train_step
 
-  log.info("Training %s (%d parameters) for %d steps (%d per epoch), batch %d%s.",
-           model.name, model.count_params(), total_steps, steps_per_epoch,
-           config.per_core_batch_size,
-           f" + {num_views} AugMix view(s) each{' with JSD' if use_jsd else ''}"
-           f"{' made online' if config.augmix_online else ''}" if num_views else "")
-  batches = iter(train_data)
+  def evaluate(self, eval_dataset: tf.distribute.DistributedDataset) -> Dict[str, float]:
+    @tf.function
+    def eval_step(batch):
+      self.strategy.run(self._replica_eval_step, args=batch)
+
+    self.eval_metrics.reset()
+    for batch in eval_dataset:
+      eval_step(batch)
+    return self.eval_metrics.result()
+
+  def epoch_train_metrics(self, steps: int) -> Dict[str, float]:
+    metrics = self.train_metrics.result()
+    metrics["loss"] = _value(self.loss_sum) / steps
+    self.train_metrics.reset()
+    self.loss_sum.assign(0.0)
+    return metrics
+
+  def checkpoint_due(self, step: int) -> bool:
+    config = self.config
+    if config.checkpoint_steps and step % config.checkpoint_steps == 0:
+      return True
+    return (config.checkpoint_interval > 0
+            and step % (config.checkpoint_interval * self.steps_per_epoch) == 0)
+
+
+def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
+        eval_dataset: Optional[tf.distribute.DistributedDataset],
+        writer: tf.summary.SummaryWriter, stop_signal: Optional[StopSignal] = None,
+        ) -> Dict[str, float]:
+  """Trains from the restored step to the last; returns the last evaluation (or train) metrics.
+
+  `train_dataset` must start at the restored data position. On SIGTERM the loop saves a
+  checkpoint after the current step and raises Preempted.
+  """
+  config, strategy = training.config, training.strategy
+  steps_per_epoch, total_steps = training.steps_per_epoch, training.total_steps
+  images_per_step = training.global_batch_size * (1 + config.num_views)
+  train_step = training.make_train_step()
+  stop_requested = _stop_agreement(strategy, stop_signal)
+  batches = iter(train_dataset)
+  log.info("Training %s (%d parameters) for %d steps (%d per epoch), global batch %d on %d "
+           "replica(s)%s; starting at step %d.", training.model.name,
+           training.model.count_params(), total_steps, steps_per_epoch,
+           training.global_batch_size, strategy.num_replicas_in_sync,
+           f", {config.num_views} AugMix view(s) per image" if config.num_views else "",
+           training.step)
+  metrics: Dict[str, float] = {}
   window_start, window_steps = time.time(), 0
-  run_start = time.time()
-  eval_metrics = {}
-  for step in range(1, total_steps + 1):
-    images, views, labels = next(batches)
-    train_metrics = train_step(images, views, labels)
+  for step in range(training.step + 1, total_steps + 1):
+    loss = train_step(batches)
     window_steps += 1
     if step % config.log_every_steps == 0 or step == total_steps:
-      elapsed = time.time() - window_start
-      steps_per_second = window_steps / elapsed
-      eta = (total_steps - step) / steps_per_second
-      log.info("step %d/%d  epoch %.1f  loss %.4f  accuracy %.3f  lr %.4f  "
-               "%.1f steps/s (%.0f images/s)  ETA %.0fs",
-               step, total_steps, step / steps_per_epoch, float(train_metrics["loss"]),
-               float(train_metrics["accuracy"]), float(optimizer.learning_rate),
-               steps_per_second, steps_per_second * config.per_core_batch_size * (1 + num_views),
-               eta)
+      steps_per_second = window_steps / (time.time() - window_start)
+      log.info("step %d/%d  epoch %.2f  loss %.4f  lr %.4f  %.2f steps/s (%.0f images/s)  "
+               "ETA %.0fs", step, total_steps, step / steps_per_epoch, float(loss),
+               _value(training.optimizer.learning_rate), steps_per_second,
+               steps_per_second * images_per_step, (total_steps - step) / steps_per_second)
       window_start, window_steps = time.time(), 0
-    if step % steps_per_epoch == 0 or step == total_steps:
-      eval_start = time.time()
-      eval_metrics = evaluate()
-      log.info("epoch %d  eval accuracy %.4f  eval nll %.4f", -(-step // steps_per_epoch),
-               eval_metrics["accuracy"], eval_metrics["nll"])
+    end_of_epoch = step % steps_per_epoch == 0 or step == total_steps
+    if end_of_epoch:
+      pause_start = time.time()
+      steps_this_epoch = step - (math.ceil(step / steps_per_epoch) - 1) * steps_per_epoch
+      metrics = {f"train/{k}": v for k, v in
+                 training.epoch_train_metrics(steps_this_epoch).items()}
+      if eval_dataset is not None:
+        metrics.update({f"eval/{k}": v for k, v in training.evaluate(eval_dataset).items()})
+      log.info("epoch %d  %s", math.ceil(step / steps_per_epoch),
+               "  ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
       with writer.as_default(step=step):
-        for name, value in train_metrics.items():
-          tf.summary.scalar(f"train/{name}", value)
-        for name, value in eval_metrics.items():
-          tf.summary.scalar(f"eval/{name}", value)
-      window_start += time.time() - eval_start  # Throughput counts training time only.
-  log.info("Trained %d steps in %.0fs.", total_steps, time.time() - run_start)
-  return eval_metrics
+        for name, value in metrics.items():
+          tf.summary.scalar(name, value)
+      window_start += time.time() - pause_start  # Throughput counts training time only.
+    stopping = stop_requested()
+    if stopping or step == total_steps or training.checkpoint_due(step):
+      training.checkpoints.save(step)
+    if stopping:
+      raise Preempted(f"Stopped at step {step} of {total_steps} on request; the checkpoint in "
+                      f"{training.checkpoints.directory} resumes it.")
+  return metrics
+
+
+def _value(variable) -> float:
+  """A (possibly mirrored) scalar variable's value on the host."""
+  return float(tf.convert_to_tensor(variable))
+
+
+def _stop_agreement(strategy: tf.distribute.Strategy,
+                    stop_signal: Optional[StopSignal]) -> Callable[[], bool]:
+  """Whether to stop after this step. With several workers, all stop at the same step if any
+  was told to (a collective needs every worker)."""
+  if stop_signal is None:
+    return lambda: False
+  if strategy.extended._in_multi_worker_mode():  # pylint: disable=protected-access
+    @tf.function
+    def any_worker(flag):
+      return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                             strategy.run(lambda f: f, args=(flag,)), axis=None)
+    return lambda: int(any_worker(tf.constant(int(stop_signal.received)))) > 0
+  return lambda: stop_signal.received

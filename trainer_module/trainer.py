@@ -1,35 +1,33 @@
-"""The TFX Trainer entry point (`run_fn`): Transform's output in, serving SavedModel out."""
-import logging
-import math
+"""The TFX Trainer entry point (`run_fn`): Transform's output in, serving SavedModel out.
 
-import tensorflow_transform as tft
-import tf_keras as keras
+It runs the same code as `python -m trainer_module` (task.run). Checkpoints go to
+`<pipeline_root>/Trainer/checkpoints/<key>`, where the key hashes the run's inputs (Transform's
+output URIs) and trainer config: a retried Trainer execution (which gets a new output
+directory) finds the checkpoints of the attempt it replaces and resumes at the step it reached.
+"""
+import hashlib
+import json
+import os
 
-from trainer_module import data
 from trainer_module.config import TrainerConfig
-from trainer_module.export import export_serving_model
-from trainer_module.model import wide_resnet
-from trainer_module.train import train_model
+from trainer_module.task import RunPaths, run
 
-log = logging.getLogger(__name__)
+
+def checkpoint_dir(fn_args, config: TrainerConfig) -> str:
+  """A directory that depends on what is trained, not on which execution trains it."""
+  identity = json.dumps({"train": sorted(fn_args.train_files),
+                         "eval": sorted(fn_args.eval_files),
+                         "transform": fn_args.transform_output,
+                         "trainer": config.to_dict(),
+                         "custom_config": fn_args.custom_config}, sort_keys=True)
+  key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+  trainer_root = os.path.dirname(os.path.dirname(fn_args.model_run_dir))  # <root>/Trainer
+  return os.path.join(trainer_root, "checkpoints", key)
 
 
 def run_fn(fn_args) -> None:
   config = TrainerConfig.from_dict(fn_args.custom_config["trainer"])
-  tft_output = tft.TFTransformOutput(fn_args.transform_output)
-  feature_spec = tft_output.transformed_feature_spec()
-  num_train_examples = data.count_examples(fn_args.train_files)
-  if num_train_examples < config.per_core_batch_size:
-    raise ValueError(f"The train split has {num_train_examples} examples, fewer than one batch "
-                     f"of per_core_batch_size={config.per_core_batch_size}.")
-  steps_per_epoch = num_train_examples // config.per_core_batch_size
-  train_data = data.training_batches(fn_args.train_files, feature_spec, config)
-  eval_data = data.eval_batches(fn_args.eval_files, feature_spec, config.eval_batch_size)
-  keras.utils.set_random_seed(config.seed)
-  model = wide_resnet(config)
-  metrics = train_model(config, model, train_data, eval_data, steps_per_epoch,
-                        log_dir=fn_args.model_run_dir)
-  if not all(math.isfinite(v) for v in metrics.values()):
-    raise FloatingPointError(f"Training diverged: final eval metrics {metrics}.")
-  export_serving_model(model, tft_output, fn_args.serving_model_dir)
-  log.info("Exported the serving model to %s.", fn_args.serving_model_dir)
+  run(config, RunPaths(train_files=fn_args.train_files, eval_files=fn_args.eval_files,
+                       transform_output=fn_args.transform_output,
+                       checkpoint_dir=checkpoint_dir(fn_args, config),
+                       log_dir=fn_args.model_run_dir, export_dir=fn_args.serving_model_dir))

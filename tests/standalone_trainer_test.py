@@ -1,0 +1,178 @@
+"""`python -m trainer_module` as GPU/TPU workers run it: modes, strategies, preemption."""
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import REPO
+from tests.transform_runs import transformed_digits
+
+TINY = ["--depth=10", "--width_multiplier=1", "--lr_warmup_epochs=0", "--log_every_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+  paths = transformed_digits(str(tmp_path_factory.mktemp("transformed")), count=160,
+                             eval_count=32)
+  return [f"--{name}={value}" for name, value in paths.items()]
+
+
+def trainer_command(inputs, output_dir, *flags):
+  return [sys.executable, "-m", "trainer_module", *inputs, f"--output_dir={output_dir}", *TINY,
+          *flags]
+
+
+def run_trainer(inputs, output_dir, *flags, env=None, timeout=300):
+  process = subprocess.run(trainer_command(inputs, output_dir, *flags), cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=timeout)
+  assert process.returncode == 0, process.stderr[-3000:]
+  return process.stderr
+
+
+def final_variables(output_dir):
+  """{name: value} of the model and optimizer in the newest checkpoint."""
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(
+      os.path.join(output_dir, "checkpoints")))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name.startswith(("model/", "optimizer/"))}
+
+
+def test_killed_and_preempted_runs_resume_to_bit_identical_weights(inputs, tmp_path):
+  flags = ["--per_core_batch_size=16", "--train_epochs=40", "--checkpoint_steps=7",
+           "--op_determinism=true"]
+  reference = tmp_path / "reference"
+  run_trainer(inputs, reference, *flags)
+
+  resumed = tmp_path / "resumed"
+  moments = random.Random(0)
+  interruptions = [signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL]
+  resumed_steps = []
+  for kill_with in interruptions:
+    log_path = tmp_path / f"log-{len(resumed_steps)}.txt"
+    with open(log_path, "w") as log:
+      process = subprocess.Popen(trainer_command(inputs, resumed, *flags), cwd=REPO,
+                                 stdout=log, stderr=subprocess.STDOUT, text=True)
+      while "step " not in log_path.read_text() and process.poll() is None:
+        time.sleep(0.1)  # Until training has begun.
+      time.sleep(moments.uniform(0.0, 1.5))
+      process.send_signal(kill_with)
+      returncode = process.wait(timeout=120)
+    output = log_path.read_text()
+    assert process.poll() is not None
+    if kill_with == signal.SIGTERM:
+      assert returncode == 143 and "Stopped at step" in output, output[-2000:]
+    resumed_steps += [int(line.split("at step ")[1].split()[0]) for line in output.splitlines()
+                      if "Resuming from" in line]
+  assert resumed_steps, "the restarts must resume from checkpoints, not from scratch"
+  output = run_trainer(inputs, resumed, *flags)
+  assert "Resuming from" in output
+
+  expected, actual = final_variables(reference), final_variables(resumed)
+  assert expected.keys() == actual.keys()
+  for name, value in expected.items():
+    np.testing.assert_array_equal(actual[name], value, err_msg=name)
+  assert os.path.isfile(resumed / "serving_model" / "saved_model.pb")
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(inputs, tmp_path):
+  flags = ["--per_core_batch_size=16", "--train_epochs=2", "--checkpoint_steps=4"]
+  run_trainer(inputs, tmp_path, *flags)
+  checkpoints = tmp_path / "checkpoints"
+  newest = tf.train.latest_checkpoint(str(checkpoints))
+  data_file = newest + ".data-00000-of-00001"
+  with open(data_file, "r+b") as f:
+    f.truncate(os.path.getsize(data_file) // 2)
+  output = run_trainer(inputs, tmp_path, *flags)
+  assert f"Checkpoint {newest} is damaged" in output
+  assert "Resuming from" in output and "ckpt-12" in output  # 16 steps; kept: 8, 12, 16.
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_mirrored_and_multi_worker_runs_match_one_device_with_the_same_global_batch(inputs,
+                                                                                    tmp_path):
+  steps = ["--train_epochs=1", "--train_steps=4", "--mode=train"]
+  run_trainer(inputs, tmp_path / "one", "--per_core_batch_size=32", *steps)
+
+  process = subprocess.run(
+      [sys.executable, os.path.join("tests", "logical_cpus.py"), "2", *inputs,
+       f"--output_dir={tmp_path / 'mirrored'}", *TINY, "--per_core_batch_size=16",
+       "--distribution_strategy=mirrored", *steps],
+      cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
+      timeout=300)
+  assert process.returncode == 0, process.stderr[-3000:]
+  assert "Strategy mirrored: 2 replica(s)" in process.stderr
+
+  cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
+  workers = []
+  for index in range(2):
+    env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster,
+                                                  "task": {"type": "worker", "index": index}})}
+    workers.append(subprocess.Popen(
+        trainer_command(inputs, tmp_path / "multi_worker", "--per_core_batch_size=16",
+                        "--distribution_strategy=multi_worker_mirrored", *steps),
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  outputs = [worker.communicate(timeout=300)[0] for worker in workers]
+  assert [worker.returncode for worker in workers] == [0, 0], outputs[0][-3000:]
+  assert "Strategy multi_worker_mirrored: 2 replica(s)" in outputs[0]
+
+  one_device = final_variables(tmp_path / "one")
+  for distributed in ("mirrored", "multi_worker"):
+    weights = final_variables(tmp_path / distributed)
+    assert weights.keys() == one_device.keys()
+    for name, value in one_device.items():
+      np.testing.assert_allclose(weights[name], value, rtol=1e-4, atol=1e-5,
+                                 err_msg=f"{distributed}: {name}")
+
+
+def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inputs, tmp_path):
+  output = run_trainer(inputs, tmp_path, "--per_core_batch_size=16", "--train_epochs=2")
+  last_epoch = [line for line in output.splitlines() if "epoch 2 " in line][-1]
+  trained_accuracy = last_epoch.split("eval/accuracy ")[1].split()[0]
+
+  evaluated = run_trainer(inputs, tmp_path, "--per_core_batch_size=16", "--train_epochs=2",
+                          "--mode=eval")
+  assert f"eval/accuracy {trained_accuracy}" in evaluated
+  continuous = run_trainer(inputs, tmp_path, "--per_core_batch_size=16", "--train_epochs=2",
+                           "--mode=continuous_eval", "--continuous_eval_timeout_secs=5")
+  assert f"step 16  eval/accuracy {trained_accuracy}" in continuous
+
+  tags = set()
+  for event_file in tf.io.gfile.glob(str(tmp_path / "logs" / "*" / "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(event_file):
+      tags.update(value.tag for value in event.summary.value)
+  assert {"train/ece", "train/nll", "train/accuracy", "train/loss", "eval/ece", "eval/nll",
+          "eval/accuracy", "_hparams_/session_start_info"} <= tags
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--label_smoothing=1.5", "label_smoothing=1.5: must be in [0, 1]"),
+    ("--distribution_strategy=gpu", "distribution_strategy='gpu': must be one of"),
+    ("--mode=predict", "mode='predict': must be one of"),
+    ("--per_core_batch_size=many", "--per_core_batch_size: 'many' is not a valid int"),
+])
+def test_bad_flags_exit_2_naming_the_flag(inputs, tmp_path, flag, message):
+  process = subprocess.run(trainer_command(inputs, tmp_path, flag), cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+  assert process.returncode == 2 and message in process.stderr, process.stderr[-2000:]
+  assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_multi_worker_without_tf_config_is_a_clear_error(inputs, tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+  process = subprocess.run(trainer_command(inputs, tmp_path, "--per_core_batch_size=16",
+                                           "--distribution_strategy=multi_worker_mirrored"),
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+  assert process.returncode != 0 and "needs the TF_CONFIG environment variable" in process.stderr

@@ -1,0 +1,73 @@
+"""`python -m trainer_module --train_files=... --eval_files=... --transform_output=...
+--output_dir=... [--<trainer config field>=value ...]`: the trainer on its own, as GPU/TPU
+workers run it. Flags are TrainerConfig's fields (the original script's names) plus the paths.
+Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard), /serving_model.
+"""
+import dataclasses
+import logging
+import os
+import sys
+import typing
+from typing import Optional, Tuple
+
+from absl import logging as absl_logging
+
+from trainer_module.checkpoints import Preempted
+from trainer_module.config import TrainerConfig
+from trainer_module.flags import parse_flags
+from trainer_module.task import RunPaths, run
+
+
+@dataclasses.dataclass(frozen=True)
+class StandalonePaths:
+  train_files: Tuple[str, ...] = ()  # Comma-separated file patterns of Transform's output.
+  eval_files: Tuple[str, ...] = ()
+  transform_output: str = ""  # Transform's transform_graph directory.
+  output_dir: str = ""
+  checkpoint_dir: Optional[str] = None  # Default: <output_dir>/checkpoints.
+
+  def run_paths(self) -> RunPaths:
+    for name in ("train_files", "eval_files", "transform_output", "output_dir"):
+      if not getattr(self, name):
+        raise ValueError(f"--{name} is required.")
+    return RunPaths(train_files=self.train_files, eval_files=self.eval_files,
+                    transform_output=self.transform_output,
+                    checkpoint_dir=self.checkpoint_dir or os.path.join(self.output_dir,
+                                                                       "checkpoints"),
+                    log_dir=os.path.join(self.output_dir, "logs"),
+                    export_dir=os.path.join(self.output_dir, "serving_model"))
+
+
+def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
+  path_hints = typing.get_type_hints(StandalonePaths)
+  hints = {**typing.get_type_hints(TrainerConfig), **path_hints}
+  values = parse_flags(argv, hints)
+  paths = StandalonePaths(**{k: v for k, v in values.items() if k in path_hints})
+  config = TrainerConfig(**{k: v for k, v in values.items() if k not in path_hints})
+  return config, paths.run_paths()
+
+
+def main(argv) -> int:
+  if "--help" in argv or "-h" in argv:
+    print(__doc__)
+    for field in dataclasses.fields(StandalonePaths) + dataclasses.fields(TrainerConfig):
+      print(f"  --{field.name:<30} default: {field.default!r}")
+    return 0
+  try:
+    config, paths = parse(argv)
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  try:
+    metrics = run(config, paths)
+  except Preempted as stopped:
+    logging.warning("%s", stopped)
+    return 143  # 128 + SIGTERM: what a scheduler expects from a preempted task.
+  logging.info("Done: %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""Checkpoints that lose no work: exact-step resume, SIGTERM saves, damaged files skipped.
+
+A checkpoint holds the model, the optimizer (its step counter and momentum), the data position
+(examples consumed so far) and the seed. All randomness in training is stateless and derived
+from (seed, epoch, example key), so seed + data position is the complete RNG state: a resumed
+run sees exactly the batches and AugMix views the interrupted one would have seen.
+
+TensorFlow writes each checkpoint under a temporary name and then records it in the
+`checkpoint` state file by an atomic rename, so a kill during a save leaves the previous
+checkpoint current. A file damaged afterwards (a truncated copy, a lost block) fails its
+checksum when read; restore then falls back to the previous checkpoint.
+"""
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from typing import Optional
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+class TrainingState(tf.Module):
+  """What a checkpoint holds besides model and optimizer."""
+
+  def __init__(self, seed: int):
+    super().__init__()
+    self.examples_seen = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.seed = tf.Variable(seed, dtype=tf.int64, trainable=False)
+
+
+class Checkpoints:
+  """Saves to `directory` on the chief; other workers save to scratch space (all must save)."""
+
+  def __init__(self, directory: str, max_to_keep: int, is_chief: bool = True, **objects):
+    self.directory = directory
+    self.is_chief = is_chief
+    self.checkpoint = tf.train.Checkpoint(**objects)
+    self._scratch = None if is_chief else tempfile.mkdtemp(prefix="checkpoint-scratch-")
+    self.manager = tf.train.CheckpointManager(self.checkpoint, self._scratch or directory,
+                                              max_to_keep=max_to_keep, checkpoint_name="ckpt")
+
+  def restore_latest(self) -> Optional[str]:
+    """Restores the newest intact checkpoint in `directory`; None when there is none."""
+    if self.is_chief:
+      remove_incomplete_saves(self.directory)
+    state = tf.train.get_checkpoint_state(self.directory)
+    candidates = list(state.all_model_checkpoint_paths) if state else []
+    for path in reversed(candidates):
+      problem = damage(path)
+      if problem:
+        log.warning("Checkpoint %s is damaged (%s); trying the one before it.", path, problem)
+        continue
+      self.checkpoint.restore(path).assert_existing_objects_matched()
+      return path
+    if candidates:
+      raise RuntimeError(f"Every checkpoint in {self.directory} is damaged; remove the "
+                         "directory to start training from scratch.")
+    return None
+
+  def save(self, step: int) -> None:
+    path = self.manager.save(checkpoint_number=step)
+    if self._scratch:
+      shutil.rmtree(self._scratch, ignore_errors=True)
+    elif path:
+      log.info("Saved checkpoint %s.", path)
+
+
+def damage(path: str) -> Optional[str]:
+  """Why the checkpoint at `path` cannot be read back, or None when every tensor reads intact
+  (TensorFlow checks each tensor's CRC32C as it reads it)."""
+  try:
+    reader = tf.train.load_checkpoint(path)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except (tf.errors.OpError, ValueError, IndexError) as error:  # IndexError: file too short.
+    return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+  return None
+
+
+class StopSignal:
+  """Records SIGTERM (how schedulers announce preemption) so the loop can checkpoint and stop."""
+
+  def __init__(self):
+    self.received = False
+    self._previous = None
+
+  def __enter__(self):
+    self._previous = signal.signal(signal.SIGTERM, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    del frame
+    log.warning("Received signal %d: saving a checkpoint and stopping after this step.", signum)
+    self.received = True
+
+  def __exit__(self, *exc):
+    signal.signal(signal.SIGTERM, self._previous)
+
+
+class Preempted(Exception):
+  """Training stopped on request after saving a checkpoint; run again to resume."""
+
+
+def remove_incomplete_saves(directory: str) -> None:
+  """Deletes temporary files of saves that a kill interrupted (never listed as checkpoints)."""
+  if not tf.io.gfile.isdir(directory):
+    return
+  for name in tf.io.gfile.listdir(directory):
+    if "_temp" in name:
+      path = os.path.join(directory, name)
+      if tf.io.gfile.isdir(path):
+        tf.io.gfile.rmtree(path)
+      else:
+        tf.io.gfile.remove(path)

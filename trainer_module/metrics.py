@@ -1,0 +1,63 @@
+"""Accuracy, NLL and expected calibration error, accumulated on the devices across steps.
+
+Each replica adds its examples' sums to on-read variables; reading them in cross-replica
+context sums over replicas (and workers), so the numbers do not depend on how the batch was
+split. ECE is top-label with `num_bins` equal-width confidence bins, as in Uncertainty Baselines.
+"""
+from typing import Dict
+
+import tensorflow as tf
+
+
+class ClassificationMetrics(tf.Module):
+  """Create under the strategy's scope; `update` in replica context; `result` outside it.
+  A tf.Module, so a checkpoint holds a partly accumulated epoch."""
+
+  def __init__(self, num_bins: int):
+    super().__init__()
+    self.num_bins = num_bins
+
+    def variable(shape=()):
+      return tf.Variable(tf.zeros(shape, tf.float64), trainable=False,
+                         synchronization=tf.VariableSynchronization.ON_READ,
+                         aggregation=tf.VariableAggregation.SUM)
+
+    self._count = variable()
+    self._nll = variable()
+    self._correct = variable()
+    self._bin_confidence = variable([num_bins])
+    self._bin_correct = variable([num_bins])
+
+  def update(self, labels, logits, weights=None):
+    """Adds a batch; `weights` (0 or 1) masks padding examples out."""
+    logits = tf.cast(logits, tf.float32)
+    weights = tf.ones_like(labels, tf.float64) if weights is None else tf.cast(weights, tf.float64)
+    nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0),
+                                                         logits=logits)
+    probabilities = tf.nn.softmax(logits)
+    confidence = tf.reduce_max(probabilities, axis=-1)
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels),
+                      tf.float64) * weights
+    bins = tf.minimum(tf.cast(confidence * self.num_bins, tf.int32), self.num_bins - 1)
+    confidence = tf.cast(confidence, tf.float64) * weights
+    self._count.assign_add(tf.reduce_sum(weights))
+    self._nll.assign_add(tf.reduce_sum(tf.cast(nll, tf.float64) * weights))
+    self._correct.assign_add(tf.reduce_sum(correct))
+    self._bin_confidence.assign_add(
+        tf.math.unsorted_segment_sum(confidence, bins, self.num_bins))
+    self._bin_correct.assign_add(tf.math.unsorted_segment_sum(correct, bins, self.num_bins))
+
+  def result(self) -> Dict[str, float]:
+    count = float(self._count.read_value())
+    if count == 0:
+      raise ValueError("No examples were evaluated.")
+    # Per bin |accuracy - confidence| weighted by the bin's share of examples.
+    gaps = abs(self._bin_correct.read_value().numpy() - self._bin_confidence.read_value().numpy())
+    return {"accuracy": float(self._correct.read_value()) / count,
+            "nll": float(self._nll.read_value()) / count,
+            "ece": float(gaps.sum()) / count}
+
+  def reset(self):
+    for variable in (self._count, self._nll, self._correct,
+                     self._bin_confidence, self._bin_correct):
+      variable.assign(tf.zeros_like(variable))

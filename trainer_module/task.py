@@ -1,0 +1,137 @@
+"""One run of the trainer, in the mode its config asks for. The TFX Trainer (`trainer.run_fn`)
+and the standalone `python -m trainer_module` on GPU/TPU workers both start here."""
+import dataclasses
+import logging
+import math
+import os
+import shutil
+import tempfile
+from typing import Dict, Optional, Sequence
+
+import tensorflow as tf
+import tensorflow_transform as tft
+from tensorboard.plugins.hparams import api as hparams_api
+
+from trainer_module import data
+from trainer_module.checkpoints import StopSignal, damage
+from trainer_module.config import TrainerConfig
+from trainer_module.distribution import is_chief, make_strategy, set_precision_policy
+from trainer_module.export import export_serving_model
+from trainer_module.train import Training, fit
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPaths:
+  train_files: Sequence[str]  # Transform's transformed examples (file patterns).
+  eval_files: Sequence[str]
+  transform_output: str  # Transform's graph: the feature spec, and preprocessing at serving.
+  checkpoint_dir: str  # Must outlive the process: a rerun resumes from here.
+  log_dir: str  # TensorBoard summaries.
+  export_dir: Optional[str] = None  # The serving SavedModel, when the mode trains.
+
+
+def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
+  """Trains and/or evaluates as `config.mode` says; returns the last metrics."""
+  set_precision_policy(config)
+  if config.op_determinism:
+    tf.config.experimental.enable_op_determinism()
+  strategy = make_strategy(config)
+  chief = is_chief(strategy)
+  tft_output = tft.TFTransformOutput(paths.transform_output)
+  feature_spec = tft_output.transformed_feature_spec()
+  global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
+  num_train_examples = data.count_examples(paths.train_files)
+  if num_train_examples < global_batch_size:
+    raise ValueError(f"The train split has {num_train_examples} examples, fewer than one global "
+                     f"batch of {global_batch_size} (per_core_batch_size="
+                     f"{config.per_core_batch_size} x {strategy.num_replicas_in_sync} replicas).")
+  training = Training(config, strategy, num_train_examples // global_batch_size,
+                      paths.checkpoint_dir, chief)
+  log.info("Checkpoints: %s", paths.checkpoint_dir)
+  eval_batch_size = config.eval_batch_size * strategy.num_replicas_in_sync
+  eval_dataset = None if config.mode == "train" else strategy.distribute_datasets_from_function(
+      lambda context: data.eval_batches(paths.eval_files, feature_spec, eval_batch_size, context))
+  subdir = "eval" if config.mode in ("eval", "continuous_eval") else "train"
+  writer = (tf.summary.create_file_writer(os.path.join(paths.log_dir, subdir)) if chief
+            else tf.summary.create_noop_writer())
+  with writer.as_default():
+    hparams_api.hparams(_hparams(config))
+
+  if config.mode == "eval":
+    if training.checkpoints.restore_latest() is None:
+      raise FileNotFoundError(f"mode=eval: no checkpoint in {paths.checkpoint_dir}.")
+    metrics = _evaluate_and_write(training, eval_dataset, writer)
+  elif config.mode == "continuous_eval":
+    metrics = _evaluate_continuously(training, eval_dataset, writer)
+  else:
+    training.restore()
+    if training.step < training.total_steps:
+      examples_seen = training.examples_seen
+      train_dataset = strategy.distribute_datasets_from_function(
+          lambda context: data.training_batches(paths.train_files, feature_spec, config,
+                                                global_batch_size, examples_seen, context))
+      with StopSignal() as stop_signal:
+        metrics = fit(training, train_dataset, eval_dataset, writer, stop_signal)
+    else:
+      log.info("The checkpoint is at the last step (%d): nothing left to train.",
+               training.total_steps)
+      metrics = {} if eval_dataset is None else _evaluate_and_write(training, eval_dataset,
+                                                                    writer)
+  writer.flush()
+  if not all(math.isfinite(value) for value in metrics.values()):
+    raise FloatingPointError(f"Training diverged: final metrics {metrics}.")
+  if paths.export_dir and config.mode in ("train", "train_and_eval"):
+    _export(training, tft_output, paths.export_dir, chief)
+  return metrics
+
+
+def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, float]:
+  metrics = {f"eval/{k}": v for k, v in training.evaluate(eval_dataset).items()}
+  log.info("step %d  %s", training.step,
+           "  ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
+  with writer.as_default(step=training.step):
+    for name, value in metrics.items():
+      tf.summary.scalar(name, value)
+  return metrics
+
+
+def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str, float]:
+  """Evaluates each new checkpoint as it appears, until the last step's (or a timeout)."""
+  metrics = {}
+  for path in tf.train.checkpoints_iterator(training.checkpoints.directory,
+                                            timeout=training.config.continuous_eval_timeout_secs):
+    problem = damage(path)
+    if problem:
+      log.warning("Skipping damaged checkpoint %s (%s).", path, problem)
+      continue
+    training.checkpoints.checkpoint.restore(path).assert_existing_objects_matched()
+    metrics = _evaluate_and_write(training, eval_dataset, writer)
+    if training.step >= training.total_steps:
+      break
+  else:
+    log.warning("No new checkpoint in %ds; stopping continuous evaluation.",
+                training.config.continuous_eval_timeout_secs)
+  return metrics
+
+
+def _export(training: Training, tft_output, export_dir: str, chief: bool) -> None:
+  """Every worker saves (saving may need collectives); only the chief's copy is kept."""
+  target = export_dir if chief else tempfile.mkdtemp(prefix="export-scratch-")
+  export_serving_model(training.model, tft_output, target)
+  if chief:
+    log.info("Exported the serving model to %s.", export_dir)
+  else:
+    shutil.rmtree(target, ignore_errors=True)
+
+
+def _hparams(config: TrainerConfig) -> dict:
+  """TensorBoard's hparams take scalars and strings only."""
+  values = {}
+  for name, value in config.to_dict().items():
+    if isinstance(value, (list, tuple)):
+      value = ",".join(str(v) for v in value)
+    if value is not None:
+      values[name] = value
+  return values
