@@ -45,33 +45,39 @@ def final_variables(output_dir):
           if name.startswith(("model/", "optimizer/"))}
 
 
+def _start_then_interrupt(inputs, output_dir, flags, kill_with, delay, log_path):
+  """Starts the trainer, sends `kill_with` `delay` s after its first step; returns its log."""
+  with open(log_path, "w") as log:
+    process = subprocess.Popen(trainer_command(inputs, output_dir, *flags), cwd=REPO,
+                               stdout=log, stderr=subprocess.STDOUT, text=True)
+    while " step " not in log_path.read_text() and process.poll() is None:
+      time.sleep(0.05)
+    time.sleep(delay)
+    process.send_signal(kill_with)
+    returncode = process.wait(timeout=120)
+  return returncode, log_path.read_text()
+
+
 def test_killed_and_preempted_runs_resume_to_bit_identical_weights(inputs, tmp_path):
-  flags = ["--per_core_batch_size=16", "--train_epochs=40", "--checkpoint_steps=7",
+  flags = ["--per_core_batch_size=16", "--train_epochs=20", "--checkpoint_steps=7",
            "--op_determinism=true"]
   reference = tmp_path / "reference"
   run_trainer(inputs, reference, *flags)
 
   resumed = tmp_path / "resumed"
   moments = random.Random(0)
-  interruptions = [signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL]
-  resumed_steps = []
-  for kill_with in interruptions:
-    log_path = tmp_path / f"log-{len(resumed_steps)}.txt"
-    with open(log_path, "w") as log:
-      process = subprocess.Popen(trainer_command(inputs, resumed, *flags), cwd=REPO,
-                                 stdout=log, stderr=subprocess.STDOUT, text=True)
-      while "step " not in log_path.read_text() and process.poll() is None:
-        time.sleep(0.1)  # Until training has begun.
-      time.sleep(moments.uniform(0.0, 1.5))
-      process.send_signal(kill_with)
-      returncode = process.wait(timeout=120)
-    output = log_path.read_text()
-    assert process.poll() is not None
+  logs = []
+  for attempt, kill_with in enumerate([signal.SIGKILL, signal.SIGTERM, signal.SIGKILL]):
+    returncode, output = _start_then_interrupt(inputs, resumed, flags, kill_with,
+                                               moments.uniform(0.2, 1.2),
+                                               tmp_path / f"log-{attempt}.txt")
     if kill_with == signal.SIGTERM:
       assert returncode == 143 and "Stopped at step" in output, output[-2000:]
-    resumed_steps += [int(line.split("at step ")[1].split()[0]) for line in output.splitlines()
-                      if "Resuming from" in line]
-  assert resumed_steps, "the restarts must resume from checkpoints, not from scratch"
+    else:
+      assert returncode == -signal.SIGKILL
+    logs.append(output)
+  stopped_at = logs[1].split("Stopped at step ")[1].split()[0]
+  assert f"at step {stopped_at} " in logs[2], "resume must start at the step SIGTERM saved"
   output = run_trainer(inputs, resumed, *flags)
   assert "Resuming from" in output
 

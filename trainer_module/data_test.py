@@ -92,3 +92,36 @@ def test_missing_transform_outputs_are_named(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
   with pytest.raises(ValueError, match="augmix_views"):
     data.training_batches(files, spec, TrainerConfig(augmix=True, aug_count=2))
+
+
+def test_a_resumed_stream_continues_at_the_example_it_left_off(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+  config = TrainerConfig(per_core_batch_size=8)
+  uninterrupted = _labels(data.training_batches(files, spec, config), 9)
+  resumed = _labels(data.training_batches(files, spec, config, start_example=5 * 8), 4)
+  np.testing.assert_array_equal(resumed, uninterrupted[5 * 8:])
+
+
+def test_replicas_take_consecutive_slices_of_each_global_batch(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+  config = TrainerConfig(per_core_batch_size=3)
+  global_batches = _labels(data.training_batches(files, spec, config, global_batch_size=12), 2)
+  # Two workers with two replicas each: worker 1 feeds replicas 2 and 3.
+  context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
+                                       num_replicas_in_sync=4)
+  worker_1 = list(data.training_batches(files, spec, config, global_batch_size=12,
+                                        input_context=context).take(4))
+  assert [labels.shape[0] for _, _, labels in worker_1] == [3, 3, 3, 3]
+  np.testing.assert_array_equal(np.concatenate([labels for _, _, labels in worker_1]),
+                                np.concatenate([global_batches[6:12], global_batches[18:24]]))
+
+
+def test_eval_batches_cover_every_example_once_padded_with_zero_weight(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+  batches = list(data.eval_batches(files, spec, global_batch_size=10))
+  assert [images.shape[0] for images, _, _ in batches] == [10, 10, 10]
+  labels = np.concatenate([labels for _, labels, _ in batches])
+  weights = np.concatenate([weights for _, _, weights in batches])
+  np.testing.assert_array_equal(labels[:NUM], np.arange(NUM) % 10)
+  np.testing.assert_array_equal(weights, [1.0] * NUM + [0.0] * 6)
+  assert (labels[NUM:] == -1).all()

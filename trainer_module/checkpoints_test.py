@@ -1,0 +1,68 @@
+"""Checkpoints: the newest intact one is restored, damaged ones are skipped, SIGTERM recorded."""
+import glob
+import os
+import signal
+
+import pytest
+import tensorflow as tf
+
+from trainer_module.checkpoints import Checkpoints, StopSignal, damage
+
+
+def _saved(directory, values):
+  variable = tf.Variable(0.0)
+  checkpoints = Checkpoints(str(directory), max_to_keep=5, value=variable)
+  for step, value in enumerate(values, start=1):
+    variable.assign(value)
+    checkpoints.save(step)
+  return checkpoints
+
+
+def _restored_value(directory):
+  variable = tf.Variable(-1.0)
+  path = Checkpoints(str(directory), max_to_keep=5, value=variable).restore_latest()
+  return path, float(variable.numpy())
+
+
+def test_the_newest_checkpoint_is_restored(tmp_path):
+  _saved(tmp_path, [1.0, 2.0, 3.0])
+  path, value = _restored_value(tmp_path)
+  assert path.endswith("ckpt-3") and value == 3.0
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, caplog):
+  _saved(tmp_path, [1.0, 2.0])
+  data_file = glob.glob(str(tmp_path / "ckpt-2.data-*"))[0]
+  with open(data_file, "r+b") as f:
+    f.truncate(os.path.getsize(data_file) - 2)
+  assert damage(str(tmp_path / "ckpt-2"))
+  path, value = _restored_value(tmp_path)
+  assert path.endswith("ckpt-1") and value == 1.0
+  assert "ckpt-2 is damaged" in caplog.text
+
+
+def test_when_every_checkpoint_is_damaged_restore_refuses(tmp_path):
+  _saved(tmp_path, [1.0])
+  os.remove(glob.glob(str(tmp_path / "ckpt-1.data-*"))[0])
+  with pytest.raises(RuntimeError, match="Every checkpoint .* is damaged"):
+    _restored_value(tmp_path)
+
+
+def test_leftovers_of_an_interrupted_save_are_removed(tmp_path):
+  _saved(tmp_path, [1.0])
+  os.makedirs(tmp_path / "ckpt-2_temp")
+  path, _ = _restored_value(tmp_path)
+  assert path.endswith("ckpt-1") and not os.path.exists(tmp_path / "ckpt-2_temp")
+
+
+def test_no_checkpoint_means_a_fresh_start(tmp_path):
+  assert _restored_value(tmp_path) == (None, -1.0)
+
+
+def test_sigterm_is_recorded_and_the_previous_handler_restored():
+  previous = signal.getsignal(signal.SIGTERM)
+  with StopSignal() as stop:
+    assert not stop.received
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.received
+  assert signal.getsignal(signal.SIGTERM) is previous
