@@ -9,7 +9,7 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean bench-augmix
+.PHONY: run test setup lock clean bench-augmix bench-trainer
 
 setup: $(STAMP)
 
@@ -46,3 +46,6 @@ clean:
 
 bench-augmix: $(STAMP)
 	$(VENV_PY) bench/augmix.py $(ARGS)
+
+bench-trainer: $(STAMP)
+	$(VENV_PY) bench/trainer.py $(ARGS)

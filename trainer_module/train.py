@@ -4,6 +4,7 @@ Read top to bottom: schedule and losses, then `Training` (model, optimizer, metr
 checkpoints built under the strategy), its replica steps, and `fit`, the host loop that runs
 steps, logs progress, evaluates each epoch and checkpoints.
 """
+import functools
 import logging
 import math
 import time
@@ -168,7 +169,9 @@ class Training:
   def _replica_eval_step(self, images, labels, weights):
     self.eval_metrics.update(labels, self.model(images, training=False), weights)
 
-  def make_train_step(self) -> Callable:
+  @functools.cached_property
+  def train_step(self) -> Callable:
+    """One step over the next global batch of a distributed iterator; returns the loss."""
     @tf.function
     def train_step(iterator):
       losses = self.strategy.run(self._replica_train_step, args=next(iterator))
@@ -215,7 +218,6 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
   config, strategy = training.config, training.strategy
   steps_per_epoch, total_steps = training.steps_per_epoch, training.total_steps
   images_per_step = training.global_batch_size * (1 + config.num_views)
-  train_step = training.make_train_step()
   stop_requested = _stop_agreement(strategy, stop_signal)
   batches = iter(train_dataset)
   log.info("Training %s (%d parameters) for %d steps (%d per epoch), global batch %d on %d "
@@ -227,7 +229,7 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
   metrics: Dict[str, float] = {}
   window_start, window_steps = time.time(), 0
   for step in range(training.step + 1, total_steps + 1):
-    loss = train_step(batches)
+    loss = training.train_step(batches)
     window_steps += 1
     if step % config.log_every_steps == 0 or step == total_steps:
       steps_per_second = window_steps / (time.time() - window_start)

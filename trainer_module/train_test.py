@@ -2,8 +2,10 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 
 from trainer_module.config import TrainerConfig
+from trainer_module.distribution import set_precision_policy
 from trainer_module.train import (Training, WarmUpPiecewiseConstantSchedule, fit,
                                   jensen_shannon, learning_rate_schedule, make_optimizer)
 
@@ -79,3 +81,22 @@ def test_training_with_two_views_adds_the_consistency_term(tmp_path):
                          aug_count=2, lr_warmup_epochs=0)
   _, metrics = _fit(config, images, views, labels, tmp_path)
   assert np.isfinite(metrics["train/loss"]) and metrics["train/loss"] > metrics["train/nll"]
+
+
+def test_mixed_precision_trains_with_loss_scaling_and_float32_weights(tmp_path):
+  rng = np.random.default_rng(2)
+  images = rng.normal(size=(32, 32, 32, 3)).astype(np.float32)
+  labels = rng.integers(0, 3, 32)
+  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=3, per_core_batch_size=16,
+                         eval_batch_size=16, train_steps=2, train_epochs=1, lr_warmup_epochs=0,
+                         mixed_precision=True)
+  set_precision_policy(config)
+  try:
+    training, metrics = _fit(config, images, np.zeros((32, 0, 32, 32, 3), np.float32), labels,
+                             tmp_path)
+  finally:
+    tf.keras.mixed_precision.set_global_policy("float32")
+  assert isinstance(training.optimizer, keras.mixed_precision.LossScaleOptimizer)
+  assert training.model.layers[1].compute_dtype == "float16"
+  assert all(v.dtype == tf.float32 for v in training.model.trainable_variables)
+  assert np.isfinite(metrics["train/loss"]) and np.isfinite(metrics["eval/nll"])
