@@ -78,7 +78,7 @@ def test_tfrecord_input_with_augmix_trains_on_views_and_serves_without_them(tmp_
            "--beam_running_mode=in_memory", "--augmix=true", "--aug_count=2", *SMALL_MODEL]
   result = pipeline_runner(*flags)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  assert "+ 2 AugMix view(s) each with JSD" in result.stdout
+  assert "2 AugMix view(s) per image with JSD" in result.stdout
   config = from_flags(flags)
   run = RunRecord(config)
   assert run.states["ImportExampleGen"] == "COMPLETE"

@@ -224,7 +224,9 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
            "replica(s)%s; starting at step %d.", training.model.name,
            training.model.count_params(), total_steps, steps_per_epoch,
            training.global_batch_size, strategy.num_replicas_in_sync,
-           f", {config.num_views} AugMix view(s) per image" if config.num_views else "",
+           f", {config.num_views} AugMix view(s) per image"
+           f"{' with JSD' if config.num_views >= 2 else ''}"
+           f"{' made online' if config.augmix_online else ''}" if config.num_views else "",
            training.step)
   metrics: Dict[str, float] = {}
   window_start, window_steps = time.time(), 0
