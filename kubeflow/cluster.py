@@ -9,13 +9,8 @@ from typing import Any, Optional, Union
 
 from tfx import v1 as tfx
 
-from kubeflow.config import image_path
-
-# Runtime parameters of the compiled pipeline: what a user may change per run without
-# recompiling. Each one is an execution property its component reads.
-TRAINER_CONFIG_PARAMETER = "trainer_config"  # The Trainer's custom_config, as JSON.
-DATA_ROOT_PARAMETER = "data_root"  # ImportExampleGen's input_base (dataset=tfrecord).
-TRAINER_CONFIG_KEY = "trainer"  # Where run_fn finds the TrainerConfig in custom_config.
+from kubeflow.config import (DATA_ROOT_PARAMETER, TRAINER_CONFIG_KEY, TRAINER_CONFIG_PARAMETER,
+                             image_path)
 
 Parameter = tfx.dsl.experimental.RuntimeParameter
 

@@ -22,6 +22,12 @@ OBJECT_STORE_URI = re.compile(r"(gs|s3)://[a-z0-9][a-z0-9._-]{1,221}(/.*)?")
 KFP_PIPELINE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
 KUBEFLOW_PIPELINE_NAME = "wrn-image-classifier"
 
+# Runtime parameters of the compiled pipeline: what a user may change per run without
+# recompiling. Each one is an execution property its component reads.
+TRAINER_CONFIG_PARAMETER = "trainer_config"  # The Trainer's custom_config, as JSON.
+DATA_ROOT_PARAMETER = "data_root"  # ImportExampleGen's input_base (dataset=tfrecord).
+TRAINER_CONFIG_KEY = "trainer"  # Where run_fn finds the TrainerConfig in custom_config.
+
 # Vertex AI AcceleratorType names (google.cloud.aiplatform_v1.types.AcceleratorType).
 GPU_TYPES = ("NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
              "NVIDIA_TESLA_T4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_L4",
