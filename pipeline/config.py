@@ -46,7 +46,7 @@ class PipelineConfig:
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
-    if self.kubeflow is None and not is_object_store_uri(self.output_dir):
+    if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
     _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
     _require(bool(self.pipeline_name.strip()), "pipeline_name", self.pipeline_name,
