@@ -102,7 +102,8 @@ def kfp_server(monkeypatch, tmp_path):
   # No kfp context (namespace, cookies) of this machine's user.
   monkeypatch.setattr(kfp.Client, "_LOCAL_KFP_CONTEXT", str(tmp_path / "context.json"))
   server = FakeKfpServer()
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                            daemon=True)
   thread.start()
   yield server
   server.shutdown()
