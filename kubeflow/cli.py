@@ -1,5 +1,4 @@
 """`python -m kubeflow compile|upload|run|schedule`: the pipeline on Kubeflow Pipelines."""
-import dataclasses
 import os
 import sys
 from typing import Dict, List, Sequence, Tuple
@@ -69,20 +68,6 @@ def cluster_base() -> config_lib.PipelineConfig:
                                    trainer=TrainerConfig())
 
 
-def trainer_overrides(flags: Sequence[str]) -> dict:
-  """Typed values of trainer flags; other pipeline flags are fixed at compile time."""
-  trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-  names = [flag[2:].partition("=")[0] for flag in flags]
-  for name in names:
-    if name not in trainer_fields:
-      known = name in {f.name for f in dataclasses.fields(config_lib.PipelineConfig)
-                       + dataclasses.fields(kubeflow_config.KubeflowConfig)}
-      raise ValueError(f"--{name} is fixed when the pipeline is compiled; compile again with "
-                       "it." if known else f"Unknown flag --{name}.")
-  parsed = config_lib.from_flags(flags).trainer
-  return {name: getattr(parsed, name) for name in names}
-
-
 def _required(flags: dict, name: str, example: str) -> str:
   if not flags.get(name):
     raise ValueError(f"--{name} is required (e.g. --{name}={example}).")
@@ -131,7 +116,7 @@ def _submit(command: str, flags: dict, rest: List[str]) -> int:
   parameters = {}
   if command in ("run", "schedule"):
     experiment = _required(flags, "experiment", "wrn")
-    parameters = submit.run_parameters(spec, trainer_overrides(rest), flags.get("data_root"))
+    parameters = submit.run_parameters(spec, rest, flags.get("data_root"))
   elif rest:
     raise ValueError(f"upload takes no pipeline flags (got {rest[0]}); they go to compile.")
   if command == "schedule":

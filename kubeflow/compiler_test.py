@@ -88,7 +88,7 @@ def test_a_changed_trainer_config_reaches_run_fn_on_every_vertex_replica(compile
   from kubeflow import submit
   _, package = compiled["vertex"]
   spec_dict = submit.load_spec(package.spec_path)
-  parameters = submit.run_parameters(spec_dict, {"train_epochs": 3}, None)
+  parameters = submit.run_parameters(spec_dict, ["--train_epochs=3"], None)
   spec = _spec(package)
   executor_input = pb.ExecutorInput()
   for name, parameter in spec.root.dag.tasks["Trainer"].inputs.parameters.items():

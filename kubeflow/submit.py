@@ -7,12 +7,13 @@ import dataclasses
 import json
 import os
 import time
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import yaml
 
 from kubeflow.config import (DATA_ROOT_PARAMETER, TRAINER_CONFIG_KEY, TRAINER_CONFIG_PARAMETER,
-                             is_object_store_uri)
+                             KubeflowConfig, is_object_store_uri)
+from pipeline import config as config_lib
 from trainer_module.config import TrainerConfig
 
 ENDPOINT_ENV = "KFP_ENDPOINT"
@@ -66,22 +67,26 @@ def parameter_defaults(spec: dict) -> dict:
   return {name: parameter.get("defaultValue") for name, parameter in parameters.items()}
 
 
-def run_parameters(spec: dict, trainer_overrides: Mapping[str, object],
-                   data_root: Optional[str]) -> dict:
-  """The run's parameter values: the compiled defaults, with trainer fields and the data
-  directory changed as asked. Fields that Transform or the compiled worker pools depend on
-  cannot change per run: they need a new compile."""
+def run_parameters(spec: dict, trainer_flags: Sequence[str], data_root: Optional[str]) -> dict:
+  """The run's parameter values: the compiled defaults, with trainer fields (`--name=value`
+  flags) and the data directory changed as asked. What Transform or the compiled worker pools
+  depend on cannot change per run: that needs a new compile."""
   values = parameter_defaults(spec)
-  if trainer_overrides:
+  if trainer_flags:
     custom_config = json.loads(values[TRAINER_CONFIG_PARAMETER])
     compiled = TrainerConfig.from_dict(custom_config[TRAINER_CONFIG_KEY])
-    for name, value in trainer_overrides.items():
-      changed = dataclasses.replace(compiled, **{name: value})
-      if (name in COMPILED_TRAINER_FIELDS
-          or changed.transform_options() != compiled.transform_options()):
-        raise ValueError(f"--{name} is fixed when the pipeline is compiled (Transform or the "
-                         "training pools depend on it); compile again with it.")
-    updated = dataclasses.replace(compiled, **trainer_overrides)
+    names = [flag[2:].partition("=")[0] for flag in trainer_flags]
+    trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    for name in names:
+      if name not in trainer_fields or name in COMPILED_TRAINER_FIELDS:
+        raise ValueError(_fixed_or_unknown(name))
+    # Parsed and validated like every config, over the compiled trainer config.
+    updated = config_lib.from_flags(
+        trainer_flags, base=config_lib.PipelineConfig(trainer=compiled)).trainer
+    for name in names:
+      changed = dataclasses.replace(compiled, **{name: getattr(updated, name)})
+      if changed.transform_options() != compiled.transform_options():
+        raise ValueError(_fixed_or_unknown(name))
     custom_config[TRAINER_CONFIG_KEY] = updated.to_dict()
     values[TRAINER_CONFIG_PARAMETER] = json.dumps(custom_config, sort_keys=True)
   if data_root is not None:
@@ -93,6 +98,15 @@ def run_parameters(spec: dict, trainer_overrides: Mapping[str, object],
                        "(gs://bucket/path or s3://bucket/path).")
     values[DATA_ROOT_PARAMETER] = data_root
   return values
+
+
+def _fixed_or_unknown(name: str) -> str:
+  config_fields = {f.name for cls in (config_lib.PipelineConfig, KubeflowConfig, TrainerConfig)
+                   for f in dataclasses.fields(cls)}
+  if name not in config_fields:
+    return f"Unknown flag --{name}."
+  return (f"--{name} is fixed when the pipeline is compiled (Transform, the schema or the "
+          "training pools depend on it); compile again with it.")
 
 
 def default_version_name(spec: dict) -> str:

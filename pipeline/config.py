@@ -111,8 +111,8 @@ class PipelineConfig:
       trainer = dataclasses.replace(trainer, **trainer_overrides)
     kubeflow = pipeline_overrides.pop("kubeflow", self.kubeflow)
     if kubeflow_overrides:
-      kubeflow = dataclasses.replace(kubeflow or KubeflowConfig(image=kubeflow_overrides.get(
-          "image", "")), **kubeflow_overrides)
+      kubeflow = (dataclasses.replace(kubeflow, **kubeflow_overrides) if kubeflow
+                  else KubeflowConfig(**kubeflow_overrides))
     return dataclasses.replace(self, trainer=trainer, kubeflow=kubeflow, **pipeline_overrides)
 
 
