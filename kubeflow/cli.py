@@ -128,17 +128,23 @@ def _submit(command: str, flags: dict, rest: List[str]) -> int:
                                             flags.get("namespace"))
   version = flags.get("version") or submit.default_version_name(spec)
 
-  client = connection.client()
-  pipeline_id, version_id = submit.upload(client, package, spec, version, connection.namespace)
-  print(f"Pipeline {spec['pipelineInfo']['name']}: id {pipeline_id}, version {version_id}")
-  if command == "run":
-    run_id = submit.start_run(client, experiment, flags.get("run_name") or version, pipeline_id,
-                              version_id, parameters, connection.namespace)
-    print(f"Run {run_id} started in experiment {experiment}.")
-  elif command == "schedule":
-    recurring_id = submit.schedule_runs(
-        client, experiment, flags.get("schedule_name") or f"{spec['pipelineInfo']['name']}-cron",
-        cron_expression, pipeline_id, version_id, parameters, int(max_concurrency),
-        connection.namespace)
-    print(f"Recurring run {recurring_id} created in experiment {experiment}: {cron_expression}.")
+  name = spec["pipelineInfo"]["name"]
+  try:
+    client = connection.client()
+    pipeline_id, version_id = submit.upload(client, package, spec, version, connection.namespace)
+    print(f"Pipeline {name}: id {pipeline_id}, version {version_id}")
+    if command == "run":
+      run_id = submit.start_run(client, experiment, flags.get("run_name") or version,
+                                pipeline_id, version_id, parameters, connection.namespace)
+      print(f"Run {run_id} started in experiment {experiment}.")
+    elif command == "schedule":
+      recurring_id = submit.schedule_runs(
+          client, experiment, flags.get("schedule_name") or f"{name}-cron", cron_expression,
+          pipeline_id, version_id, parameters, int(max_concurrency), connection.namespace)
+      print(f"Recurring run {recurring_id} created in experiment {experiment}: "
+            f"{cron_expression}.")
+  except Exception as error:  # What the server (or the network) said is what the user needs.
+    print(f"error: Kubeflow Pipelines at {connection.endpoint}: {type(error).__name__}: "
+          f"{error}", file=sys.stderr)
+    return 1
   return 0

@@ -3,6 +3,7 @@ makes: what is uploaded, created and started, with which parameters; and that ba
 nothing."""
 import http.server
 import json
+import socket
 import threading
 import urllib.parse
 
@@ -197,3 +198,13 @@ def test_no_endpoint_and_no_package_are_named(kfp_server, capsys, tmp_path):
   assert cli.main(["upload", f"--package={spec}"]) == 2
   assert "KFP_ENDPOINT" in capsys.readouterr().err
   assert kfp_server.requests == []
+
+
+def test_an_unreachable_server_is_named(compiled, capsys):
+  _, package = compiled["vertex"]
+  with socket.socket() as sock:  # A port nothing listens on.
+    sock.bind(("127.0.0.1", 0))
+    endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+  assert cli.main(["upload", f"--package={package.spec_path}", f"--endpoint={endpoint}",
+                   "--namespace=team-a"]) == 1
+  assert f"Kubeflow Pipelines at {endpoint}" in capsys.readouterr().err
