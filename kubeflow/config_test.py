@@ -40,6 +40,7 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
     (["--image=i", "--output_dir=outputs", "--pipeline_name=a-b"], "output_dir='outputs'"),
     (CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=/data/tfrecords"],
      "tfrecord_dir='/data/tfrecords'"),
+    (CLUSTER + ["--dataset=tfrecord"], "tfrecord_dir=None: is required"),
     (CLUSTER + ["--dataset=cifar10", "--tfds_data_dir=/home/me/tfds"],
      "tfds_data_dir='/home/me/tfds'"),
     (CLUSTER + ["--schema_path=/etc/passwd"], "schema_path='/etc/passwd'"),
@@ -85,6 +86,9 @@ def test_accelerator_names_are_vertex_accelerator_types():
 def test_the_schema_maps_to_its_copy_in_the_image():
   config = from_flags(CLUSTER)
   assert kubeflow_config.image_path(config.schema_path) == "/pipeline/components/schema.pbtxt"
+  # A schema on object storage is read by ImportSchemaGen in the cluster, not here.
+  assert from_flags(CLUSTER + ["--schema_path=gs://bucket/schema.pbtxt"]).schema_path == \
+      "gs://bucket/schema.pbtxt"
   assert kubeflow_config.image_path("gs://bucket/schema.pbtxt") == "gs://bucket/schema.pbtxt"
 
 

@@ -72,7 +72,7 @@ class PipelineConfig:
       check_cluster_config(self)  # Paths on object storage are not read here.
     elif self.dataset == "tfrecord":
       _check_tfrecord_dir(self.tfrecord_dir)
-    if not is_object_store_uri(self.schema_path):
+    if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
 
   # Where a run's outputs live.
