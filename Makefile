@@ -9,7 +9,7 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean bench-augmix bench-trainer
+.PHONY: run test setup lock clean bench-augmix bench-trainer kubeflow-compile kubeflow-image
 
 setup: $(STAMP)
 
@@ -49,3 +49,13 @@ bench-augmix: $(STAMP)
 
 bench-trainer: $(STAMP)
 	$(VENV_PY) bench/trainer.py $(ARGS)
+
+# Kubeflow Pipelines (README, "Running on Kubeflow Pipelines"):
+#   make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG
+#   make kubeflow-compile ARGS="--image=gcr.io/PROJECT/wrn-pipeline:TAG --output_dir=gs://BUCKET/wrn"
+kubeflow-compile: $(STAMP)
+	$(VENV_PY) -m kubeflow compile $(ARGS)
+
+kubeflow-image:
+	@[ -n "$(IMAGE)" ] || { echo "IMAGE is required: make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG"; exit 2; }
+	docker build -t $(IMAGE) . && docker push $(IMAGE)

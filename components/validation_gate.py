@@ -17,6 +17,7 @@ from tfx.dsl.component.experimental.annotations import (BeamComponentParameter, 
                                                          OutputArtifact)
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact_utils, standard_artifacts
+from tfx.types.experimental import simple_artifacts
 
 from components import image_sources
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE
@@ -84,7 +85,7 @@ def format_problems(schema_problems: List[str], image_problems: List[Tuple[str, 
 def ValidationGate(
     examples: InputArtifact[standard_artifacts.Examples],
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
-    report: OutputArtifact[standard_artifacts.ExampleValidationMetrics],
+    report: OutputArtifact[simple_artifacts.Metrics],
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
   """Fails with DataValidationError when any split holds an anomaly or an unusable image."""

@@ -11,6 +11,7 @@ import os
 import typing
 from typing import Any, Optional, Sequence
 
+from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
 from trainer_module.config import TrainerConfig
 from trainer_module.flags import parse_flags
 
@@ -30,6 +31,7 @@ def _local_trainer() -> TrainerConfig:
 class PipelineConfig:
   pipeline_name: str = "wrn_image_classifier"
   output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
+  # On Kubeflow (with `kubeflow` set) output_dir is on object storage: gs:// or s3://.
   dataset: str = "digits"  # digits (embedded), cifar10 (tensorflow-datasets) or tfrecord.
   tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: holds train/, eval/ [, test/].
   tfds_data_dir: Optional[str] = None  # tensorflow-datasets cache; None is tfds' default.
@@ -42,9 +44,11 @@ class PipelineConfig:
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
   beam_running_mode: str = "multi_processing"
   trainer: TrainerConfig = dataclasses.field(default_factory=_local_trainer)
+  kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
-    object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
+    if self.kubeflow is None:
+      object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
     _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
     _require(bool(self.pipeline_name.strip()), "pipeline_name", self.pipeline_name,
              "must not be empty")
@@ -60,12 +64,17 @@ class PipelineConfig:
              "must be >= 0 (0 = one per CPU core)")
     _require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
              self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
-    if self.dataset == "tfrecord":
-      _check_tfrecord_dir(self.tfrecord_dir)
-    else:
+    if self.dataset != "tfrecord":
       _require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
                "is only used with dataset=tfrecord")
-    _check_schema(self.schema_path, self.trainer.num_classes)
+    if self.kubeflow is not None:
+      _require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
+               self.tfrecord_dir, "is required with dataset=tfrecord")
+      check_cluster_config(self)  # Paths on object storage are not read here.
+    elif self.dataset == "tfrecord":
+      _check_tfrecord_dir(self.tfrecord_dir)
+    if self.kubeflow is None or not is_object_store_uri(self.schema_path):
+      _check_schema(self.schema_path, self.trainer.num_classes)
     _require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
              "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
              "`python -m trainer_module`)")
@@ -84,36 +93,53 @@ class PipelineConfig:
     return os.path.join(self.output_dir, "serving_model", self.pipeline_name)
 
   def beam_pipeline_args(self) -> list:
-    workers = self.beam_workers or os.cpu_count() or 1
+    # In a cluster, 0 tells Beam to use the cores of the machine the component runs on.
+    workers = self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1)
     return [f"--direct_running_mode={self.beam_running_mode}",
             f"--direct_num_workers={workers}"]
 
   def replace(self, **overrides) -> "PipelineConfig":
-    """A copy with overrides; trainer fields may be given by name alongside pipeline fields."""
+    """A copy with overrides; trainer and cluster fields may be given by name alongside
+    pipeline fields (a cluster field turns a local config into a cluster one)."""
     pipeline_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
     trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-    unknown = set(overrides) - pipeline_fields - trainer_fields
+    kubeflow_fields = {f.name for f in dataclasses.fields(KubeflowConfig)}
+    unknown = set(overrides) - pipeline_fields - trainer_fields - kubeflow_fields
     if unknown:
       raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
     trainer_overrides = {k: v for k, v in overrides.items() if k in trainer_fields}
+    kubeflow_overrides = {k: v for k, v in overrides.items() if k in kubeflow_fields}
     pipeline_overrides = {k: v for k, v in overrides.items() if k in pipeline_fields}
     trainer = pipeline_overrides.pop("trainer", self.trainer)
     if trainer_overrides:
       trainer = dataclasses.replace(trainer, **trainer_overrides)
-    return dataclasses.replace(self, trainer=trainer, **pipeline_overrides)
+    kubeflow = pipeline_overrides.pop("kubeflow", self.kubeflow)
+    if kubeflow_overrides:
+      kubeflow = (dataclasses.replace(kubeflow, **kubeflow_overrides) if kubeflow
+                  else KubeflowConfig(**kubeflow_overrides))
+    return dataclasses.replace(self, trainer=trainer, kubeflow=kubeflow, **pipeline_overrides)
 
 
 def _flag_fields() -> dict:
-  fields = {f.name: f for f in dataclasses.fields(PipelineConfig) if f.name != "trainer"}
+  fields = {f.name: f for f in dataclasses.fields(PipelineConfig)
+            if f.name not in ("trainer", "kubeflow")}
   fields.update({f.name: f for f in dataclasses.fields(TrainerConfig)})
+  fields.update({f.name: f for f in dataclasses.fields(KubeflowConfig)})
   return fields
 
 
-def usage() -> str:
-  """Every flag with its default for this pipeline (trainer defaults are the local ones)."""
-  defaults = PipelineConfig()
-  lines = ["usage: python -m pipeline [--flag=value ...]   (or: make run ARGS=\"--flag=value\")", ""]
+def usage(base: Optional[PipelineConfig] = None,
+          command: str = 'python -m pipeline [--flag=value ...]   (or: make run ARGS="--flag=value")',
+          cluster: bool = False) -> str:
+  """Every flag with its default (trainer defaults are the base's; cluster flags on request)."""
+  defaults = base or PipelineConfig()
+  cluster_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
+  lines = [f"usage: {command}", ""]
   for name in _flag_fields():
+    if name in cluster_defaults:
+      if cluster:
+        lines.append(f"  --{name:<22} default: {cluster_defaults[name]!r}")
+      continue
     source = defaults.trainer if hasattr(defaults.trainer, name) else defaults
     lines.append(f"  --{name:<22} default: {getattr(source, name)!r}")
   return "\n".join(lines)
@@ -121,7 +147,8 @@ def usage() -> str:
 
 def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
   """Builds the run's config from `--field value` / `--field=value` flags over the defaults."""
-  hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig)}
+  hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig),
+           **typing.get_type_hints(KubeflowConfig)}
   hints = {name: hints[name] for name in _flag_fields()}
   return (base or PipelineConfig()).replace(**parse_flags(argv, hints))
 

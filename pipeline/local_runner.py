@@ -65,6 +65,10 @@ def main(argv: Sequence[str]) -> int:
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
+  if config.kubeflow is not None:
+    print("error: cluster flags (--image, --vertex_project, ...) are for Kubeflow runs: "
+          "python -m kubeflow compile|run|schedule ...", file=sys.stderr)
+    return 2
   from tfx import v1 as tfx  # noqa: F401  Imported first: it installs log handlers we replace.
   from pipeline import report
   log_path = configure_logging(os.path.join(config.output_dir, "logs"))

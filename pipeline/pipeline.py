@@ -15,6 +15,7 @@ from tfx.dsl.components.base import executor_spec
 from components.example_gen import ImageDatasetExampleGen
 from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
+from kubeflow import cluster
 from pipeline.config import PipelineConfig
 from trainer_module import preprocessing
 from trainer_module.features import LABEL_KEY, PROBABILITIES_KEY
@@ -38,10 +39,11 @@ def trainer_module_fingerprint() -> str:
 def example_gen(config: PipelineConfig):
   if config.dataset == "tfrecord":
     splits = ["train", "eval"]
-    if os.path.isdir(os.path.join(config.tfrecord_dir, "test")):
+    # The optional test split is only scored locally; a cluster run reads train and eval.
+    if config.kubeflow is None and os.path.isdir(os.path.join(config.tfrecord_dir, "test")):
       splits.append("test")
     return tfx.components.ImportExampleGen(
-        input_base=config.tfrecord_dir,
+        input_base=cluster.tfrecord_input_base(config),
         input_config=tfx.proto.Input(
             splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in splits]))
   return ImageDatasetExampleGen(source=config.dataset, eval_fraction=config.eval_fraction,
@@ -86,7 +88,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
 
   examples = example_gen(config)
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
-  schema = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
+  schema = tfx.components.ImportSchemaGen(schema_file=cluster.schema_file(config))
   validator = tfx.components.ExampleValidator(statistics=statistics.outputs["statistics"],
                                               schema=schema.outputs["schema"])
   gate = ValidationGate(examples=examples.outputs["examples"],
@@ -96,15 +98,13 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
                                   fingerprint)
   transform.add_upstream_node(gate)
 
-  trainer = tfx.components.Trainer(
-      run_fn="trainer_module.trainer.run_fn",
+  trainer = cluster.trainer(
+      config, fingerprint,
       examples=transform.outputs["transformed_examples"],
       transform_graph=transform.outputs["transform_graph"],
       schema=schema.outputs["schema"],
       train_args=tfx.proto.TrainArgs(splits=["train"]),
-      eval_args=tfx.proto.EvalArgs(splits=["eval"]),
-      custom_config={"trainer": config.trainer.to_dict(),
-                     "trainer_module_fingerprint": fingerprint})
+      eval_args=tfx.proto.EvalArgs(splits=["eval"]))
 
   baseline = tfx.dsl.Resolver(
       strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
@@ -133,6 +133,5 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       components=[examples, statistics, schema, validator, gate, transform, trainer, baseline,
                   evaluator, pusher],
       enable_cache=config.enable_cache,
-      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          config.metadata_path),
+      metadata_connection_config=cluster.metadata_connection(config),
       beam_pipeline_args=config.beam_pipeline_args())

@@ -1,0 +1,23 @@
+# The pipeline's image: TFX 1.16's official image plus this project. Every Kubeflow component
+# and every Vertex AI training replica runs it. Build from the repository root (README,
+# "Running on Kubeflow Pipelines"):
+#   docker build -t gcr.io/PROJECT/wrn-pipeline:TAG . && docker push gcr.io/PROJECT/wrn-pipeline:TAG
+FROM gcr.io/tfx-oss-public/tfx:1.16.0
+
+# TFX 1.16, TFT and TFMA need Keras 2 (tf_keras) in every process.
+ENV TF_USE_LEGACY_KERAS=1 PYTHONDONTWRITEBYTECODE=1
+# kubeflow.config.IMAGE_PROJECT_DIR: the compiled pipeline reads the schema from here.
+WORKDIR /pipeline
+
+# requirements.lock is resolved for Python 3.10, the image's Python. --no-deps installs exactly
+# the tested versions; pip skips what the image already has at those versions (TFX, TF, Beam).
+COPY requirements.lock ./
+RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
+
+COPY pyproject.toml ./
+COPY pipeline/ pipeline/
+COPY components/ components/
+COPY trainer_module/ trainer_module/
+COPY kubeflow/ kubeflow/
+RUN python -m pip install --no-cache-dir --no-deps . \
+ && cd / && python -c "import pipeline.pipeline, kubeflow.cluster, trainer_module.trainer"

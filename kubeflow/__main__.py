@@ -1,0 +1,7 @@
+"""`python -m kubeflow compile|upload|run|schedule ...` (see kubeflow/cli.py, README)."""
+import sys
+
+from kubeflow.cli import main
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))

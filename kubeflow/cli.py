@@ -1,0 +1,150 @@
+"""`python -m kubeflow compile|upload|run|schedule`: the pipeline on Kubeflow Pipelines."""
+import os
+import sys
+from typing import Dict, List, Sequence, Tuple
+
+from kubeflow import config as kubeflow_config
+from kubeflow import cron
+from pipeline import config as config_lib
+from trainer_module.config import TrainerConfig
+
+DEFAULT_PACKAGE_DIR = os.path.join("outputs", "kubeflow")
+CONNECTION_FLAGS = ("endpoint", "token", "namespace")
+COMMAND_FLAGS = {
+    "compile": ("package_dir",),
+    "upload": ("package", "version") + CONNECTION_FLAGS,
+    "run": ("package", "version", "experiment", "run_name", "data_root") + CONNECTION_FLAGS,
+    "schedule": ("package", "version", "experiment", "schedule_name", "cron", "max_concurrency",
+                 "data_root") + CONNECTION_FLAGS,
+}
+
+USAGE = f"""usage: python -m kubeflow COMMAND [--flag=value ...]
+
+  compile   [pipeline flags] [--package_dir=DIR]
+            Writes DIR/<pipeline_name>.yaml (the KFP pipeline spec to upload) and .json (the
+            PipelineJob, for Vertex AI Pipelines); DIR defaults to {DEFAULT_PACKAGE_DIR}.
+            Needs --image and an object-storage --output_dir (gs://... or s3://...).
+  upload    --package=FILE.yaml [--version=NAME]
+            Uploads the pipeline, or a new version of the pipeline of the same name.
+  run       --package=FILE.yaml --experiment=NAME [--run_name=NAME] [--data_root=URI]
+            [--TRAINER_FLAG=VALUE ...]
+            Uploads (as above), then starts one run in the experiment (created when missing).
+  schedule  --package=FILE.yaml --experiment=NAME --cron="SEC MIN HOUR DOM MON DOW"
+            [--schedule_name=NAME] [--max_concurrency=1] [--data_root=URI] [--TRAINER_FLAG=VALUE ...]
+            Uploads, then creates a recurring run on a 6-field cron schedule (seconds first).
+
+Connection (upload, run, schedule): --endpoint=URL or ${{KFP_ENDPOINT}}; --token=TOKEN or
+${{KFP_TOKEN}} (else kfp's own credentials); --namespace=NS on multi-user Kubeflow.
+Per run, --data_root and trainer flags (e.g. --train_epochs=50) change the runtime parameters;
+flags that Transform or the compiled worker pools depend on need a new compile.
+
+Pipeline flags (compile):
+"""
+
+
+def split_flags(argv: Sequence[str], names: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
+  """Our flags by name, and the rest (config flags) untouched, as `--name=value` strings."""
+  ours, rest = {}, []
+  args = list(argv)
+  while args:
+    arg = args.pop(0)
+    if not arg.startswith("--"):
+      raise ValueError(f"Unexpected argument {arg!r}: flags look like --name=value.")
+    name, has_value, value = arg[2:].partition("=")
+    if not has_value:
+      if not args:
+        raise ValueError(f"Flag --{name} needs a value.")
+      value = args.pop(0)
+    if name in names:
+      ours[name] = value
+    else:
+      rest.append(f"--{name}={value}")
+  return ours, rest
+
+
+def cluster_base() -> config_lib.PipelineConfig:
+  """Cluster defaults: a KFP-legal name and the original WRN-28-10 recipe (GPU/TPU scale)."""
+  return config_lib.PipelineConfig(pipeline_name=kubeflow_config.KUBEFLOW_PIPELINE_NAME,
+                                   trainer=TrainerConfig())
+
+
+def _required(flags: dict, name: str, example: str) -> str:
+  if not flags.get(name):
+    raise ValueError(f"--{name} is required (e.g. --{name}={example}).")
+  return flags[name]
+
+
+def main(argv: Sequence[str]) -> int:
+  if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
+    print(USAGE + config_lib.usage(cluster_base(), "python -m kubeflow compile", cluster=True))
+    return 0
+  command, args = argv[0], argv[1:]
+  if command not in COMMAND_FLAGS:
+    print(f"error: unknown command {command!r}; expected one of {sorted(COMMAND_FLAGS)}.",
+          file=sys.stderr)
+    return 2
+  try:
+    flags, rest = split_flags(args, COMMAND_FLAGS[command])
+    if command == "compile":
+      return _compile(flags, rest)
+    return _submit(command, flags, rest)
+  except ValueError as error:  # Bad input: nothing written, nothing sent.
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
+def _compile(flags: dict, rest: List[str]) -> int:
+  config = config_lib.from_flags(rest, base=cluster_base())
+  if config.kubeflow is None:
+    raise ValueError("Invalid config value image='': is required on Kubeflow (e.g. "
+                     "--image=gcr.io/my-project/wrn-pipeline:1), with an object-storage "
+                     "--output_dir (gs://... or s3://...).")
+  from kubeflow import compiler
+  compiled = compiler.compile_pipeline(config, flags.get("package_dir", DEFAULT_PACKAGE_DIR))
+  print(f"Compiled {config.pipeline_name} for Kubeflow Pipelines:\n"
+        f"  pipeline spec (upload):  {compiled.spec_path}\n"
+        f"  PipelineJob (Vertex AI): {compiled.job_path}\n"
+        f"  pipeline root:           {config.pipeline_root}\n"
+        f"  serving models:          {config.serving_model_dir}")
+  return 0
+
+
+def _submit(command: str, flags: dict, rest: List[str]) -> int:
+  from kubeflow import submit
+  package = _required(flags, "package", "outputs/kubeflow/wrn-image-classifier.yaml")
+  spec = submit.load_spec(package)
+  parameters = {}
+  if command in ("run", "schedule"):
+    experiment = _required(flags, "experiment", "wrn")
+    parameters = submit.run_parameters(spec, rest, flags.get("data_root"))
+  elif rest:
+    raise ValueError(f"upload takes no pipeline flags (got {rest[0]}); they go to compile.")
+  if command == "schedule":
+    cron_expression = cron.check_cron(_required(flags, "cron", "'0 0 3 * * *'"))
+    max_concurrency = flags.get("max_concurrency", "1")
+    if not max_concurrency.isdigit() or int(max_concurrency) < 1:
+      raise ValueError(f"Invalid --max_concurrency {max_concurrency!r}: must be an integer >= 1.")
+  connection = submit.Connection.from_flags(flags.get("endpoint"), flags.get("token"),
+                                            flags.get("namespace"))
+  version = flags.get("version") or submit.default_version_name(spec)
+
+  name = spec["pipelineInfo"]["name"]
+  try:
+    client = connection.client()
+    pipeline_id, version_id = submit.upload(client, package, spec, version, connection.namespace)
+    print(f"Pipeline {name}: id {pipeline_id}, version {version_id}")
+    if command == "run":
+      run_id = submit.start_run(client, experiment, flags.get("run_name") or version,
+                                pipeline_id, version_id, parameters, connection.namespace)
+      print(f"Run {run_id} started in experiment {experiment}.")
+    elif command == "schedule":
+      recurring_id = submit.schedule_runs(
+          client, experiment, flags.get("schedule_name") or f"{name}-cron", cron_expression,
+          pipeline_id, version_id, parameters, int(max_concurrency), connection.namespace)
+      print(f"Recurring run {recurring_id} created in experiment {experiment}: "
+            f"{cron_expression}.")
+  except Exception as error:  # What the server (or the network) said is what the user needs.
+    print(f"error: Kubeflow Pipelines at {connection.endpoint}: {type(error).__name__}: "
+          f"{error}", file=sys.stderr)
+    return 1
+  return 0

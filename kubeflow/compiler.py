@@ -1,0 +1,69 @@
+"""Compiles the pipeline (the same create_pipeline as the local runner) for Kubeflow Pipelines.
+
+TFX's KubeflowV2DagRunner writes a PipelineJob: the KFP v2 pipeline spec plus a runtime config.
+Two files come out of one compile:
+- `<name>.json`, that PipelineJob (Vertex AI Pipelines takes it as is);
+- `<name>.yaml`, the pipeline spec alone, which is what a Kubeflow Pipelines server uploads.
+Both carry the pipeline root (object storage) and the runtime parameters with their defaults.
+"""
+import dataclasses
+import json
+import os
+from typing import Dict
+
+import yaml
+from tfx import v1 as tfx
+from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+
+from pipeline.config import PipelineConfig
+from pipeline.pipeline import create_pipeline
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledPipeline:
+  job_path: str  # PipelineJob JSON.
+  spec_path: str  # PipelineSpec YAML, for `kfp.Client` uploads.
+
+
+def runtime_parameter_defaults(pipeline: tfx.dsl.Pipeline) -> Dict[str, object]:
+  """Every runtime parameter of the pipeline's components, with its default."""
+  defaults = {}
+  for component in pipeline.components:
+    for value in component.exec_properties.values():
+      if isinstance(value, tfx.dsl.experimental.RuntimeParameter):
+        defaults[value.name] = value.default
+  return defaults
+
+
+def pipeline_job(config: PipelineConfig) -> dict:
+  """The PipelineJob of this config, as a dict; raises before compiling a local config."""
+  if config.kubeflow is None:
+    raise ValueError("A Kubeflow pipeline needs cluster settings: pass --image and an "
+                     "object-storage --output_dir (gs:// or s3://).")
+  pipeline = create_pipeline(config)
+  defaults = runtime_parameter_defaults(pipeline)
+  runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
+      kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
+          display_name=config.pipeline_name, default_image=config.kubeflow.image,
+          use_pipeline_spec_2_1=True))
+  job = runner.run(pipeline, parameter_values=defaults, write_out=False)
+  spec = job["pipelineSpec"]
+  # Without these, a KFP server would write to its own default root and make every parameter
+  # mandatory at each run: TFX records them in the job's runtime config only.
+  spec["defaultPipelineRoot"] = config.pipeline_root
+  for name, default in defaults.items():
+    parameter = spec["root"]["inputDefinitions"]["parameters"][name]
+    parameter.update(defaultValue=default, isOptional=True)
+  return job
+
+
+def compile_pipeline(config: PipelineConfig, package_dir: str) -> CompiledPipeline:
+  job = pipeline_job(config)
+  os.makedirs(package_dir, exist_ok=True)
+  base = os.path.join(package_dir, config.pipeline_name)
+  compiled = CompiledPipeline(job_path=base + ".json", spec_path=base + ".yaml")
+  with open(compiled.job_path, "w") as f:
+    json.dump(job, f, indent=2, sort_keys=True)
+  with open(compiled.spec_path, "w") as f:
+    yaml.safe_dump(job["pipelineSpec"], f, sort_keys=True)
+  return compiled

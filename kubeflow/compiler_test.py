@@ -1,0 +1,141 @@
+"""The compiled KFP v2 spec: the local pipeline's components and edges, the image, the runtime
+parameters (and that they reach the components), Vertex pools, and no path of this machine."""
+import json
+import os
+
+from google.protobuf import json_format
+from kfp.client import client as kfp_client
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from kubeflow import cli
+from kubeflow import config as kubeflow_config
+from pipeline.config import PipelineConfig
+from pipeline.pipeline import create_pipeline
+from trainer_module.config import TrainerConfig
+
+RESOLVER = "latest_blessed_model_resolver"
+
+
+def _spec(compiled):
+  """The spec as the kfp SDK reads a package (what kfp.Client does before a run)."""
+  return kfp_client._extract_pipeline_yaml(compiled.spec_path).pipeline_spec
+
+
+def _compiled_edges(spec):
+  """(upstream, downstream) task pairs; TFX compiles the resolver into two chained tasks."""
+  def node(task):
+    return RESOLVER if task.startswith(RESOLVER + "-") else task
+  return {(node(upstream), node(task)) for task, task_spec in spec.root.dag.tasks.items()
+          for upstream in task_spec.dependent_tasks}
+
+
+def test_the_spec_has_every_component_and_the_local_pipelines_edges(compiled):
+  config, package = compiled["vertex"]
+  local = create_pipeline(PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1)))
+  local_edges = {(upstream.id, component.id) for component in local.components
+                 for upstream in component.upstream_nodes}
+  spec = _spec(package)
+  assert {task.split("-")[0] for task in spec.root.dag.tasks} == {c.id for c in local.components}
+  assert _compiled_edges(spec) == local_edges
+  assert spec.pipeline_info.name == config.pipeline_name == "wrn-image-classifier"
+  assert spec.default_pipeline_root == "gs://bucket/wrn/pipeline_root/wrn-image-classifier"
+
+
+def test_every_container_runs_the_pipeline_image(compiled):
+  _, package = compiled["vertex"]
+  executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
+  containers = {name: e["container"] for name, e in executors.items() if "container" in e}
+  assert len(containers) == 9  # Every component but the resolver (two MLMD queries).
+  assert {c["image"] for c in containers.values()} == {"gcr.io/proj/wrn-pipeline:7"}
+  # Custom executors are imported from the image's packages.
+  classes = {c["args"][c["args"].index("--executor_class_path") + 1] for c in containers.values()}
+  assert {"components.example_gen._Executor", "components.pusher.VersionedPusherExecutor",
+          "components.validation_gate.ValidationGate_Executor",
+          "tfx.extensions.google_cloud_ai_platform.trainer.executor.GenericExecutor"} <= classes
+  # Beam components use the pod's cores.
+  assert all("--direct_num_workers=0" in c["args"] for name, c in containers.items()
+             if name.startswith(("ImageDatasetExampleGen", "ValidationGate", "Transform")))
+
+
+def test_runtime_parameters_have_defaults_and_feed_the_components(compiled):
+  config, package = compiled["tfrecord"]
+  spec = _spec(package)
+  parameters = spec.root.input_definitions.parameters
+  assert set(parameters) == {"trainer_config", "data_root"}
+  assert all(p.is_optional for p in parameters.values())
+  assert parameters["data_root"].default_value.string_value == "s3://data/images"
+  trainer_config = json.loads(parameters["trainer_config"].default_value.string_value)
+  assert TrainerConfig.from_dict(trainer_config["trainer"]) == config.trainer
+  tasks = spec.root.dag.tasks
+  assert tasks["Trainer"].inputs.parameters["custom_config"].component_input_parameter == \
+      "trainer_config"
+  assert tasks["ImportExampleGen"].inputs.parameters["input_base"].component_input_parameter == \
+      "data_root"
+  # The Vertex AI PipelineJob carries the same values.
+  with open(package.job_path) as f:
+    job = json.load(f)
+  assert job["runtimeConfig"]["parameterValues"]["data_root"] == "s3://data/images"
+  assert job["runtimeConfig"]["gcsOutputDirectory"] == config.pipeline_root
+
+
+def test_a_changed_trainer_config_reaches_run_fn_on_every_vertex_replica(compiled):
+  """What KFP hands the Trainer's container, through TFX's entrypoint and the Vertex job it
+  submits, to the exec properties each replica's Trainer executor (and run_fn) reads."""
+  from kfp.pipeline_spec import pipeline_spec_pb2 as pb
+  from tfx.extensions.google_cloud_ai_platform import training_clients
+  from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils
+  from tfx.utils import json_utils
+  from kubeflow import submit
+  _, package = compiled["vertex"]
+  spec_dict = submit.load_spec(package.spec_path)
+  parameters = submit.run_parameters(spec_dict, ["--train_epochs=3"], None)
+  spec = _spec(package)
+  executor_input = pb.ExecutorInput()
+  for name, parameter in spec.root.dag.tasks["Trainer"].inputs.parameters.items():
+    value = (parameters[parameter.component_input_parameter]
+             if parameter.component_input_parameter else
+             json_format.MessageToDict(parameter.runtime_value.constant))
+    executor_input.inputs.parameter_values[name].string_value = value
+  exec_properties = kubeflow_v2_entrypoint_utils.parse_execution_properties(
+      executor_input.inputs.parameter_values, executor_input.inputs.parameters,
+      spec.components["Trainer"].input_definitions)
+  custom_config = json_utils.loads(exec_properties["custom_config"])
+  job_args = dict(custom_config["ai_platform_training_args"])
+  assert job_args.pop("project") == "proj"
+  assert custom_config["ai_platform_vertex_region"] == "europe-west4"
+  job = object.__new__(training_clients.VertexJobClient).create_training_job(
+      {}, {}, exec_properties, "tfx.components.trainer.executor.GenericExecutor", job_args,
+      None, None)
+  pools = job["job_spec"]["worker_pool_specs"]
+  assert [p["replica_count"] for p in pools] == [1, 2]
+  for pool in pools:
+    assert pool["machine_spec"]["accelerator_type"] == "NVIDIA_TESLA_V100"
+    assert pool["container_spec"]["image_uri"] == "gcr.io/proj/wrn-pipeline:7"
+    command = pool["container_spec"]["command"]
+    replica_properties = json.loads(command[command.index("--exec-properties") + 1])
+    replica_custom_config = json_utils.loads(replica_properties["custom_config"])
+    trainer = TrainerConfig.from_dict(replica_custom_config["trainer"])  # As run_fn reads it.
+    assert trainer.train_epochs == 3
+    assert trainer.distribution_strategy == "multi_worker_mirrored"
+
+
+def test_no_path_of_this_machine_is_in_the_spec(compiled, tmp_path):
+  for _, package in compiled.values():
+    for path in (package.spec_path, package.job_path):
+      with open(path) as f:
+        text = f.read()
+      for local in {kubeflow_config.PROJECT_DIR, os.getcwd(), os.path.expanduser("~"),
+                    str(tmp_path.parent.parent), "/tmp/", "outputs/"}:
+        assert local not in text, (path, local)
+      assert "/pipeline/components/schema.pbtxt" in text  # The schema inside the image.
+
+
+def test_compile_without_cluster_settings_fails_and_writes_nothing(tmp_path, capsys):
+  package_dir = tmp_path / "package"
+  assert cli.main(["compile", f"--package_dir={package_dir}",
+                   "--output_dir=gs://bucket/wrn"]) == 2
+  assert "image=''" in capsys.readouterr().err
+  assert cli.main(["compile", f"--package_dir={package_dir}", "--image=i",
+                   "--output_dir=/local/out"]) == 2
+  assert "output_dir='/local/out'" in capsys.readouterr().err
+  assert not package_dir.exists()

@@ -1,0 +1,141 @@
+"""Cluster settings of a run: the `kubeflow` part of the one PipelineConfig.
+
+A config that has them describes a run on Kubeflow Pipelines: the code comes from a container
+image, every location is on object storage (gs:// or s3://), and the Trainer can run on Vertex
+AI worker pools with GPUs or TPUs. Nothing here imports TFX: pipeline/config.py imports it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any
+
+# The Dockerfile's WORKDIR: the project's packages are copied there, and it is on sys.path.
+IMAGE_PROJECT_DIR = "/pipeline"
+# The packages the pipeline imports at run time; the image must hold every one.
+IMAGE_PACKAGES = ("pipeline", "components", "trainer_module", "kubeflow")
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+OBJECT_STORE_URI = re.compile(r"(gs|s3)://[a-z0-9][a-z0-9._-]{1,221}(/.*)?")
+# Kubeflow V2 pipeline (and TFX KubeflowV2DagRunner) names.
+KFP_PIPELINE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
+KUBEFLOW_PIPELINE_NAME = "wrn-image-classifier"
+
+# Runtime parameters of the compiled pipeline: what a user may change per run without
+# recompiling. Each one is an execution property its component reads.
+TRAINER_CONFIG_PARAMETER = "trainer_config"  # The Trainer's custom_config, as JSON.
+DATA_ROOT_PARAMETER = "data_root"  # ImportExampleGen's input_base (dataset=tfrecord).
+TRAINER_CONFIG_KEY = "trainer"  # Where run_fn finds the TrainerConfig in custom_config.
+
+# Vertex AI AcceleratorType names (google.cloud.aiplatform_v1.types.AcceleratorType).
+GPU_TYPES = ("NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
+             "NVIDIA_TESLA_T4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_L4",
+             "NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200")
+TPU_TYPES = ("TPU_V2", "TPU_V3", "TPU_V4_POD", "TPU_V5_LITEPOD")
+ACCELERATOR_TYPES = GPU_TYPES + TPU_TYPES
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeflowConfig:
+  image: str = ""  # The pipeline's container image (see Dockerfile); every component runs it.
+  # Vertex AI training: with a project, the Trainer runs as a Vertex CustomJob on these pools.
+  vertex_project: str = ""
+  vertex_region: str = "us-central1"
+  machine_type: str = "n1-standard-8"
+  accelerator_type: str = ""  # A Vertex AcceleratorType name; empty for CPU only.
+  accelerator_count: int = 0  # Per replica.
+  replica_count: int = 1  # Machines: one chief plus replica_count - 1 workers.
+
+  def __post_init__(self):
+    _require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
+             self.image, "is required: the container image every component runs "
+             "(e.g. gcr.io/my-project/wrn-pipeline:1)")
+    _require(self.accelerator_type in ("",) + ACCELERATOR_TYPES, "accelerator_type",
+             self.accelerator_type, f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
+    _require(self.accelerator_count >= 0, "accelerator_count", self.accelerator_count,
+             "must be >= 0")
+    _require((self.accelerator_count > 0) == bool(self.accelerator_type), "accelerator_count",
+             self.accelerator_count, "must be > 0 exactly when accelerator_type is set")
+    _require(self.replica_count >= 1, "replica_count", self.replica_count, "must be >= 1")
+    if not self.vertex_project:
+      _require(not self.accelerator_type and self.replica_count == 1, "vertex_project",
+               self.vertex_project, "is required for accelerators or more than one replica "
+               "(the Trainer runs them as a Vertex AI training job)")
+    else:
+      _require(bool(self.vertex_region), "vertex_region", self.vertex_region,
+               "is required with vertex_project")
+      _require(bool(self.machine_type), "machine_type", self.machine_type,
+               "is required with vertex_project")
+    if self.accelerator_type in TPU_TYPES:
+      _require(self.replica_count == 1, "replica_count", self.replica_count,
+               "must be 1 with a TPU accelerator (one TPU host runs the TPUStrategy)")
+
+  @property
+  def uses_vertex_training(self) -> bool:
+    return bool(self.vertex_project)
+
+  def expected_distribution_strategies(self) -> tuple:
+    """The tf.distribute strategies that fit these pools; the trainer config must pick one."""
+    if self.accelerator_type in TPU_TYPES:
+      return ("tpu",)
+    if self.replica_count > 1:
+      return ("multi_worker_mirrored",)
+    if self.accelerator_count > 1:
+      return ("mirrored",)
+    return ("default", "mirrored")
+
+  def worker_pool_specs(self) -> list:
+    """Vertex CustomJob worker pools: the chief, then replica_count - 1 workers, all alike."""
+    machine_spec = {"machine_type": self.machine_type}
+    if self.accelerator_type:
+      machine_spec.update(accelerator_type=self.accelerator_type,
+                          accelerator_count=self.accelerator_count)
+    pool = {"machine_spec": machine_spec, "container_spec": {"image_uri": self.image}}
+    pools = [dict(pool, replica_count=1)]
+    if self.replica_count > 1:
+      pools.append(dict(pool, replica_count=self.replica_count - 1))
+    return pools
+
+
+def is_object_store_uri(path) -> bool:
+  return isinstance(path, str) and OBJECT_STORE_URI.fullmatch(path) is not None
+
+
+def image_path(local_path: str) -> str:
+  """Where a file of this project's packages lives inside the image; an object-store URI as is."""
+  if is_object_store_uri(local_path):
+    return local_path
+  relative = os.path.relpath(os.path.abspath(local_path), PROJECT_DIR)
+  _require(relative.split(os.sep)[0] in IMAGE_PACKAGES, "schema_path", local_path,
+           "must be on object storage (gs://, s3://) or inside one of the packages the image "
+           f"holds {IMAGE_PACKAGES}")
+  return "/".join([IMAGE_PROJECT_DIR] + relative.split(os.sep))
+
+
+def check_cluster_config(config: Any) -> None:
+  """What a PipelineConfig with cluster settings must satisfy on top of the local rules."""
+  kubeflow = config.kubeflow
+  _require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",
+           config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
+           f"(e.g. {KUBEFLOW_PIPELINE_NAME})")
+  _require(is_object_store_uri(config.output_dir), "output_dir", config.output_dir,
+           "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
+           "the pipeline root and the serving models go under it")
+  for name in ("tfrecord_dir", "tfds_data_dir"):
+    value = getattr(config, name)
+    _require(value is None or is_object_store_uri(value), name, value,
+             "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
+             "the cluster cannot read this machine's files")
+  image_path(config.schema_path)
+  strategy = config.trainer.distribution_strategy
+  expected = kubeflow.expected_distribution_strategies()
+  _require(strategy in expected, "distribution_strategy", strategy,
+           f"must be one of {expected} with replica_count={kubeflow.replica_count}, "
+           f"accelerator_type={kubeflow.accelerator_type!r}, "
+           f"accelerator_count={kubeflow.accelerator_count}")
+
+
+def _require(condition: bool, name: str, value: Any, rule: str) -> None:
+  if not condition:
+    raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")

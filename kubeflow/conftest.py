@@ -1,0 +1,24 @@
+import pytest
+
+from kubeflow import cli
+from pipeline.config import from_flags
+
+# A Vertex multi-worker GPU pipeline on the embedded digits, and a TFRecord one without Vertex.
+VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn",
+                "--vertex_project=proj", "--vertex_region=europe-west4",
+                "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=2",
+                "--replica_count=3", "--distribution_strategy=multi_worker_mirrored"]
+TFRECORD_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=s3://bucket/wrn",
+                  "--dataset=tfrecord", "--tfrecord_dir=s3://data/images",
+                  "--pipeline_name=wrn-tfrecord"]
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory):
+  """The two pipelines compiled once by `python -m kubeflow compile`, with their configs."""
+  from kubeflow import compiler
+  result = {}
+  for name, flags in (("vertex", VERTEX_FLAGS), ("tfrecord", TFRECORD_FLAGS)):
+    config = from_flags(flags, base=cli.cluster_base())
+    result[name] = (config, compiler.compile_pipeline(config, str(tmp_path_factory.mktemp(name))))
+  return result

@@ -1,0 +1,87 @@
+"""The image definition: TFX 1.16's image plus every package the pipeline imports, installed.
+(No Docker engine runs here; this checks what a `docker build` would copy and install.)"""
+import ast
+import fnmatch
+import os
+import re
+
+import tfx
+
+from kubeflow.config import IMAGE_PACKAGES, IMAGE_PROJECT_DIR, PROJECT_DIR
+
+
+def _instructions():
+  with open(os.path.join(PROJECT_DIR, "Dockerfile")) as f:
+    text = re.sub(r"\\\n", " ", f.read())
+  lines = [line.strip() for line in text.splitlines()]
+  return [tuple(line.split(None, 1)) for line in lines if line and not line.startswith("#")]
+
+
+def _project_imports(package):
+  """Top-level project packages that the modules of `package` import."""
+  project = {name for name in os.listdir(PROJECT_DIR)
+             if os.path.isfile(os.path.join(PROJECT_DIR, name, "__init__.py"))}
+  found = set()
+  for root, _, files in os.walk(os.path.join(PROJECT_DIR, package)):
+    for name in files:
+      if name.endswith(".py") and not name.endswith("_test.py") and name != "conftest.py":
+        with open(os.path.join(root, name)) as f:
+          tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+          if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+          elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+  return found & project
+
+
+def test_the_image_is_the_tested_tfx_release():
+  instructions = _instructions()
+  assert instructions[0] == ("FROM", f"gcr.io/tfx-oss-public/tfx:{tfx.__version__}")
+  assert tfx.__version__ == "1.16.0"
+  assert ("WORKDIR", IMAGE_PROJECT_DIR) in instructions
+
+
+def test_every_package_the_pipeline_imports_is_copied_then_installed():
+  instructions = _instructions()
+  copies = [args.split() for op, args in instructions if op == "COPY"]
+  copied = {source.rstrip("/") for *sources, _ in copies for source in sources}
+  needed = set(IMAGE_PACKAGES)
+  for package in IMAGE_PACKAGES:
+    needed |= _project_imports(package)
+  assert needed == set(IMAGE_PACKAGES)  # Nothing imported from outside what the image holds.
+  assert needed | {"requirements.lock", "pyproject.toml"} <= copied
+  for *sources, destination in copies:  # Each into the same place under WORKDIR.
+    assert all(destination == "./" or destination == source for source in sources)
+  runs = [(index, args) for index, (op, args) in enumerate(instructions) if op == "RUN"]
+  lock_install = [i for i, args in runs if "pip install" in args and "--no-deps -r requirements.lock" in args]
+  project_install = [i for i, args in runs if re.search(r"pip install .*--no-deps \.( |$)", args)]
+  last_copy = max(i for i, (op, _) in enumerate(instructions) if op == "COPY")
+  assert lock_install and project_install and project_install[0] > last_copy
+
+
+def test_pip_install_of_the_project_includes_every_package_and_the_schema():
+  with open(os.path.join(PROJECT_DIR, "pyproject.toml")) as f:
+    pyproject = f.read()
+  for package in IMAGE_PACKAGES:
+    assert f'"{package}*"' in pyproject
+  assert re.search(r'components = \[[^]]*"\*\.pbtxt"', pyproject)
+
+
+def test_the_lock_is_resolved_for_the_images_python():
+  with open(os.path.join(PROJECT_DIR, "requirements.lock")) as f:
+    header = f.read(500)
+  assert "--python-version 3.10" in header  # The TFX 1.16 image runs Python 3.10.
+
+
+def test_dockerignore_keeps_what_the_image_copies():
+  with open(os.path.join(PROJECT_DIR, ".dockerignore")) as f:
+    patterns = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+  shipped = ["requirements.lock", "pyproject.toml", "components/schema.pbtxt"]
+  for package in IMAGE_PACKAGES:
+    shipped += [os.path.join(package, name) for name in os.listdir(os.path.join(PROJECT_DIR, package))
+                if name.endswith(".py") and not name.endswith("_test.py") and name != "conftest.py"]
+  for path in shipped:
+    assert not any(fnmatch.fnmatch(path, pattern) or path.startswith(pattern.rstrip("/") + "/")
+                   for pattern in patterns), path
+  assert ".venv" in patterns and "outputs" in patterns

@@ -1,0 +1,148 @@
+"""Uploads a compiled pipeline and starts one-off or recurring runs on a KFP server (kfp.Client).
+
+Everything a request needs is checked first (the package, the parameters, the cron
+expression, the endpoint), so bad input fails before any network call.
+"""
+import dataclasses
+import json
+import os
+import time
+from typing import Mapping, Optional, Sequence
+
+import yaml
+
+from kubeflow.config import (DATA_ROOT_PARAMETER, TRAINER_CONFIG_KEY, TRAINER_CONFIG_PARAMETER,
+                             KubeflowConfig, is_object_store_uri)
+from pipeline import config as config_lib
+from trainer_module.config import TrainerConfig
+
+ENDPOINT_ENV = "KFP_ENDPOINT"
+TOKEN_ENV = "KFP_TOKEN"
+# Trainer fields a run may not change: the Vertex pools compiled into the pipeline fit this
+# strategy, and the schema's label domain fits num_classes.
+COMPILED_TRAINER_FIELDS = ("distribution_strategy", "tpu", "num_classes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Connection:
+  endpoint: str
+  token: Optional[str] = None  # None: kfp's own credentials (IAP client id, kube context).
+  namespace: Optional[str] = None  # Multi-user Kubeflow: the profile namespace.
+
+  @classmethod
+  def from_flags(cls, endpoint: Optional[str], token: Optional[str], namespace: Optional[str],
+                 environ: Mapping[str, str] = os.environ) -> "Connection":
+    endpoint = endpoint or environ.get(ENDPOINT_ENV)
+    if not endpoint:
+      raise ValueError(f"No Kubeflow Pipelines endpoint: pass --endpoint=URL or set "
+                       f"{ENDPOINT_ENV} (e.g. http://localhost:8080 with kubectl port-forward).")
+    if not endpoint.startswith(("http://", "https://")):
+      raise ValueError(f"Invalid --endpoint {endpoint!r}: expected an http:// or https:// URL.")
+    return cls(endpoint=endpoint.rstrip("/"), token=token or environ.get(TOKEN_ENV) or None,
+               namespace=namespace or None)
+
+  def client(self):
+    import kfp
+    return kfp.Client(host=self.endpoint, existing_token=self.token,
+                      namespace=self.namespace or "kubeflow")
+
+
+def load_spec(path: str) -> dict:
+  """The pipeline spec of a compiled package (the .yaml that `compile` writes)."""
+  if not path.endswith((".yaml", ".yml")):
+    raise ValueError(f"Invalid --package {path!r}: expected the .yaml pipeline spec that "
+                     "`python -m kubeflow compile` writes.")
+  if not os.path.isfile(path):
+    raise ValueError(f"Invalid --package {path!r}: no such file; run `python -m kubeflow "
+                     "compile` first.")
+  with open(path) as f:
+    spec = yaml.safe_load(f)
+  if not isinstance(spec, dict) or "pipelineInfo" not in spec or "root" not in spec:
+    raise ValueError(f"Invalid --package {path!r}: not a KFP pipeline spec.")
+  return spec
+
+
+def parameter_defaults(spec: dict) -> dict:
+  parameters = spec["root"].get("inputDefinitions", {}).get("parameters", {})
+  return {name: parameter.get("defaultValue") for name, parameter in parameters.items()}
+
+
+def run_parameters(spec: dict, trainer_flags: Sequence[str], data_root: Optional[str]) -> dict:
+  """The run's parameter values: the compiled defaults, with trainer fields (`--name=value`
+  flags) and the data directory changed as asked. What Transform or the compiled worker pools
+  depend on cannot change per run: that needs a new compile."""
+  values = parameter_defaults(spec)
+  if trainer_flags:
+    custom_config = json.loads(values[TRAINER_CONFIG_PARAMETER])
+    compiled = TrainerConfig.from_dict(custom_config[TRAINER_CONFIG_KEY])
+    names = [flag[2:].partition("=")[0] for flag in trainer_flags]
+    trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    for name in names:
+      if name not in trainer_fields or name in COMPILED_TRAINER_FIELDS:
+        raise ValueError(_fixed_or_unknown(name))
+    # Parsed and validated like every config, over the compiled trainer config.
+    updated = config_lib.from_flags(
+        trainer_flags, base=config_lib.PipelineConfig(trainer=compiled)).trainer
+    for name in names:
+      changed = dataclasses.replace(compiled, **{name: getattr(updated, name)})
+      if changed.transform_options() != compiled.transform_options():
+        raise ValueError(_fixed_or_unknown(name))
+    custom_config[TRAINER_CONFIG_KEY] = updated.to_dict()
+    values[TRAINER_CONFIG_PARAMETER] = json.dumps(custom_config, sort_keys=True)
+  if data_root is not None:
+    if DATA_ROOT_PARAMETER not in values:
+      raise ValueError("--data_root applies to pipelines compiled with --dataset=tfrecord; "
+                       "this one reads no data directory.")
+    if not is_object_store_uri(data_root):
+      raise ValueError(f"Invalid --data_root {data_root!r}: must be on object storage "
+                       "(gs://bucket/path or s3://bucket/path).")
+    values[DATA_ROOT_PARAMETER] = data_root
+  return values
+
+
+def _fixed_or_unknown(name: str) -> str:
+  config_fields = {f.name for cls in (config_lib.PipelineConfig, KubeflowConfig, TrainerConfig)
+                   for f in dataclasses.fields(cls)}
+  if name not in config_fields:
+    return f"Unknown flag --{name}."
+  return (f"--{name} is fixed when the pipeline is compiled (Transform, the schema or the "
+          "training pools depend on it); compile again with it.")
+
+
+def default_version_name(spec: dict) -> str:
+  return f"{spec['pipelineInfo']['name']}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+
+
+def upload(client, package: str, spec: dict, version_name: str,
+           namespace: Optional[str]) -> tuple:
+  """Uploads the package as a new pipeline, or as a new version of the pipeline of that name;
+  returns (pipeline id, version id)."""
+  name = spec["pipelineInfo"]["name"]
+  pipeline_id = client.get_pipeline_id(name)
+  if pipeline_id is None:
+    pipeline_id = client.upload_pipeline(package, pipeline_name=name,
+                                         namespace=namespace).pipeline_id
+    versions = client.list_pipeline_versions(pipeline_id).pipeline_versions
+    return pipeline_id, versions[0].pipeline_version_id
+  version = client.upload_pipeline_version(package, version_name, pipeline_id=pipeline_id)
+  return pipeline_id, version.pipeline_version_id
+
+
+def start_run(client, experiment: str, run_name: str, pipeline_id: str, version_id: str,
+              parameters: dict, namespace: Optional[str]) -> str:
+  experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
+  run = client.run_pipeline(experiment_id, run_name, params=parameters,
+                            pipeline_id=pipeline_id, version_id=version_id)
+  return run.run_id
+
+
+def schedule_runs(client, experiment: str, schedule_name: str, cron: str, pipeline_id: str,
+                  version_id: str, parameters: dict, max_concurrency: int,
+                  namespace: Optional[str]) -> str:
+  """A recurring run; a missed slot is not caught up (each run trains on the data of its day)."""
+  experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
+  recurring = client.create_recurring_run(
+      experiment_id, schedule_name, cron_expression=cron, params=parameters,
+      pipeline_id=pipeline_id, version_id=version_id, max_concurrency=max_concurrency,
+      no_catchup=True)
+  return recurring.recurring_run_id
