@@ -12,7 +12,6 @@ checksum when read; restore then falls back to the previous checkpoint.
 """
 import logging
 import os
-import shutil
 import signal
 import tempfile
 from typing import Optional
@@ -38,9 +37,11 @@ class Checkpoints:
     self.directory = directory
     self.is_chief = is_chief
     self.checkpoint = tf.train.Checkpoint(**objects)
-    self._scratch = None if is_chief else tempfile.mkdtemp(prefix="checkpoint-scratch-")
-    self.manager = tf.train.CheckpointManager(self.checkpoint, self._scratch or directory,
-                                              max_to_keep=max_to_keep, checkpoint_name="ckpt")
+    # Deleted with this object; max_to_keep bounds what accumulates there meanwhile.
+    self._scratch = None if is_chief else tempfile.TemporaryDirectory(prefix="checkpoints-")
+    self.manager = tf.train.CheckpointManager(
+        self.checkpoint, self._scratch.name if self._scratch else directory,
+        max_to_keep=max_to_keep, checkpoint_name="ckpt")
 
   def restore_latest(self) -> Optional[str]:
     """Restores the newest intact checkpoint in `directory`; None when there is none."""
@@ -62,9 +63,7 @@ class Checkpoints:
 
   def save(self, step: int) -> None:
     path = self.manager.save(checkpoint_number=step)
-    if self._scratch:
-      shutil.rmtree(self._scratch, ignore_errors=True)
-    elif path:
+    if self.is_chief:
       log.info("Saved checkpoint %s.", path)
 
 
