@@ -109,7 +109,7 @@ def _free_port():
 
 def test_mirrored_and_multi_worker_runs_match_one_device_with_the_same_global_batch(inputs,
                                                                                     tmp_path):
-  steps = ["--train_epochs=1", "--train_steps=4", "--mode=train"]
+  steps = ["--train_epochs=1", "--train_steps=4", "--checkpoint_steps=2", "--mode=train"]
   run_trainer(inputs, tmp_path / "one", "--per_core_batch_size=32", *steps)
 
   process = subprocess.run(
