@@ -9,6 +9,7 @@ from trainer_module import data
 from trainer_module.config import TrainerConfig
 from trainer_module.export import export_serving_model
 from trainer_module.model import wide_resnet
+from trainer_module.temperature import calibrate
 from trainer_module.train import train_model
 
 log = logging.getLogger(__name__)
@@ -31,5 +32,6 @@ def run_fn(fn_args) -> None:
                         log_dir=fn_args.model_run_dir)
   if not all(math.isfinite(v) for v in metrics.values()):
     raise FloatingPointError(f"Training diverged: final eval metrics {metrics}.")
-  export_serving_model(model, tft_output, fn_args.serving_model_dir)
+  calibration = calibrate(model, eval_data)  # Post-hoc temperature scaling on the eval split.
+  export_serving_model(model, tft_output, fn_args.serving_model_dir, calibration=calibration)
   log.info("Exported the serving model to %s.", fn_args.serving_model_dir)
