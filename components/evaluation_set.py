@@ -19,7 +19,7 @@ accuracy over the whole corrupted set is the mean corrupted accuracy (cA).
 import hashlib
 import logging
 import os
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
@@ -121,6 +121,31 @@ def check_parameters(source: str, corruption_names: List[str]) -> None:
                      f"of {sorted(known)}.")
 
 
+def write_evaluation_set(examples_uri: str, input_splits: List[str], output_uri: str,
+                         source: str, names: List[str], per_corruption: int,
+                         tfds_data_dir: Optional[str] = None) -> Dict[str, int]:
+  """Writes splits eval, test (empty when the input has none) and corrupted under output_uri;
+  returns their example counts. Checks everything before writing anything."""
+  check_parameters(source, names)
+  if EVAL not in input_splits:
+    raise ValueError(f"The examples at {examples_uri} have no '{EVAL}' split.")
+  test_records = _read_split(examples_uri, TEST) if TEST in input_splits else []
+  if names and source == "generated" and not test_records:
+    raise ValueError(f"The generated robustness set corrupts the test split, and the examples "
+                     f"at {examples_uri} have none; give a test split or set --corruptions=.")
+  counts = {
+      EVAL: _write(output_uri, EVAL, (make_example(*r, EVAL)
+                                      for r in _read_split(examples_uri, EVAL))),
+      TEST: _write(output_uri, TEST, (make_example(*r, TEST) for r in test_records)),
+  }
+  if source == "generated":
+    corrupted = generated_corruptions(test_records, names, per_corruption)
+  else:
+    corrupted = cifar10_corrupted(names, per_corruption, tfds_data_dir)
+  counts[CORRUPTED] = _write(output_uri, CORRUPTED, corrupted)
+  return counts
+
+
 @component
 def EvaluationSetGen(
     examples: InputArtifact[standard_artifacts.Examples],
@@ -130,29 +155,14 @@ def EvaluationSetGen(
     examples_per_corruption: Parameter[int] = 0,
     tfds_data_dir: Parameter[str] = "",
 ) -> None:
-  """Writes splits eval (clean), test (clean, when the input has one) and corrupted.
+  """Writes splits eval (clean), test (clean) and corrupted.
 
   corruption_names: comma-separated; empty for no robustness set.
   """
   names = [name for name in corruption_names.split(",") if name]
-  check_parameters(source, names)
-  input_splits = artifact_utils.decode_split_names(examples.split_names)
-  if EVAL not in input_splits:
-    raise ValueError(f"The examples at {examples.uri} have no '{EVAL}' split.")
-  test_records = _read_split(examples.uri, TEST) if TEST in input_splits else []
-  if names and source == "generated" and not test_records:
-    raise ValueError(f"The generated robustness set corrupts the test split, and the examples "
-                     f"at {examples.uri} have none; give a test split or set --corruptions=.")
-  counts = {
-      EVAL: _write(evaluation_set.uri, EVAL, (make_example(*r, EVAL)
-                                              for r in _read_split(examples.uri, EVAL))),
-      TEST: _write(evaluation_set.uri, TEST, (make_example(*r, TEST) for r in test_records)),
-  }
-  if source == "generated":
-    corrupted = generated_corruptions(test_records, names, examples_per_corruption)
-  else:
-    corrupted = cifar10_corrupted(names, examples_per_corruption, tfds_data_dir or None)
-  counts[CORRUPTED] = _write(evaluation_set.uri, CORRUPTED, corrupted)
+  counts = write_evaluation_set(
+      examples.uri, artifact_utils.decode_split_names(examples.split_names), evaluation_set.uri,
+      source, names, examples_per_corruption, tfds_data_dir or None)
   evaluation_set.split_names = artifact_utils.encode_split_names([EVAL, TEST, CORRUPTED])
   log.info("Evaluation set: %s examples (corruptions: %s).",
            ", ".join(f"{n} {s}" for s, n in counts.items()), ", ".join(names) or "none")

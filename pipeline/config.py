@@ -47,9 +47,10 @@ class PipelineConfig:
   min_corrupted_accuracy: float = 0.5
   max_corrupted_accuracy_drop: float = 0.03
   # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
-  # cifar10_corrupted; others: generated). Empty: none. 0 examples per corruption: all.
+  # cifar10_corrupted; others: generated). Empty: none. Each corruption x severity slice holds
+  # examples_per_corruption test images (the same ones in every slice; 0: all of them).
   corruptions: Tuple[str, ...] = corruptions_lib.DEFAULT_CORRUPTIONS
-  examples_per_corruption: int = 0
+  examples_per_corruption: int = 100
   enable_cache: bool = True
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
   beam_running_mode: str = "multi_processing"
@@ -71,7 +72,6 @@ class PipelineConfig:
       _require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
     _require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
              self.min_corrupted_accuracy, "must be in [0, 1]")
-    _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
     _require(self.examples_per_corruption >= 0, "examples_per_corruption",
              self.examples_per_corruption, "must be >= 0 (0 = every test image)")
     _require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
@@ -84,6 +84,7 @@ class PipelineConfig:
       _require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
                "is only used with dataset=tfrecord")
     _check_schema(self.schema_path, self.trainer.num_classes)
+    _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
 
   # Where a run's outputs live.
   @property

@@ -74,17 +74,18 @@ def failures(validation: tfma.ValidationResult) -> List[Failure]:
   return result
 
 
-def load_metrics(evaluation_uri: str) -> Dict[Slice, Dict[Tuple[str, str, bool], object]]:
-  """{slice: {(output name, metric name, is diff): value}} of the candidate model; a value is a
-  float, or a numpy array for array-valued metrics (the reliability diagram)."""
+CANDIDATE, BASELINE = "candidate", "baseline"
+
+
+def load_metrics(evaluation_uri: str) -> Dict[Slice, Dict[Tuple[str, str, str, bool], object]]:
+  """{slice: {(model, output name, metric name, is diff): value}}, model "candidate" or
+  "baseline"; a value is a float, or a numpy array for the reliability diagram's bins."""
   import numpy as np
   result: Dict[Slice, Dict] = {}
   for metrics in tfma.load_metrics(evaluation_uri):
     values = result.setdefault(slice_of(metrics.slice_key), {})
     for entry in metrics.metric_keys_and_values:
       key = entry.key
-      if key.model_name not in ("", "candidate"):
-        continue
       kind = entry.value.WhichOneof("type")
       if kind == "double_value":
         value = entry.value.double_value.value
@@ -93,10 +94,11 @@ def load_metrics(evaluation_uri: str) -> Dict[Slice, Dict[Tuple[str, str, bool],
         value = np.asarray(array.float64_values or array.float32_values).reshape(array.shape)
       else:
         continue
-      values[(key.output_name, key.name, key.is_diff)] = value
+      model = BASELINE if key.model_name == BASELINE else CANDIDATE
+      values[(model, key.output_name, key.name, key.is_diff)] = value
   return result
 
 
-def metric(values: Dict, slice_: Slice, output: str, name: str,
-           diff: bool = False) -> Optional[float]:
-  return values.get(slice_, {}).get((output, name, diff))
+def metric(values: Dict, slice_: Slice, output: str, name: str, model: str = CANDIDATE,
+           diff: bool = False):
+  return values.get(slice_, {}).get((model, output, name, diff))

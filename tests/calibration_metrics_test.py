@@ -40,38 +40,32 @@ def _softmax(logits, temperature=1.0):
   return e / e.sum(axis=1, keepdims=True)
 
 
-def test_the_combiner_merges_partial_results_exactly_and_matches_numpy():
-  rng = np.random.default_rng(0)
-  logits, labels = _random_predictions(rng, 300)
-  probabilities = _softmax(logits)
-  probabilities[0] = np.eye(NUM_CLASSES)[labels[0]]  # Confidence exactly 1: the last bin.
-  computation = calibration_metrics.ExpectedCalibrationError(num_bins=7).computations()[0]
-  nll = calibration_metrics.NegativeLogLikelihood().computations()[0]
-  brier = calibration_metrics.BrierScore().computations()[0]
-  expected = numpy_metrics.metrics(probabilities, labels, num_bins=7)
-  for combiner, name in [(computation.combiner, "ece"), (nll.combiner, "nll"),
-                         (brier.combiner, "brier_score")]:
-    parts = []
-    for chunk in np.array_split(np.arange(300), 4):  # Four "workers".
-      accumulator = combiner.create_accumulator()
-      for element in _inputs(probabilities[chunk], labels[chunk]):
-        accumulator = combiner.add_input(accumulator, element)
-      parts.append(accumulator)
-    merged = combiner.extract_output(combiner.merge_accumulators(parts))
-    value = merged[metric_types.MetricKey(name=name)]
-    assert value == pytest.approx(expected[name], abs=1e-9)
-  reliability = merged = computation.combiner.extract_output(
-      computation.combiner.merge_accumulators([_added(computation.combiner, probabilities,
-                                                      labels)]))[
-      metric_types.MetricKey(name=calibration_metrics.RELIABILITY_NAME)]
-  assert reliability.shape == (7, 3) and reliability[:, 0].sum() == 300
-
-
 def _added(combiner, probabilities, labels):
   accumulator = combiner.create_accumulator()
   for element in _inputs(probabilities, labels):
     accumulator = combiner.add_input(accumulator, element)
   return accumulator
+
+
+def test_the_combiner_merges_partial_results_exactly_and_matches_numpy():
+  rng = np.random.default_rng(0)
+  logits, labels = _random_predictions(rng, 300)
+  probabilities = _softmax(logits)
+  probabilities[0] = np.eye(NUM_CLASSES)[labels[0]]  # Confidence exactly 1: the last bin.
+  expected = numpy_metrics.metrics(probabilities, labels, num_bins=7)
+  for metric, name in [(calibration_metrics.ExpectedCalibrationError(num_bins=7), "ece"),
+                       (calibration_metrics.NegativeLogLikelihood(), "nll"),
+                       (calibration_metrics.BrierScore(), "brier_score")]:
+    combiner = metric.computations()[0].combiner
+    parts = [_added(combiner, probabilities[chunk], labels[chunk])  # Four "workers".
+             for chunk in np.array_split(np.arange(300), 4)]
+    merged = combiner.extract_output(combiner.merge_accumulators(parts))
+    assert merged[metric_types.MetricKey(name=name)] == pytest.approx(expected[name], abs=1e-9)
+  combiner = calibration_metrics.ExpectedCalibrationError(num_bins=7).computations()[0].combiner
+  reliability = combiner.extract_output(_added(combiner, probabilities, labels))[
+      metric_types.MetricKey(name=calibration_metrics.RELIABILITY_NAME)]
+  assert reliability.shape == (7, 3) and reliability[:, 0].sum() == 300
+  assert reliability[-1, 1] > 6 / 7 and 0 <= reliability[:, 2].min() <= reliability[:, 2].max() <= 1
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5])
@@ -159,14 +153,14 @@ def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
                                      (UNCALIBRATED_PROBABILITIES_KEY, 1.0)):
       expected = numpy_metrics.metrics(_softmax(logits[mask], temperature), labels[mask])
       got = values[slice_key]
-      assert got[(PROBABILITIES_KEY, "example_count", False)] == mask.sum()
-      assert got[(output_name, evaluation.ACCURACY_NAME, False)] == pytest.approx(
-          expected["accuracy"], abs=1e-6), (slice_key, output_name)
+      assert got[("candidate", PROBABILITIES_KEY, "example_count", False)] == mask.sum()
+      assert got[("candidate", output_name, evaluation.ACCURACY_NAME, False)] == \
+          pytest.approx(expected["accuracy"], abs=1e-6), (slice_key, output_name)
       for name in ("nll", "ece", "brier_score"):
-        assert got[(output_name, name, False)] == pytest.approx(
+        assert got[("candidate", output_name, name, False)] == pytest.approx(
             expected[name], abs=1e-4), (slice_key, output_name, name)
-  reliability = values[(("eval_set", "eval"),)][(PROBABILITIES_KEY, "reliability_diagram",
-                                                  False)]
+  reliability = gate_report.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
+                                   "reliability_diagram")
   assert reliability.shape == (PipelineConfig().trainer.num_bins, 3)
   assert reliability[:, 0].sum() == np.sum(eval_set_of == "eval")
 
