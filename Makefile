@@ -9,7 +9,7 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean bench-augmix
+.PHONY: run test setup lock clean bench-augmix bench-evaluator
 
 setup: $(STAMP)
 
@@ -46,3 +46,7 @@ clean:
 
 bench-augmix: $(STAMP)
 	$(VENV_PY) bench/augmix.py $(ARGS)
+
+# Needs a `make run` output (the pushed model and the ExampleGen splits).
+bench-evaluator: $(STAMP)
+	$(VENV_PY) bench/evaluator.py $(ARGS)

@@ -64,9 +64,10 @@ def _failure(slice_: Slice, failure) -> Failure:
 
 def failures(validation: tfma.ValidationResult) -> List[Failure]:
   """Every bound the candidate missed, and every gated slice that had no examples."""
-  result = [_failure(slice_of(per_slice.slice_key), failure)
-            for per_slice in validation.metric_validations_per_slice
-            for failure in per_slice.failures]
+  result = sorted((_failure(slice_of(per_slice.slice_key), failure)
+                   for per_slice in validation.metric_validations_per_slice
+                   for failure in per_slice.failures),
+                  key=lambda f: (f.slice != "eval_set=eval", f.change, f.metric))
   for missing in validation.missing_slices:
     spec = ", ".join(f"{k}={v}" for k, v in sorted(missing.feature_values.items()))
     result.append(Failure(metric="examples", slice=spec or "all examples", change=False,

@@ -78,7 +78,7 @@ def _gate_section(config, values, blessed: bool, validation) -> List[str]:
     needs = f"{'>=' if higher else '<='} {bound}"
     allowed = f"{'>=' if higher else '<='} {-change if higher else change:+}"
     lines.append(f"| {label} | {gate_report.slice_name(slice_)} | {_fmt(value)} | {needs} | "
-                 f"{_fmt(diff, 4) if diff is not None else 'no baseline'} | "
+                 f"{f'{diff:+.4f}' if diff is not None else 'no baseline'} | "
                  f"{allowed if has_baseline else 'n/a (first blessing)'} |")
   return lines + [""]
 
