@@ -2,7 +2,7 @@
 
 Both paths score the same evaluation set (the clean eval and test splits and the corrupted test
 images of a `make run` output, rebuilt here with --examples_per_corruption) with the same
-pushed SavedModel and the pipeline's own metrics and slices:
+SavedModel (the run's latest Trainer output) and the pipeline's own metrics and slices:
 - Evaluator: the component, run by LocalDagRunner on the DirectRunner with one worker per core,
   with the pipeline's EvalConfig (no baseline); its time is the execution's wall time in MLMD
   (Beam start-up, reading, inference, metrics and writing included).
@@ -16,6 +16,7 @@ Prints examples/s of each, their ratio, and the clean eval metrics of both as a 
 """
 import argparse
 import collections
+import json
 import os
 import sys
 import tempfile
@@ -30,7 +31,6 @@ from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from components import evaluation_set  # noqa: E402
-from components.pusher import serving_versions  # noqa: E402
 from pipeline import gate_report  # noqa: E402
 from pipeline.config import PipelineConfig, robustness_source  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
@@ -47,20 +47,19 @@ def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri
   examples = RunRecord(config).latest_output("examples")
   if examples is None:
     raise SystemExit(f"No ExampleGen output in {config.metadata_path}; run `make run` first.")
-  splits = [s.strip('"') for s in examples.properties["split_names"].string_value.strip(
-      "[]").split(",")]
+  splits = json.loads(examples.properties["split_names"].string_value)
   counts = evaluation_set.write_evaluation_set(
       examples.uri, splits, output_uri, robustness_source(config.dataset),
       list(config.corruptions), per_corruption, config.tfds_data_dir)
   return sum(counts.values())
 
 
-def evaluator_seconds(config: PipelineConfig, model_dir: str, examples_uri: str,
+def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
                       work_dir: str) -> tuple:
   examples = tfx.dsl.Importer(
       source_uri=examples_uri, artifact_type=tfx.types.standard_artifacts.Examples,
       properties={"split_names": '["' + '","'.join(SPLITS) + '"]'}).with_id("examples")
-  model = tfx.dsl.Importer(source_uri=model_dir,
+  model = tfx.dsl.Importer(source_uri=model_uri,
                            artifact_type=tfx.types.standard_artifacts.Model).with_id("model")
   evaluator = tfx.components.Evaluator(examples=examples.outputs["result"],
                                        model=model.outputs["result"], example_splits=SPLITS,
@@ -133,17 +132,17 @@ def main():
                       help="test images per corruption x severity (0: all)")
   args = parser.parse_args()
   config = PipelineConfig(output_dir=args.output_dir)
-  versions = serving_versions(config.serving_model_dir)
-  if not versions:
-    raise SystemExit(f"No pushed model in {config.serving_model_dir}; run `make run` first.")
-  model_dir = os.path.join(config.serving_model_dir, str(versions[-1]))
+  model = RunRecord(config).latest_output("model")
+  if model is None:
+    raise SystemExit(f"No trained model in {config.metadata_path}; run `make run` first.")
+  model_dir = os.path.join(model.uri, "Format-Serving")
   with tempfile.TemporaryDirectory() as work:
     examples_uri = os.path.join(work, "evaluation_set")
     count = build_evaluation_set(config, args.examples_per_corruption, examples_uri)
     print(f"Evaluation set: {count} examples; model {model_dir}", flush=True)
     direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
                                                        config.trainer.num_bins)
-    evaluator_time, evaluation_uri = evaluator_seconds(config, model_dir, examples_uri, work)
+    evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work)
     tfma_values = gate_report.load_metrics(evaluation_uri)
   assert direct_count == count
   clean = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
