@@ -117,6 +117,8 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   change, allowed, change_margin = map(float, _CHANGE_FAILURE.search(degraded.stdout).groups())
   assert allowed == -0.01 and change_margin == pytest.approx(allowed - change, abs=2e-4)
   assert "pushed model:    nothing pushed this run" in degraded.stdout
+  log_path = re.search(r"full log: +(\S+)", degraded.stdout).group(1)
+  assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
   report = open(_report_path(degraded.stdout)).read()
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
 
