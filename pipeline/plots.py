@@ -64,8 +64,9 @@ class _Axes:
 
 
 def reliability_diagram(path: str, bins: np.ndarray, title: str) -> None:
-  """bins: [num_bins, 3] of (count, mean confidence, accuracy). Bars are each bin's accuracy;
-  the diagonal is perfect calibration; red is the gap to the bin's mean confidence."""
+  """bins: [num_bins, 3] of (count, mean confidence, accuracy). Bars are each bin's accuracy,
+  labelled with its example count; the diagonal is perfect calibration; red is the gap to the
+  bin's mean confidence."""
   num_bins = len(bins)
   axes = _Axes(title, "confidence (top-label probability)", "accuracy", (0.0, 1.0), (0.0, 1.0))
   for i, (count, confidence, accuracy) in enumerate(bins):
@@ -75,6 +76,8 @@ def reliability_diagram(path: str, bins: np.ndarray, title: str) -> None:
     axes.draw.rectangle((left, axes.py(accuracy), right, axes.py(0)), fill=_COLOURS[0])
     low, high = sorted((accuracy, confidence))
     axes.draw.rectangle((left, axes.py(high), right, axes.py(low)), outline="#d62728", width=2)
+    axes.draw.text(((left + right) / 2, axes.py(0) - 4), f"{int(count)}", fill="black",
+                   font=axes.small, anchor="mb")  # Examples in the bin.
   axes.draw.line((axes.px(0), axes.py(0), axes.px(1), axes.py(1)), fill="#555555", width=1)
   for tick in np.linspace(0, 1, 6):
     axes.xtick(tick, f"{tick:.1f}")
