@@ -81,6 +81,5 @@ def main(argv: Sequence[str]) -> int:
                                         log_path=log_path)
   print(summary)
   with open(log_path, "a") as log_file:  # The log keeps the gate's decision and reasons too.
-    log_file.write(summary + "
-")
+    log_file.write(summary + "\n")
   return 0
