@@ -85,7 +85,8 @@ def _gate_section(config, values, blessed: bool, validation) -> List[str]:
 
 def _metric_table(config, values) -> List[str]:
   lines = ["## Metrics (calibrated probabilities)", "",
-           "| set | examples | accuracy | NLL | ECE | Brier |", "| --- | --- | --- | --- | --- | --- |"]
+           "| set | examples | accuracy | NLL | ECE | Brier |",
+           "| --- | --- | --- | --- | --- | --- |"]
   for slice_ in (EVAL, TEST, CORRUPTED):
     get = lambda name, s=slice_: gate_report.metric(values, s, CALIBRATED, name)  # noqa: E731
     count = get(EXAMPLE_COUNT_NAME)
@@ -105,9 +106,10 @@ def _metric_table(config, values) -> List[str]:
 def _temperature_section(values, calibration: Optional[dict]) -> List[str]:
   lines = ["## Temperature scaling", ""]
   if calibration:
-    lines.append(f"T = {calibration['temperature']:.4f}, fitted on {calibration['eval_examples']} "
-                 "clean eval examples (never on test); served probabilities are softmax(logits / T)."
-                 " On the eval split the fit is in-sample; the test and corrupted rows are not.")
+    lines.append(f"T = {calibration['temperature']:.4f}, fitted on "
+                 f"{calibration['eval_examples']} clean eval examples (never on test); served "
+                 "probabilities are softmax(logits / T). On the eval split the fit is in-sample; "
+                 "the test and corrupted rows are not.")
   lines += ["", "| set | NLL before | NLL after | ECE before | ECE after | Brier before | "
             "Brier after |", "| --- | --- | --- | --- | --- | --- | --- |"]
   for slice_ in (EVAL, TEST, CORRUPTED):

@@ -23,7 +23,8 @@ SMALL_MODEL = ["--depth=10", "--width_multiplier=1", "--train_epochs=6",
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
                        "EvaluationSetGen", "Evaluator", "Pusher"}
-_GATE_FAILURE = re.compile(r"- accuracy on eval_set=eval is (\S+); needs >= (\S+) \(short by (\S+)\)")
+_GATE_FAILURE = re.compile(r"- accuracy on eval_set=eval is (\S+); needs >= (\S+) "
+                           r"\(short by (\S+)\)")
 _CHANGE_FAILURE = re.compile(r"- accuracy on eval_set=eval changed by (\S+) against the blessed "
                              r"baseline; allowed >= (\S+) \(short by (\S+)\)")
 
