@@ -79,15 +79,21 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
 
 
 def model_logits(model, batches: tf.data.Dataset) -> Tuple[np.ndarray, np.ndarray]:
-  """The model's logits and the labels over (images, labels) batches."""
+  """The model's float logits and the labels over (images, labels) batches, or (images, labels,
+  weights) batches whose weight-0 rows are padding and are left out."""
   logits, labels = [], []
-  for images, batch_labels in batches:
-    logits.append(model(images, training=False).numpy())
-    labels.append(batch_labels.numpy())
-  if not logits:
+  for batch in batches:
+    images, batch_labels = batch[0], batch[1].numpy().reshape(-1)
+    batch_logits = model(images, training=False).numpy().astype(np.float32)
+    if len(batch) > 2:
+      keep = batch[2].numpy().reshape(-1) > 0
+      batch_logits, batch_labels = batch_logits[keep], batch_labels[keep]
+    logits.append(batch_logits)
+    labels.append(batch_labels)
+  if not logits or not sum(len(l) for l in labels):
     raise TemperatureFitError("The eval split is empty; there is nothing to fit the "
                               "temperature on.")
-  return np.concatenate(logits), np.concatenate(labels).reshape(-1)
+  return np.concatenate(logits), np.concatenate(labels)
 
 
 def calibrate(model, eval_batches: tf.data.Dataset) -> dict:

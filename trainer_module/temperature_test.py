@@ -66,3 +66,18 @@ def test_calibrate_reads_the_models_logits_and_an_empty_eval_split_fails(tmp_pat
   assert temperature.read_calibration_info(str(tmp_path)) == info
   with pytest.raises(temperature.TemperatureFitError, match="eval split is empty"):
     temperature.calibrate(model, batches.take(0))
+
+
+def test_padding_rows_of_weighted_batches_are_left_out():
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.layers.Dense(4, input_shape=(3,))])
+  images = np.random.default_rng(3).normal(size=(10, 3)).astype(np.float32)
+  labels = np.array([0, 1, 2, 3, 0, 1, 2, -1, -1, -1])  # The last three are padding.
+  weights = np.array([1.0] * 7 + [0.0] * 3, np.float32)
+  batches = tf.data.Dataset.from_tensor_slices((images, labels, weights)).batch(4)
+  logits, kept_labels = temperature.model_logits(model, batches)
+  np.testing.assert_array_equal(kept_labels, labels[:7])
+  np.testing.assert_allclose(logits, model(images[:7]).numpy(), rtol=1e-6)
+  with pytest.raises(temperature.TemperatureFitError, match="eval split is empty"):
+    temperature.model_logits(model, tf.data.Dataset.from_tensor_slices(
+        (images[7:], labels[7:], weights[7:])).batch(4))
