@@ -9,7 +9,7 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean bench-augmix bench-trainer kubeflow-compile kubeflow-image
+.PHONY: run test setup lock clean bench-augmix bench-trainer bench-evaluator kubeflow-compile kubeflow-image
 
 setup: $(STAMP)
 
@@ -49,6 +49,10 @@ bench-augmix: $(STAMP)
 
 bench-trainer: $(STAMP)
 	$(VENV_PY) bench/trainer.py $(ARGS)
+
+# Needs a `make run` output (the pushed model and the ExampleGen splits).
+bench-evaluator: $(STAMP)
+	$(VENV_PY) bench/evaluator.py $(ARGS)
 
 # Kubeflow Pipelines (README, "Running on Kubeflow Pipelines"):
 #   make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG

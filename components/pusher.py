@@ -54,14 +54,24 @@ def pushed_fingerprint(version_dir: str) -> Optional[str]:
     return json.load(f).get("model_fingerprint")
 
 
+def remove_stale_staging_dirs(base_directory: str) -> None:
+  """Deletes what killed pushes left: hidden `.incomplete-*` directories (one pipeline pushes
+  to a base directory at a time, so none of them belongs to a live push)."""
+  if not fileio.exists(base_directory):
+    return
+  for name in fileio.listdir(base_directory):
+    if name.rstrip("/").startswith(_INCOMPLETE_PREFIX):
+      log.info("Removing %s, left by an interrupted push.", name)
+      fileio.rmtree(os.path.join(base_directory, name.rstrip("/")))
+
+
 def push_version(model_dir: str, base_directory: str, fingerprint: str) -> str:
   """Copies the model to a new numeric version under a temporary name, then renames it."""
   versions = serving_versions(base_directory)
   version = max(int(time.time()), versions[-1] + 1 if versions else 0)
   final_dir = os.path.join(base_directory, str(version))
   staging_dir = os.path.join(base_directory, f"{_INCOMPLETE_PREFIX}{version}")
-  if fileio.exists(staging_dir):
-    fileio.rmtree(staging_dir)  # Left by a push that was killed.
+  remove_stale_staging_dirs(base_directory)
   io_utils.copy_dir(model_dir, staging_dir)
   io_utils.write_string_file(
       os.path.join(staging_dir, PUSH_INFO_PATH),

@@ -1,8 +1,14 @@
 """Pushing: numeric versions appear whole, and the serving model is never pushed twice."""
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 from components import pusher
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _model(path, content=b"weights"):
@@ -52,3 +58,64 @@ def test_a_staging_directory_left_by_a_killed_push_is_invisible_and_replaced(tmp
   assert pusher.serving_versions(str(base)) == []
   pusher.push_version(model, str(base), "abc")
   assert len(pusher.serving_versions(str(base))) == 1
+
+
+# Pushes `model` to `base` with a copy that pauses after three files (a slow disk), telling
+# the parent through `marker`; the parent then kills it with SIGKILL.
+_PUSH_THAT_STALLS = """
+import sys, time
+from tfx.dsl.io import fileio
+from components import pusher
+model, base, marker = sys.argv[1:]
+copy, copied = fileio.copy, []
+def stalling_copy(src, dst, overwrite=False):
+  copy(src, dst, overwrite)
+  copied.append(dst)
+  if len(copied) == 3:
+    open(marker, "w").close()
+    time.sleep(600)
+fileio.copy = stalling_copy
+pusher.push_version(model, base, "second")
+"""
+
+
+def _tree(path):
+  """{relative path: bytes} of every file under path."""
+  result = {}
+  for root, _, files in os.walk(path):
+    for name in files:
+      with open(os.path.join(root, name), "rb") as f:
+        result[os.path.relpath(os.path.join(root, name), path)] = f.read()
+  return result
+
+
+def test_a_push_killed_mid_copy_leaves_no_partial_version_and_the_next_push_cleans_up(tmp_path):
+  first_model = _model(str(tmp_path / "first"))
+  second_model = _model(str(tmp_path / "second"), content=b"new weights")
+  for i in range(10):  # Enough files that the kill lands mid-copy.
+    (tmp_path / "second" / "variables" / f"shard-{i}").write_bytes(bytes([i]) * 1000)
+  base = str(tmp_path / "serving")
+  first = pusher.push_version(first_model, base, "first")
+  before = _tree(base)
+
+  marker = tmp_path / "mid-copy"
+  child = subprocess.Popen([sys.executable, "-c", _PUSH_THAT_STALLS, second_model, base,
+                            str(marker)], cwd=REPO)
+  deadline = time.time() + 120
+  while not marker.exists():
+    assert child.poll() is None, "the push ended before it could be killed"
+    assert time.time() < deadline, "the push never reached its third file"
+    time.sleep(0.05)
+  child.send_signal(signal.SIGKILL)
+  assert child.wait(timeout=60) == -signal.SIGKILL
+
+  staging = [n for n in os.listdir(base) if n.startswith(".incomplete-")]
+  assert len(staging) == 1 and len(_tree(os.path.join(base, staging[0]))) == 3, "killed mid-copy"
+  assert pusher.serving_versions(base) == [int(os.path.basename(first))]
+  assert {k: v for k, v in _tree(base).items() if not k.startswith(".incomplete-")} == before
+
+  second = pusher.push_version(second_model, base, "second")
+  assert sorted(os.listdir(base)) == sorted([os.path.basename(first), os.path.basename(second)])
+  assert _tree(second) == {**_tree(second_model),
+                           pusher.PUSH_INFO_PATH: _tree(second)[pusher.PUSH_INFO_PATH]}
+  assert {k: v for k, v in _tree(base).items() if k.startswith(os.path.basename(first))} == before

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Tuple
 
+from components import corruptions as corruptions_lib
 from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
 from trainer_module.config import TrainerConfig
 from trainer_module.flags import parse_flags
@@ -40,6 +41,19 @@ class PipelineConfig:
   schema_path: str = DEFAULT_SCHEMA_PATH
   min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
   max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
+  # The rest of the gate (evaluation branch): calibrated eval ECE and NLL, mean corrupted
+  # accuracy, each bounded and allowed to regress at most this much against the last blessed.
+  max_eval_ece: float = 0.05
+  max_ece_increase: float = 0.02
+  max_eval_nll: float = 0.3
+  max_nll_increase: float = 0.1
+  min_corrupted_accuracy: float = 0.5
+  max_corrupted_accuracy_drop: float = 0.03
+  # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
+  # cifar10_corrupted; others: generated). Empty: none. Each corruption x severity slice holds
+  # examples_per_corruption test images (the same ones in every slice; 0: all of them).
+  corruptions: Tuple[str, ...] = corruptions_lib.DEFAULT_CORRUPTIONS
+  examples_per_corruption: int = 100
   enable_cache: bool = True
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
   beam_running_mode: str = "multi_processing"
@@ -58,8 +72,13 @@ class PipelineConfig:
              self.test_fraction, "must be in [0, 1 - eval_fraction)")
     _require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
              "must be in [0, 1]")
-    _require(self.max_accuracy_drop >= 0.0, "max_accuracy_drop", self.max_accuracy_drop,
-             "must be >= 0")
+    for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
+                 "max_nll_increase", "max_corrupted_accuracy_drop"):
+      _require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
+    _require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
+             self.min_corrupted_accuracy, "must be in [0, 1]")
+    _require(self.examples_per_corruption >= 0, "examples_per_corruption",
+             self.examples_per_corruption, "must be >= 0 (0 = every test image)")
     _require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
              "must be >= 0 (0 = one per CPU core)")
     _require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
@@ -75,6 +94,7 @@ class PipelineConfig:
       _check_tfrecord_dir(self.tfrecord_dir)
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
+    _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
     _require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
              "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
              "`python -m trainer_module`)")
@@ -161,6 +181,25 @@ def _check_tfrecord_dir(path: Optional[str]) -> None:
     _require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
              f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
              " and optionally test/ subdirectories)")
+
+
+def robustness_source(dataset: str) -> str:
+  """Where corrupted images come from: CIFAR-10-C for cifar10, generated for the others."""
+  return "cifar10_corrupted" if dataset == "cifar10" else "generated"
+
+
+def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optional[str]) -> None:
+  known = (corruptions_lib.CIFAR10_C_CORRUPTIONS if robustness_source(dataset) ==
+           "cifar10_corrupted" else tuple(corruptions_lib.CORRUPTIONS))
+  unknown = [name for name in names if name not in known]
+  _require(not unknown, "corruptions", ",".join(names),
+           f"{unknown} unknown for dataset={dataset}; known: {','.join(known)} (or empty for "
+           "no robustness set)")
+  _require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
+  if names and dataset == "tfrecord" and tfrecord_dir and os.path.isdir(tfrecord_dir):
+    _require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
+             f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
+             "or pass --corruptions= (no robustness set)")
 
 
 def _check_schema(path: str, num_classes: int) -> None:

@@ -55,6 +55,12 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--augmix_depth=4"], "augmix_depth=4"),
     (["--augmix_prob_coeff=0"], "augmix_prob_coeff=0.0"),
     (["--aug_count=-1"], "aug_count=-1"),
+    (["--max_eval_ece=-0.1"], "max_eval_ece=-0.1"),
+    (["--max_nll_increase=-1"], "max_nll_increase=-1.0"),
+    (["--min_corrupted_accuracy=1.5"], "min_corrupted_accuracy=1.5"),
+    (["--corruptions=gaussian_noise,snow"], "corruptions='gaussian_noise,snow'"),
+    (["--corruptions=contrast,contrast"], "lists a name twice"),
+    (["--examples_per_corruption=-1"], "examples_per_corruption=-1"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:
@@ -67,6 +73,22 @@ def test_tfrecord_dir_needs_train_and_eval_subdirectories(tmp_path):
   (tmp_path / "train" / "data.tfrecord").write_bytes(b"")
   with pytest.raises(ValueError, match="eval"):
     from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}"])
+
+
+def test_cifar10_takes_every_cifar10_c_corruption_and_no_corruptions_means_no_robustness_set():
+  assert from_flags(["--dataset=cifar10", "--corruptions=snow,frost"]).corruptions == (
+      "snow", "frost")
+  assert from_flags(["--corruptions="]).corruptions == ()
+
+
+def test_generated_corruptions_of_tfrecord_input_need_a_test_directory(tmp_path):
+  for split in ("train", "eval"):
+    (tmp_path / split).mkdir()
+    (tmp_path / split / "data.tfrecord").write_bytes(b"")
+  with pytest.raises(ValueError, match="has no test/ directory"):
+    from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}"])
+  assert from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}",
+                     "--corruptions="]).corruptions == ()
 
 
 def test_a_config_error_stops_the_runner_before_any_component_runs(tmp_path):

@@ -81,6 +81,9 @@ def main(argv: Sequence[str]) -> int:
     print(f"\nPipeline failed after {time.time() - start:.0f}s: "
           f"{type(error).__name__}: {error}\nFull log: {log_path}", file=sys.stderr)
     return 1
-  print(report.summarize_latest_run(config, elapsed_seconds=time.time() - start,
-                                     log_path=log_path))
+  summary = report.summarize_latest_run(config, elapsed_seconds=time.time() - start,
+                                        log_path=log_path)
+  print(summary)
+  with open(log_path, "a") as log_file:  # The log keeps the gate's decision and reasons too.
+    log_file.write(summary + "\n")
   return 0

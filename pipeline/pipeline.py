@@ -1,24 +1,26 @@
 """The pipeline graph, as one function of the run's config.
 
 ExampleGen -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate ->
-Transform -> Trainer -> (latest blessed model) -> Evaluator -> Pusher
+Transform -> Trainer -> (latest blessed model) -> Evaluator -> Pusher, and
+ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 
-import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 
+from components import evaluation_set
+from components.evaluation_set import EvaluationSetGen
 from components.example_gen import ImageDatasetExampleGen
 from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
 from kubeflow import cluster
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, robustness_source
+from pipeline.evaluation import eval_config
 from trainer_module import preprocessing
-from trainer_module.features import LABEL_KEY, PROBABILITIES_KEY
 
 _TRAINER_MODULE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer_module")
 
@@ -49,25 +51,6 @@ def example_gen(config: PipelineConfig):
   return ImageDatasetExampleGen(source=config.dataset, eval_fraction=config.eval_fraction,
                                 test_fraction=config.test_fraction,
                                 tfds_data_dir=config.tfds_data_dir)
-
-
-def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
-  """Accuracy must reach min_eval_accuracy and drop at most max_accuracy_drop below the last
-  blessed model (a first run, with no baseline, is judged on the absolute bound alone)."""
-  accuracy_threshold = tfma.MetricThreshold(
-      value_threshold=tfma.GenericValueThreshold(lower_bound={"value": config.min_eval_accuracy}),
-      change_threshold=tfma.GenericChangeThreshold(
-          direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-          absolute={"value": -config.max_accuracy_drop}))
-  return tfma.EvalConfig(
-      model_specs=[tfma.ModelSpec(signature_name="serving_default", label_key=LABEL_KEY,
-                                  prediction_key=PROBABILITIES_KEY)],
-      slicing_specs=[tfma.SlicingSpec()],
-      metrics_specs=[tfma.MetricsSpec(metrics=[
-          tfma.MetricConfig(class_name="ExampleCount"),
-          tfma.MetricConfig(class_name="SparseCategoricalAccuracy",
-                            threshold=accuracy_threshold),
-      ])])
 
 
 def transform_component(config: PipelineConfig, examples, schema, fingerprint: str):
@@ -112,11 +95,18 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
   ).with_id("latest_blessed_model_resolver")
 
+  eval_examples = EvaluationSetGen(
+      examples=examples.outputs["examples"], source=robustness_source(config.dataset),
+      corruption_names=",".join(config.corruptions),
+      examples_per_corruption=config.examples_per_corruption,
+      tfds_data_dir=config.tfds_data_dir or "")
+  eval_examples.add_upstream_node(gate)
+
   evaluator = tfx.components.Evaluator(
-      examples=examples.outputs["examples"],
+      examples=eval_examples.outputs["evaluation_set"],
       model=trainer.outputs["model"],
       baseline_model=baseline.outputs["model"],
-      example_splits=["eval"],
+      example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
       eval_config=eval_config(config))
 
   pusher = tfx.components.Pusher(
@@ -130,8 +120,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
-      components=[examples, statistics, schema, validator, gate, transform, trainer, baseline,
-                  evaluator, pusher],
+      components=[examples, statistics, schema, validator, gate, transform, trainer,
+                  eval_examples, baseline, evaluator, pusher],
       enable_cache=config.enable_cache,
       metadata_connection_config=cluster.metadata_connection(config),
       beam_pipeline_args=config.beam_pipeline_args())

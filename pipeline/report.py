@@ -11,8 +11,12 @@ from typing import Dict, List, Optional
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
+from components.calibration_metrics import ECE_NAME, NLL_NAME
 from components.pusher import ALREADY_SERVING_KEY
+from pipeline import gate_report, run_report
 from pipeline.config import PipelineConfig
+from pipeline.evaluation import ACCURACY_NAME
+from trainer_module.features import PROBABILITIES_KEY
 
 
 class RunRecord:
@@ -44,18 +48,24 @@ class RunRecord:
     return self.outputs[key][-1] if self.outputs.get(key) else None
 
 
-def eval_accuracy(evaluation_uri: str) -> Optional[float]:
-  """The candidate model's overall accuracy from TFMA's metrics."""
+def gate_summary(config: PipelineConfig, evaluation_uri: str) -> List[str]:
+  """The gated numbers of the candidate: clean eval accuracy, ECE, NLL and cA."""
+  values = gate_report.load_metrics(evaluation_uri)
+  get = lambda slice_, name: gate_report.metric(values, slice_, PROBABILITIES_KEY, name)  # noqa
+  fmt = lambda value: "not found" if value is None else f"{value:.4f}"  # noqa: E731
+  lines = [f"  eval accuracy:   {fmt(get(run_report.EVAL, ACCURACY_NAME))}  (ECE "
+           f"{fmt(get(run_report.EVAL, ECE_NAME))}, NLL {fmt(get(run_report.EVAL, NLL_NAME))},"
+           " temperature-scaled)"]
+  if config.corruptions:
+    means = run_report.corrupted_means(values, PROBABILITIES_KEY, config.corruptions)
+    lines.append(f"  corrupted:       cA {fmt(means[ACCURACY_NAME])}, cNLL {fmt(means[NLL_NAME])}"
+                 f", cECE {fmt(means[ECE_NAME])}")
+  return lines
+
+
+def gate_failures(evaluation_uri: str) -> List[gate_report.Failure]:
   import tensorflow_model_analysis as tfma
-  for metrics in tfma.load_metrics(evaluation_uri):
-    if metrics.slice_key.single_slice_keys:
-      continue
-    for entry in metrics.metric_keys_and_values:
-      key = entry.key
-      if key.name == "sparse_categorical_accuracy" and not key.is_diff \
-          and key.model_name in ("", "candidate"):
-        return entry.value.double_value.value
-  return None
+  return gate_report.failures(tfma.load_validation_result(evaluation_uri))
 
 
 def score_in_fresh_process(model_dir: str, examples_glob: str) -> dict:
@@ -72,14 +82,14 @@ def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_pat
            f"({cached} of {len(run.states)} steps reused from cache)."]
   evaluation = run.latest_output("evaluation")
   if evaluation is not None:
-    accuracy = eval_accuracy(evaluation.uri)
-    lines.append(f"  eval accuracy:   {accuracy:.4f}" if accuracy is not None
-                 else "  eval accuracy:   not found")
+    lines += gate_summary(config, evaluation.uri)
     lines.append(f"  metrics (TFMA):  {evaluation.uri}")
   blessing = run.latest_output("blessing")
+  blessed = blessing is not None and blessing.custom_properties["blessed"].int_value == 1
   if blessing is not None:
-    blessed = blessing.custom_properties["blessed"].int_value == 1
-    lines.append(f"  blessed:         {'yes' if blessed else 'no (eval thresholds not met)'}")
+    lines.append(f"  blessed:         {'yes' if blessed else 'no, the gate failed:'}")
+    if not blessed and evaluation is not None:
+      lines += [f"    - {failure.describe()}" for failure in gate_failures(evaluation.uri)]
   pushed = run.latest_output("pushed_model")
   examples = run.latest_output("examples")
   serving = None
@@ -97,6 +107,16 @@ def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_pat
     test = score_in_fresh_process(serving, os.path.join(examples.uri, "Split-test", "*"))
     lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
                  f"{test['examples']} held-out test examples, served model, fresh process)")
+  model = run.latest_output("model")
+  if evaluation is not None:
+    report_dir = os.path.join(config.output_dir, "reports",
+                              os.path.splitext(os.path.basename(log_path))[0])
+    report_path = run_report.write_run_report(
+        config, report_dir, evaluation.uri, blessed,
+        os.path.join(model.uri, "Format-Serving") if model is not None else None,
+        serving if pushed is not None and pushed.custom_properties["pushed"].int_value == 1
+        else None)
+    lines.append(f"  run report:      {report_path}")
   lines.append(f"  serving models:  {config.serving_model_dir}")
   lines.append(f"  MLMD database:   {config.metadata_path}")
   lines.append(f"  pipeline root:   {config.pipeline_root}")

@@ -1,9 +1,12 @@
 """The whole pipeline on a reduced config: trains, evaluates, pushes a model that serves."""
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 from pipeline.config import from_flags
@@ -11,16 +14,38 @@ from pipeline.report import RunRecord
 from tests.graph_ops import augmix_or_random_ops, reachable_op_types
 from tests.tfrecord_inputs import write_digits_tfrecord_dir
 
-# A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI.
+# A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI; gate bounds to match,
+# and 10 test images per corruption x severity.
 SMALL_MODEL = ["--depth=10", "--width_multiplier=1", "--train_epochs=6",
-               "--lr_decay_epochs=120,160", "--min_eval_accuracy=0.5"]
+               "--lr_decay_epochs=120,160", "--min_eval_accuracy=0.5", "--max_eval_ece=0.25",
+               "--max_eval_nll=1.5", "--min_corrupted_accuracy=0.2",
+               "--examples_per_corruption=10"]
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
-                       "Evaluator", "Pusher"}
+                       "EvaluationSetGen", "Evaluator", "Pusher"}
+_GATE_FAILURE = re.compile(r"- accuracy on eval_set=eval is (\S+); needs >= (\S+) "
+                           r"\(short by (\S+)\)")
+_CHANGE_FAILURE = re.compile(r"- accuracy on eval_set=eval changed by (\S+) against the blessed "
+                             r"baseline; allowed >= (\S+) \(short by (\S+)\)")
 
 
 def _versions(serving_dir):
   return sorted(os.listdir(serving_dir)) if os.path.isdir(serving_dir) else []
+
+
+def _file_hashes(directory):
+  """{relative path: sha256} of every file, hidden ones included."""
+  hashes = {}
+  for root, _, files in os.walk(directory):
+    for name in files:
+      path = os.path.join(root, name)
+      with open(path, "rb") as f:
+        hashes[os.path.relpath(path, directory)] = hashlib.sha256(f.read()).hexdigest()
+  return hashes
+
+
+def _report_path(stdout):
+  return re.search(r"run report: +(\S+)", stdout).group(1)
 
 
 def _score(model_dir, examples_glob):
@@ -29,7 +54,7 @@ def _score(model_dir, examples_glob):
   return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_digits_pipeline_pushes_a_model_that_serves_and_a_rerun_reuses_the_cache(
+def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degraded_one(
     tmp_path, pipeline_runner):
   flags = [f"--output_dir={tmp_path}", *SMALL_MODEL]
   first = pipeline_runner(*flags)
@@ -53,6 +78,13 @@ def test_digits_pipeline_pushes_a_model_that_serves_and_a_rerun_reuses_the_cache
                   os.path.join(examples.uri, "Split-test", "*"))
   assert scored["examples"] > 200
   assert scored["accuracy"] > 0.6
+  calibration = json.loads((tmp_path / "serving_model" / config.pipeline_name / versions[0] /
+                            "assets.extra" / "temperature.json").read_text())
+  assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
+  report = _report_path(first.stdout)
+  assert "**BLESSED**" in open(report).read()
+  assert {"reliability_test.png", "per_class_accuracy.png",
+          "corrupted_accuracy.png"} <= set(os.listdir(os.path.dirname(report)))
 
   # Unchanged rerun: data, Transform and training are reused. The Evaluator now has a blessed
   # baseline (the same model) so it runs once more, and Pusher sees the model already serving.
@@ -69,6 +101,27 @@ def test_digits_pipeline_pushes_a_model_that_serves_and_a_rerun_reuses_the_cache
   assert third.returncode == 0, third.stderr[-3000:]
   assert {RunRecord(config).states[c] for c in PIPELINE_COMPONENTS} == {"CACHED"}
   assert _versions(config.serving_model_dir) == versions
+
+  # A degraded candidate (two training steps) is not blessed: nothing is pushed, the serving
+  # directory is byte-for-byte unchanged, and the summary says which bound failed by how much.
+  served = _file_hashes(config.serving_model_dir)
+  degraded = pipeline_runner(*flags, "--train_steps=2")
+  assert degraded.returncode == 0, degraded.stdout[-3000:] + degraded.stderr[-3000:]
+  run = RunRecord(config)
+  assert run.states["Trainer"] == "COMPLETE"
+  assert run.latest_output("blessing").custom_properties["blessed"].int_value == 0
+  assert run.latest_output("pushed_model").custom_properties["pushed"].int_value == 0
+  assert _file_hashes(config.serving_model_dir) == served
+  assert "blessed:         no, the gate failed:" in degraded.stdout
+  value, bound, margin = map(float, _GATE_FAILURE.search(degraded.stdout).groups())
+  assert bound == 0.5 and value < bound and margin == pytest.approx(bound - value, abs=2e-4)
+  change, allowed, change_margin = map(float, _CHANGE_FAILURE.search(degraded.stdout).groups())
+  assert allowed == -0.01 and change_margin == pytest.approx(allowed - change, abs=2e-4)
+  assert "pushed model:    nothing pushed this run" in degraded.stdout
+  log_path = re.search(r"full log: +(\S+)", degraded.stdout).group(1)
+  assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
+  report = open(_report_path(degraded.stdout)).read()
+  assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
 
 
 def test_tfrecord_input_with_augmix_trains_on_views_and_serves_without_them(tmp_path,

@@ -12,6 +12,8 @@ from trainer_module.config import TrainerConfig
 from trainer_module.export import export_serving_model
 from trainer_module.model import wide_resnet
 
+SERVED_TEMPERATURE = 2.5
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
@@ -21,7 +23,8 @@ def served(tmp_path_factory):
                                    ["--direct_running_mode=in_memory"])
   export_dir = str(work / "model")
   export_serving_model(wide_resnet(TrainerConfig(depth=10, width_multiplier=1)),
-                       tft.TFTransformOutput(transform_dir), export_dir)
+                       tft.TFTransformOutput(transform_dir), export_dir,
+                       calibration={"temperature": SERVED_TEMPERATURE})
   return tf.saved_model.load(export_dir)
 
 
@@ -48,6 +51,17 @@ def test_examples_and_raw_png_bytes_give_the_same_prediction(served):
   np.testing.assert_array_equal(from_images["class_ids"],
                                 np.argmax(from_images["probabilities"], axis=1))
   np.testing.assert_allclose(np.sum(from_images["probabilities"], axis=1), 1.0, rtol=1e-5)
+
+
+def test_the_fitted_temperature_is_baked_into_the_served_probabilities(served):
+  pngs = [raw["image"] for raw in raw_digit_examples(8)]
+  result = served.signatures["serving_default"](
+      examples=tf.constant([_example(png) for png in pngs]))
+  log_raw = np.log(result["uncalibrated_probabilities"].numpy().astype(np.float64))
+  expected = np.exp(log_raw / SERVED_TEMPERATURE)
+  expected /= expected.sum(axis=1, keepdims=True)
+  np.testing.assert_allclose(result["probabilities"], expected, rtol=1e-4, atol=1e-6)
+  np.testing.assert_array_equal(result["class_ids"], np.argmax(log_raw, axis=1))
 
 
 def test_jpeg_bytes_are_served(served):

@@ -9,7 +9,8 @@ IMAGE_CHANNELS = 3
 IMAGE_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, IMAGE_CHANNELS)
 
 # Outputs of the serving signatures.
-PROBABILITIES_KEY = "probabilities"
+PROBABILITIES_KEY = "probabilities"  # softmax(logits / T), T fitted on the eval split.
+UNCALIBRATED_PROBABILITIES_KEY = "uncalibrated_probabilities"  # softmax(logits).
 CLASS_IDS_KEY = "class_ids"
 
 # Transform outputs besides IMAGE_KEY and LABEL_KEY.

@@ -17,6 +17,7 @@ from trainer_module.checkpoints import StopSignal, damage
 from trainer_module.config import TrainerConfig
 from trainer_module.distribution import is_chief, make_strategy, set_precision_policy
 from trainer_module.export import export_serving_model
+from trainer_module.temperature import calibrate
 from trainer_module.train import Training, fit
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,10 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
   if not all(math.isfinite(value) for value in metrics.values()):
     raise FloatingPointError(f"Training diverged: final metrics {metrics}.")
   if paths.export_dir and config.mode in ("train", "train_and_eval"):
-    _export(training, tft_output, paths.export_dir, chief)
+    # Post-hoc temperature scaling on the eval split (never test), baked into the export.
+    calibration = calibrate(training.model, data.eval_batches(paths.eval_files, feature_spec,
+                                                              config.eval_batch_size))
+    _export(training, tft_output, paths.export_dir, chief, calibration)
   return metrics
 
 
@@ -116,10 +120,11 @@ def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str
   return metrics
 
 
-def _export(training: Training, tft_output, export_dir: str, chief: bool) -> None:
+def _export(training: Training, tft_output, export_dir: str, chief: bool,
+            calibration: dict) -> None:
   """Every worker saves (saving may need collectives); only the chief's copy is kept."""
   target = export_dir if chief else tempfile.mkdtemp(prefix="export-scratch-")
-  export_serving_model(training.model, tft_output, target)
+  export_serving_model(training.model, tft_output, target, calibration=calibration)
   if chief:
     log.info("Exported the serving model to %s.", export_dir)
   else:

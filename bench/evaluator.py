@@ -1,0 +1,162 @@
+"""Evaluator throughput: TFX's Evaluator component (TFMA on Beam) vs model calls + numpy metrics.
+
+Both paths score the same evaluation set (the clean eval and test splits and the corrupted test
+images of a `make run` output, rebuilt here with --examples_per_corruption) with the same
+SavedModel (the run's latest Trainer output) and the pipeline's own metrics and slices:
+- Evaluator: the component, run by LocalDagRunner on the DirectRunner with one worker per core,
+  with the pipeline's EvalConfig (no baseline); its time is the execution's wall time in MLMD
+  (Beam start-up, reading, inference, metrics and writing included).
+- direct: the serving signature called on batches of serialized examples in this process, then
+  accuracy, NLL, ECE and Brier score in numpy (tests/numpy_metrics.py) on the same slices and
+  both outputs (temperature-scaled and raw probabilities).
+Prints examples/s of each, their ratio, and the clean eval metrics of both as a cross-check.
+
+  make run && make bench-evaluator
+  make bench-evaluator ARGS="--examples_per_corruption 100 --output_dir outputs"
+"""
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from ml_metadata.metadata_store import metadata_store  # noqa: E402
+from tfx import v1 as tfx  # noqa: E402
+
+from components import evaluation_set  # noqa: E402
+from pipeline import gate_report  # noqa: E402
+from pipeline.config import PipelineConfig, robustness_source  # noqa: E402
+from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
+from pipeline.report import RunRecord  # noqa: E402
+from tests import numpy_metrics  # noqa: E402
+from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,  # noqa: E402
+                                     UNCALIBRATED_PROBABILITIES_KEY)
+
+SPLITS = [evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED]
+_BATCH = 256
+
+
+def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri: str) -> int:
+  examples = RunRecord(config).latest_output("examples")
+  if examples is None:
+    raise SystemExit(f"No ExampleGen output in {config.metadata_path}; run `make run` first.")
+  splits = json.loads(examples.properties["split_names"].string_value)
+  counts = evaluation_set.write_evaluation_set(
+      examples.uri, splits, output_uri, robustness_source(config.dataset),
+      list(config.corruptions), per_corruption, config.tfds_data_dir)
+  return sum(counts.values())
+
+
+def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
+                      work_dir: str) -> tuple:
+  examples = tfx.dsl.Importer(
+      source_uri=examples_uri, artifact_type=tfx.types.standard_artifacts.Examples,
+      properties={"split_names": '["' + '","'.join(SPLITS) + '"]'}).with_id("examples")
+  model = tfx.dsl.Importer(source_uri=model_uri,
+                           artifact_type=tfx.types.standard_artifacts.Model).with_id("model")
+  evaluator = tfx.components.Evaluator(examples=examples.outputs["result"],
+                                       model=model.outputs["result"], example_splits=SPLITS,
+                                       eval_config=eval_config(config))
+  metadata_path = os.path.join(work_dir, "metadata.sqlite")
+  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
+  tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+      pipeline_name="bench_evaluator", pipeline_root=os.path.join(work_dir, "root"),
+      components=[examples, model, evaluator], enable_cache=False,
+      metadata_connection_config=connection, beam_pipeline_args=config.beam_pipeline_args()))
+  store = metadata_store.MetadataStore(connection)
+  (execution,) = [e for e in store.get_executions()
+                  if store.get_execution_types_by_id([e.type_id])[0].name.endswith("Evaluator")]
+  (output,) = [a for a in store.get_artifacts_by_type("ModelEvaluation")]
+  return ((execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0,
+          output.uri)
+
+
+def _slice_masks(features: dict) -> dict:
+  """The pipeline's slices (see pipeline/evaluation.py) as boolean masks."""
+  eval_set, label = features["eval_set"], features["label"]
+  corruption, severity = features["corruption"], features["severity"]
+  corrupted = corruption != ""
+  masks = {}
+  for s in np.unique(eval_set):
+    masks[("eval_set", s)] = eval_set == s
+    for k in np.unique(label):
+      masks[("eval_set", s, "label", k)] = (eval_set == s) & (label == k)
+  for c in np.unique(corruption[corrupted]):
+    masks[("corruption", c)] = corruption == c
+    for v in np.unique(severity[corrupted]):
+      masks[("corruption", c, "severity", v)] = (corruption == c) & (severity == v)
+  for v in np.unique(severity[corrupted]):
+    masks[("severity", v)] = corrupted & (severity == v)
+  return masks
+
+
+def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
+  start = time.time()
+  serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+  files = sorted(f for split in SPLITS
+                 for f in tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
+  spec = {LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+          "eval_set": tf.io.FixedLenFeature([], tf.string),
+          "corruption": tf.io.FixedLenFeature([], tf.string, default_value=""),
+          "severity": tf.io.FixedLenFeature([], tf.int64, default_value=0)}
+  outputs, columns = collections.defaultdict(list), collections.defaultdict(list)
+  for serialized in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH):
+    predictions = serve(examples=serialized)
+    for key in (PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY):
+      outputs[key].append(predictions[key].numpy())
+    for key, value in tf.io.parse_example(serialized, spec).items():
+      columns[key].append(value.numpy())
+  features = {key: np.concatenate(values) for key, values in columns.items()}
+  for key in ("eval_set", "corruption"):
+    features[key] = features[key].astype(str)
+  metrics = {}
+  for output, batches in outputs.items():
+    probabilities = np.concatenate(batches)
+    for slice_, mask in _slice_masks(features).items():
+      metrics[(output, slice_)] = numpy_metrics.metrics(probabilities[mask],
+                                                        features["label"][mask], num_bins)
+  return time.time() - start, len(features["label"]), metrics
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--output_dir", default="outputs", help="a `make run` output directory")
+  parser.add_argument("--examples_per_corruption", type=int, default=0,
+                      help="test images per corruption x severity (0: all)")
+  args = parser.parse_args()
+  config = PipelineConfig(output_dir=args.output_dir)
+  model = RunRecord(config).latest_output("model")
+  if model is None:
+    raise SystemExit(f"No trained model in {config.metadata_path}; run `make run` first.")
+  model_dir = os.path.join(model.uri, "Format-Serving")
+  with tempfile.TemporaryDirectory() as work:
+    examples_uri = os.path.join(work, "evaluation_set")
+    count = build_evaluation_set(config, args.examples_per_corruption, examples_uri)
+    print(f"Evaluation set: {count} examples; model {model_dir}", flush=True)
+    direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
+                                                       config.trainer.num_bins)
+    evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work)
+    tfma_values = gate_report.load_metrics(evaluation_uri)
+  assert direct_count == count
+  clean = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
+  mine = direct[(PROBABILITIES_KEY, ("eval_set", evaluation_set.EVAL))]
+  print(f"\nclean eval, temperature-scaled: TFMA accuracy "
+        f"{gate_report.metric(tfma_values, clean, PROBABILITIES_KEY, ACCURACY_NAME):.6f} "
+        f"ECE {gate_report.metric(tfma_values, clean, PROBABILITIES_KEY, 'ece'):.6f} | numpy "
+        f"accuracy {mine['accuracy']:.6f} ECE {mine['ece']:.6f}")
+  print(f"Evaluator component (TFMA, Beam): {evaluator_time:7.1f} s  "
+        f"{count / evaluator_time:8.1f} examples/s")
+  print(f"model call + numpy metrics:       {direct_time:7.1f} s  "
+        f"{count / direct_time:8.1f} examples/s  ({len(direct)} slice x output metric sets)")
+  print(f"ratio Evaluator / direct: {direct_time / evaluator_time:.2f}x")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,168 @@
+"""The Evaluator's input: clean eval and test images, and corrupted copies of the test images.
+
+TFX's Evaluator reads one Examples artifact, and the gate needs the clean eval split and the
+robustness set side by side (one evaluation, one blessing). This component writes them as the
+splits `eval`, `test` and `corrupted` of one artifact; every example carries `eval_set`
+(its split's name) so TFMA can slice by it, and corrupted examples also carry `corruption` and
+`severity`. Clean examples have no `corruption`/`severity`, so slicing by them sees corrupted
+images only.
+
+The corrupted images are:
+- `source="cifar10_corrupted"`: tensorflow-datasets' CIFAR-10-C (corruptions of CIFAR-10's
+  test images), config `<corruption>_<severity>`;
+- `source="generated"`: this project's CIFAR-10-C-style corruptions (components/corruptions.py)
+  of the input's `test` split (the embedded digits, TFRecord inputs).
+With `examples_per_corruption` > 0, each corruption x severity slice holds that many images
+(the same test images in every slice), so CI stays fast; every slice has the same count, so
+accuracy over the whole corrupted set is the mean corrupted accuracy (cA).
+"""
+import hashlib
+import logging
+import os
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import tensorflow as tf
+from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
+from tfx.dsl.component.experimental.decorators import component
+from tfx.types import artifact_utils, standard_artifacts
+
+from components import corruptions, image_sources
+from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, LABEL_KEY
+
+log = logging.getLogger(__name__)
+
+EVAL_SET_KEY = "eval_set"  # bytes: which of the sets below an example belongs to.
+CORRUPTION_KEY = "corruption"  # bytes, corrupted examples only.
+SEVERITY_KEY = "severity"  # int64 in [1, 5], corrupted examples only.
+EVAL, TEST, CORRUPTED = "eval", "test", "corrupted"
+SOURCES = ("generated", "cifar10_corrupted")
+
+_FILE_NAME = "data_tfrecord-00000-of-00001.gz"
+Record = Tuple[str, bytes, int]  # key, PNG, label.
+
+
+def _read_split(examples_uri: str, split: str) -> List[Record]:
+  """A split's (key, png, label) records, sorted by key so every run sees the same order."""
+  files = sorted(tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
+  records = []
+  for serialized in tf.data.TFRecordDataset(files, compression_type="GZIP"):
+    feature = tf.train.Example.FromString(serialized.numpy()).features.feature
+    records.append((feature[EXAMPLE_KEY].bytes_list.value[0].decode("utf-8"),
+                    feature[IMAGE_KEY].bytes_list.value[0], feature[LABEL_KEY].int64_list.value[0]))
+  return sorted(records)
+
+
+def subsample(records: List[Record], count: int) -> List[Record]:
+  """`count` records chosen by a hash of their key (all when count is 0), in key order."""
+  if count <= 0 or count >= len(records):
+    return records
+  ranked = sorted(records, key=lambda r: hashlib.sha256(r[0].encode("utf-8")).digest())
+  return sorted(ranked[:count])
+
+
+def make_example(key: str, png: bytes, label: int, eval_set: str,
+                 corruption: Optional[str] = None, severity: Optional[int] = None):
+  example = image_sources.make_example(key, png, label)
+  feature = example.features.feature
+  feature[EVAL_SET_KEY].bytes_list.value.append(eval_set.encode("utf-8"))
+  if corruption is not None:
+    feature[CORRUPTION_KEY].bytes_list.value.append(corruption.encode("utf-8"))
+    feature[SEVERITY_KEY].int64_list.value.append(severity)
+  return example
+
+
+def generated_corruptions(test_records: List[Record], names: List[str],
+                          per_corruption: int) -> Iterator[tf.train.Example]:
+  chosen = subsample(test_records, per_corruption)
+  for name in names:
+    for severity in corruptions.SEVERITIES:
+      for key, png, label in chosen:
+        image = corruptions.corrupt(image_sources.decode_png(png), name, severity, key)
+        yield make_example(f"{key}/{name}_{severity}", image_sources.encode_png(image), label,
+                           CORRUPTED, name, severity)
+
+
+def cifar10_corrupted(names: List[str], per_corruption: int,
+                      data_dir: Optional[str]) -> Iterator[tf.train.Example]:
+  """tensorflow-datasets' CIFAR-10-C: the first `per_corruption` images (all when 0) of each
+  `<corruption>_<severity>` config; the same test images in every slice."""
+  import tensorflow_datasets as tfds
+  for name in names:
+    for severity in corruptions.SEVERITIES:
+      dataset = tfds.load(f"cifar10_corrupted/{name}_{severity}", split="test",
+                          data_dir=data_dir, shuffle_files=False)
+      if per_corruption > 0:
+        dataset = dataset.take(per_corruption)
+      for index, record in enumerate(tfds.as_numpy(dataset)):
+        yield make_example(f"cifar10_corrupted-{index:05d}/{name}_{severity}",
+                           image_sources.encode_png(record["image"]), int(record["label"]),
+                           CORRUPTED, name, severity)
+
+
+def _write(uri: str, split: str, examples) -> int:
+  path = os.path.join(uri, f"Split-{split}", _FILE_NAME)
+  tf.io.gfile.makedirs(os.path.dirname(path))
+  count = 0
+  with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+    for example in examples:
+      writer.write(example.SerializeToString())
+      count += 1
+  return count
+
+
+def check_parameters(source: str, corruption_names: List[str]) -> None:
+  if source not in SOURCES:
+    raise ValueError(f"Unknown robustness source {source!r}; expected one of {SOURCES}.")
+  known = corruptions.CIFAR10_C_CORRUPTIONS if source == "cifar10_corrupted" else tuple(
+      corruptions.CORRUPTIONS)
+  unknown = [name for name in corruption_names if name not in known]
+  if unknown:
+    raise ValueError(f"Unknown corruption(s) {unknown} for source {source!r}; expected some "
+                     f"of {sorted(known)}.")
+
+
+def write_evaluation_set(examples_uri: str, input_splits: List[str], output_uri: str,
+                         source: str, names: List[str], per_corruption: int,
+                         tfds_data_dir: Optional[str] = None) -> Dict[str, int]:
+  """Writes splits eval, test (empty when the input has none) and corrupted under output_uri;
+  returns their example counts. Checks everything before writing anything."""
+  check_parameters(source, names)
+  if EVAL not in input_splits:
+    raise ValueError(f"The examples at {examples_uri} have no '{EVAL}' split.")
+  test_records = _read_split(examples_uri, TEST) if TEST in input_splits else []
+  if names and source == "generated" and not test_records:
+    raise ValueError(f"The generated robustness set corrupts the test split, and the examples "
+                     f"at {examples_uri} have none; give a test split or set --corruptions=.")
+  counts = {
+      EVAL: _write(output_uri, EVAL, (make_example(*r, EVAL)
+                                      for r in _read_split(examples_uri, EVAL))),
+      TEST: _write(output_uri, TEST, (make_example(*r, TEST) for r in test_records)),
+  }
+  if source == "generated":
+    corrupted = generated_corruptions(test_records, names, per_corruption)
+  else:
+    corrupted = cifar10_corrupted(names, per_corruption, tfds_data_dir)
+  counts[CORRUPTED] = _write(output_uri, CORRUPTED, corrupted)
+  return counts
+
+
+@component
+def EvaluationSetGen(
+    examples: InputArtifact[standard_artifacts.Examples],
+    evaluation_set: OutputArtifact[standard_artifacts.Examples],
+    source: Parameter[str],
+    corruption_names: Parameter[str],
+    examples_per_corruption: Parameter[int] = 0,
+    tfds_data_dir: Parameter[str] = "",
+) -> None:
+  """Writes splits eval (clean), test (clean) and corrupted.
+
+  corruption_names: comma-separated; empty for no robustness set.
+  """
+  names = [name for name in corruption_names.split(",") if name]
+  counts = write_evaluation_set(
+      examples.uri, artifact_utils.decode_split_names(examples.split_names), evaluation_set.uri,
+      source, names, examples_per_corruption, tfds_data_dir or None)
+  evaluation_set.split_names = artifact_utils.encode_split_names([EVAL, TEST, CORRUPTED])
+  log.info("Evaluation set: %s examples (corruptions: %s).",
+           ", ".join(f"{n} {s}" for s, n in counts.items()), ", ".join(names) or "none")

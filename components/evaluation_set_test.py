@@ -1,0 +1,99 @@
+"""The Evaluator's input: clean eval/test copies and corruption x severity slices of equal size."""
+import collections
+import os
+
+import pytest
+import tensorflow as tf
+
+from components import evaluation_set, image_sources
+
+
+def _example_gen_output(path, per_split=12, splits=("train", "eval", "test")):
+  """Examples laid out as ExampleGen writes them (Split-<name>/*.gz)."""
+  for split in splits:
+    os.makedirs(os.path.join(path, f"Split-{split}"))
+    records = list(image_sources.digits_records(split, 0.15, 0.15))[:per_split]
+    with tf.io.TFRecordWriter(os.path.join(path, f"Split-{split}", "data.gz"),
+                              options="GZIP") as writer:
+      for key, png, label in reversed(records):  # Order must not matter.
+        writer.write(image_sources.make_example(key, png, label).SerializeToString())
+  return str(path)
+
+
+def _read(uri, split):
+  files = tf.io.gfile.glob(os.path.join(uri, f"Split-{split}", "*"))
+  return [tf.train.Example.FromString(r.numpy()).features.feature
+          for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def test_generated_set_has_every_corruption_and_severity_with_equal_counts(tmp_path):
+  examples = _example_gen_output(tmp_path / "examples")
+  out = str(tmp_path / "out")
+  counts = evaluation_set.write_evaluation_set(
+      examples, ["train", "eval", "test"], out, "generated", ["contrast", "gaussian_noise"], 5)
+  assert counts == {"eval": 12, "test": 12, "corrupted": 2 * 5 * 5}
+  for split in ("eval", "test"):
+    for feature in _read(out, split):
+      assert feature["eval_set"].bytes_list.value == [split.encode()]
+      assert "corruption" not in feature and "severity" not in feature
+  corrupted = _read(out, "corrupted")
+  slices = collections.Counter((f["corruption"].bytes_list.value[0].decode(),
+                                f["severity"].int64_list.value[0]) for f in corrupted)
+  assert slices == {(c, s): 5 for c in ("contrast", "gaussian_noise") for s in range(1, 6)}
+  # The same five test images in every slice, with their labels.
+  test_labels = {f["key"].bytes_list.value[0].decode(): f["label"].int64_list.value[0]
+                 for f in _read(out, "test")}
+  for feature in corrupted:
+    source_key = feature["key"].bytes_list.value[0].decode().split("/")[0]
+    assert feature["label"].int64_list.value[0] == test_labels[source_key]
+    assert image_sources.decode_png(feature["image"].bytes_list.value[0]).shape == (32, 32, 3)
+  assert len({f["key"].bytes_list.value[0].split(b"/")[0] for f in corrupted}) == 5
+
+  again = str(tmp_path / "again")
+  evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"], again, "generated",
+                                      ["contrast", "gaussian_noise"], 5)
+  for split in ("eval", "test", "corrupted"):
+    assert [f["image"].bytes_list.value[0] for f in _read(out, split)] == \
+        [f["image"].bytes_list.value[0] for f in _read(again, split)], "deterministic"
+
+
+def test_without_a_test_split_the_generated_set_is_refused_before_writing(tmp_path):
+  examples = _example_gen_output(tmp_path / "examples", splits=("train", "eval"))
+  out = tmp_path / "out"
+  with pytest.raises(ValueError, match="corrupts the test split"):
+    evaluation_set.write_evaluation_set(examples, ["train", "eval"], str(out), "generated",
+                                        ["contrast"], 0)
+  assert not out.exists()
+  counts = evaluation_set.write_evaluation_set(examples, ["train", "eval"], str(out),
+                                               "generated", [], 0)
+  assert counts == {"eval": 12, "test": 0, "corrupted": 0}
+
+
+@pytest.mark.parametrize("source, names, message", [
+    ("imagenet_c", ["contrast"], "Unknown robustness source"),
+    ("generated", ["snow"], r"Unknown corruption\(s\) \['snow'\]"),
+    ("cifar10_corrupted", ["sparkles"], r"Unknown corruption\(s\) \['sparkles'\]"),
+])
+def test_unknown_sources_and_corruptions_are_refused(tmp_path, source, names, message):
+  examples = _example_gen_output(tmp_path / "examples", per_split=1)
+  with pytest.raises(ValueError, match=message):
+    evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"],
+                                        str(tmp_path / "out"), source, names, 0)
+
+
+def test_cifar10_corrupted_from_tensorflow_datasets(tmp_path):
+  import tensorflow_datasets as tfds
+  examples = _example_gen_output(tmp_path / "examples", per_split=3)
+  with tfds.testing.mock_data(num_examples=7):
+    counts = evaluation_set.write_evaluation_set(
+        examples, ["train", "eval", "test"], str(tmp_path / "out"), "cifar10_corrupted",
+        ["frost", "zoom_blur"], 4)
+  assert counts["corrupted"] == 2 * 5 * 4
+  corrupted = _read(str(tmp_path / "out"), "corrupted")
+  slices = collections.Counter((f["corruption"].bytes_list.value[0].decode(),
+                                f["severity"].int64_list.value[0]) for f in corrupted)
+  assert slices == {(c, s): 4 for c in ("frost", "zoom_blur") for s in range(1, 6)}
+  for feature in corrupted:
+    assert feature["key"].bytes_list.value[0].startswith(b"cifar10_corrupted-")
+    assert image_sources.decode_png(feature["image"].bytes_list.value[0]).shape == (32, 32, 3)
+    assert 0 <= feature["label"].int64_list.value[0] < 10

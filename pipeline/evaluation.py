@@ -1,0 +1,104 @@
+"""What the Evaluator measures and what a model must reach to be blessed (the TFMA EvalConfig).
+
+The Evaluator reads the evaluation set (components/evaluation_set.py): the clean `eval` split,
+the clean `test` split and the corrupted copies of the test images, told apart by the
+`eval_set` feature. The gate looks at the calibrated probabilities (after temperature scaling)
+on the clean eval set and on the corrupted set; the uncalibrated probabilities are measured on
+every slice too, so the report can show what temperature scaling changed.
+"""
+from __future__ import annotations
+
+import json
+from typing import List
+
+import tensorflow_model_analysis as tfma
+
+from components import evaluation_set
+from components.calibration_metrics import BRIER_NAME, ECE_NAME, NLL_NAME
+from pipeline.config import PipelineConfig
+from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
+                                     UNCALIBRATED_PROBABILITIES_KEY)
+
+ACCURACY_NAME = "sparse_categorical_accuracy"
+EXAMPLE_COUNT_NAME = "example_count"
+_CALIBRATION_MODULE = "components.calibration_metrics"
+
+# The slices the gate reads.
+CLEAN_EVAL_SLICE = tfma.SlicingSpec(
+    feature_values={evaluation_set.EVAL_SET_KEY: evaluation_set.EVAL})
+CORRUPTED_SLICE = tfma.SlicingSpec(
+    feature_values={evaluation_set.EVAL_SET_KEY: evaluation_set.CORRUPTED})
+
+SLICING_SPECS = [
+    tfma.SlicingSpec(feature_keys=[evaluation_set.EVAL_SET_KEY]),  # eval, test, corrupted.
+    tfma.SlicingSpec(feature_keys=[evaluation_set.EVAL_SET_KEY, LABEL_KEY]),  # Per true class.
+    # Only corrupted examples carry these features, so these slices hold corrupted images only.
+    tfma.SlicingSpec(feature_keys=[evaluation_set.CORRUPTION_KEY]),
+    tfma.SlicingSpec(feature_keys=[evaluation_set.SEVERITY_KEY]),
+    tfma.SlicingSpec(feature_keys=[evaluation_set.CORRUPTION_KEY, evaluation_set.SEVERITY_KEY]),
+]
+
+
+def _bounds(slice_spec: tfma.SlicingSpec, lower=None, upper=None, higher_is_better=True,
+            max_change=None) -> List[tfma.PerSliceMetricThreshold]:
+  """A value bound and a change bound (against the baseline) on one slice."""
+  value = tfma.GenericValueThreshold(
+      **({"lower_bound": {"value": lower}} if lower is not None else {}),
+      **({"upper_bound": {"value": upper}} if upper is not None else {}))
+  direction = (tfma.MetricDirection.HIGHER_IS_BETTER if higher_is_better
+               else tfma.MetricDirection.LOWER_IS_BETTER)
+  change = tfma.GenericChangeThreshold(
+      direction=direction, absolute={"value": -max_change if higher_is_better else max_change})
+  return [tfma.PerSliceMetricThreshold(
+      slicing_specs=[slice_spec],
+      threshold=tfma.MetricThreshold(value_threshold=value, change_threshold=change))]
+
+
+def _calibration_metrics(num_bins: int) -> List[tfma.MetricConfig]:
+  return [
+      tfma.MetricConfig(class_name="ExpectedCalibrationError", module=_CALIBRATION_MODULE,
+                        config=json.dumps({"num_bins": num_bins})),
+      tfma.MetricConfig(class_name="NegativeLogLikelihood", module=_CALIBRATION_MODULE),
+      tfma.MetricConfig(class_name="BrierScore", module=_CALIBRATION_MODULE),
+  ]
+
+
+def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
+  """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds."""
+  metrics = {m.class_name: m for m in _calibration_metrics(config.trainer.num_bins)}
+  accuracy = tfma.MetricConfig(class_name="SparseCategoricalAccuracy")
+  accuracy.per_slice_thresholds.extend(_bounds(
+      CLEAN_EVAL_SLICE, lower=config.min_eval_accuracy, max_change=config.max_accuracy_drop))
+  if config.corruptions:
+    accuracy.per_slice_thresholds.extend(_bounds(
+        CORRUPTED_SLICE, lower=config.min_corrupted_accuracy,
+        max_change=config.max_corrupted_accuracy_drop))
+  metrics["ExpectedCalibrationError"].per_slice_thresholds.extend(_bounds(
+      CLEAN_EVAL_SLICE, upper=config.max_eval_ece, higher_is_better=False,
+      max_change=config.max_ece_increase))
+  metrics["NegativeLogLikelihood"].per_slice_thresholds.extend(_bounds(
+      CLEAN_EVAL_SLICE, upper=config.max_eval_nll, higher_is_better=False,
+      max_change=config.max_nll_increase))
+  return [tfma.MetricConfig(class_name="ExampleCount"), accuracy, *metrics.values()]
+
+
+def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+  """The gate: absolute bounds, and no regression beyond a tolerance against the last blessed
+  model (TFX drops the change bounds on a first run, which has no baseline)."""
+  return tfma.EvalConfig(
+      model_specs=[tfma.ModelSpec(
+          signature_name="serving_default", label_key=LABEL_KEY,
+          prediction_keys={PROBABILITIES_KEY: PROBABILITIES_KEY,
+                           UNCALIBRATED_PROBABILITIES_KEY: UNCALIBRATED_PROBABILITIES_KEY})],
+      slicing_specs=SLICING_SPECS,
+      metrics_specs=[
+          tfma.MetricsSpec(output_names=[PROBABILITIES_KEY], metrics=gated_metrics(config)),
+          tfma.MetricsSpec(output_names=[UNCALIBRATED_PROBABILITIES_KEY], metrics=[
+              tfma.MetricConfig(class_name="SparseCategoricalAccuracy"),
+              *_calibration_metrics(config.trainer.num_bins)]),
+      ])
+
+
+# Names of the gated metrics as the report shows them.
+METRIC_LABELS = {ACCURACY_NAME: "accuracy", ECE_NAME: "ECE", NLL_NAME: "NLL",
+                 BRIER_NAME: "Brier", EXAMPLE_COUNT_NAME: "examples"}

@@ -1,0 +1,180 @@
+"""The Evaluator's metrics and gate: TFMA's numbers equal numpy's on the same predictions, on
+every slice; partial results merge exactly; a model below the bounds is not blessed."""
+import os
+
+import apache_beam as beam
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_model_analysis as tfma
+from apache_beam.options.pipeline_options import PipelineOptions
+from tensorflow_model_analysis.metrics import metric_types
+from tfx_bsl.public import tfxio
+
+from components import calibration_metrics, evaluation_set
+from pipeline import evaluation, gate_report
+from pipeline.config import PipelineConfig
+from tests import numpy_metrics
+from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
+
+NUM_CLASSES = 10
+TEMPERATURE = 1.7
+LOGITS_KEY = "fake_logits"
+
+
+def _inputs(probabilities, labels):
+  return [metric_types.StandardMetricInputs(labels=np.array([label]), predictions=p,
+                                            example_weights=np.array([1.0]))
+          for p, label in zip(probabilities, labels)]
+
+
+def _random_predictions(rng, count, sharpness=3.0):
+  logits = rng.normal(0, sharpness, (count, NUM_CLASSES))
+  labels = np.where(rng.random(count) < 0.7, logits.argmax(1), rng.integers(0, NUM_CLASSES, count))
+  return logits, labels
+
+
+def _softmax(logits, temperature=1.0):
+  z = logits / temperature
+  e = np.exp(z - z.max(axis=1, keepdims=True))
+  return e / e.sum(axis=1, keepdims=True)
+
+
+def _added(combiner, probabilities, labels):
+  accumulator = combiner.create_accumulator()
+  for element in _inputs(probabilities, labels):
+    accumulator = combiner.add_input(accumulator, element)
+  return accumulator
+
+
+def test_the_combiner_merges_partial_results_exactly_and_matches_numpy():
+  rng = np.random.default_rng(0)
+  logits, labels = _random_predictions(rng, 300)
+  probabilities = _softmax(logits)
+  probabilities[0] = np.eye(NUM_CLASSES)[labels[0]]  # Confidence exactly 1: the last bin.
+  expected = numpy_metrics.metrics(probabilities, labels, num_bins=7)
+  for metric, name in [(calibration_metrics.ExpectedCalibrationError(num_bins=7), "ece"),
+                       (calibration_metrics.NegativeLogLikelihood(), "nll"),
+                       (calibration_metrics.BrierScore(), "brier_score")]:
+    combiner = metric.computations()[0].combiner
+    parts = [_added(combiner, probabilities[chunk], labels[chunk])  # Four "workers".
+             for chunk in np.array_split(np.arange(300), 4)]
+    merged = combiner.extract_output(combiner.merge_accumulators(parts))
+    assert merged[metric_types.MetricKey(name=name)] == pytest.approx(expected[name], abs=1e-9)
+  combiner = calibration_metrics.ExpectedCalibrationError(num_bins=7).computations()[0].combiner
+  reliability = combiner.extract_output(_added(combiner, probabilities, labels))[
+      metric_types.MetricKey(name=calibration_metrics.RELIABILITY_NAME)]
+  assert reliability.shape == (7, 3) and reliability[:, 0].sum() == 300
+  assert reliability[-1, 1] > 6 / 7 and 0 <= reliability[:, 2].min() <= reliability[:, 2].max() <= 1
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5])
+def test_num_bins_must_be_a_positive_integer(bad):
+  with pytest.raises(ValueError, match="num_bins"):
+    calibration_metrics.ExpectedCalibrationError(num_bins=bad)
+
+
+class _FakeModel(tf.Module):
+  """Serves probabilities computed from logits stored in each tf.Example, like the exported
+  model's signature (serialized examples in, calibrated and raw probabilities out)."""
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+  def serve(self, serialized):
+    logits = tf.io.parse_example(
+        serialized, {LOGITS_KEY: tf.io.FixedLenFeature([NUM_CLASSES], tf.float32)})[LOGITS_KEY]
+    probabilities = tf.nn.softmax(logits / TEMPERATURE)
+    return {PROBABILITIES_KEY: probabilities, "class_ids": tf.argmax(probabilities, -1),
+            UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
+
+
+def _write_evaluation_set(path, rng):
+  """Clean eval examples (70% right) and corrupted ones (2 corruptions x 2 severities)."""
+  rows = []  # (eval_set, corruption, severity, logits, label)
+  for eval_set in (evaluation_set.EVAL, evaluation_set.TEST):
+    logits, labels = _random_predictions(rng, 120)
+    rows += [(eval_set, None, None, z, y) for z, y in zip(logits, labels)]
+  for corruption in ("contrast", "gaussian_noise"):
+    for severity in (1, 5):
+      logits, labels = _random_predictions(rng, 40, sharpness=1.0 + severity)
+      rows += [(evaluation_set.CORRUPTED, corruption, severity, z, y)
+               for z, y in zip(logits, labels)]
+  with tf.io.TFRecordWriter(path) as writer:
+    for index, (eval_set, corruption, severity, z, y) in enumerate(rows):
+      example = evaluation_set.make_example(f"k{index}", b"", int(y), eval_set, corruption,
+                                            severity)
+      example.features.feature[LOGITS_KEY].float_list.value.extend(z.astype(np.float32))
+      writer.write(example.SerializeToString())
+  return rows
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+  work = tmp_path_factory.mktemp("tfma")
+  model_dir = str(work / "model")
+  model = _FakeModel()
+  tf.saved_model.save(model, model_dir, signatures={"serving_default": model.serve})
+  rows = _write_evaluation_set(str(work / "data.tfrecord"), np.random.default_rng(1))
+  config = PipelineConfig(min_eval_accuracy=0.95, max_eval_ece=1.0, max_eval_nll=10.0,
+                          min_corrupted_accuracy=0.0)
+  # As TFX's Evaluator prepares it on a first run (no baseline: change bounds dropped).
+  eval_config = tfma.utils.update_eval_config_with_defaults(
+      evaluation.eval_config(config), has_baseline=False, rubber_stamp=True)
+  output = str(work / "evaluation")
+  with beam.Pipeline(options=PipelineOptions(["--direct_running_mode=multi_processing",
+                                              "--direct_num_workers=2"])) as pipeline:
+    _ = (pipeline  # Read as TFX's Evaluator reads examples without a schema.
+         | tfxio.TFExampleRecord(str(work / "data.tfrecord"),
+                                 raw_record_column_name=tfma.ARROW_INPUT_COLUMN).BeamSource()
+         | tfma.ExtractEvaluateAndWriteResults(
+             eval_shared_model=tfma.default_eval_shared_model(model_dir, eval_config=eval_config),
+             eval_config=eval_config, output_path=output))
+  return rows, output, config
+
+
+def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
+  rows, output, _ = evaluated
+  values = gate_report.load_metrics(output)
+  eval_set_of = np.array([r[0] for r in rows])
+  corruption_of = np.array([r[1] or "" for r in rows])
+  severity_of = np.array([r[2] or 0 for r in rows])
+  logits = np.stack([r[3] for r in rows]).astype(np.float32).astype(np.float64)
+  labels = np.array([r[4] for r in rows])
+  slices = {
+      (("eval_set", "eval"),): eval_set_of == "eval",
+      (("eval_set", "corrupted"),): eval_set_of == "corrupted",
+      (("eval_set", "test"), ("label", 3)): (eval_set_of == "test") & (labels == 3),
+      (("corruption", "contrast"),): corruption_of == "contrast",
+      (("severity", 5),): severity_of == 5,
+      (("corruption", "gaussian_noise"), ("severity", 1)):
+          (corruption_of == "gaussian_noise") & (severity_of == 1),
+  }
+  for slice_key, mask in slices.items():
+    for output_name, temperature in ((PROBABILITIES_KEY, TEMPERATURE),
+                                     (UNCALIBRATED_PROBABILITIES_KEY, 1.0)):
+      expected = numpy_metrics.metrics(_softmax(logits[mask], temperature), labels[mask])
+      got = values[slice_key]
+      assert got[("candidate", PROBABILITIES_KEY, "example_count", False)] == mask.sum()
+      assert got[("candidate", output_name, evaluation.ACCURACY_NAME, False)] == \
+          pytest.approx(expected["accuracy"], abs=1e-6), (slice_key, output_name)
+      for name in ("nll", "ece", "brier_score"):
+        assert got[("candidate", output_name, name, False)] == pytest.approx(
+            expected[name], abs=1e-4), (slice_key, output_name, name)
+  reliability = gate_report.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
+                                   "reliability_diagram")
+  assert reliability.shape == (PipelineConfig().trainer.num_bins, 3)
+  assert reliability[:, 0].sum() == np.sum(eval_set_of == "eval")
+
+
+def test_a_model_below_the_accuracy_bound_is_not_blessed_and_the_reason_names_it(evaluated):
+  rows, output, config = evaluated
+  result = tfma.load_validation_result(output)
+  assert not result.validation_ok
+  failures = gate_report.failures(result)
+  eval_accuracy = np.mean([r[4] == r[3].argmax() for r in rows if r[0] == "eval"])
+  assert [f.metric for f in failures] == ["accuracy"]
+  (failure,) = failures
+  assert failure.slice == "eval_set=eval"
+  assert failure.value == pytest.approx(eval_accuracy, abs=1e-6)
+  assert failure.margin == pytest.approx(config.min_eval_accuracy - eval_accuracy, abs=1e-6)
+  assert "accuracy on eval_set=eval" in failure.describe()
+  assert os.path.isdir(output)
