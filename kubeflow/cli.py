@@ -7,6 +7,7 @@ from kubeflow import config as kubeflow_config
 from kubeflow import cron
 from pipeline import config as config_lib
 from trainer_module.config import TrainerConfig
+from trainer_module.flags import name_value_pairs
 
 DEFAULT_PACKAGE_DIR = os.path.join("outputs", "kubeflow")
 CONNECTION_FLAGS = ("endpoint", "token", "namespace")
@@ -45,16 +46,7 @@ Pipeline flags (compile):
 def split_flags(argv: Sequence[str], names: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
   """Our flags by name, and the rest (config flags) untouched, as `--name=value` strings."""
   ours, rest = {}, []
-  args = list(argv)
-  while args:
-    arg = args.pop(0)
-    if not arg.startswith("--"):
-      raise ValueError(f"Unexpected argument {arg!r}: flags look like --name=value.")
-    name, has_value, value = arg[2:].partition("=")
-    if not has_value:
-      if not args:
-        raise ValueError(f"Flag --{name} needs a value.")
-      value = args.pop(0)
+  for name, value in name_value_pairs(argv):
     if name in names:
       ours[name] = value
     else:

@@ -1,25 +1,32 @@
 """`--name=value` flags over dataclass fields: one parser for the pipeline and the trainer."""
 import typing
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 
-def parse_flags(argv: Sequence[str], hints: Mapping[str, Any]) -> Dict[str, Any]:
-  """`--field value` / `--field=value` pairs -> {field: typed value}; `hints` maps each known
-  field to its type annotation."""
-  values = {}
+def name_value_pairs(argv: Sequence[str]) -> List[Tuple[str, str]]:
+  """`--name value` / `--name=value` arguments -> [(name, value text)], in order."""
+  pairs = []
   args = list(argv)
   while args:
     arg = args.pop(0)
     if not arg.startswith("--"):
       raise ValueError(f"Unexpected argument {arg!r}: flags look like --name=value.")
     name, has_value, value = arg[2:].partition("=")
-    if name not in hints:
-      raise ValueError(f"Unknown flag --{name}. Known flags: "
-                       + ", ".join(f"--{n}" for n in sorted(hints)) + ".")
     if not has_value:
       if not args:
         raise ValueError(f"Flag --{name} needs a value.")
       value = args.pop(0)
+    pairs.append((name, value))
+  return pairs
+
+
+def parse_flags(argv: Sequence[str], hints: Mapping[str, Any]) -> Dict[str, Any]:
+  """Flags -> {field: typed value}; `hints` maps each known field to its type annotation."""
+  values = {}
+  for name, value in name_value_pairs(argv):
+    if name not in hints:
+      raise ValueError(f"Unknown flag --{name}. Known flags: "
+                       + ", ".join(f"--{n}" for n in sorted(hints)) + ".")
     values[name] = parse_value(name, value, hints[name])
   return values
 
