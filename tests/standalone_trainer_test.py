@@ -182,3 +182,26 @@ def test_multi_worker_without_tf_config_is_a_clear_error(inputs, tmp_path):
                                            "--distribution_strategy=multi_worker_mirrored"),
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
   assert process.returncode != 0 and "needs the TF_CONFIG environment variable" in process.stderr
+
+
+def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step_with_a_checkpoint(inputs,
+                                                                                    tmp_path):
+  cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
+  flags = ["--per_core_batch_size=8", "--train_epochs=50", "--checkpoint_interval=-1",
+           "--distribution_strategy=multi_worker_mirrored"]
+  logs = [tmp_path / f"worker-{index}.txt" for index in range(2)]
+  workers = []
+  for index, log_path in enumerate(logs):
+    env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster,
+                                                  "task": {"type": "worker", "index": index}})}
+    with open(log_path, "w") as log:
+      workers.append(subprocess.Popen(trainer_command(inputs, tmp_path / "out", *flags),
+                                      cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
+  while " step " not in logs[1].read_text() and workers[1].poll() is None:
+    time.sleep(0.05)
+  workers[1].send_signal(signal.SIGTERM)  # Only the non-chief worker is told to stop.
+  assert [worker.wait(timeout=300) for worker in workers] == [143, 143], logs[0].read_text()[-3000:]
+  stopped = [log.read_text().split("Stopped at step ")[1].split()[0] for log in logs]
+  assert stopped[0] == stopped[1]
+  assert tf.train.latest_checkpoint(str(tmp_path / "out" / "checkpoints")).endswith(
+      f"ckpt-{stopped[0]}")
