@@ -50,16 +50,21 @@ class Checkpoints:
     state = tf.train.get_checkpoint_state(self.directory)
     candidates = list(state.all_model_checkpoint_paths) if state else []
     for path in reversed(candidates):
-      problem = damage(path)
-      if problem:
-        log.warning("Checkpoint %s is damaged (%s); trying the one before it.", path, problem)
-        continue
-      self.checkpoint.restore(path).assert_existing_objects_matched()
-      return path
+      if self.restore(path):
+        return path
     if candidates:
       raise RuntimeError(f"Every checkpoint in {self.directory} is damaged; remove the "
                          "directory to start training from scratch.")
     return None
+
+  def restore(self, path: str) -> bool:
+    """Restores `path` unless it is damaged (then says so and returns False)."""
+    problem = damage(path)
+    if problem:
+      log.warning("Checkpoint %s is damaged (%s); skipping it.", path, problem)
+      return False
+    self.checkpoint.restore(path).assert_existing_objects_matched()
+    return True
 
   def save(self, step: int) -> None:
     path = self.manager.save(checkpoint_number=step)

@@ -4,7 +4,6 @@ The global batch is per_core_batch_size x replicas, as in the original script; e
 sees its own slice of each global batch (see data.py), so a run on N devices follows the same
 example order as a run on one.
 """
-import json
 import logging
 import os
 
@@ -37,7 +36,7 @@ def make_strategy(config: TrainerConfig) -> tf.distribute.Strategy:
   else:
     raise ValueError(f"Unknown distribution_strategy {kind!r}.")
   log.info("Strategy %s: %d replica(s)%s.", kind, strategy.num_replicas_in_sync,
-           f", task {task_type_and_id()}" if kind == "multi_worker_mirrored" else "")
+           "" if is_chief(strategy) else " (not the chief)")
   return strategy
 
 
@@ -50,11 +49,6 @@ def set_precision_policy(config: TrainerConfig) -> None:
   else:
     policy = "mixed_float16"
   keras.mixed_precision.set_global_policy(policy)
-
-
-def task_type_and_id():
-  task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
-  return task.get("type", "worker"), int(task.get("index", 0))
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -13,7 +13,7 @@ import tensorflow_transform as tft
 from tensorboard.plugins.hparams import api as hparams_api
 
 from trainer_module import data
-from trainer_module.checkpoints import StopSignal, damage
+from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
 from trainer_module.distribution import is_chief, make_strategy, set_precision_policy
 from trainer_module.export import export_serving_model
@@ -106,11 +106,8 @@ def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str
   metrics = {}
   for path in tf.train.checkpoints_iterator(training.checkpoints.directory,
                                             timeout=training.config.continuous_eval_timeout_secs):
-    problem = damage(path)
-    if problem:
-      log.warning("Skipping damaged checkpoint %s (%s).", path, problem)
+    if not training.checkpoints.restore(path):
       continue
-    training.checkpoints.checkpoint.restore(path).assert_existing_objects_matched()
     metrics = _evaluate_and_write(training, eval_dataset, writer)
     if training.step >= training.total_steps:
       break
