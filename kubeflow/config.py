@@ -34,11 +34,15 @@ GPU_TYPES = ("NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVID
              "NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200")
 TPU_TYPES = ("TPU_V2", "TPU_V3", "TPU_V4_POD", "TPU_V5_LITEPOD")
 ACCELERATOR_TYPES = GPU_TYPES + TPU_TYPES
+# Where the compiled pipeline runs: an open-source Kubeflow Pipelines v2 server, or Vertex AI
+# Pipelines (which also runs TFX's resolver, pre-cache-check and CustomJob extensions).
+KUBEFLOW_TARGETS = ("kfp", "vertex")
 
 
 @dataclasses.dataclass(frozen=True)
 class KubeflowConfig:
   image: str = ""  # The pipeline's container image (see Dockerfile); every component runs it.
+  kubeflow_target: str = "kfp"  # kfp (open-source KFP v2 server) or vertex (Vertex AI).
   # Vertex AI training: with a project, the Trainer runs as a Vertex CustomJob on these pools.
   vertex_project: str = ""
   vertex_region: str = "us-central1"
@@ -51,6 +55,11 @@ class KubeflowConfig:
     _require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
              self.image, "is required: the container image every component runs "
              "(e.g. gcr.io/my-project/wrn-pipeline:1)")
+    _require(self.kubeflow_target in KUBEFLOW_TARGETS, "kubeflow_target", self.kubeflow_target,
+             f"must be one of {KUBEFLOW_TARGETS}")
+    _require(not (self.vertex_project and self.kubeflow_target == "kfp"), "vertex_project",
+             self.vertex_project, "needs --kubeflow_target=vertex: Vertex AI training runs as a "
+             "CustomJob, which an open-source Kubeflow Pipelines server does not run")
     _require(self.accelerator_type in ("",) + ACCELERATOR_TYPES, "accelerator_type",
              self.accelerator_type, f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
     _require(self.accelerator_count >= 0, "accelerator_count", self.accelerator_count,

@@ -7,6 +7,7 @@ from pipeline.config import from_flags
 
 CLUSTER = ["--image=gcr.io/proj/wrn:1", "--output_dir=gs://bucket/wrn",
            "--pipeline_name=wrn-image-classifier"]
+VERTEX = CLUSTER + ["--kubeflow_target=vertex"]
 
 
 def test_cluster_flags_make_one_config_with_everything_on_object_storage():
@@ -22,10 +23,10 @@ def test_cluster_flags_make_one_config_with_everything_on_object_storage():
 
 
 def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image():
-  config = from_flags(CLUSTER + ["--vertex_project=proj", "--machine_type=n1-standard-16",
-                                 "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=4",
-                                 "--replica_count=3",
-                                 "--distribution_strategy=multi_worker_mirrored"])
+  config = from_flags(VERTEX + ["--vertex_project=proj", "--machine_type=n1-standard-16",
+                                "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=4",
+                                "--replica_count=3",
+                                "--distribution_strategy=multi_worker_mirrored"])
   machine = {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_V100",
              "accelerator_count": 4}
   image = {"image_uri": "gcr.io/proj/wrn:1"}
@@ -35,7 +36,7 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--output_dir=gs://bucket/wrn", "--pipeline_name=a-b", "--vertex_project=p"], "image=''"),
+    (["--output_dir=gs://bucket/wrn", "--pipeline_name=a-b"], "image=''"),
     (["--image=i", "--output_dir=/data/out", "--pipeline_name=a-b"], "output_dir='/data/out'"),
     (["--image=i", "--output_dir=outputs", "--pipeline_name=a-b"], "output_dir='outputs'"),
     (CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=/data/tfrecords"],
@@ -45,21 +46,24 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
      "tfds_data_dir='/home/me/tfds'"),
     (CLUSTER + ["--schema_path=/etc/passwd"], "schema_path='/etc/passwd'"),
     (["--image=i", "--output_dir=gs://bucket/wrn"], "pipeline_name='wrn_image_classifier'"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=GTX_1080", "--accelerator_count=1"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=GTX_1080", "--accelerator_count=1"],
      "accelerator_type='GTX_1080'"),
     (CLUSTER + ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"],
      "vertex_project=''"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4"],
      "accelerator_count=0"),
-    (CLUSTER + ["--vertex_project=p", "--replica_count=4"],
+    (VERTEX + ["--vertex_project=p", "--replica_count=4"],
      "distribution_strategy='default': must be one of ('multi_worker_mirrored',)"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4",
-                "--accelerator_count=2"], "distribution_strategy='default': must be one of ('mirrored',)"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4",
+               "--accelerator_count=2"], "distribution_strategy='default': must be one of ('mirrored',)"),
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8"],
      "distribution_strategy='default': must be one of ('tpu',)"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8",
-                "--replica_count=2", "--distribution_strategy=tpu", "--tpu=local"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8",
+               "--replica_count=2", "--distribution_strategy=tpu", "--tpu=local"],
      "replica_count=2"),
+    (CLUSTER + ["--kubeflow_target=argo"], "kubeflow_target='argo': must be one of"),
+    # Vertex AI training is a CustomJob executor, which an open-source KFP server refuses.
+    (CLUSTER + ["--vertex_project=p"], "vertex_project='p': needs --kubeflow_target=vertex"),
     (CLUSTER + ["--distribution_strategy=multi_worker_mirrored"],
      "distribution_strategy='multi_worker_mirrored'"),
 ])
@@ -69,12 +73,12 @@ def test_bad_cluster_values_name_the_flag_and_value(flags, message):
 
 
 def test_the_consistent_tpu_and_multi_gpu_pools_are_accepted():
-  tpu = from_flags(CLUSTER + ["--vertex_project=p", "--accelerator_type=TPU_V3",
-                              "--accelerator_count=8", "--machine_type=cloud-tpu",
-                              "--distribution_strategy=tpu", "--tpu=local"])
+  tpu = from_flags(VERTEX + ["--vertex_project=p", "--accelerator_type=TPU_V3",
+                             "--accelerator_count=8", "--machine_type=cloud-tpu",
+                             "--distribution_strategy=tpu", "--tpu=local"])
   assert tpu.kubeflow.expected_distribution_strategies() == ("tpu",)
-  gpus = from_flags(CLUSTER + ["--vertex_project=p", "--accelerator_type=NVIDIA_L4",
-                               "--accelerator_count=2", "--distribution_strategy=mirrored"])
+  gpus = from_flags(VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_L4",
+                              "--accelerator_count=2", "--distribution_strategy=mirrored"])
   assert gpus.kubeflow.uses_vertex_training
 
 
