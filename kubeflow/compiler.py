@@ -29,6 +29,8 @@ from pipeline.pipeline import create_pipeline
 # it fails the whole pipeline on a resolver ("not implemented") or customJob ("Google Cloud
 # only") executor.
 OPEN_SOURCE_EXECUTOR_KINDS = ("container", "importer")
+# Tasks whose result depends on state outside their inputs.
+UNCACHEABLE_TASKS = ("ProductionModel",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +68,10 @@ def pipeline_job(config: PipelineConfig) -> dict:
   for name, default in defaults.items():
     parameter = spec["root"]["inputDefinitions"]["parameters"][name]
     parameter.update(defaultValue=default, isOptional=True)
+  # Its output depends on the serving directory, which KFP's cache key cannot see; locally a
+  # driver keys the cache on the production version, but drivers do not run on Kubeflow.
+  for task_name in UNCACHEABLE_TASKS:
+    spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   if config.kubeflow.kubeflow_target == "kfp":
     adapt_to_open_source_kfp(spec)
   return job

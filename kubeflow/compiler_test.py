@@ -2,19 +2,21 @@
 parameters (and that they reach the components), Vertex pools, and no path of this machine."""
 import json
 import os
+import re
+
+import pytest
 
 from google.protobuf import json_format
 from kfp.client import client as kfp_client
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import cli
+from kubeflow import compiler
+from kubeflow import kfp_entrypoint
 from kubeflow import config as kubeflow_config
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
-
-RESOLVER = "latest_blessed_model_resolver"
-
 
 def _spec(compiled):
   """The spec as the kfp SDK reads a package (what kfp.Client does before a run)."""
@@ -22,10 +24,8 @@ def _spec(compiled):
 
 
 def _compiled_edges(spec):
-  """(upstream, downstream) task pairs; TFX compiles the resolver into two chained tasks."""
-  def node(task):
-    return RESOLVER if task.startswith(RESOLVER + "-") else task
-  return {(node(upstream), node(task)) for task, task_spec in spec.root.dag.tasks.items()
+  """(upstream, downstream) task pairs."""
+  return {(upstream, task) for task, task_spec in spec.root.dag.tasks.items()
           for upstream in task_spec.dependent_tasks}
 
 
@@ -35,7 +35,7 @@ def test_the_spec_has_every_component_and_the_local_pipelines_edges(compiled):
   local_edges = {(upstream.id, component.id) for component in local.components
                  for upstream in component.upstream_nodes}
   spec = _spec(package)
-  assert {task.split("-")[0] for task in spec.root.dag.tasks} == {c.id for c in local.components}
+  assert set(spec.root.dag.tasks) == {c.id for c in local.components}
   assert _compiled_edges(spec) == local_edges
   assert spec.pipeline_info.name == config.pipeline_name == "wrn-image-classifier"
   assert spec.default_pipeline_root == "gs://bucket/wrn/pipeline_root/wrn-image-classifier"
@@ -46,14 +46,16 @@ def test_every_container_runs_the_pipeline_image(compiled):
   executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
   containers = {name: e["container"] for name, e in executors.items() if "container" in e}
   local = create_pipeline(PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1)))
-  # Every component but the resolver (compiled into two MLMD queries).
-  assert len(containers) == len(local.components) - 1
+  # Every component is a container: none is a resolver, which an open-source KFP server refuses.
+  assert len(containers) == len(executors) == len(local.components)
   assert {c["image"] for c in containers.values()} == {"gcr.io/proj/wrn-pipeline:7"}
   # Custom executors are imported from the image's packages.
   classes = {c["args"][c["args"].index("--executor_class_path") + 1] for c in containers.values()}
   assert {"components.example_gen._Executor", "components.pusher.VersionedPusherExecutor",
           "components.validation_gate.ValidationGate_Executor",
           "components.evaluation_set.EvaluationSetGen_Executor",
+          "components.production_model.ProductionModelExecutor",
+          "components.evaluator.ProductionBaselineExecutor",
           "tfx.extensions.google_cloud_ai_platform.trainer.executor.GenericExecutor"} <= classes
   # Beam components use the pod's cores.
   assert all("--direct_num_workers=0" in c["args"] for name, c in containers.items()
@@ -142,3 +144,69 @@ def test_compile_without_cluster_settings_fails_and_writes_nothing(tmp_path, cap
                    "--output_dir=/local/out"]) == 2
   assert "output_dir='/local/out'" in capsys.readouterr().err
   assert not package_dir.exists()
+
+
+def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compiled):
+  _, package = compiled["vertex"]
+  tasks = _spec(package).root.dag.tasks
+  baseline = tasks["Evaluator"].inputs.artifacts["baseline_model"].task_output_artifact
+  assert (baseline.producer_task, baseline.output_artifact_key) == ("ProductionModel", "model")
+  assert not tasks["ProductionModel"].caching_options.enable_cache
+  assert tasks["Trainer"].caching_options.enable_cache
+
+
+def test_the_kfp_spec_runs_every_container_through_the_compatibility_entrypoint(compiled):
+  """kubeflow_target=kfp (the default): only executors an open-source KFP server runs, each
+  container started by kubeflow.kfp_entrypoint with its component's own artifact types."""
+  config, package = compiled["tfrecord"]
+  assert config.kubeflow.kubeflow_target == "kfp"
+  spec = json_format.MessageToDict(_spec(package))
+  executors = spec["deploymentSpec"]["executors"]
+  assert {kind for executor in executors.values() for kind in executor} == {"container"}
+  for name, component in spec["components"].items():
+    container = executors[component["executorLabel"]]["container"]
+    assert tuple(container["command"]) == kfp_entrypoint.COMMAND
+    assert "lifecycle" not in container  # The OSS backend never runs preCacheCheck hooks.
+    args = container["args"]
+    assert args[0] == kfp_entrypoint.ARTIFACT_TYPES_FLAG
+    types = json.loads(args[1])
+    for direction in ("input", "output"):
+      declared = component.get(f"{direction}Definitions", {}).get("artifacts", {})
+      assert set(types[direction]) == set(declared), name
+    assert args[args.index("--executor_class_path") + 1]  # TFX's own arguments follow.
+  assert json.loads(executors["Evaluator_executor"]["container"]["args"][1]) == {
+      "input": {"baseline_model": "tfx.Model", "examples": "tfx.Examples",
+                "model": "tfx.Model"},
+      "output": {"blessing": "tfx.ModelBlessing", "evaluation": "tfx.ModelEvaluation"}}
+
+
+def test_the_kfp_spec_runs_example_gens_driver_and_caches_nothing_that_reads_outside_state(
+    compiled):
+  _, package = compiled["tfrecord"]
+  spec = json_format.MessageToDict(_spec(package))
+  args = spec["deploymentSpec"]["executors"]["ImportExampleGen_executor"]["container"]["args"]
+  assert kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG in args
+  tasks = spec["root"]["dag"]["tasks"]
+  # New files under the same data_root leave KFP's cache key unchanged: no caching there.
+  uncached = {name for name, task in tasks.items()
+              if not task.get("cachingOptions", {}).get("enableCache")}
+  assert uncached == {"ImportExampleGen", "ProductionModel"}
+
+
+def test_the_vertex_spec_keeps_tfxs_own_entrypoint(compiled):
+  _, package = compiled["vertex"]
+  executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
+  commands = {tuple(e["container"]["command"]) for e in executors.values()}
+  assert commands == {("python", "-m",
+                       "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor")}
+
+
+@pytest.mark.parametrize("kind, message", [("resolver", "Baseline_executor (resolver)"),
+                                           ("customJob", "Baseline_executor (customJob)")])
+def test_kfp_compile_names_an_executor_the_open_source_backend_refuses(kind, message):
+  """backend/src/v2/compiler/argocompiler/dag.go refuses these; the compile fails first."""
+  spec = {"deploymentSpec": {"executors": {"Baseline_executor": {kind: {}},
+                                           "Trainer_executor": {"container": {}}}},
+          "components": {}, "root": {"dag": {"tasks": {}}}}
+  with pytest.raises(ValueError, match=re.escape(message) + ".*--kubeflow_target=vertex"):
+    compiler.adapt_to_open_source_kfp(spec)

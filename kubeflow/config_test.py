@@ -36,7 +36,8 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--output_dir=gs://bucket/wrn", "--pipeline_name=a-b"], "image=''"),
+    (["--output_dir=gs://bucket/wrn", "--pipeline_name=a-b", "--kubeflow_target=vertex"],
+     "image=''"),
     (["--image=i", "--output_dir=/data/out", "--pipeline_name=a-b"], "output_dir='/data/out'"),
     (["--image=i", "--output_dir=outputs", "--pipeline_name=a-b"], "output_dir='outputs'"),
     (CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=/data/tfrecords"],
