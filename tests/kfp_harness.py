@@ -30,13 +30,10 @@ What it does not do: Argo, pods, the launcher's copies of artifacts to and from 
 """
 from __future__ import annotations
 
-import argparse
-import collections
 import dataclasses
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -458,47 +455,86 @@ class Harness:
     return {output_name: existing or self.metadata.record_artifact(output_name, artifact)}
 
 
-class S3Server:
-  """moto's S3 server on 127.0.0.1 (a free port), for the time of a `with` block."""
+# `make kubeflow-local` and the tests: the tiny e2e config, compiled for kfp with everything on
+# s3:// of a local S3 server.
+IMAGE = "localhost/wrn-pipeline:harness"  # Never pulled: the harness runs commands here.
+BUCKET = "wrn-kfp-harness"
+PIPELINE_NAME = "wrn-kfp-harness"
 
-  def __init__(self, python: str = sys.executable, start_timeout: float = 60):
-    self.python = python
-    self.start_timeout = start_timeout
-    self.process = None
-    self.endpoint = ""
 
-  def __enter__(self) -> "S3Server":
-    with socket.socket() as probe:
-      probe.bind(("127.0.0.1", 0))
-      port = probe.getsockname()[1]
-    self.endpoint = f"http://127.0.0.1:{port}"
-    self.process = subprocess.Popen([self.python, "-m", "moto.server", "-H", "127.0.0.1",
-                                     "-p", str(port)], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + self.start_timeout
-    while True:
-      try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-          return self
-      except OSError:
-        if self.process.poll() is not None or time.monotonic() > deadline:
-          self.__exit__(None, None, None)
-          raise RuntimeError(f"moto's S3 server did not start on port {port}")
-        time.sleep(0.2)
+def compile_for_s3(server, package_dir: str, flags: List[str]):
+  """The pipeline compiled for kfp with output_dir and schema in a bucket of `server`
+  (tests/s3_server.py); returns (config, CompiledPipeline)."""
+  from kubeflow import cli, compiler
+  from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags
+  client = server.client()
+  if BUCKET not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
+    server.create_bucket(BUCKET)
+  client.upload_file(DEFAULT_SCHEMA_PATH, BUCKET, "schema/schema.pbtxt")
+  config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out",
+                       f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
+                       f"--pipeline_name={PIPELINE_NAME}", "--beam_running_mode=in_memory",
+                       *flags], base=cli.cluster_base())
+  return config, compiler.compile_pipeline(config, package_dir)
 
-  def __exit__(self, *exc) -> None:
-    if self.process is not None and self.process.poll() is None:
-      self.process.kill()
-      self.process.wait(timeout=30)
 
-  def environment(self) -> Dict[str, str]:
-    """What every process of a run needs to reach this server (credentials are moto's)."""
-    return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": self.endpoint, "S3_ENDPOINT": self.endpoint,
-            "S3_USE_HTTPS": "0", "S3_VERIFY_SSL": "0"}
+def pushed_versions(server, serving_dir: str) -> List[str]:
+  """Version directories under an s3:// serving directory that hold a SavedModel."""
+  bucket, _, prefix = serving_dir[len("s3://"):].partition("/")
+  pages = server.client().get_paginator("list_objects_v2").paginate(
+      Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+  keys = [item["Key"] for page in pages for item in page.get("Contents", [])]
+  return sorted({key[len(prefix):].strip("/").split("/")[0] for key in keys
+                 if key.endswith("/saved_model.pb") and
+                 key[len(prefix):].strip("/").count("/") == 1},
+                key=lambda version: (len(version), version))
 
-  def client(self):
-    import boto3
-    return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")
+
+def download(server, uri: str, local_dir: str) -> None:
+  bucket, _, prefix = uri[len("s3://"):].partition("/")
+  client = server.client()
+  for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+    for item in page.get("Contents", []):
+      target = os.path.join(local_dir, os.path.relpath(item["Key"], prefix))
+      if not item["Key"].endswith("/"):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        client.download_file(bucket, item["Key"], target)
+
+
+def main(argv: List[str]) -> int:
+  """One run of the compiled tiny pipeline on a local S3 server; prints where the model went."""
+  from tests.pipeline_e2e_test import SMALL_MODEL
+  from tests.s3_server import S3Server
+  workdir = os.path.abspath(os.path.join("outputs", "kubeflow-local"))
+  flags = [a for a in argv if not a.startswith("--workdir=")]
+  workdir = next((a.split("=", 1)[1] for a in argv if a.startswith("--workdir=")), workdir)
+  start = time.monotonic()
+  with S3Server() as server:
+    config, compiled = compile_for_s3(server, os.path.join(workdir, "package"),
+                                      SMALL_MODEL + flags)
+    print(f"compiled for kubeflow_target=kfp: {compiled.spec_path}", flush=True)
+    harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
+                      env=server.environ())
+    try:
+      run = harness.run()
+    except TaskFailed as error:
+      print(f"error: {error}", file=sys.stderr)
+      return 1
+    for task in run.tasks.values():
+      print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}")
+    versions = pushed_versions(server, config.serving_model_dir)
+    print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s "
+          f"({time.monotonic() - start:.0f} s with compile and S3 server)")
+    if not versions:
+      print("pushed model:   none (the Evaluator did not bless the candidate)")
+      return 1
+    pushed = f"{config.serving_model_dir}/{versions[-1]}"
+    local_copy = os.path.join(workdir, "pushed_model", versions[-1])
+    download(server, pushed, local_copy)
+    print(f"pushed model:   {pushed} (on the test S3 server, gone with it)\n"
+          f"local copy:     {local_copy}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
