@@ -20,4 +20,5 @@ COPY components/ components/
 COPY trainer_module/ trainer_module/
 COPY kubeflow/ kubeflow/
 RUN python -m pip install --no-cache-dir --no-deps . \
- && cd / && python -c "import pipeline.pipeline, kubeflow.cluster, trainer_module.trainer"
+ && cd / && python -c "import pipeline.pipeline, kubeflow.cluster, kubeflow.kfp_entrypoint, \
+                        trainer_module.trainer"

@@ -85,3 +85,12 @@ def test_dockerignore_keeps_what_the_image_copies():
     assert not any(fnmatch.fnmatch(path, pattern) or path.startswith(pattern.rstrip("/") + "/")
                    for pattern in patterns), path
   assert ".venv" in patterns and "outputs" in patterns
+
+
+def test_the_image_imports_the_command_every_kfp_container_runs():
+  """kubeflow_target=kfp starts every container with `python -m kubeflow.kfp_entrypoint`; the
+  build fails if that module does not import in the image."""
+  from kubeflow import kfp_entrypoint
+  checks = [args for op, args in _instructions() if op == "RUN" and "python -c" in args]
+  assert any(kfp_entrypoint.COMMAND[-1] in args for args in checks)
+  assert kfp_entrypoint.COMMAND[:2] == ("python", "-m")
