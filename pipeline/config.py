@@ -12,6 +12,7 @@ import typing
 from typing import Any, Optional, Sequence, Tuple
 
 from components import corruptions as corruptions_lib
+from kubeflow import object_storage
 from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
 from trainer_module.config import TrainerConfig
 from trainer_module.flags import parse_flags
@@ -112,11 +113,20 @@ class PipelineConfig:
   def serving_model_dir(self) -> str:
     return os.path.join(self.output_dir, "serving_model", self.pipeline_name)
 
+  @property
+  def uses_s3(self) -> bool:
+    return any(isinstance(path, str) and path.startswith("s3://") for path in
+               (self.output_dir, self.tfrecord_dir, self.tfds_data_dir, self.schema_path))
+
   def beam_pipeline_args(self) -> list:
+    """Every Beam step's arguments: the engine, and s3:// set up in each SDK worker."""
+    s3_workers = [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
+    if self.kubeflow and self.kubeflow.beam_runner != "direct":
+      return self.kubeflow.beam_runner_args() + s3_workers
     # In a cluster, 0 tells Beam to use the cores of the machine the component runs on.
     workers = self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1)
     return [f"--direct_running_mode={self.beam_running_mode}",
-            f"--direct_num_workers={workers}"]
+            f"--direct_num_workers={workers}"] + s3_workers
 
   def replace(self, **overrides) -> "PipelineConfig":
     """A copy with overrides; trainer and cluster fields may be given by name alongside
