@@ -19,7 +19,9 @@ open-source backend (kubeflow/pipelines, backend/src/v2) passes something else:
   version or input fingerprint.
 The compiler puts each component's own artifact types into the command; this entrypoint
 repairs the executor input from them, runs the ExampleGen driver when asked, and then hands
-everything to TFX's entrypoint exactly as Vertex would.
+everything to TFX's entrypoint exactly as Vertex would. It also sets up s3:// (MinIO) for the
+step from the pod's environment (kubeflow/object_storage.py): TensorFlow's filesystem, Beam's
+S3 options, and an exit that tensorflow-io's S3 filesystem cannot turn into a crash.
 """
 import json
 import sys
@@ -37,6 +39,8 @@ from tfx.orchestration.kubeflow.v2.file_based_example_gen import driver as examp
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
 from tfx.utils import import_utils
+
+from kubeflow import object_storage
 
 COMMAND = ("python", "-m", "kubeflow.kfp_entrypoint")
 ARTIFACT_TYPES_FLAG = "--artifact_types"  # JSON: {"input": {name: title}, "output": {...}}.
@@ -145,6 +149,7 @@ def run_example_gen_driver(executor_input: pipeline_spec_pb2.ExecutorInput,
 
 
 def main(argv: Sequence[str]) -> None:
+  object_storage.configure()
   types, run_driver, tfx_argv = split_arguments(argv)
   executor_input = pipeline_spec_pb2.ExecutorInput()
   json_format.Parse(_flag_value(tfx_argv, INVOCATION_FLAG), executor_input,
@@ -153,9 +158,11 @@ def main(argv: Sequence[str]) -> None:
   if run_driver:
     run_example_gen_driver(executor_input, _flag_value(tfx_argv, INPUTS_SPEC_FLAG))
   tfx_argv[tfx_argv.index(INVOCATION_FLAG) + 1] = json_format.MessageToJson(executor_input)
+  # TFX passes the arguments it does not know to Beam: the S3 endpoint of this pod goes there.
+  tfx_argv = object_storage.with_beam_s3_options(tfx_argv)
   app.run(kubeflow_v2_run_executor.main, argv=[sys.argv[0]] + tfx_argv,
           flags_parser=kubeflow_v2_run_executor._parse_flags)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  object_storage.exit_after(lambda: main(sys.argv[1:]))
