@@ -31,6 +31,7 @@ What it does not do: Argo, pods, the launcher's copies of artifacts to and from 
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import hashlib
 import json
 import os
@@ -257,8 +258,8 @@ def placeholders(executor_input: dict) -> Dict[str, str]:
   for name, value in executor_input["inputs"].get("parameterValues", {}).items():
     if isinstance(value, bool):
       text = "true" if value else "false"
-    elif isinstance(value, float):
-      text = repr(int(value)) if value.is_integer() else repr(value)
+    elif isinstance(value, float):  # strconv.FormatFloat(v, 'f', -1, 64): no exponent.
+      text = format(decimal.Decimal(repr(value)).normalize(), "f")
     elif isinstance(value, (list, dict)):
       text = json.dumps(value, separators=(",", ":"))
     else:

@@ -64,9 +64,9 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
     for artifact_id in task.outputs.values():
       assert metadata.artifact(artifact_id)["uri"].startswith(f"{first.run_root}/{task.name}/")
 
-  # Run 2: a new candidate (another seed); upstream of the Trainer comes from KFP's cache,
+  # Run 2: a new candidate (one more epoch); upstream of the Trainer comes from KFP's cache,
   # the baseline is read afresh: the model run 1 pushed.
-  second = harness.run(_trainer_config(spec, "--seed=7"))
+  second = harness.run(_trainer_config(spec, "--train_epochs=7"))
   assert all(second.tasks[name].cached for name in UPSTREAM_OF_TRAINER)
   assert not second.tasks["Trainer"].cached and not second.tasks["ProductionModel"].cached
   production = second.tasks["ProductionModel"].outputs["model"]
