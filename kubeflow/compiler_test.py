@@ -3,13 +3,14 @@ parameters (and that they reach the components), Vertex pools, and no path of th
 import json
 import os
 
+import pytest
 from google.protobuf import json_format
 from kfp.client import client as kfp_client
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from kubeflow import cli
+from kubeflow import cli, compiler
 from kubeflow import config as kubeflow_config
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, from_flags
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
@@ -148,3 +149,33 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
   assert (baseline.producer_task, baseline.output_artifact_key) == ("ProductionModel", "model")
   assert not tasks["ProductionModel"].caching_options.enable_cache
   assert tasks["Trainer"].caching_options.enable_cache
+
+
+BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "Transform", "EvaluationSetGen",
+              "Evaluator")
+
+
+@pytest.mark.parametrize("flags, engine", [
+    (["--output_dir=gs://bucket/wrn", "--beam_runner=dataflow", "--dataflow_project=proj",
+      "--dataflow_region=us-central1", "--dataflow_temp_location=gs://bucket/tmp"],
+     ["--runner=DataflowRunner", "--project=proj", "--region=us-central1",
+      "--temp_location=gs://bucket/tmp", "--sdk_container_image=gcr.io/proj/wrn-pipeline:7",
+      "--sdk_location=container", "--experiments=use_runner_v2"]),
+    (["--output_dir=s3://bucket/wrn", "--beam_runner=portable",
+      "--beam_job_endpoint=flink-jobserver.flink:8099"],
+     ["--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099",
+      "--environment_type=DOCKER", "--environment_config=gcr.io/proj/wrn-pipeline:7",
+      "--beam_plugin=kubeflow.beam_worker"]),
+])
+def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flags, engine,
+                                                                            monkeypatch):
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "compile-me-not")
+  monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://minio-service.kubeflow:9000")
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=cli.cluster_base())
+  job = compiler.pipeline_job(config)
+  executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
+  for step in BEAM_STEPS:
+    args = executors[f"{step}_executor"]["container"]["args"]
+    assert args[-len(engine):] == engine, step
+    assert not [arg for arg in args if arg.startswith("--direct_")], step
+  assert "compile-me-not" not in json.dumps(job)  # Credentials stay in the pods' environment.
