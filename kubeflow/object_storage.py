@@ -22,6 +22,7 @@ BEAM_PLUGIN (kubeflow/beam_worker.py) makes SDK workers import it at start.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
@@ -137,14 +138,16 @@ def exit_after(main: Callable[[], Optional[int]]) -> None:
     end_process(status)
 
 
-def end_process(status: int) -> None:
-  """Ends the process now with this status, skipping native destructors.
+def end_process(status: int, from_atexit: bool = False) -> None:
+  """Ends the process now with this status: Python's exit work runs, native destructors don't.
 
   tensorflow-io 0.37.1's S3 filesystem aborts the process at exit once it has been used
   ("pure virtual method called", status 134: tensorflow/io issue 2039; the fix, PR 2120,
-  is in no release), so a step whose work succeeded would be reported failed. Python's own
-  shutdown work that matters here (log handlers, stdio) is done first.
+  is in no release), so a step whose work succeeded would be reported failed.
+  from_atexit: called by an atexit function, which runs the others itself.
   """
+  if not from_atexit:
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
   logging.shutdown()
   sys.stdout.flush()
   sys.stderr.flush()

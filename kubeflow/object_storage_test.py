@@ -111,12 +111,13 @@ def test_explicit_beam_options_win_over_the_environment():
     ("raise KeyError('missing')", 1, "KeyError: 'missing'"),
 ])
 def test_exit_after_reports_the_status_python_would(body, status, stderr):
-  program = ("import sys\nfrom kubeflow import object_storage\n"
+  program = ("import atexit, sys\nfrom kubeflow import object_storage\n"
+             "atexit.register(print, 'exit work done')\n"
              f"def main():\n  print('done', flush=False)\n  {body}\n"
              "object_storage.exit_after(main)\n")
   result = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
-  assert (result.returncode, result.stdout) == (status, "done\n")
+  assert (result.returncode, result.stdout) == (status, "done\nexit work done\n")
   assert stderr in result.stderr
 
 
