@@ -22,4 +22,5 @@ def _record_uncaught(*exc_info):
 
 object_storage.configure()
 sys.excepthook = _record_uncaught
-atexit.register(lambda: object_storage.end_process(1 if _uncaught else 0))
+atexit.register(
+    lambda: object_storage.end_process(1 if _uncaught else 0, from_atexit=True))

@@ -5,16 +5,13 @@ import os
 import re
 
 import pytest
-
 from google.protobuf import json_format
 from kfp.client import client as kfp_client
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from kubeflow import cli
-from kubeflow import compiler
-from kubeflow import kfp_entrypoint
+from kubeflow import cli, compiler, kfp_entrypoint
 from kubeflow import config as kubeflow_config
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, from_flags
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
@@ -210,3 +207,33 @@ def test_kfp_compile_names_an_executor_the_open_source_backend_refuses(kind, mes
           "components": {}, "root": {"dag": {"tasks": {}}}}
   with pytest.raises(ValueError, match=re.escape(message) + ".*--kubeflow_target=vertex"):
     compiler.adapt_to_open_source_kfp(spec)
+
+
+BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "Transform", "EvaluationSetGen",
+              "Evaluator")
+
+
+@pytest.mark.parametrize("flags, engine", [
+    (["--output_dir=gs://bucket/wrn", "--beam_runner=dataflow", "--dataflow_project=proj",
+      "--dataflow_region=us-central1", "--dataflow_temp_location=gs://bucket/tmp"],
+     ["--runner=DataflowRunner", "--project=proj", "--region=us-central1",
+      "--temp_location=gs://bucket/tmp", "--sdk_container_image=gcr.io/proj/wrn-pipeline:7",
+      "--sdk_location=container", "--experiments=use_runner_v2"]),
+    (["--output_dir=s3://bucket/wrn", "--beam_runner=portable",
+      "--beam_job_endpoint=flink-jobserver.flink:8099"],
+     ["--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099",
+      "--environment_type=DOCKER", "--environment_config=gcr.io/proj/wrn-pipeline:7",
+      "--beam_plugin=kubeflow.beam_worker"]),
+])
+def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flags, engine,
+                                                                            monkeypatch):
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "compile-me-not")
+  monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://minio-service.kubeflow:9000")
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=cli.cluster_base())
+  job = compiler.pipeline_job(config)
+  executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
+  for step in BEAM_STEPS:
+    args = executors[f"{step}_executor"]["container"]["args"]
+    assert args[-len(engine):] == engine, step
+    assert not [arg for arg in args if arg.startswith("--direct_")], step
+  assert "compile-me-not" not in json.dumps(job)  # Credentials stay in the pods' environment.

@@ -215,6 +215,10 @@ def check_cluster_config(config: Any) -> None:
              "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
              "the cluster cannot read this machine's files")
   image_path(config.schema_path)
+  if kubeflow.beam_runner != "direct":
+    _require(config.beam_workers == 0, "beam_workers", config.beam_workers,
+             f"is for the direct runner; with beam_runner={kubeflow.beam_runner} the engine "
+             "scales its workers")
   if kubeflow.beam_runner == "dataflow":
     for name in ("output_dir", "tfrecord_dir", "tfds_data_dir"):
       value = getattr(config, name)

@@ -22,6 +22,7 @@ BEAM_PLUGIN (kubeflow/beam_worker.py) makes SDK workers import it at start.
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
@@ -32,18 +33,17 @@ from urllib.parse import urlsplit
 
 # Where each setting may come from, first found wins; every name of a setting must agree.
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT")
+S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "S3_ENDPOINT")  # boto3's, tensorflow-io's.
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
-VERIFY_TLS_VARIABLE = "S3_VERIFY_SSL"  # 0 turns certificate checks off (self-signed MinIO).
-CA_BUNDLE_VARIABLES = ("AWS_CA_BUNDLE", "S3_CA_FILE")
+VERIFY_TLS_VARIABLE = "S3_VERIFY_SSL"  # tensorflow-io's switch; only 1 (the default) is kept.
+CA_BUNDLE_VARIABLES = ("AWS_CA_BUNDLE", "S3_CA_FILE")  # The CA of a store's own certificate.
 BEAM_PLUGIN = "kubeflow.beam_worker"
-_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
 
 @dataclasses.dataclass(frozen=True)
 class S3Settings:
   endpoint_url: Optional[str] = None  # http(s)://host[:port] of MinIO etc.; None: AWS S3.
   region: Optional[str] = None
-  verify_tls: bool = True
   ca_bundle: Optional[str] = None  # PEM file of the CA that signed the endpoint's certificate.
 
   @classmethod
@@ -58,22 +58,24 @@ class S3Settings:
                          f"{endpoint_url!r}: must be the URL of an S3 endpoint, "
                          "http(s)://host[:port] (e.g. http://minio-service.kubeflow:9000).")
       endpoint_url = endpoint_url.rstrip("/")
-    verify = environ.get(VERIFY_TLS_VARIABLE, "1").strip().lower()
-    if verify not in _TRUE + _FALSE:
-      raise ValueError(f"Invalid environment value {VERIFY_TLS_VARIABLE}={verify!r}: must be "
-                       "1 (check the endpoint's TLS certificate) or 0 (do not).")
+    verify = environ.get(VERIFY_TLS_VARIABLE, "1").strip()
+    if verify != "1":
+      raise ValueError(f"Invalid environment value {VERIFY_TLS_VARIABLE}={verify!r}: "
+                       "certificates are always checked, as Beam's S3 filesystem cannot skip the "
+                       "check (its --s3_verify takes a CA bundle, not false); for a store with "
+                       "a self-signed or private certificate, set AWS_CA_BUNDLE to its CA file.")
     ca_bundle = _agreed_value(environ, CA_BUNDLE_VARIABLES)
     if ca_bundle is not None and not os.path.isfile(ca_bundle):
       raise ValueError(f"Invalid environment value {_source(environ, CA_BUNDLE_VARIABLES)}="
                        f"{ca_bundle!r}: no such file (the PEM bundle of the endpoint's CA).")
     return cls(endpoint_url=endpoint_url, region=_agreed_value(environ, REGION_VARIABLES),
-               verify_tls=verify in _TRUE, ca_bundle=ca_bundle)
+               ca_bundle=ca_bundle)
 
   def environ(self) -> Dict[str, str]:
     """Every client's variables for these settings (credentials are not settings: see above)."""
-    variables = {VERIFY_TLS_VARIABLE: "1" if self.verify_tls else "0"}
-    if self.endpoint_url:
-      variables.update({name: self.endpoint_url for name in ENDPOINT_VARIABLES})
+    variables = {VERIFY_TLS_VARIABLE: "1"}
+    if self.endpoint_url:  # Not AWS_ENDPOINT_URL: it would redirect every AWS service (STS).
+      variables.update({name: self.endpoint_url for name in S3_ENDPOINT_VARIABLES})
     if self.region:
       variables.update({name: self.region for name in REGION_VARIABLES})
     if self.ca_bundle:
@@ -88,10 +90,8 @@ class S3Settings:
       args.append(f"--s3_endpoint_url={self.endpoint_url}")
     if self.region:
       args.append(f"--s3_region_name={self.region}")
-    if self.ca_bundle and self.verify_tls:
+    if self.ca_bundle:
       args.append(f"--s3_verify={self.ca_bundle}")
-    elif not self.verify_tls:
-      args.append("--s3_verify=false")
     return args
 
 
@@ -138,14 +138,16 @@ def exit_after(main: Callable[[], Optional[int]]) -> None:
     end_process(status)
 
 
-def end_process(status: int) -> None:
-  """Ends the process now with this status, skipping native destructors.
+def end_process(status: int, from_atexit: bool = False) -> None:
+  """Ends the process now with this status: Python's exit work runs, native destructors don't.
 
   tensorflow-io 0.37.1's S3 filesystem aborts the process at exit once it has been used
   ("pure virtual method called", status 134: tensorflow/io issue 2039; the fix, PR 2120,
-  is in no release), so a step whose work succeeded would be reported failed. Python's own
-  shutdown work that matters here (log handlers, stdio) is done first.
+  is in no release), so a step whose work succeeded would be reported failed.
+  from_atexit: called by an atexit function, which runs the others itself.
   """
+  if not from_atexit:
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
   logging.shutdown()
   sys.stdout.flush()
   sys.stderr.flush()

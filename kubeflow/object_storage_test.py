@@ -10,6 +10,7 @@ import pytest
 from kubeflow import object_storage
 from kubeflow.object_storage import S3Settings
 from pipeline.config import from_flags
+from tests.s3_server import S3Server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINIO = "http://minio-service.kubeflow:9000"
@@ -22,9 +23,30 @@ def test_any_standard_endpoint_variable_sets_the_endpoint_of_every_client(variab
   settings = S3Settings.from_environ({variable: MINIO + "/", "AWS_DEFAULT_REGION": "eu-west-1"})
   assert settings == S3Settings(endpoint_url=MINIO, region="eu-west-1")
   assert settings.environ() == {
-      "S3_ENDPOINT": MINIO, "AWS_ENDPOINT_URL_S3": MINIO, "AWS_ENDPOINT_URL": MINIO,
+      "S3_ENDPOINT": MINIO, "AWS_ENDPOINT_URL_S3": MINIO,
       "AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "eu-west-1", "S3_VERIFY_SSL": "1"}
   assert settings.beam_args() == [f"--s3_endpoint_url={MINIO}", "--s3_region_name=eu-west-1"]
+
+
+def test_beams_s3_client_addresses_buckets_path_style_on_a_custom_endpoint(monkeypatch):
+  """No wildcard DNS (bucket.minio-service...) needed; tensorflow-io is path-style always."""
+  from apache_beam.io.aws.clients.s3 import boto3_client, messages
+  from apache_beam.options.pipeline_options import PipelineOptions
+  from botocore.awsrequest import AWSResponse
+  monkeypatch.setenv("AWS_ACCESS_KEY_ID", "minio")
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+  settings = S3Settings(endpoint_url=MINIO, region="us-east-1")
+  client = boto3_client.Client(PipelineOptions(settings.beam_args()))
+  urls = []
+
+  def answer_not_found(request, **_):
+    urls.append(request.url)
+    return AWSResponse(request.url, 404, {}, None)
+
+  client.client.meta.events.register("before-send", answer_not_found)
+  with pytest.raises(messages.S3ClientError):
+    client.get_object_metadata(messages.GetRequest("models", "wrn/1/saved_model.pb"))
+  assert urls == [f"{MINIO}/models/wrn/1/saved_model.pb"]
 
 
 def test_no_settings_means_aws_itself_with_tls_checked():
@@ -33,8 +55,7 @@ def test_no_settings_means_aws_itself_with_tls_checked():
   assert S3Settings().beam_args() == []
 
 
-def test_tls_verification_off_or_with_a_private_ca_reaches_beam_too(tmp_path):
-  assert S3Settings.from_environ({"S3_VERIFY_SSL": "0"}).beam_args() == ["--s3_verify=false"]
+def test_a_private_ca_reaches_tensorflow_and_beam(tmp_path):
   ca = tmp_path / "ca.pem"
   ca.write_text("-----BEGIN CERTIFICATE-----\n")
   settings = S3Settings.from_environ({"AWS_CA_BUNDLE": str(ca)})
@@ -56,7 +77,7 @@ def test_credentials_never_become_settings_or_beam_options():
     ({"AWS_ENDPOINT_URL_S3": MINIO, "S3_ENDPOINT": "http://other:9000"},
      "Conflicting environment values AWS_ENDPOINT_URL_S3="),
     ({"AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "eu-west-1"}, "Conflicting"),
-    ({"S3_VERIFY_SSL": "maybe"}, "S3_VERIFY_SSL='maybe'"),
+    ({"S3_VERIFY_SSL": "0"}, "S3_VERIFY_SSL='0': certificates are always checked"),
     ({"AWS_CA_BUNDLE": "/nonexistent/ca.pem"}, "AWS_CA_BUNDLE='/nonexistent/ca.pem': no such file"),
 ])
 def test_bad_settings_name_the_variable_and_value(environ, message):
@@ -90,12 +111,13 @@ def test_explicit_beam_options_win_over_the_environment():
     ("raise KeyError('missing')", 1, "KeyError: 'missing'"),
 ])
 def test_exit_after_reports_the_status_python_would(body, status, stderr):
-  program = ("import sys\nfrom kubeflow import object_storage\n"
+  program = ("import atexit, sys\nfrom kubeflow import object_storage\n"
+             "atexit.register(print, 'exit work done')\n"
              f"def main():\n  print('done', flush=False)\n  {body}\n"
              "object_storage.exit_after(main)\n")
   result = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
-  assert (result.returncode, result.stdout) == (status, "done\n")
+  assert (result.returncode, result.stdout) == (status, "done\nexit work done\n")
   assert stderr in result.stderr
 
 
@@ -134,6 +156,28 @@ def test_a_beam_worker_that_used_s3_ends_with_its_own_status(s3_server, body, st
                           text=True, timeout=300)
   assert result.returncode == status, result.stderr[-2000:]
   assert s3_server.keys(f"worker-status-{status}") == [("file.txt", 1)]
+
+
+def test_a_store_with_a_private_ca_is_verified_by_tensorflow_and_beam_with_its_ca_bundle(
+    monkeypatch):
+  from apache_beam.io.aws.clients.s3 import boto3_client, messages
+  from apache_beam.options.pipeline_options import PipelineOptions
+  with S3Server(tls=True) as server:
+    path = server.create_bucket("tls") + "/written-by-tensorflow"
+    result = subprocess.run([sys.executable, "-c", _USES_S3, path], cwd=REPO,
+                            env={**os.environ, **server.environ()}, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name, value in server.environ().items():
+      monkeypatch.setenv(name, value)
+    request = messages.GetRequest("tls", "written-by-tensorflow")
+    with_ca = object_storage.with_beam_s3_options([])
+    assert f"--s3_verify={server.ca_bundle}" in with_ca
+    assert boto3_client.Client(PipelineOptions(with_ca)).get_object_metadata(request).size == 7
+    monkeypatch.delenv("AWS_CA_BUNDLE")  # Without it, the certificate is refused.
+    with pytest.raises(messages.S3ClientError, match="CERTIFICATE_VERIFY_FAILED"):
+      boto3_client.Client(PipelineOptions(object_storage.with_beam_s3_options([]))
+                          ).get_object_metadata(request)
 
 
 # Against the S3 server, configured only by the environment a pod would get.
