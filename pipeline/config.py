@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from typing import Any, Optional, Sequence, Tuple
 
@@ -21,6 +22,10 @@ TFRECORD_SPLITS_REQUIRED = ("train", "eval")
 DEFAULT_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "components",
                                    "schema.pbtxt")
 BEAM_RUNNING_MODES = ("multi_processing", "multi_threading", "in_memory")
+MAX_PIPELINE_NAME_LENGTH = 100
+# No path separators, and never '.' or '..': the name is a directory under output_dir.
+PIPELINE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}" %
+                                   (MAX_PIPELINE_NAME_LENGTH - 1))
 
 
 def _local_trainer() -> TrainerConfig:
@@ -61,11 +66,15 @@ class PipelineConfig:
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
+    _require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
     if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
+      _check_local_output_dir(self.output_dir)
     _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
-    _require(bool(self.pipeline_name.strip()), "pipeline_name", self.pipeline_name,
-             "must not be empty")
+    _require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
+             self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
+             "'-' or '.', starting with a letter or digit (it names directories and MLMD "
+             "contexts)")
     _require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
              "must be in (0, 1)")
     _require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
@@ -121,23 +130,32 @@ class PipelineConfig:
   def replace(self, **overrides) -> "PipelineConfig":
     """A copy with overrides; trainer and cluster fields may be given by name alongside
     pipeline fields (a cluster field turns a local config into a cluster one)."""
-    pipeline_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
-    trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-    kubeflow_fields = {f.name for f in dataclasses.fields(KubeflowConfig)}
-    unknown = set(overrides) - pipeline_fields - trainer_fields - kubeflow_fields
-    if unknown:
-      raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
-    trainer_overrides = {k: v for k, v in overrides.items() if k in trainer_fields}
-    kubeflow_overrides = {k: v for k, v in overrides.items() if k in kubeflow_fields}
-    pipeline_overrides = {k: v for k, v in overrides.items() if k in pipeline_fields}
-    trainer = pipeline_overrides.pop("trainer", self.trainer)
-    if trainer_overrides:
-      trainer = dataclasses.replace(trainer, **trainer_overrides)
-    kubeflow = pipeline_overrides.pop("kubeflow", self.kubeflow)
-    if kubeflow_overrides:
-      kubeflow = (dataclasses.replace(kubeflow, **kubeflow_overrides) if kubeflow
-                  else KubeflowConfig(**kubeflow_overrides))
+    pipeline_overrides, trainer, kubeflow = _split_overrides(overrides, self.trainer,
+                                                             self.kubeflow)
     return dataclasses.replace(self, trainer=trainer, kubeflow=kubeflow, **pipeline_overrides)
+
+
+def _split_overrides(overrides: dict, trainer: TrainerConfig,
+                     kubeflow: Optional[KubeflowConfig]) -> Tuple[dict, TrainerConfig,
+                                                                  Optional[KubeflowConfig]]:
+  """Pipeline field overrides, and the trainer and cluster configs with theirs applied."""
+  pipeline_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
+  trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+  kubeflow_fields = {f.name for f in dataclasses.fields(KubeflowConfig)}
+  unknown = set(overrides) - pipeline_fields - trainer_fields - kubeflow_fields
+  if unknown:
+    raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
+  trainer_overrides = {k: v for k, v in overrides.items() if k in trainer_fields}
+  kubeflow_overrides = {k: v for k, v in overrides.items() if k in kubeflow_fields}
+  pipeline_overrides = {k: v for k, v in overrides.items() if k in pipeline_fields}
+  trainer = pipeline_overrides.pop("trainer", trainer)
+  if trainer_overrides:
+    trainer = dataclasses.replace(trainer, **trainer_overrides)
+  kubeflow = pipeline_overrides.pop("kubeflow", kubeflow)
+  if kubeflow_overrides:
+    kubeflow = (dataclasses.replace(kubeflow, **kubeflow_overrides) if kubeflow
+                else KubeflowConfig(**kubeflow_overrides))
+  return pipeline_overrides, trainer, kubeflow
 
 
 def _flag_fields() -> dict:
@@ -170,7 +188,13 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> Pi
   hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig),
            **typing.get_type_hints(KubeflowConfig)}
   hints = {name: hints[name] for name in _flag_fields()}
-  return (base or PipelineConfig()).replace(**parse_flags(argv, hints))
+  overrides = parse_flags(argv, hints)
+  if base is not None:
+    return base.replace(**overrides)
+  # Built in one step: the defaults alone (output_dir=outputs in the current directory) are
+  # not checked when the flags replace them.
+  pipeline_overrides, trainer, kubeflow = _split_overrides(overrides, _local_trainer(), None)
+  return PipelineConfig(trainer=trainer, kubeflow=kubeflow, **pipeline_overrides)
 
 
 def _check_tfrecord_dir(path: Optional[str]) -> None:
@@ -181,6 +205,22 @@ def _check_tfrecord_dir(path: Optional[str]) -> None:
     _require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
              f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
              " and optionally test/ subdirectories)")
+
+
+def _check_local_output_dir(path: str) -> None:
+  """output_dir must be a directory this user can create files in, or be creatable; checked
+  without writing anything (a probe file would be a write)."""
+  _require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
+           "is a file, not a directory")
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  _require(os.path.isdir(existing), "output_dir", path, f"cannot be created: {existing} is a file")
+  if os.statvfs(existing).f_flag & os.ST_RDONLY:
+    _require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
+             "system")
+  _require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
+           f"is not writable: this user may not create files in {existing}")
 
 
 def robustness_source(dataset: str) -> str:
