@@ -1,7 +1,9 @@
 """Finds the user's corrupted TFRecord file, and where in it, when reading the input failed.
 
-Beam reports a damaged record as a long traceback that names neither the file nor the
-position; TensorFlow's record reader, run over one file at a time, says "truncated record at
+ImportExampleGen reads with Beam's ReadFromTFRecord, whose reader
+(apache_beam/io/tfrecordio.py) fails with "Not a valid TFRecord. Fewer than 12 bytes" or
+"Mismatch of length/data mask" inside a long traceback that names neither the file nor the
+position. TensorFlow's record reader, run over one file at a time, says "truncated record at
 N" or "corrupted record at N" (N: the byte offset of the bad record).
 """
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 from typing import List, Optional
 
 _OFFSET = re.compile(r"(truncated|corrupted) record at (\d+)")
-_DATA_LOSS_HINTS = ("DataLoss", "truncated record", "corrupted record", "corrupted data")
+_DATA_LOSS_HINTS = ("Not a valid TFRecord", "DataLoss", "truncated record", "corrupted record")
 
 
 def looks_like_corrupted_input(error_text: str) -> bool:

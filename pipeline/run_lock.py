@@ -42,6 +42,8 @@ def holder_record(run_id: str) -> dict:
 
 
 def describe(holder: dict) -> str:
+  if not holder:
+    return "another run (its lock record is empty or unreadable)"
   return (f"run {holder.get('run_id')} (pid {holder.get('pid')} on host {holder.get('host')}, "
           f"started {holder.get('started')})")
 

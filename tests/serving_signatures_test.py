@@ -120,8 +120,8 @@ def test_images_training_would_refuse_fail_the_request_clearly_and_serving_goes_
 def test_a_bad_serialized_example_is_an_invalid_argument_naming_its_position(served, payload):
   good = _example(raw_digit_examples(1)[0]["image"])
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"Not a serialized tf.Example with one 'image' bytes value at batch "
-                           r"positions\] \[1\]"):
+                     match=r"Not a serialized tf.Example with one bytes value in feature image "
+                           r"at batch positions\] \[1\]"):
     served.signatures["serving_default"](examples=tf.constant([good, payload, good]))
 
 

@@ -40,7 +40,8 @@ def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation
       lambda mask, element: tf.logical_or(mask, tf.equal(positions, element[0])) |
       tf.equal(tf.size(element[1][IMAGE_KEY]), -1))  # Uses the parse: it is not pruned.
   return tf.debugging.Assert(tf.reduce_all(parsed_mask), [
-      f"Not a serialized tf.Example with one '{IMAGE_KEY}' bytes value at batch positions",
+      f"Not a serialized tf.Example with one bytes value in feature {IMAGE_KEY} at batch "
+      "positions",
       tf.boolean_mask(positions, tf.logical_not(parsed_mask))], summarize=10)
 
 

@@ -45,7 +45,8 @@ def assert_png_headers(encoded):
   import tensorflow as tf
   padded = tf.strings.join([encoded, tf.constant(b"\0" * HEADER_LENGTH)])  # Short input too.
   is_png = tf.equal(tf.strings.substr(padded, 0, 16), PNG_SIGNATURE + _IHDR)
-  fields = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 16, 10), tf.uint8), tf.int64)
+  fields = tf.reshape(tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 16, 10), tf.uint8),
+                             tf.int64), [-1, 10])  # [0, 10] for an empty batch too.
   big_endian = tf.constant([2**24, 2**16, 2**8, 1], tf.int64)
   width = tf.reduce_sum(fields[:, 0:4] * big_endian, axis=1)
   height = tf.reduce_sum(fields[:, 4:8] * big_endian, axis=1)
