@@ -215,7 +215,8 @@ def _check_local_output_dir(path: str) -> None:
   existing = path
   while not os.path.exists(existing):
     existing = os.path.dirname(existing)
-  _require(os.path.isdir(existing), "output_dir", path, f"cannot be created: {existing} is a file")
+  _require(os.path.isdir(existing), "output_dir", path,
+           f"cannot be created: {existing} is a file")
   if os.statvfs(existing).f_flag & os.ST_RDONLY:
     _require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
              "system")
