@@ -69,7 +69,6 @@ class PipelineConfig:
     _require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
     if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
-      _check_local_output_dir(self.output_dir)
     _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
     _require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
              self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
@@ -108,6 +107,12 @@ class PipelineConfig:
              "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
              "`python -m trainer_module`)")
 
+  def check_output_dir(self) -> None:
+    """For a local run: output_dir must be a directory this user can create files in, or be
+    creatable. Checked by the runner rather than on construction, because it depends on who
+    runs and where (a config built only to compile for a cluster writes nothing locally)."""
+    _check_local_output_dir(self.output_dir)
+
   # Where a run's outputs live.
   @property
   def pipeline_root(self) -> str:
@@ -130,32 +135,23 @@ class PipelineConfig:
   def replace(self, **overrides) -> "PipelineConfig":
     """A copy with overrides; trainer and cluster fields may be given by name alongside
     pipeline fields (a cluster field turns a local config into a cluster one)."""
-    pipeline_overrides, trainer, kubeflow = _split_overrides(overrides, self.trainer,
-                                                             self.kubeflow)
+    pipeline_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
+    trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    kubeflow_fields = {f.name for f in dataclasses.fields(KubeflowConfig)}
+    unknown = set(overrides) - pipeline_fields - trainer_fields - kubeflow_fields
+    if unknown:
+      raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
+    trainer_overrides = {k: v for k, v in overrides.items() if k in trainer_fields}
+    kubeflow_overrides = {k: v for k, v in overrides.items() if k in kubeflow_fields}
+    pipeline_overrides = {k: v for k, v in overrides.items() if k in pipeline_fields}
+    trainer = pipeline_overrides.pop("trainer", self.trainer)
+    if trainer_overrides:
+      trainer = dataclasses.replace(trainer, **trainer_overrides)
+    kubeflow = pipeline_overrides.pop("kubeflow", self.kubeflow)
+    if kubeflow_overrides:
+      kubeflow = (dataclasses.replace(kubeflow, **kubeflow_overrides) if kubeflow
+                  else KubeflowConfig(**kubeflow_overrides))
     return dataclasses.replace(self, trainer=trainer, kubeflow=kubeflow, **pipeline_overrides)
-
-
-def _split_overrides(overrides: dict, trainer: TrainerConfig,
-                     kubeflow: Optional[KubeflowConfig]) -> Tuple[dict, TrainerConfig,
-                                                                  Optional[KubeflowConfig]]:
-  """Pipeline field overrides, and the trainer and cluster configs with theirs applied."""
-  pipeline_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
-  trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-  kubeflow_fields = {f.name for f in dataclasses.fields(KubeflowConfig)}
-  unknown = set(overrides) - pipeline_fields - trainer_fields - kubeflow_fields
-  if unknown:
-    raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
-  trainer_overrides = {k: v for k, v in overrides.items() if k in trainer_fields}
-  kubeflow_overrides = {k: v for k, v in overrides.items() if k in kubeflow_fields}
-  pipeline_overrides = {k: v for k, v in overrides.items() if k in pipeline_fields}
-  trainer = pipeline_overrides.pop("trainer", trainer)
-  if trainer_overrides:
-    trainer = dataclasses.replace(trainer, **trainer_overrides)
-  kubeflow = pipeline_overrides.pop("kubeflow", kubeflow)
-  if kubeflow_overrides:
-    kubeflow = (dataclasses.replace(kubeflow, **kubeflow_overrides) if kubeflow
-                else KubeflowConfig(**kubeflow_overrides))
-  return pipeline_overrides, trainer, kubeflow
 
 
 def _flag_fields() -> dict:
@@ -188,13 +184,7 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> Pi
   hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig),
            **typing.get_type_hints(KubeflowConfig)}
   hints = {name: hints[name] for name in _flag_fields()}
-  overrides = parse_flags(argv, hints)
-  if base is not None:
-    return base.replace(**overrides)
-  # Built in one step: the defaults alone (output_dir=outputs in the current directory) are
-  # not checked when the flags replace them.
-  pipeline_overrides, trainer, kubeflow = _split_overrides(overrides, _local_trainer(), None)
-  return PipelineConfig(trainer=trainer, kubeflow=kubeflow, **pipeline_overrides)
+  return (base or PipelineConfig()).replace(**parse_flags(argv, hints))
 
 
 def _check_tfrecord_dir(path: Optional[str]) -> None:

@@ -156,9 +156,10 @@ def test_an_output_dir_that_is_a_file_or_under_a_file_is_rejected(tmp_path):
   a_file = tmp_path / "file"
   a_file.write_text("")
   with pytest.raises(ValueError, match=r"output_dir=.*: is a file, not a directory"):
-    from_flags([f"--output_dir={a_file}"])
+    from_flags([f"--output_dir={a_file}"]).check_output_dir()
   with pytest.raises(ValueError, match=rf"output_dir=.*: cannot be created: {a_file} is a file"):
-    from_flags([f"--output_dir={a_file / 'out'}"])
+    from_flags([f"--output_dir={a_file / 'out'}"]).check_output_dir()
+  from_flags([f"--output_dir={tmp_path / 'new' / 'out'}"]).check_output_dir()
 
 
 @pytest.mark.parametrize("bad_flags, message", [
