@@ -109,9 +109,22 @@ class PipelineConfig:
 
   def check_output_dir(self) -> None:
     """For a local run: output_dir must be a directory this user can create files in, or be
-    creatable. Checked by the runner rather than on construction, because it depends on who
-    runs and where (a config built only to compile for a cluster writes nothing locally)."""
-    _check_local_output_dir(self.output_dir)
+    creatable; checked without writing (a probe file would be a write). The runner calls it,
+    not the constructor: it depends on who runs where, and a config built only to compile for
+    a cluster writes nothing locally."""
+    path = self.output_dir
+    _require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
+             "is a file, not a directory")
+    existing = path
+    while not os.path.exists(existing):
+      existing = os.path.dirname(existing)
+    _require(os.path.isdir(existing), "output_dir", path,
+             f"cannot be created: {existing} is a file")
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+      _require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
+               "system")
+    _require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
+             f"is not writable: this user may not create files in {existing}")
 
   # Where a run's outputs live.
   @property
@@ -195,23 +208,6 @@ def _check_tfrecord_dir(path: Optional[str]) -> None:
     _require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
              f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
              " and optionally test/ subdirectories)")
-
-
-def _check_local_output_dir(path: str) -> None:
-  """output_dir must be a directory this user can create files in, or be creatable; checked
-  without writing anything (a probe file would be a write)."""
-  _require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
-           "is a file, not a directory")
-  existing = path
-  while not os.path.exists(existing):
-    existing = os.path.dirname(existing)
-  _require(os.path.isdir(existing), "output_dir", path,
-           f"cannot be created: {existing} is a file")
-  if os.statvfs(existing).f_flag & os.ST_RDONLY:
-    _require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
-             "system")
-  _require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
-           f"is not writable: this user may not create files in {existing}")
 
 
 def robustness_source(dataset: str) -> str:
