@@ -38,7 +38,7 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=60)
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
            "--beam_running_mode=in_memory", "--depth=10", "--width_multiplier=1",
-           "--train_steps=1", "--per_core_batch_size=16", "--examples_per_corruption=5"]
+           "--train_steps=1", "--per_core_batch_size=16", "--corruptions="]
   config = from_flags(flags)
   first_log = tmp_path / "first.out"
   with open(first_log, "w") as out:
@@ -69,7 +69,7 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
                     for key in ("transform_graph", "transformed_examples")]
   assert all(os.path.isdir(path) for path in transform_dirs), "the kill left these behind"
 
-  third = pipeline_runner(*flags)
+  third = pipeline_runner(*flags, timeout=1800)
   assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
   run_id = re.search(r"Pipeline \S+ run (\S+) finished", third.stdout).group(1)
   for run in (run_id, killed.run_id):  # Our ids (start time + random part), not TFX's.

@@ -52,12 +52,19 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   temperature = calibration["temperature"] if calibration else 1.0
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
+  num_classes = model.output_shape[-1]
 
   def predict(encoded_images):
     with tf.control_dependencies([image_format.assert_png_headers(encoded_images)]):
       encoded_images = tf.identity(encoded_images)  # Nothing is decoded before the check.
-    transformed = model.tft_layer({IMAGE_KEY: encoded_images})
-    logits = tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)  # Mixed precision.
+
+    def model_logits():
+      transformed = model.tft_layer({IMAGE_KEY: encoded_images})
+      return tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)  # Mixed precision.
+
+    # An empty batch gets empty outputs (the convolutions reject a batch of 0 images).
+    logits = tf.cond(tf.size(encoded_images) > 0, model_logits,
+                     lambda: tf.zeros([0, num_classes], tf.float32))
     probabilities = tf.nn.softmax(logits / temperature)
     return {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1),
             UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
