@@ -7,8 +7,8 @@ itself) pushes a duplicate version. Here each push assembles its version in a hi
 directory of its own and renames it to a number no other version holds (never overwriting),
 the published copy is checked against the source fingerprint, and a model whose fingerprint
 equals the latest version's is not pushed again. Concurrent pushes are safe on a local or
-POSIX file system; on object storage a rename is a copy, so there it is the run lock
-(pipeline/run_lock.py) that keeps pushes apart.
+POSIX file system; on object storage a rename is a copy and delete, so two pushes there can
+still pick one number: keep them apart by running one pipeline per serving directory.
 """
 import hashlib
 import json
@@ -76,10 +76,10 @@ def _left_by_dead_push(name: str) -> bool:
   if len(parts) != 3 or not parts[1].isdigit():
     return True  # An older naming scheme: from before this code, so from no live push.
   host, pid, _ = parts
-  return host == socket.gethostname() and not process_alive(int(pid))
+  return host == socket.gethostname() and not _process_alive(int(pid))
 
 
-def process_alive(pid: int) -> bool:
+def _process_alive(pid: int) -> bool:
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
