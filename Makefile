@@ -9,9 +9,16 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean bench-augmix bench-trainer bench-evaluator kubeflow-compile kubeflow-image
+.PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator kubeflow-compile kubeflow-image
 
 setup: $(STAMP)
+
+# Debian packages the robustness set needs: ImageMagick (tfds' motion blur and snow corruptions
+# call its `convert`) and the libraries opencv-python loads. Needs root; skipped when installed.
+SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0
+system-packages:
+	@dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); }
 
 # The stamp records the lock's hash: an unchanged lock skips the install.
 $(STAMP): requirements.lock pyproject.toml

@@ -62,6 +62,8 @@ def main(argv: Sequence[str]) -> int:
     return 0
   try:
     config = config_lib.from_flags(argv)
+    if config.kubeflow is None:
+      config_lib.check_runs_here(config)
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
