@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow_model_analysis as tfma
 
-from components import corruptions, evaluation_set
+from components import evaluation_set, reference_corruptions as corruptions
 from components.calibration_metrics import BRIER_NAME, ECE_NAME, NLL_NAME, RELIABILITY_NAME
 from pipeline import gate_report, plots
 from pipeline.config import PipelineConfig
