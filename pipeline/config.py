@@ -49,6 +49,12 @@ class PipelineConfig:
   max_nll_increase: float = 0.1
   min_corrupted_accuracy: float = 0.5
   max_corrupted_accuracy_drop: float = 0.03
+  # Calibration under shift (calibrated probabilities, the whole corrupted set): NLL (equal
+  # slices make it cNLL) and ECE, bounded and allowed to regress at most this much.
+  max_corrupted_nll: float = 2.0
+  max_corrupted_nll_increase: float = 0.2
+  max_corrupted_ece: float = 0.15
+  max_corrupted_ece_increase: float = 0.03
   # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
   # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
   # corruptions. Empty: none. Each corruption x severity slice holds examples_per_corruption
@@ -74,7 +80,8 @@ class PipelineConfig:
     _require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
              "must be in [0, 1]")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
-                 "max_nll_increase", "max_corrupted_accuracy_drop"):
+                 "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
+                 "max_corrupted_nll_increase", "max_corrupted_ece", "max_corrupted_ece_increase"):
       _require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
     _require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
              self.min_corrupted_accuracy, "must be in [0, 1]")

@@ -64,7 +64,8 @@ def _calibration_metrics(num_bins: int) -> List[tfma.MetricConfig]:
 
 
 def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
-  """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds."""
+  """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds: on the
+  clean eval set, and on the corrupted set (cA, cNLL and the corrupted set's ECE)."""
   metrics = {m.class_name: m for m in _calibration_metrics(config.trainer.num_bins)}
   accuracy = tfma.MetricConfig(class_name="SparseCategoricalAccuracy")
   accuracy.per_slice_thresholds.extend(_bounds(
@@ -79,6 +80,13 @@ def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
   metrics["NegativeLogLikelihood"].per_slice_thresholds.extend(_bounds(
       CLEAN_EVAL_SLICE, upper=config.max_eval_nll, higher_is_better=False,
       max_change=config.max_nll_increase))
+  if config.corruptions:  # Calibration under shift.
+    metrics["ExpectedCalibrationError"].per_slice_thresholds.extend(_bounds(
+        CORRUPTED_SLICE, upper=config.max_corrupted_ece, higher_is_better=False,
+        max_change=config.max_corrupted_ece_increase))
+    metrics["NegativeLogLikelihood"].per_slice_thresholds.extend(_bounds(
+        CORRUPTED_SLICE, upper=config.max_corrupted_nll, higher_is_better=False,
+        max_change=config.max_corrupted_nll_increase))
   return [tfma.MetricConfig(class_name="ExampleCount"), accuracy, *metrics.values()]
 
 
