@@ -1,7 +1,7 @@
 """The pipeline graph, as one function of the run's config.
 
 ExampleGen -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate ->
-Transform -> Trainer -> (latest blessed model) -> Evaluator -> Pusher, and
+Transform -> Trainer -> Evaluator (against the ProductionModel) -> Pusher, and
 ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
 """
 from __future__ import annotations
@@ -15,6 +15,8 @@ from tfx.dsl.components.base import executor_spec
 from components import evaluation_set
 from components.evaluation_set import EvaluationSetGen
 from components.example_gen import ImageDatasetExampleGen
+from components.evaluator import Evaluator
+from components.production_model import ProductionModel
 from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
 from kubeflow import cluster
@@ -89,11 +91,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       train_args=tfx.proto.TrainArgs(splits=["train"]),
       eval_args=tfx.proto.EvalArgs(splits=["eval"]))
 
-  baseline = tfx.dsl.Resolver(
-      strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-      model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-      model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-  ).with_id("latest_blessed_model_resolver")
+  production = ProductionModel(serving_directory=config.serving_model_dir,
+                               candidate=trainer.outputs["model"])
 
   eval_examples = EvaluationSetGen(
       examples=examples.outputs["examples"], source=robustness_source(config.dataset),
@@ -102,10 +101,10 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       tfds_data_dir=config.tfds_data_dir or "")
   eval_examples.add_upstream_node(gate)
 
-  evaluator = tfx.components.Evaluator(
+  evaluator = Evaluator(
       examples=eval_examples.outputs["evaluation_set"],
       model=trainer.outputs["model"],
-      baseline_model=baseline.outputs["model"],
+      baseline_model=production.outputs["model"],
       example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
       eval_config=eval_config(config))
 
@@ -121,7 +120,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
       components=[examples, statistics, schema, validator, gate, transform, trainer,
-                  eval_examples, baseline, evaluator, pusher],
+                  eval_examples, production, evaluator, pusher],
       enable_cache=config.enable_cache,
       metadata_connection_config=cluster.metadata_connection(config),
       beam_pipeline_args=config.beam_pipeline_args())
