@@ -11,6 +11,9 @@ WORKDIR /pipeline
 
 # requirements.lock is resolved for Python 3.10, the image's Python. --no-deps installs exactly
 # the tested versions; pip skips what the image already has at those versions (TFX, TF, Beam).
+# The robustness set: ImageMagick (tfds' motion blur and snow call `convert`), opencv's libraries.
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      imagemagick libgl1 libglib2.0-0 && rm -rf /var/lib/apt/lists/*
 COPY requirements.lock ./
 RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
 

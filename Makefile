@@ -9,10 +9,19 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean bench-augmix bench-trainer bench-evaluator kubeflow-compile kubeflow-image \
-	kubeflow-local
+.PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
+	kubeflow-compile kubeflow-image kubeflow-local
 
 setup: $(STAMP)
+
+# Debian packages the robustness set needs: ImageMagick (tfds' motion blur and snow corruptions
+# call its `convert`) and the libraries opencv-python loads. Needs root; skipped when installed.
+SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0
+system-packages:
+	@dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" != 0 ]; then echo ">> needs: sudo apt-get install $(SYSTEM_PACKAGES)"; exit 1; fi; \
+		echo ">> installing Debian packages: $(SYSTEM_PACKAGES)"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; }
 
 # The stamp records the lock's hash: an unchanged lock skips the install.
 $(STAMP): requirements.lock pyproject.toml
@@ -29,10 +38,10 @@ $(STAMP): requirements.lock pyproject.toml
 	fi; \
 	cat requirements.lock pyproject.toml | sha256sum > $(STAMP)
 
-run: $(STAMP)
+run: system-packages $(STAMP)
 	$(VENV_PY) -m pipeline $(ARGS)
 
-test: $(STAMP)
+test: system-packages $(STAMP)
 	$(VENV_PY) -m pytest --durations=10 $(ARGS)
 
 # Regenerates requirements.lock from requirements.in. The resolver is told Python 3.10 because
@@ -63,7 +72,7 @@ kubeflow-compile: $(STAMP)
 
 # The compiled kfp spec of the tiny e2e config, executed as an open-source KFP backend would
 # (tests/kfp_harness.py) on a local S3 server; prints where the pushed model is.
-kubeflow-local: $(STAMP)
+kubeflow-local: system-packages $(STAMP)
 	$(VENV_PY) -m tests.kfp_harness $(ARGS)
 
 kubeflow-image:

@@ -4,14 +4,15 @@ TFX's Evaluator reads one Examples artifact, and the gate needs the clean eval s
 robustness set side by side (one evaluation, one blessing). This component writes them as the
 splits `eval`, `test` and `corrupted` of one artifact; every example carries `eval_set`
 (its split's name) so TFMA can slice by it, and corrupted examples also carry `corruption` and
-`severity`. Clean examples have no `corruption`/`severity`, so slicing by them sees corrupted
-images only.
+`severity` and `corruption_family` (noise, blur, weather, digital, as Hendrycks & Dietterich
+group them). Clean examples have none of these, so slicing by them sees corrupted images only.
 
 The corrupted images are:
 - `source="cifar10_corrupted"`: tensorflow-datasets' CIFAR-10-C (corruptions of CIFAR-10's
   test images), config `<corruption>_<severity>`;
-- `source="generated"`: this project's CIFAR-10-C-style corruptions (components/corruptions.py)
-  of the input's `test` split (the embedded digits, TFRecord inputs).
+- `source="generated"`: the reference corruption code of tensorflow-datasets
+  (components/reference_corruptions.py) applied to the input's `test` split (the embedded
+  digits, TFRecord inputs), deterministic per example key.
 With `examples_per_corruption` > 0, each corruption x severity slice holds that many images
 (the same test images in every slice), so CI stays fast; every slice has the same count, so
 accuracy over the whole corrupted set is the mean corrupted accuracy (cA).
@@ -26,7 +27,7 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact_utils, standard_artifacts
 
-from components import corruptions, image_sources
+from components import image_sources, reference_corruptions as corruptions
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, LABEL_KEY
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 EVAL_SET_KEY = "eval_set"  # bytes: which of the sets below an example belongs to.
 CORRUPTION_KEY = "corruption"  # bytes, corrupted examples only.
 SEVERITY_KEY = "severity"  # int64 in [1, 5], corrupted examples only.
+FAMILY_KEY = "corruption_family"  # bytes, corrupted examples only: noise/blur/weather/digital.
 EVAL, TEST, CORRUPTED = "eval", "test", "corrupted"
 SOURCES = ("generated", "cifar10_corrupted")
 
@@ -68,6 +70,8 @@ def make_example(key: str, png: bytes, label: int, eval_set: str,
   if corruption is not None:
     feature[CORRUPTION_KEY].bytes_list.value.append(corruption.encode("utf-8"))
     feature[SEVERITY_KEY].int64_list.value.append(severity)
+    family = corruptions.FAMILY_OF[corruption]
+    feature[FAMILY_KEY].bytes_list.value.append(family.encode("utf-8"))
   return example
 
 
@@ -113,12 +117,14 @@ def _write(uri: str, split: str, examples) -> int:
 def check_parameters(source: str, corruption_names: List[str]) -> None:
   if source not in SOURCES:
     raise ValueError(f"Unknown robustness source {source!r}; expected one of {SOURCES}.")
-  known = corruptions.CIFAR10_C_CORRUPTIONS if source == "cifar10_corrupted" else tuple(
-      corruptions.CORRUPTIONS)
-  unknown = [name for name in corruption_names if name not in known]
+  unknown = [name for name in corruption_names if name not in corruptions.FAMILY_OF]
   if unknown:
     raise ValueError(f"Unknown corruption(s) {unknown} for source {source!r}; expected some "
-                     f"of {sorted(known)}.")
+                     f"of {list(corruptions.ALL_CORRUPTIONS)}.")
+  missing = corruptions.unavailable(corruption_names) if source == "generated" else {}
+  if missing:
+    raise ValueError("Corruption(s) that cannot run on this machine: " + "; ".join(
+        f"{name} {reason}" for name, reason in missing.items()) + ".")
 
 
 def write_evaluation_set(examples_uri: str, input_splits: List[str], output_uri: str,

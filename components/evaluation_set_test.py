@@ -35,11 +35,13 @@ def test_generated_set_has_every_corruption_and_severity_with_equal_counts(tmp_p
   for split in ("eval", "test"):
     for feature in _read(out, split):
       assert feature["eval_set"].bytes_list.value == [split.encode()]
-      assert "corruption" not in feature and "severity" not in feature
+      assert not {"corruption", "severity", "corruption_family"} & set(feature)
   corrupted = _read(out, "corrupted")
   slices = collections.Counter((f["corruption"].bytes_list.value[0].decode(),
                                 f["severity"].int64_list.value[0]) for f in corrupted)
   assert slices == {(c, s): 5 for c in ("contrast", "gaussian_noise") for s in range(1, 6)}
+  assert {(f["corruption"].bytes_list.value[0], f["corruption_family"].bytes_list.value[0])
+          for f in corrupted} == {(b"contrast", b"digital"), (b"gaussian_noise", b"noise")}
   # The same five test images in every slice, with their labels.
   test_labels = {f["key"].bytes_list.value[0].decode(): f["label"].int64_list.value[0]
                  for f in _read(out, "test")}
@@ -69,9 +71,20 @@ def test_without_a_test_split_the_generated_set_is_refused_before_writing(tmp_pa
   assert counts == {"eval": 12, "test": 0, "corrupted": 0}
 
 
+def test_a_corruption_that_cannot_run_here_is_refused_before_writing(tmp_path, monkeypatch):
+  from components import reference_corruptions
+  monkeypatch.setattr(reference_corruptions, "imagemagick_convert", lambda: None)
+  examples = _example_gen_output(tmp_path / "examples", per_split=1)
+  out = tmp_path / "out"
+  with pytest.raises(ValueError, match="motion_blur needs ImageMagick"):
+    evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"], str(out),
+                                        "generated", ["contrast", "motion_blur"], 0)
+  assert not out.exists()
+
+
 @pytest.mark.parametrize("source, names, message", [
     ("imagenet_c", ["contrast"], "Unknown robustness source"),
-    ("generated", ["snow"], r"Unknown corruption\(s\) \['snow'\]"),
+    ("generated", ["snow", "glitter"], r"Unknown corruption\(s\) \['glitter'\]"),
     ("cifar10_corrupted", ["sparkles"], r"Unknown corruption\(s\) \['sparkles'\]"),
 ])
 def test_unknown_sources_and_corruptions_are_refused(tmp_path, source, names, message):

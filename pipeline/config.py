@@ -12,7 +12,7 @@ import re
 import typing
 from typing import Any, Optional, Sequence, Tuple
 
-from components import corruptions as corruptions_lib
+from components import reference_corruptions
 from kubeflow import object_storage
 from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
 from trainer_module.config import TrainerConfig
@@ -55,10 +55,17 @@ class PipelineConfig:
   max_nll_increase: float = 0.1
   min_corrupted_accuracy: float = 0.5
   max_corrupted_accuracy_drop: float = 0.03
+  # Calibration under shift (calibrated probabilities, the whole corrupted set): NLL (equal
+  # slices make it cNLL) and ECE, bounded and allowed to regress at most this much.
+  max_corrupted_nll: float = 2.0
+  max_corrupted_nll_increase: float = 0.2
+  max_corrupted_ece: float = 0.15
+  max_corrupted_ece_increase: float = 0.03
   # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
-  # cifar10_corrupted; others: generated). Empty: none. Each corruption x severity slice holds
-  # examples_per_corruption test images (the same ones in every slice; 0: all of them).
-  corruptions: Tuple[str, ...] = corruptions_lib.DEFAULT_CORRUPTIONS
+  # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
+  # corruptions. Empty: none. Each corruption x severity slice holds examples_per_corruption
+  # test images (the same ones in every slice; 0: all of them).
+  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS
   examples_per_corruption: int = 100
   enable_cache: bool = True
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
@@ -82,7 +89,8 @@ class PipelineConfig:
     _require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
              "must be in [0, 1]")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
-                 "max_nll_increase", "max_corrupted_accuracy_drop"):
+                 "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
+                 "max_corrupted_nll_increase", "max_corrupted_ece", "max_corrupted_ece_increase"):
       _require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
     _require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
              self.min_corrupted_accuracy, "must be in [0, 1]")
@@ -226,17 +234,27 @@ def robustness_source(dataset: str) -> str:
 
 
 def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optional[str]) -> None:
-  known = (corruptions_lib.CIFAR10_C_CORRUPTIONS if robustness_source(dataset) ==
-           "cifar10_corrupted" else tuple(corruptions_lib.CORRUPTIONS))
+  known = reference_corruptions.ALL_CORRUPTIONS
   unknown = [name for name in names if name not in known]
   _require(not unknown, "corruptions", ",".join(names),
-           f"{unknown} unknown for dataset={dataset}; known: {','.join(known)} (or empty for "
-           "no robustness set)")
+           f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
   _require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
+
   if names and dataset == "tfrecord" and tfrecord_dir and os.path.isdir(tfrecord_dir):
     _require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
              f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
              "or pass --corruptions= (no robustness set)")
+
+
+def check_runs_here(config: PipelineConfig) -> None:
+  """For a local run: every generated corruption can run on this machine (on Kubeflow they
+  run in the pipeline's image, which has what they need)."""
+  if robustness_source(config.dataset) != "generated":
+    return
+  missing = reference_corruptions.unavailable(config.corruptions)
+  _require(not missing, "corruptions", ",".join(config.corruptions), "; ".join(
+      f"{name} cannot run on this machine: it {reason}" for name, reason in missing.items())
+           + " (or leave it out of --corruptions)")
 
 
 def _check_schema(path: str, num_classes: int) -> None:

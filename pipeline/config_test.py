@@ -11,8 +11,9 @@ import tempfile
 
 import pytest
 
+from components import reference_corruptions
 from pipeline import local_runner
-from pipeline.config import PipelineConfig, from_flags
+from pipeline.config import PipelineConfig, check_runs_here, from_flags
 from trainer_module.config import TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +68,7 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--max_eval_ece=-0.1"], "max_eval_ece=-0.1"),
     (["--max_nll_increase=-1"], "max_nll_increase=-1.0"),
     (["--min_corrupted_accuracy=1.5"], "min_corrupted_accuracy=1.5"),
-    (["--corruptions=gaussian_noise,snow"], "corruptions='gaussian_noise,snow'"),
+    (["--corruptions=gaussian_noise,sparkles"], "corruptions='gaussian_noise,sparkles'"),
     (["--corruptions=contrast,contrast"], "lists a name twice"),
     (["--examples_per_corruption=-1"], "examples_per_corruption=-1"),
 ])
@@ -88,6 +89,22 @@ def test_cifar10_takes_every_cifar10_c_corruption_and_no_corruptions_means_no_ro
   assert from_flags(["--dataset=cifar10", "--corruptions=snow,frost"]).corruptions == (
       "snow", "frost")
   assert from_flags(["--corruptions="]).corruptions == ()
+
+
+def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_families():
+  names = PipelineConfig().corruptions
+  assert len(names) == 15
+  assert {reference_corruptions.FAMILY_OF[name] for name in names} == {
+      "noise", "blur", "weather", "digital"}
+
+
+def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(monkeypatch):
+  monkeypatch.setattr(reference_corruptions, "imagemagick_convert", lambda: None)
+  with pytest.raises(ValueError, match=r"corruptions='contrast,snow'.*snow cannot run on this "
+                                       r"machine: it needs ImageMagick"):
+    check_runs_here(from_flags(["--corruptions=contrast,snow"]))
+  check_runs_here(from_flags(["--corruptions=contrast"]))
+  check_runs_here(from_flags(["--dataset=cifar10"]))  # CIFAR-10-C is read, not made.
 
 
 def test_generated_corruptions_of_tfrecord_input_need_a_test_directory(tmp_path):

@@ -64,7 +64,8 @@ def _calibration_metrics(num_bins: int) -> List[tfma.MetricConfig]:
 
 
 def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
-  """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds."""
+  """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds: on the
+  clean eval set, and on the corrupted set (cA, cNLL and the corrupted set's ECE)."""
   metrics = {m.class_name: m for m in _calibration_metrics(config.trainer.num_bins)}
   accuracy = tfma.MetricConfig(class_name="SparseCategoricalAccuracy")
   accuracy.per_slice_thresholds.extend(_bounds(
@@ -73,12 +74,20 @@ def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
     accuracy.per_slice_thresholds.extend(_bounds(
         CORRUPTED_SLICE, lower=config.min_corrupted_accuracy,
         max_change=config.max_corrupted_accuracy_drop))
-  metrics["ExpectedCalibrationError"].per_slice_thresholds.extend(_bounds(
-      CLEAN_EVAL_SLICE, upper=config.max_eval_ece, higher_is_better=False,
-      max_change=config.max_ece_increase))
-  metrics["NegativeLogLikelihood"].per_slice_thresholds.extend(_bounds(
-      CLEAN_EVAL_SLICE, upper=config.max_eval_nll, higher_is_better=False,
-      max_change=config.max_nll_increase))
+  # (slice, metric, upper bound, largest rise): calibration, clean and under shift.
+  calibration_bounds = [
+      (CLEAN_EVAL_SLICE, "ExpectedCalibrationError", config.max_eval_ece,
+       config.max_ece_increase),
+      (CLEAN_EVAL_SLICE, "NegativeLogLikelihood", config.max_eval_nll, config.max_nll_increase)]
+  if config.corruptions:
+    calibration_bounds += [
+        (CORRUPTED_SLICE, "ExpectedCalibrationError", config.max_corrupted_ece,
+         config.max_corrupted_ece_increase),
+        (CORRUPTED_SLICE, "NegativeLogLikelihood", config.max_corrupted_nll,
+         config.max_corrupted_nll_increase)]
+  for slice_spec, metric, upper, max_rise in calibration_bounds:
+    metrics[metric].per_slice_thresholds.extend(_bounds(
+        slice_spec, upper=upper, higher_is_better=False, max_change=max_rise))
   return [tfma.MetricConfig(class_name="ExampleCount"), accuracy, *metrics.values()]
 
 

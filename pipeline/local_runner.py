@@ -96,6 +96,7 @@ def main(argv: Sequence[str]) -> int:
     config = config_lib.from_flags(argv)
     if config.kubeflow is None:
       config.check_output_dir()
+      config_lib.check_runs_here(config)
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2

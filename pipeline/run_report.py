@@ -1,9 +1,10 @@
 """The run report a person reads after `make run`: Markdown with PNG charts.
 
 It holds the gate decision and its reasons, the metric table (clean and corrupted, as
-Uncertainty Baselines reports them), temperature scaling's effect, the comparison with the
-blessed baseline, a reliability diagram, per-class accuracy and accuracy per corruption and
-severity. Everything comes from the Evaluator's TFMA output and the model's calibration record.
+Uncertainty Baselines reports them, and per corruption family as Hendrycks & Dietterich do),
+temperature scaling's effect on clean and corrupted data, the comparison with the blessed
+baseline, clean and corrupted reliability diagrams, per-class accuracy, and accuracy and ECE per
+corruption and severity. Everything comes from the Evaluator's TFMA output and the model's calibration record.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow_model_analysis as tfma
 
-from components import corruptions, evaluation_set
+from components import evaluation_set, reference_corruptions as corruptions
 from components.calibration_metrics import BRIER_NAME, ECE_NAME, NLL_NAME, RELIABILITY_NAME
 from pipeline import gate_report, plots
 from pipeline.config import PipelineConfig
@@ -34,6 +35,11 @@ def _fmt(value: Optional[float], digits: int = 4) -> str:
   return "n/a" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
 
 
+def _mean(values) -> Optional[float]:
+  present = [v for v in values if v is not None]
+  return float(np.mean(present)) if present else None
+
+
 def _corruption_slice(name: str, severity: int) -> gate_report.Slice:
   return ((evaluation_set.CORRUPTION_KEY, name), (evaluation_set.SEVERITY_KEY, severity))
 
@@ -42,11 +48,18 @@ def corrupted_means(values: Dict, output: str, names) -> Dict[str, Optional[floa
   """cA, cNLL, cECE: each metric's mean over the corruption x severity slices (UB's tables)."""
   result = {}
   for name in (ACCURACY_NAME, NLL_NAME, ECE_NAME):
-    per_slice = [gate_report.metric(values, _corruption_slice(c, s), output, name)
-                 for c in names for s in corruptions.SEVERITIES]
-    per_slice = [v for v in per_slice if v is not None]
-    result[name] = float(np.mean(per_slice)) if per_slice else None
+    result[name] = _mean(gate_report.metric(values, _corruption_slice(c, s), output, name)
+                         for c in names for s in corruptions.SEVERITIES)
   return result
+
+
+def family_means(values: Dict, output: str, names) -> Dict[str, Dict[str, Optional[float]]]:
+  """corrupted_means per corruption family (noise, blur, weather, digital) of `names`."""
+  families = {}
+  for name in names:
+    families.setdefault(corruptions.FAMILY_OF[name], []).append(name)
+  return {family: corrupted_means(values, output, members)
+          for family, members in families.items()}
 
 
 def _bounds(config: PipelineConfig) -> List[Tuple[str, gate_report.Slice, str, bool, float,
@@ -57,8 +70,12 @@ def _bounds(config: PipelineConfig) -> List[Tuple[str, gate_report.Slice, str, b
             ("ECE", EVAL, ECE_NAME, False, config.max_eval_ece, config.max_ece_increase),
             ("NLL", EVAL, NLL_NAME, False, config.max_eval_nll, config.max_nll_increase)]
   if config.corruptions:
-    bounds.append(("cA (mean corrupted accuracy)", CORRUPTED, ACCURACY_NAME, True,
-                   config.min_corrupted_accuracy, config.max_corrupted_accuracy_drop))
+    bounds += [("cA (mean corrupted accuracy)", CORRUPTED, ACCURACY_NAME, True,
+                config.min_corrupted_accuracy, config.max_corrupted_accuracy_drop),
+               ("cNLL (corrupted NLL)", CORRUPTED, NLL_NAME, False, config.max_corrupted_nll,
+                config.max_corrupted_nll_increase),
+               ("ECE of the corrupted set", CORRUPTED, ECE_NAME, False, config.max_corrupted_ece,
+                config.max_corrupted_ece_increase)]
   return bounds
 
 
@@ -99,13 +116,31 @@ def _metric_table(config, values) -> List[str]:
     lines += ["", f"Robustness ({len(config.corruptions)} corruptions x "
               f"{len(corruptions.SEVERITIES)} severities, means over the slices as in "
               f"Uncertainty Baselines): **cA {_fmt(means[ACCURACY_NAME])}, cNLL "
-              f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}**."]
+              f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}**.", "",
+              "| corruption family | corruptions | cA | cNLL | cECE |",
+              "| --- | --- | --- | --- | --- |"]
+    for family, family_values in family_means(values, CALIBRATED, config.corruptions).items():
+      members = [name for name in config.corruptions if corruptions.FAMILY_OF[name] == family]
+      lines.append(f"| {family} | {', '.join(members)} | {_fmt(family_values[ACCURACY_NAME])} "
+                   f"| {_fmt(family_values[NLL_NAME])} | {_fmt(family_values[ECE_NAME])} |")
   return lines + [""]
 
 
-def _temperature_section(values, calibration: Optional[dict]) -> List[str]:
+def _temperature_section(config, values, calibration: Optional[dict]) -> List[str]:
   lines = ["## Temperature scaling", ""]
-  if calibration:
+  if calibration and calibration.get("temperature_fit") == "clean_and_augmix":
+    lines.append(
+        f"T = {calibration['temperature']:.4f}, chosen on {calibration['eval_examples']} clean "
+        f"eval examples and {calibration['augmented_examples']} AugMix views of them (never on "
+        "test, never on a corruption): the T minimising their mean NLL among those at which "
+        "neither NLL is above the raw softmax's. A fit on the clean eval examples alone would "
+        f"give T = {calibration['clean_fit_temperature']:.4f} (NLL of the AugMix views: raw "
+        f"{calibration['augmented_nll_before']:.4f}, chosen T "
+        f"{calibration['augmented_nll_after']:.4f}, clean-only T "
+        f"{calibration['augmented_nll_clean_fit']:.4f}). Served probabilities are "
+        "softmax(logits / T). On the eval split the fit is in-sample; the test and corrupted "
+        "rows are not.")
+  elif calibration:
     lines.append(f"T = {calibration['temperature']:.4f}, fitted on "
                  f"{calibration['eval_examples']} clean eval examples (never on test); served "
                  "probabilities are softmax(logits / T). On the eval split the fit is in-sample; "
@@ -117,6 +152,12 @@ def _temperature_section(values, calibration: Optional[dict]) -> List[str]:
              for name in (NLL_NAME, ECE_NAME, BRIER_NAME) for output in (RAW, CALIBRATED)]
     if gate_report.metric(values, slice_, CALIBRATED, EXAMPLE_COUNT_NAME):
       lines.append(f"| {SET_NAMES[slice_]} | " + " | ".join(cells) + " |")
+  if config.corruptions:
+    raw, calibrated = (corrupted_means(values, output, config.corruptions)
+                       for output in (RAW, CALIBRATED))
+    lines.append("| corrupted, mean over slices (cNLL, cECE) | " + " | ".join(
+        _fmt(means[name]) for name in (NLL_NAME, ECE_NAME) for means in (raw, calibrated))
+                 + " | | |")
   return lines + [""]
 
 
@@ -145,6 +186,8 @@ def _charts(report_dir, config, values) -> List[str]:
       (TEST, CALIBRATED, "reliability_test.png", "clean test, temperature-scaled"),
       (TEST, RAW, "reliability_test_uncalibrated.png", "clean test, before temperature scaling"),
       (CORRUPTED, CALIBRATED, "reliability_corrupted.png", "corrupted test, temperature-scaled"),
+      (CORRUPTED, RAW, "reliability_corrupted_uncalibrated.png",
+       "corrupted test, before temperature scaling"),
   ]:
     bins = gate_report.metric(values, slice_, output, RELIABILITY_NAME)
     if bins is None or not np.sum(bins[:, 0]):
@@ -176,21 +219,40 @@ def _charts(report_dir, config, values) -> List[str]:
 
 def _corruption_chart(report_dir, config, values) -> List[str]:
   severities = list(corruptions.SEVERITIES)
-  series = {name: [gate_report.metric(values, _corruption_slice(name, s), CALIBRATED,
-                                      ACCURACY_NAME) for s in severities]
-            for name in config.corruptions}
-  plots.line_chart(os.path.join(report_dir, "corrupted_accuracy.png"), severities, series,
-                   "Accuracy per corruption and severity", "severity", "accuracy")
-  lines = ["## Accuracy per corruption and severity", "",
-           "![accuracy per corruption and severity](corrupted_accuracy.png)", "",
-           "| corruption | " + " | ".join(f"severity {s}" for s in severities) + " | ECE (mean) |",
-           "| --- |" + " --- |" * (len(severities) + 1)]
-  for name, accuracies in series.items():
-    eces = [gate_report.metric(values, _corruption_slice(name, s), CALIBRATED, ECE_NAME)
-            for s in severities]
-    eces = [e for e in eces if e is not None]
-    lines.append(f"| {name} | " + " | ".join(_fmt(a) for a in accuracies) +
-                 f" | {_fmt(float(np.mean(eces)) if eces else None)} |")
+  metric = lambda name, s, output, metric_name: gate_report.metric(  # noqa: E731
+      values, _corruption_slice(name, s), output, metric_name)
+  family_series = {}  # Each family's mean accuracy at each severity.
+  for name in config.corruptions:
+    family_series.setdefault(corruptions.FAMILY_OF[name], []).append(
+        [metric(name, s, CALIBRATED, ACCURACY_NAME) for s in severities])
+  family_series = {family: [_mean(column) for column in zip(*members)]
+                   for family, members in family_series.items()}
+  plots.line_chart(os.path.join(report_dir, "corrupted_accuracy.png"), severities,
+                   family_series, "Accuracy per corruption family and severity", "severity",
+                   "accuracy")
+  rows = {}
+  for name in config.corruptions:
+    rows[name] = {
+        "accuracy": [metric(name, s, CALIBRATED, ACCURACY_NAME) for s in severities],
+        "ece": corrupted_means(values, CALIBRATED, [name])[ECE_NAME],
+        "ece_raw": corrupted_means(values, RAW, [name])[ECE_NAME],
+        "mean": corrupted_means(values, CALIBRATED, [name])[ACCURACY_NAME]}
+  plots.bar_chart(os.path.join(report_dir, "corruption_accuracy_ece.png"),
+                  [name[:7] for name in rows],
+                  {"accuracy": [r["mean"] for r in rows.values()],
+                   "ECE": [r["ece"] for r in rows.values()],
+                   "ECE before temperature scaling": [r["ece_raw"] for r in rows.values()]},
+                  "Per corruption (mean over severities)", "")
+  lines = ["## Accuracy and ECE per corruption and severity", "",
+           "![accuracy per family and severity](corrupted_accuracy.png)", "",
+           "![accuracy and ECE per corruption](corruption_accuracy_ece.png)", "",
+           "| corruption | family | " + " | ".join(f"acc. sev. {s}" for s in severities) +
+           " | accuracy (mean) | ECE (mean) | ECE before T (mean) |",
+           "| --- | --- |" + " --- |" * (len(severities) + 3)]
+  for name, row in rows.items():
+    lines.append(f"| {name} | {corruptions.FAMILY_OF[name]} | " +
+                 " | ".join(_fmt(a) for a in row["accuracy"]) +
+                 f" | {_fmt(row['mean'])} | {_fmt(row['ece'])} | {_fmt(row['ece_raw'])} |")
   return lines + [""]
 
 
@@ -214,7 +276,7 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
            f"- TFMA output: `{evaluation_uri}`", ""]
   lines += _gate_section(config, values, blessed, validation)
   lines += _metric_table(config, values)
-  lines += _temperature_section(values, calibration)
+  lines += _temperature_section(config, values, calibration)
   lines += _baseline_section(config, values)
   lines += _charts(report_dir, config, values)
   path = os.path.join(report_dir, REPORT_FILE)

@@ -78,11 +78,20 @@ class _FakeModel(tf.Module):
   """Serves probabilities computed from logits stored in each tf.Example, like the exported
   model's signature (serialized examples in, calibrated and raw probabilities out)."""
 
+  def __init__(self, temperature=TEMPERATURE, corrupted_temperature=None):
+    super().__init__()
+    self.temperature = temperature
+    self.corrupted_temperature = corrupted_temperature or temperature
+
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
   def serve(self, serialized):
-    logits = tf.io.parse_example(
-        serialized, {LOGITS_KEY: tf.io.FixedLenFeature([NUM_CLASSES], tf.float32)})[LOGITS_KEY]
-    probabilities = tf.nn.softmax(logits / TEMPERATURE)
+    features = tf.io.parse_example(serialized, {
+        LOGITS_KEY: tf.io.FixedLenFeature([NUM_CLASSES], tf.float32),
+        evaluation_set.EVAL_SET_KEY: tf.io.FixedLenFeature([], tf.string)})
+    logits = features[LOGITS_KEY]
+    corrupted = tf.equal(features[evaluation_set.EVAL_SET_KEY], evaluation_set.CORRUPTED)
+    temperature = tf.where(corrupted, self.corrupted_temperature, self.temperature)
+    probabilities = tf.nn.softmax(logits / temperature[:, tf.newaxis])
     return {PROBABILITIES_KEY: probabilities, "class_ids": tf.argmax(probabilities, -1),
             UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
 
@@ -107,18 +116,18 @@ def _write_evaluation_set(path, rng):
   return rows
 
 
-@pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
-  work = tmp_path_factory.mktemp("tfma")
-  model_dir = str(work / "model")
-  model = _FakeModel()
+def _save(model, model_dir):
   tf.saved_model.save(model, model_dir, signatures={"serving_default": model.serve})
-  rows = _write_evaluation_set(str(work / "data.tfrecord"), np.random.default_rng(1))
-  config = PipelineConfig(min_eval_accuracy=0.95, max_eval_ece=1.0, max_eval_nll=10.0,
-                          min_corrupted_accuracy=0.0)
-  # As TFX's Evaluator prepares it on a first run (no baseline: change bounds dropped).
+  return model_dir
+
+
+def _evaluate(work, config, candidate_dir, baseline_dir=None):
+  """TFMA as TFX's Evaluator runs it: change bounds only with a baseline."""
   eval_config = tfma.utils.update_eval_config_with_defaults(
-      evaluation.eval_config(config), has_baseline=False, rubber_stamp=True)
+      evaluation.eval_config(config), has_baseline=baseline_dir is not None, rubber_stamp=True)
+  models = [tfma.default_eval_shared_model(baseline_dir if spec.is_baseline else candidate_dir,
+                                           eval_config=eval_config, model_name=spec.name)
+            for spec in eval_config.model_specs]
   output = str(work / "evaluation")
   with beam.Pipeline(options=PipelineOptions(["--direct_running_mode=multi_processing",
                                               "--direct_num_workers=2"])) as pipeline:
@@ -126,8 +135,21 @@ def evaluated(tmp_path_factory):
          | tfxio.TFExampleRecord(str(work / "data.tfrecord"),
                                  raw_record_column_name=tfma.ARROW_INPUT_COLUMN).BeamSource()
          | tfma.ExtractEvaluateAndWriteResults(
-             eval_shared_model=tfma.default_eval_shared_model(model_dir, eval_config=eval_config),
+             eval_shared_model=models[0] if len(models) == 1 else models,
              eval_config=eval_config, output_path=output))
+  return output
+
+
+_LOOSE_SHIFT_BOUNDS = dict(max_corrupted_nll=100.0, max_corrupted_ece=1.0)
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+  work = tmp_path_factory.mktemp("tfma")
+  rows = _write_evaluation_set(str(work / "data.tfrecord"), np.random.default_rng(1))
+  config = PipelineConfig(min_eval_accuracy=0.95, max_eval_ece=1.0, max_eval_nll=10.0,
+                          min_corrupted_accuracy=0.0, **_LOOSE_SHIFT_BOUNDS)
+  output = _evaluate(work, config, _save(_FakeModel(), str(work / "model")))
   return rows, output, config
 
 
@@ -178,3 +200,25 @@ def test_a_model_below_the_accuracy_bound_is_not_blessed_and_the_reason_names_it
   assert failure.margin == pytest.approx(config.min_eval_accuracy - eval_accuracy, abs=1e-6)
   assert "accuracy on eval_set=eval" in failure.describe()
   assert os.path.isdir(output)
+
+
+def test_a_model_whose_corrupted_ece_regresses_beyond_the_bound_is_not_blessed(tmp_path):
+  """The same clean predictions as the blessed baseline, but less confident on the corrupted
+  images than it should be (its NLL there even improves): only the cECE change bound fails."""
+  rows = _write_evaluation_set(str(tmp_path / "data.tfrecord"), np.random.default_rng(1))
+  config = PipelineConfig(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
+                          min_corrupted_accuracy=0.0, max_corrupted_ece_increase=0.05,
+                          **_LOOSE_SHIFT_BOUNDS)
+  baseline = _save(_FakeModel(corrupted_temperature=0.5), str(tmp_path / "baseline"))
+  candidate = _save(_FakeModel(corrupted_temperature=2.5), str(tmp_path / "candidate"))
+  output = _evaluate(tmp_path, config, candidate, baseline)
+  result = tfma.load_validation_result(output)
+  assert not result.validation_ok
+  (failure,) = gate_report.failures(result)
+  assert (failure.metric, failure.slice, failure.change) == ("ECE", "eval_set=corrupted", True)
+  logits = np.stack([r[3] for r in rows if r[0] == "corrupted"])
+  labels = np.array([r[4] for r in rows if r[0] == "corrupted"])
+  ece = {t: numpy_metrics.metrics(_softmax(logits, t), labels)["ece"] for t in (0.5, 2.5)}
+  assert failure.value == pytest.approx(ece[2.5] - ece[0.5], abs=1e-4) and failure.value > 0.05
+  assert failure.bound == 0.05 and not failure.lower
+  assert failure.describe().startswith("ECE on eval_set=corrupted changed by +")

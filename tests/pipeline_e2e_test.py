@@ -15,11 +15,11 @@ from tests.graph_ops import augmix_or_random_ops, reachable_op_types
 from tests.tfrecord_inputs import write_digits_tfrecord_dir
 
 # A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI; gate bounds to match,
-# and 10 test images per corruption x severity.
+# and 5 test images per corruption x severity (15 x 5 slices: 375 corrupted images).
 SMALL_MODEL = ["--depth=10", "--width_multiplier=1", "--train_epochs=6",
                "--lr_decay_epochs=120,160", "--min_eval_accuracy=0.5", "--max_eval_ece=0.25",
-               "--max_eval_nll=1.5", "--min_corrupted_accuracy=0.2",
-               "--examples_per_corruption=10"]
+               "--max_eval_nll=1.5", "--min_corrupted_accuracy=0.2", "--max_corrupted_nll=5",
+               "--max_corrupted_ece=0.5", "--examples_per_corruption=5"]
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
                        "EvaluationSetGen", "Evaluator", "Pusher"}
@@ -81,10 +81,20 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   calibration = json.loads((tmp_path / "serving_model" / config.pipeline_name / versions[0] /
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
+  # Fitted on clean eval images and their AugMix views, worse on neither than the raw softmax.
+  assert calibration["temperature_fit"] == "clean_and_augmix"
+  assert calibration["augmented_examples"] == calibration["eval_examples"]
+  assert calibration["augmented_nll_after"] <= calibration["augmented_nll_before"]
   report = _report_path(first.stdout)
-  assert "**BLESSED**" in open(report).read()
-  assert {"reliability_test.png", "per_class_accuracy.png",
-          "corrupted_accuracy.png"} <= set(os.listdir(os.path.dirname(report)))
+  report_text = open(report).read()
+  assert "**BLESSED**" in report_text
+  for family in ("noise", "blur", "weather", "digital"):
+    assert f"| {family} | " in report_text, "robustness per corruption family"
+  assert "| frosted_glass_blur | blur |" in report_text, "every corruption's accuracy and ECE"
+  assert {"reliability_test.png", "reliability_corrupted.png",
+          "reliability_corrupted_uncalibrated.png", "per_class_accuracy.png",
+          "corrupted_accuracy.png", "corruption_accuracy_ece.png"} <= set(
+              os.listdir(os.path.dirname(report)))
 
   # Unchanged rerun: nothing is recomputed. The model in production is the candidate itself, so
   # the baseline is what it replaced (nothing), as in the first run: the evaluation is reused.

@@ -62,6 +62,9 @@ class TrainerConfig:
   augmix_severity: int = 3  # Upper bound of operation levels (the paper's CIFAR setting).
   augmix_jsd_weight: float = 12.0  # Jensen-Shannon consistency weight, when aug_count >= 2.
   augmix_online: bool = False  # Fresh views each epoch in the Trainer instead of in Transform.
+  # Temperature scaling: fitted on the clean eval split alone ("clean"), or on it and its
+  # training-time AugMix views, never worse than the raw softmax on either ("clean_and_augmix").
+  temperature_fit: str = "clean_and_augmix"
 
   def __post_init__(self):
     _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
@@ -113,6 +116,8 @@ class TrainerConfig:
     _require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
     _require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
              "must be in [1, 10]")
+    _require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
+             f"must be one of {TEMPERATURE_FITS}")
     _require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
              "must be >= 0")
 
@@ -152,6 +157,7 @@ class TrainerConfig:
     return cls(**values)
 
 
+TEMPERATURE_FITS = ("clean", "clean_and_augmix")  # trainer_module/temperature.py.
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 MODES = ("train", "eval", "train_and_eval", "continuous_eval")
 L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",

@@ -12,12 +12,11 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorboard.plugins.hparams import api as hparams_api
 
-from trainer_module import data
+from trainer_module import augmix, data, temperature
 from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
 from trainer_module.distribution import is_chief, make_strategy, set_precision_policy
 from trainer_module.export import export_serving_model
-from trainer_module.temperature import calibrate
 from trainer_module.train import Training, fit
 
 log = logging.getLogger(__name__)
@@ -85,10 +84,22 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
     raise FloatingPointError(f"Training diverged: final metrics {metrics}.")
   if paths.export_dir and config.mode in ("train", "train_and_eval"):
     # Post-hoc temperature scaling on the eval split (never test), baked into the export.
-    calibration = calibrate(training.model, data.eval_batches(paths.eval_files, feature_spec,
-                                                              config.eval_batch_size))
+    calibration = _calibrate(training.model, config, tft_output,
+                             data.eval_batches(paths.eval_files, feature_spec,
+                                               config.eval_batch_size))
     _export(training, tft_output, paths.export_dir, chief, calibration)
   return metrics
+
+
+def _calibrate(model, config: TrainerConfig, tft_output, eval_batches) -> dict:
+  """Post-hoc temperature scaling on the eval split (never test), under training-time AugMix too
+  unless temperature_fit=clean (trainer_module/temperature.py)."""
+  if config.temperature_fit == "clean":
+    return temperature.calibrate(model, eval_batches)
+  mean, std = temperature.channel_statistics(tft_output)
+  params = augmix.params_from_options(config.transform_options())
+  return temperature.calibrate(model, eval_batches, temperature.augmented_eval_batches(
+      eval_batches, mean, std, config.seed, params))
 
 
 def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, float]:

@@ -1,14 +1,21 @@
-"""Post-hoc temperature scaling (Guo et al., ICML 2017): one scalar T, fitted on the eval split.
+"""Post-hoc temperature scaling (Guo et al., ICML 2017) that stays honest under shift.
 
-The served probabilities become softmax(logits / T): the predicted class is unchanged, the
-confidence is not over- (T > 1) or under-stated (T < 1). T minimises the eval NLL. The NLL is
-convex in 1/T, so its derivative in 1/T is increasing and a bisection finds the minimum
-deterministically (no learning rate, no random start). The test split is never used.
+The served probabilities are softmax(logits / T): the predicted class is unchanged, only the
+confidence moves. A T fitted on clean eval data alone (`temperature_fit=clean`) often sharpens
+(T < 1) a model that is under-confident on clean images but over-confident on shifted ones, and
+so makes the corrupted set worse. The default (`temperature_fit=clean_and_augmix`) looks at two
+sets: the clean eval images, and the same images under the training-time AugMix augmentation
+(a shift built from operations disjoint from every evaluation corruption, so nothing leaks).
+T minimises the mean of the two sets' NLLs, restricted to the temperatures at which neither
+set's NLL is above the raw softmax's (T = 1). Each NLL is convex in 1/T, so each restriction is
+an interval around 1/T = 1, and the restricted minimum is the unrestricted one clipped into their
+intersection: clean NLL never gets worse, nor does NLL under the shift the data show us.
+Bisections make every step deterministic. The test split is never used.
 """
 import json
 import logging
 import os
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -50,16 +57,19 @@ def _check(logits: np.ndarray, labels: np.ndarray) -> None:
                               f"[{labels.min()}, {labels.max()}].")
 
 
-def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
-  """The T in [MIN_TEMPERATURE, MAX_TEMPERATURE] minimising the NLL of softmax(logits / T)."""
+def fit_temperature(logits: np.ndarray, labels: np.ndarray,
+                    weights: Optional[np.ndarray] = None) -> float:
+  """The T in [MIN_TEMPERATURE, MAX_TEMPERATURE] minimising the (weighted) mean NLL of
+  softmax(logits / T)."""
   logits = np.asarray(logits, np.float64)
   labels = np.asarray(labels, np.int64).reshape(-1)
   _check(logits, labels)
+  weights = np.ones(len(labels)) if weights is None else np.asarray(weights, np.float64)
   true_logit = logits[np.arange(len(labels)), labels]
 
   def slope(inverse_t: float) -> float:  # d NLL / d(1/T) = E_p[logit] - logit of true class.
     p = np.exp(_log_softmax(logits * inverse_t))
-    return float(np.mean((p * logits).sum(axis=1) - true_logit))
+    return float(np.average((p * logits).sum(axis=1) - true_logit, weights=weights))
 
   low, high = np.log(1.0 / MAX_TEMPERATURE), np.log(1.0 / MIN_TEMPERATURE)  # log(1/T).
   if slope(np.exp(low)) >= 0:
@@ -76,6 +86,43 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
   if not np.isfinite(temperature):
     raise TemperatureFitError(f"The temperature fit gave {temperature}.")
   return temperature
+
+
+def _no_worse_than_raw(logits: np.ndarray, labels: np.ndarray) -> Tuple[float, float]:
+  """The interval of log(1/T) on which the NLL is at most the raw softmax's (log(1/T) = 0).
+
+  The NLL is convex in 1/T, hence unimodal in log(1/T): the interval runs from 0 to the point
+  beyond the minimum where the NLL climbs back to its raw value (or to the range's end)."""
+  raw = nll(logits, labels)
+  best = float(np.log(1.0 / fit_temperature(logits, labels)))
+  if best == 0.0:
+    return 0.0, 0.0
+  inside = np.log(1.0 / MIN_TEMPERATURE) if best > 0 else np.log(1.0 / MAX_TEMPERATURE)
+  if nll(logits, labels, float(np.exp(-inside))) > raw:
+    inside, outside = best, inside  # The NLL is <= raw at `inside`, > raw at `outside`.
+    for _ in range(_BISECTION_STEPS):
+      middle = 0.5 * (inside + outside)
+      if nll(logits, labels, float(np.exp(-middle))) <= raw:
+        inside = middle
+      else:
+        outside = middle
+  return min(0.0, float(inside)), max(0.0, float(inside))
+
+
+def select_temperature(clean_logits: np.ndarray, clean_labels: np.ndarray,
+                       shifted_logits: np.ndarray, shifted_labels: np.ndarray) -> float:
+  """The T minimising the mean of the clean and the shifted NLL, among the temperatures at which
+  neither is above the raw softmax's (see the module docstring)."""
+  for logits, labels in ((clean_logits, clean_labels), (shifted_logits, shifted_labels)):
+    _check(np.asarray(logits), np.asarray(labels).reshape(-1))
+  weights = np.concatenate([np.full(len(clean_labels), 1.0 / len(clean_labels)),
+                            np.full(len(shifted_labels), 1.0 / len(shifted_labels))])
+  pooled = fit_temperature(np.concatenate([clean_logits, shifted_logits]),
+                           np.concatenate([clean_labels, shifted_labels]), weights)
+  clean_low, clean_high = _no_worse_than_raw(clean_logits, clean_labels)
+  shifted_low, shifted_high = _no_worse_than_raw(shifted_logits, shifted_labels)
+  low, high = max(clean_low, shifted_low), min(clean_high, shifted_high)  # Both hold 0.
+  return float(np.exp(-np.clip(np.log(1.0 / pooled), low, high)))
 
 
 def model_logits(model, batches: tf.data.Dataset) -> Tuple[np.ndarray, np.ndarray]:
@@ -96,16 +143,58 @@ def model_logits(model, batches: tf.data.Dataset) -> Tuple[np.ndarray, np.ndarra
   return np.concatenate(logits), np.concatenate(labels)
 
 
-def calibrate(model, eval_batches: tf.data.Dataset) -> dict:
-  """Fits T on the eval split; returns it with the eval NLL before and after, for the record."""
+def calibrate(model, eval_batches: tf.data.Dataset,
+              augmented_batches: Optional[tf.data.Dataset] = None) -> dict:
+  """Fits T on the eval split, and on its AugMix views when given (`select_temperature`);
+  returns T with the NLLs before and after, and the clean-only fit, for the record."""
   logits, labels = model_logits(model, eval_batches)
-  temperature = fit_temperature(logits, labels)
-  info = {"temperature": temperature, "eval_examples": int(len(labels)),
-          "eval_nll_before": nll(logits, labels), "eval_nll_after": nll(logits, labels,
-                                                                        temperature)}
-  log.info("Temperature scaling on %d eval examples: T = %.4f, eval NLL %.4f -> %.4f.",
-           info["eval_examples"], temperature, info["eval_nll_before"], info["eval_nll_after"])
+  clean_fit = fit_temperature(logits, labels)
+  info = {"temperature_fit": "clean", "clean_fit_temperature": clean_fit,
+          "eval_examples": int(len(labels)), "eval_nll_before": nll(logits, labels)}
+  temperature = clean_fit
+  if augmented_batches is not None:
+    augmented_logits, augmented_labels = model_logits(model, augmented_batches)
+    temperature = select_temperature(logits, labels, augmented_logits, augmented_labels)
+    info.update(temperature_fit="clean_and_augmix",
+                augmented_examples=int(len(augmented_labels)),
+                augmented_nll_before=nll(augmented_logits, augmented_labels),
+                augmented_nll_after=nll(augmented_logits, augmented_labels, temperature),
+                augmented_nll_clean_fit=nll(augmented_logits, augmented_labels, clean_fit))
+  info.update(temperature=temperature, eval_nll_after=nll(logits, labels, temperature))
+  log.info("Temperature scaling (%s) on %d eval examples: T = %.4f (clean-only fit %.4f), "
+           "eval NLL %.4f -> %.4f.", info["temperature_fit"], info["eval_examples"],
+           temperature, clean_fit, info["eval_nll_before"], info["eval_nll_after"])
   return info
+
+
+def channel_statistics(tft_output) -> Tuple[tf.Tensor, tf.Tensor]:
+  """The per-channel mean and std that Transform normalises with, read back from its graph:
+  a black and a white image normalise to -mean/std and (1 - mean)/std."""
+  from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE
+  images = [tf.io.encode_png(tf.fill(IMAGE_SHAPE, tf.constant(value, tf.uint8)))
+            for value in (0, 255)]
+  normalised = tft_output.transform_raw_features({IMAGE_KEY: tf.stack(images)})[IMAGE_KEY]
+  black, white = normalised[0, 0, 0], normalised[1, 0, 0]
+  std = 1.0 / (white - black)
+  return -black * std, std
+
+
+def augmented_eval_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: tf.Tensor,
+                           seed: int, params) -> tf.data.Dataset:
+  """One AugMix view (training-time parameters) of every eval image, normalised like it; the
+  view's seed comes from the image's position, so every run sees the same views."""
+  from trainer_module import augmix
+  from trainer_module.preprocessing import denormalize_to_uint8, normalize
+
+  def augment(index, batch):
+    images = denormalize_to_uint8(batch[0], mean, std)
+    keys = tf.strings.join(["calibration/", tf.strings.as_string(
+        index * tf.cast(tf.shape(images)[0], tf.int64) + tf.range(tf.shape(images)[0],
+                                                                  dtype=tf.int64))])
+    views = augmix.augment_and_mix(images, augmix.example_seeds(keys, seed, 0), params)
+    return (normalize(views, mean, std),) + tuple(batch[1:])
+
+  return eval_batches.enumerate().map(augment)
 
 
 def write_calibration_info(export_dir: str, info: dict) -> None:

@@ -81,3 +81,85 @@ def test_padding_rows_of_weighted_batches_are_left_out():
   with pytest.raises(temperature.TemperatureFitError, match="eval split is empty"):
     temperature.model_logits(model, tf.data.Dataset.from_tensor_slices(
         (images[7:], labels[7:], weights[7:])).batch(4))
+
+
+def _miscalibrated(rng, true_temperature, count=3000, classes=10):
+  """Logits of a model whose confidence is off by `true_temperature` (< 1: under-confident)."""
+  return _overconfident(rng, count, true_temperature, classes)
+
+
+def test_shift_aware_selection_never_worsens_the_corrupted_nll_where_a_clean_fit_does():
+  """Under-confident on clean images (a clean fit sharpens), over-confident under shift: the
+  AugMix views and the corrupted set come from the same shifted behaviour."""
+  rng = np.random.default_rng(4)
+  clean = _miscalibrated(rng, 0.5)
+  augmented = _miscalibrated(rng, 3.0)
+  corrupted = _miscalibrated(rng, 3.0)
+  clean_fit = temperature.fit_temperature(*clean)
+  assert clean_fit < 0.7
+  assert temperature.nll(*corrupted, clean_fit) > temperature.nll(*corrupted) + 0.1, \
+      "the clean fit makes the corrupted set worse"
+  chosen = temperature.select_temperature(*clean, *augmented)
+  assert temperature.nll(*corrupted, chosen) <= temperature.nll(*corrupted)
+  assert temperature.nll(*clean, chosen) <= temperature.nll(*clean)
+  assert temperature.nll(*augmented, chosen) <= temperature.nll(*augmented)
+
+
+def test_selection_improves_both_sets_when_they_agree():
+  rng = np.random.default_rng(5)
+  clean, augmented = _miscalibrated(rng, 0.6), _miscalibrated(rng, 0.8)
+  chosen = temperature.select_temperature(*clean, *augmented)
+  assert chosen < 0.9
+  assert temperature.nll(*clean, chosen) < temperature.nll(*clean) - 0.01
+  assert temperature.nll(*augmented, chosen) < temperature.nll(*augmented) - 0.01
+  # It is the minimum of the mean NLL within the allowed range, here unconstrained.
+  grid = np.linspace(0.3, 1.2, 901)
+  mean_nll = [temperature.nll(*clean, t) + temperature.nll(*augmented, t) for t in grid]
+  assert chosen == pytest.approx(grid[int(np.argmin(mean_nll))], abs=0.01)
+
+
+def test_selection_stops_where_the_shifted_nll_would_exceed_the_raw_softmax():
+  rng = np.random.default_rng(6)
+  clean, augmented = _miscalibrated(rng, 0.25), _miscalibrated(rng, 0.85)
+  chosen = temperature.select_temperature(*clean, *augmented)
+  assert chosen < temperature.fit_temperature(*augmented), "sharper than the shift alone wants"
+  assert temperature.nll(*augmented, chosen) == pytest.approx(temperature.nll(*augmented),
+                                                              abs=1e-6), "... up to its raw NLL"
+  assert temperature.nll(*clean, chosen) < temperature.nll(*clean)
+  assert chosen > temperature.fit_temperature(*clean)
+
+
+def test_calibrate_with_augmented_batches_records_both_fits():
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.layers.Dense(4, input_shape=(3,))])
+  rng = np.random.default_rng(7)
+  images = rng.normal(size=(60, 3)).astype(np.float32)
+  labels = np.arange(60) % 4
+  batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(16)
+  shifted = batches.map(lambda x, y: (x * 3.0, y))
+  info = temperature.calibrate(model, batches, shifted)
+  assert info["temperature_fit"] == "clean_and_augmix"
+  assert info["temperature"] == temperature.select_temperature(
+      model(images).numpy(), labels, model(images * 3.0).numpy(), labels)
+  assert info["augmented_nll_after"] <= info["augmented_nll_before"]
+  assert info["eval_nll_after"] <= info["eval_nll_before"]
+
+
+def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_repeatable():
+  from trainer_module import augmix
+  rng = np.random.default_rng(8)
+  mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
+  images01 = rng.integers(0, 256, (6, 32, 32, 3)).astype(np.float32) / 255.0
+  images = (images01 - mean) / std
+  labels, weights = np.arange(6), np.ones(6, np.float32)
+  batches = tf.data.Dataset.from_tensor_slices((images, labels, weights)).batch(4)
+  views = temperature.augmented_eval_batches(batches, mean, std, 42, augmix.AugMixParams())
+  first, again = list(views), list(views)
+  for (view, view_labels, view_weights), batch, (repeat, *_) in zip(first, batches, again):
+    assert view.shape == batch[0].shape
+    np.testing.assert_array_equal(view_labels, batch[1])
+    np.testing.assert_array_equal(view_weights, batch[2])
+    np.testing.assert_array_equal(view, repeat)
+    pixels01 = view.numpy() * std + mean
+    assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
+  assert not np.allclose(first[0][0], images[:4], atol=1e-3), "the views are augmented"

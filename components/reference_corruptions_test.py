@@ -1,0 +1,76 @@
+"""tfds' reference corruptions on 32x32x3 uint8 images: all 19 run, deterministic per key."""
+import numpy as np
+import pytest
+
+from components import reference_corruptions as corruptions
+from components.image_sources import digits_to_images
+from trainer_module import augmix
+
+
+@pytest.fixture(scope="module")
+def images():
+  from sklearn.datasets import load_digits
+  digits = digits_to_images(load_digits().images[:2])
+  colour = np.random.default_rng(0).integers(0, 256, (1, 32, 32, 3), dtype=np.uint8)
+  return np.concatenate([digits, colour])  # Grey digits (as RGB) and a colour image.
+
+
+@pytest.mark.parametrize("name", corruptions.ALL_CORRUPTIONS)
+def test_each_corruption_runs_on_32x32_rgb_and_is_deterministic_per_key(name, images):
+  for severity in corruptions.SEVERITIES:
+    for index, image in enumerate(images):
+      output = corruptions.corrupt(image, name, severity, f"k{index}")
+      assert output.shape == (32, 32, 3) and output.dtype == np.uint8
+      np.testing.assert_array_equal(output, corruptions.corrupt(image, name, severity,
+                                                                f"k{index}"))
+  # The strongest severity changes the images (saturate leaves grey pixels grey).
+  changed = [not np.array_equal(corruptions.corrupt(image, name, 5, "k"), image)
+             for image in images]
+  assert changed[-1], "severity 5 changes a colour image"
+
+
+def test_random_corruptions_are_seeded_by_the_key_and_leave_global_state_alone(images):
+  np.random.seed(123)
+  expected = np.random.random()
+  np.random.seed(123)
+  for name in ("gaussian_noise", "impulse_noise", "frost", "snow", "elastic"):
+    a = corruptions.corrupt(images[0], name, 3, "key-a")
+    b = corruptions.corrupt(images[0], name, 3, "key-b")
+    assert not np.array_equal(a, b), name
+  assert np.random.random() == expected
+
+
+def test_the_15_benchmark_corruptions_in_four_families_and_the_extra_four():
+  assert len(corruptions.BENCHMARK_CORRUPTIONS) == 15
+  assert set(corruptions.FAMILIES) == {"noise", "blur", "weather", "digital"}
+  assert set(corruptions.EXTRA_CORRUPTIONS) == {"gaussian_blur", "saturate", "spatter",
+                                                "speckle_noise"}
+  from tensorflow_datasets.image_classification import cifar10_corrupted
+  assert set(corruptions.BENCHMARK_CORRUPTIONS) == set(cifar10_corrupted.BENCHMARK_CORRUPTIONS)
+  assert set(corruptions.EXTRA_CORRUPTIONS) == set(cifar10_corrupted.EXTRA_CORRUPTIONS)
+
+
+def test_augmix_operations_and_the_evaluation_corruptions_are_disjoint():
+  """No leakage: the paper leaves out of AugMix every operation that overlaps a corruption."""
+  overlapping = {"contrast", "color", "brightness", "sharpness", "saturate"}
+  evaluation = set(corruptions.ALL_CORRUPTIONS)
+  assert not set(augmix.OPERATIONS) & evaluation
+  assert not set(augmix.OPERATIONS) & overlapping
+  assert evaluation & overlapping  # The evaluation set is what those operations would leak.
+
+
+def test_a_corruption_without_its_dependency_fails_naming_it(monkeypatch, images):
+  monkeypatch.setattr(corruptions, "imagemagick_convert", lambda: None)
+  assert set(corruptions.unavailable(corruptions.ALL_CORRUPTIONS)) == {"motion_blur", "snow"}
+  with pytest.raises(RuntimeError, match="'motion_blur' cannot run here: it needs ImageMagick"):
+    corruptions.corrupt(images[0], "motion_blur", 1, "k")
+
+
+@pytest.mark.parametrize("name, severity, image, message", [
+    ("sparkles", 1, np.zeros((32, 32, 3), np.uint8), "Unknown corruption 'sparkles'"),
+    ("contrast", 6, np.zeros((32, 32, 3), np.uint8), "Severity 6"),
+    ("contrast", 1, np.zeros((32, 32), np.uint8), "RGB uint8"),
+])
+def test_bad_requests_are_refused(name, severity, image, message):
+  with pytest.raises(ValueError, match=message):
+    corruptions.corrupt(image, name, severity, "k")
