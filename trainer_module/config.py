@@ -62,6 +62,9 @@ class TrainerConfig:
   augmix_severity: int = 3  # Upper bound of operation levels (the paper's CIFAR setting).
   augmix_jsd_weight: float = 12.0  # Jensen-Shannon consistency weight, when aug_count >= 2.
   augmix_online: bool = False  # Fresh views each epoch in the Trainer instead of in Transform.
+  # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
+  # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
+  augmix_view_sets: int = 1
 
   def __post_init__(self):
     _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
@@ -113,6 +116,8 @@ class TrainerConfig:
     _require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
     _require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
              "must be in [1, 10]")
+    _require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
+             "must be >= 1")
     _require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
              "must be >= 0")
 
@@ -123,7 +128,9 @@ class TrainerConfig:
 
   def transform_options(self) -> dict:
     """What Transform needs: only these fields, so other changes keep its cache valid."""
-    return {"num_views": 0 if self.augmix_online else self.num_views,
+    written_views = 0 if self.augmix_online else self.num_views
+    return {"num_views": written_views,
+            "view_sets": self.augmix_view_sets if written_views else 1,
             "emit_augmix_inputs": self.augmix_online and self.num_views > 0,
             "seed": self.seed, "augmix_width": self.augmix_width,
             "augmix_depth": self.augmix_depth, "augmix_prob_coeff": self.augmix_prob_coeff,
