@@ -136,4 +136,4 @@ def test_transform_options_ignore_training_only_fields():
   assert online["num_views"] == 0 and online["emit_augmix_inputs"]
   assert online == from_flags(["--augmix_online=true",
                                "--augmix_view_sets=9"]).trainer.transform_options()
-  assert base["view_sets"] == PIPELINE_AUGMIX["augmix_view_sets"]
+  assert base.transform_options()["view_sets"] == PIPELINE_AUGMIX["augmix_view_sets"]

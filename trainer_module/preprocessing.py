@@ -1,9 +1,10 @@
 """Transform's preprocessing_fn: decode, scale to [0, 1], normalise per channel, AugMix.
 
 The per-channel mean and standard deviation are full-pass statistics over the training split
-(tft analyzers), baked into the transform graph that serving applies too. AugMix views are
-computed from the example key, which serving does not feed, so TFT prunes them (and all their
-random ops) from the serving graph.
+(tft analyzers), baked into the transform graph that serving applies too. AugMix view sets
+(uint8, for training examples only) are computed from the example key, which serving does not
+feed, so TFT prunes them (and all their random ops) from the serving graph; the Trainer
+normalises them with the same statistics.
 """
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -63,7 +64,7 @@ def _train_view_sets(images, keys, options):
 
 
 def preprocessing_fn(inputs, custom_config=None):
-  """Raw {image, label, key} -> {image, label[, augmix_views | key], [channel_mean, channel_std]}.
+  """Raw {image, label, key} -> {image, label[, augmix_views | key][, channel_mean, channel_std]}.
 
   custom_config["transform"] is TrainerConfig.transform_options(): how many AugMix views to
   write per set (`num_views`) and how many sets (`view_sets`, compact: see
