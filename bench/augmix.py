@@ -115,15 +115,17 @@ def tf_data_seconds(options: dict, images: np.ndarray, keys: np.ndarray) -> floa
 
 
 def bytes_per_view(options: dict, images: np.ndarray, keys: np.ndarray, work_dir: str) -> tuple:
-  """(bytes per view as written now, as written before): the views feature alone, gzipped."""
+  """(bytes per view as written now, as written before, images sampled): the views feature
+  alone, gzipped."""
   images, keys = images[:_BYTES_SAMPLE], keys[:_BYTES_SAMPLE]
   count, sets = options["num_views"], options["view_sets"]
   params = augmix.params_from_options(options)
   encoded = augmix.encode_view_sets(images, keys, options["seed"], count, sets, params).numpy()
-  views01 = augmix.decode_view_set(encoded, tf.zeros([len(images)], tf.int32), count,
-                                   IMAGE_SHAPE).numpy()
+  # Before: the same views (set 0) unrounded, normalised, as float32 values.
+  views01 = augmix.augmix_views(images, keys, options["seed"], count, params,
+                                epochs=tf.zeros([len(images)], tf.int32)).numpy()
   pixels = images.reshape(-1, 3).astype(np.float64) / 255.0
-  floats = (views01 - pixels.mean(axis=0)) / pixels.std(axis=0)  # The old feature's values.
+  floats = (views01 - pixels.mean(axis=0)) / pixels.std(axis=0)
 
   def size(name, features):
     path = os.path.join(work_dir, name)
@@ -137,7 +139,7 @@ def bytes_per_view(options: dict, images: np.ndarray, keys: np.ndarray, work_dir
                                 for v in encoded))
   before = size("float32.gz", (tf.train.Feature(float_list=tf.train.FloatList(
       value=v.astype(np.float32).ravel())) for v in floats))
-  return compact / (len(images) * count * sets), before / (len(images) * count)
+  return compact / (len(images) * count * sets), before / (len(images) * count), len(images)
 
 
 def split_bytes(examples_uri: str) -> int:
@@ -205,7 +207,7 @@ def main(argv=None) -> None:
   with_seconds, with_uri, graph_uri = run_transform(config, data_dir)
   without_seconds, without_uri, _ = run_transform(
       config.replace(augmix=False, pipeline_name="bench_no_augmix"), data_dir)
-  compact_view, float_view = bytes_per_view(options, images, keys, work_dir)
+  compact_view, float_view, sample = bytes_per_view(options, images, keys, work_dir)
   input_rate = input_pipeline_rate(config, with_uri, graph_uri, args.input_batches)
   consumed_rate = training_rate(config, args.train_steps, work_dir)
 
@@ -223,7 +225,7 @@ def main(argv=None) -> None:
   with_bytes, without_bytes = split_bytes(with_uri) / n, split_bytes(without_uri) / n
   print(f"  train split, gzipped: {with_bytes:.0f} bytes/example with views, "
         f"{without_bytes:.0f} without ({(with_bytes - without_bytes) / views:.0f} per view)")
-  print(f"  views feature alone, gzipped, {_BYTES_SAMPLE} images: {compact_view:.0f} bytes/view "
+  print(f"  views feature alone, gzipped, {sample} images: {compact_view:.0f} bytes/view "
         f"as uint8, {float_view:.0f} as float32 before: {compact_view / float_view:.2f} "
         f"(goal <= 0.33)")
   print(f"  Trainer input pipeline: {input_rate:.0f} examples/s; training step of WRN-"
