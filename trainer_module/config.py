@@ -53,7 +53,8 @@ class TrainerConfig:
   mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
   # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
   continuous_eval_timeout_secs: int = 3600
-  # AugMix (Hendrycks et al. 2020), named as in the original script.
+  # AugMix (Hendrycks et al. 2020), named as in the original script, and off as there; the
+  # pipeline's presets turn it on (pipeline/config.py PIPELINE_AUGMIX).
   augmix: bool = False
   aug_count: int = 1  # AugMix views per training image (1 for a single model).
   augmix_prob_coeff: float = 0.5  # Dirichlet and Beta concentration alpha.
