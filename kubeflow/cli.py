@@ -55,9 +55,10 @@ def split_flags(argv: Sequence[str], names: Sequence[str]) -> Tuple[Dict[str, st
 
 
 def cluster_base() -> config_lib.PipelineConfig:
-  """Cluster defaults: a KFP-legal name and the original WRN-28-10 recipe (GPU/TPU scale)."""
+  """Cluster defaults: a KFP-legal name and the original WRN-28-10 recipe (GPU/TPU scale), with
+  the pipeline's AugMix."""
   return config_lib.PipelineConfig(pipeline_name=kubeflow_config.KUBEFLOW_PIPELINE_NAME,
-                                   trainer=TrainerConfig())
+                                   trainer=TrainerConfig(**config_lib.PIPELINE_AUGMIX))
 
 
 def _required(flags: dict, name: str, example: str) -> str:

@@ -170,7 +170,7 @@ def test_schedule_adds_a_version_and_creates_a_cron_recurring_run(compiled, kfp_
     (["schedule", "--experiment=e", "--cron=0 0 3 * * *", "--max_concurrency=0"],
      "--max_concurrency"),
     (["run"], "--experiment is required"),
-    (["run", "--experiment=e", "--augmix=true"], "--augmix is fixed when the pipeline is compiled"),
+    (["run", "--experiment=e", "--augmix=false"], "--augmix is fixed when the pipeline is compiled"),
     (["run", "--experiment=e", "--dataset=cifar10"], "--dataset is fixed"),
     (["run", "--experiment=e", "--distribution_strategy=mirrored"],
      "--distribution_strategy is fixed"),

@@ -13,7 +13,7 @@ import pytest
 
 from components import reference_corruptions
 from pipeline import local_runner
-from pipeline.config import PipelineConfig, check_runs_here, from_flags
+from pipeline.config import PIPELINE_AUGMIX, PipelineConfig, check_runs_here, from_flags
 from trainer_module.config import TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,6 +65,7 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--augmix_depth=4"], "augmix_depth=4"),
     (["--augmix_prob_coeff=0"], "augmix_prob_coeff=0.0"),
     (["--aug_count=-1"], "aug_count=-1"),
+    (["--augmix_view_sets=0"], "augmix_view_sets=0"),
     (["--max_eval_ece=-0.1"], "max_eval_ece=-0.1"),
     (["--max_nll_increase=-1"], "max_nll_increase=-1.0"),
     (["--min_corrupted_accuracy=1.5"], "min_corrupted_accuracy=1.5"),
@@ -135,20 +136,33 @@ def test_help_lists_every_flag_with_its_default():
   assert "--width_multiplier" in result.stdout and "--tfrecord_dir" in result.stdout
 
 
-def test_augmix_flags_keep_the_original_names_and_defaults():
-  trainer = from_flags(["--augmix=true"]).trainer
+def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_defaults():
+  trainer = TrainerConfig()
   assert (trainer.augmix, trainer.aug_count, trainer.augmix_prob_coeff, trainer.augmix_depth,
-          trainer.augmix_width) == (True, 1, 0.5, -1, 3)
-  assert trainer.num_views == 1 and TrainerConfig().num_views == 0
+          trainer.augmix_width) == (False, 1, 0.5, -1, 3)
+  assert trainer.num_views == 0
+  assert from_flags(["--augmix=false"]).trainer.num_views == 0
+
+
+def test_augmix_is_on_in_the_local_and_kubeflow_presets():
+  from kubeflow.cli import cluster_base
+  for trainer in (from_flags([]).trainer, cluster_base().trainer):
+    assert (trainer.augmix, trainer.aug_count, trainer.augmix_view_sets,
+            trainer.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
+                                       PIPELINE_AUGMIX["augmix_view_sets"], False)
+  assert cluster_base().trainer.depth == 28  # The cluster keeps the original recipe otherwise.
 
 
 def test_transform_options_ignore_training_only_fields():
   """Changing the learning rate must not invalidate Transform's cached output."""
-  base = from_flags(["--augmix=true"]).trainer
-  assert base.transform_options() == from_flags(["--augmix=true", "--base_learning_rate=0.3",
+  base = from_flags([]).trainer
+  assert base.transform_options() == from_flags(["--base_learning_rate=0.3",
                                                  "--depth=28"]).trainer.transform_options()
-  online = from_flags(["--augmix=true", "--augmix_online=true"]).trainer.transform_options()
+  online = from_flags(["--augmix_online=true"]).trainer.transform_options()
   assert online["num_views"] == 0 and online["emit_augmix_inputs"]
+  assert online == from_flags(["--augmix_online=true",
+                               "--augmix_view_sets=9"]).trainer.transform_options()
+  assert base.transform_options()["view_sets"] == PIPELINE_AUGMIX["augmix_view_sets"]
 
 
 @pytest.mark.parametrize("name", ["x" * 300, "../../x", ".", "..", "a/b", "", " "],

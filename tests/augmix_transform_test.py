@@ -1,5 +1,7 @@
 """AugMix in Transform on Beam: reproducible across runs and workers, absent from serving."""
 
+import hashlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -34,6 +36,15 @@ def test_views_are_bit_identical_across_beam_runs_and_worker_counts(reference_ru
                                   TWO_PROCESSES)
   assert again == digests
   assert two_workers == digests
+
+
+def test_only_keys_of_the_analysed_train_split_get_views(tmp_path):
+  train, held_out = raw_digit_examples(40)[:30], raw_digit_examples(40)[30:]
+  digests, _ = run_transform(train, _options(), str(tmp_path), IN_MEMORY, eval_raw=held_out)
+  no_views = hashlib.sha256(b"").hexdigest()
+  assert {digests[raw["key"]] for raw in held_out} == {no_views}
+  assert no_views not in {digests[raw["key"]] for raw in train}
+  assert len(digests) == 40
 
 
 def test_views_differ_across_keys_and_seeds(reference_run, tmp_path):

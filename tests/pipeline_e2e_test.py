@@ -130,25 +130,33 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
 
 
-def test_tfrecord_input_with_augmix_trains_on_views_and_serves_without_them(tmp_path,
-                                                                          pipeline_runner):
+def test_tfrecord_input_trains_on_default_augmix_views_and_serves_without_them(tmp_path,
+                                                                              pipeline_runner):
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
-           "--beam_running_mode=in_memory", "--augmix=true", "--aug_count=2", *SMALL_MODEL]
+           "--beam_running_mode=in_memory", *SMALL_MODEL]
   result = pipeline_runner(*flags)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-  assert "2 AugMix view(s) per image with JSD" in result.stdout
   config = from_flags(flags)
+  trainer = config.trainer
+  assert trainer.num_views == 2 and trainer.augmix_view_sets > 1  # AugMix is on by default.
+  assert "2 AugMix view(s) per image with JSD" in result.stdout
   run = RunRecord(config)
   assert run.states["ImportExampleGen"] == "COMPLETE"
   assert run.states["Pusher"] == "COMPLETE"
   assert "test accuracy:" in result.stdout
 
-  transformed = tf.data.TFRecordDataset(
-      tf.io.gfile.glob(os.path.join(run.latest_output("transformed_examples").uri,
-                                    "Split-train", "*")), compression_type="GZIP")
-  example = tf.train.Example.FromString(next(iter(transformed)).numpy())
-  assert len(example.features.feature["augmix_views"].float_list.value) == 2 * 32 * 32 * 3
+  def first_example(split):
+    transformed = tf.data.TFRecordDataset(
+        tf.io.gfile.glob(os.path.join(run.latest_output("transformed_examples").uri,
+                                      f"Split-{split}", "*")), compression_type="GZIP")
+    return tf.train.Example.FromString(next(iter(transformed)).numpy())
+
+  # Compact view sets (uint8 bytes) for training examples only.
+  view_sets = first_example("train").features.feature["augmix_views"].bytes_list.value
+  assert [len(views) for views in view_sets] == [2 * 32 * 32 * 3] * trainer.augmix_view_sets
+  eval_sets = first_example("eval").features.feature["augmix_views"].bytes_list.value
+  assert list(eval_sets) == [b""] * trainer.augmix_view_sets
 
   version = _versions(config.serving_model_dir)[0]
   serve = tf.saved_model.load(os.path.join(config.serving_model_dir, version)).signatures[

@@ -24,10 +24,11 @@ def raw_digit_examples(count=40):
           for i, image in enumerate(images)]
 
 
-def run_transform(raw, options, output_dir, beam_args):
-  """Analyze + transform `raw` with Beam, as Transform does; returns ({key: sha256 of the
-  AugMix views} (empty without views), the transform output directory). The transformed
-  examples are written to `<output_dir>/transformed*.gz`."""
+def run_transform(raw, options, output_dir, beam_args, eval_raw=()):
+  """Analyze + transform `raw` (the train split) with Beam, as Transform does, and transform
+  `eval_raw` with the result; returns ({key: sha256 of the AugMix view sets' bytes} (empty
+  without views), the transform output directory). The transformed examples are written to
+  `<output_dir>/transformed*.gz`."""
   config = {"transform": options}
 
   def with_key(inputs):  # Carries the key through so outputs can be matched across runs.
@@ -42,9 +43,14 @@ def run_transform(raw, options, output_dir, beam_args):
       data = pipeline | beam.Create(raw, reshuffle=False)
       (transformed, transformed_metadata), transform_fn = (
           (data, metadata) | tft_beam.AnalyzeAndTransformDataset(with_key))
+      coder = tft.coders.ExampleProtoCoder(transformed_metadata.schema)
       _ = transformed | beam.io.WriteToTFRecord(  # Gzipped, as TFX's Transform writes them.
-          records, coder=tft.coders.ExampleProtoCoder(transformed_metadata.schema),
-          file_name_suffix=".gz")
+          records, coder=coder, file_name_suffix=".gz")
+      if eval_raw:
+        eval_data = pipeline | "CreateEval" >> beam.Create(eval_raw, reshuffle=False)
+        eval_transformed, _ = ((eval_data, metadata), transform_fn) | tft_beam.TransformDataset()
+        _ = eval_transformed | "WriteEval" >> beam.io.WriteToTFRecord(
+            records + "_eval", coder=coder, file_name_suffix=".gz")
       _ = transform_fn | tft_beam.WriteTransformFn(transform_dir)
   # TFX's Transform also records the raw schema, which the serving signature parses with.
   metadata_io.write_metadata(
@@ -56,7 +62,7 @@ def run_transform(raw, options, output_dir, beam_args):
   for record in tf.data.TFRecordDataset(tf.io.gfile.glob(records + "*"), "GZIP"):
     features = tf.io.parse_single_example(record, spec)
     digests[features["key"].numpy().decode()] = hashlib.sha256(
-        features["augmix_views"].numpy().tobytes()).hexdigest()
+        b"".join(features["augmix_views"].numpy())).hexdigest()
   return digests, transform_dir
 
 

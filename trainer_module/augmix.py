@@ -132,20 +132,20 @@ def _per_example(draw, seeds, salt):
                    fn_output_signature=tf.float32)
 
 
-def example_seeds(keys, seed, view, epochs=None):
-  """A stateless seed per example from the run's seed, the example's key and the view index
-  (and the epoch, for fresh views each epoch in the Trainer).
+def example_seeds(keys, seed, view, epochs):
+  """A stateless seed per example from the run's seed, the example's key, the view index and
+  the epoch (int [batch]): the Trainer's epoch online, the view set's index in Transform.
 
   Fingerprints of the key are stable across processes, machines and Beam workers, so the same
-  key, seed and view give the same randomness everywhere.
+  key, seed, view and epoch give the same randomness everywhere. Transform's view set s is
+  therefore exactly what online AugMix makes in epoch s.
   """
   key_hashes = tf.strings.to_hash_bucket_fast(tf.reshape(keys, [-1]), 2**62)
   base = tf.stack([tf.fill(tf.shape(key_hashes), tf.cast(seed, tf.int64)), key_hashes], axis=1)
   fold = tf.random.experimental.stateless_fold_in
-  if epochs is None:
-    return tf.map_fn(lambda s: tf.cast(fold(s, view), tf.int64), base)
   return tf.map_fn(lambda s_e: tf.cast(fold(fold(s_e[0], view), s_e[1]), tf.int64),
-                   (base, tf.cast(epochs, tf.int64)), fn_output_signature=tf.int64)
+                   (base, tf.cast(tf.reshape(epochs, [-1]), tf.int64)),
+                   fn_output_signature=tf.int64)
 
 
 def _operation_functions(height, width):
@@ -258,8 +258,9 @@ def augment_and_mix(images, seeds, params: AugMixParams):
   return ((1.0 - m) * tf.cast(images, tf.float32) + m * mixed) / 255.0
 
 
-def augmix_views(images, keys, seed, count, params: AugMixParams, epochs=None):
-  """`count` views per image: float32 [batch, count, h, w, c] in [0, 1].
+def augmix_views(images, keys, seed, count, params: AugMixParams, epochs):
+  """`count` views per image for its epoch (int [batch]): float32 [batch, count, h, w, c] in
+  [0, 1].
 
   All views go through one augment_and_mix call (images repeated per view, each view with its
   own seed), so the graph does not grow with `count`.
@@ -269,3 +270,53 @@ def augmix_views(images, keys, seed, count, params: AugMixParams, epochs=None):
   repeated = tf.repeat(images, count, axis=0)  # Example-major: image 0's views first.
   views = augment_and_mix(repeated, tf.reshape(seeds, [-1, 2]), params)
   return tf.reshape(views, tf.concat([[-1, count], tf.shape(images)[1:]], axis=0))
+
+
+# --- Compact view sets: what Transform writes and the Trainer reads. ----------------------------
+# A view set is the `count` views of one image for one epoch, rounded to uint8 (at most 0.5/255
+# from the float view in [0, 1]) and stored as raw bytes: a quarter of float32's size, read
+# back with one vectorised decode_raw.
+
+
+def _raw_bytes(rows):
+  """uint8 [n, length] -> string [n], row i's bytes.
+
+  TensorFlow has no op for this: serialize_tensor writes a uint8 tensor as a TensorProto whose
+  last field is its row-major bytes (tensor_content), so row i starts at
+  (size - n * length) + i * length. One copy; decode_raw inverts it (tested).
+  """
+  serialized = tf.io.serialize_tensor(rows)
+  n, length = tf.shape(rows)[0], tf.shape(rows)[1]
+  header = tf.strings.length(serialized) - n * length
+  return tf.strings.substr(serialized, header + tf.range(n) * length, tf.fill([n], length))
+
+
+def encode_view_sets(images, keys, seed, count, sets, params: AugMixParams):
+  """View sets 0..sets-1 of each image: string [batch, sets], each `count * h * w * c` bytes.
+
+  Set s holds the views online AugMix would make in epoch s, rounded to uint8.
+  """
+  images = tf.convert_to_tensor(images, tf.uint8)
+  batch = tf.shape(images)[0]
+  set_indices = tf.tile(tf.range(sets), [batch])  # Example-major, like the views.
+  views01 = augmix_views(tf.repeat(images, sets, axis=0), tf.repeat(tf.reshape(keys, [-1]), sets),
+                         seed, count, params, epochs=set_indices)
+  quantised = tf.cast(tf.clip_by_value(tf.round(views01 * 255.0), 0.0, 255.0), tf.uint8)
+  rows = tf.reshape(quantised, [batch * sets, count * tf.reduce_prod(tf.shape(images)[1:])])
+  return tf.reshape(_raw_bytes(rows), [batch, sets])
+
+
+def decode_view_set(view_sets, epochs, count, image_shape):
+  """Each example's view set `epoch mod sets`: float32 [batch, count, *image_shape] in [0, 1].
+
+  view_sets: string [batch, sets] from encode_view_sets; epochs: int [batch].
+  """
+  sets = tf.shape(view_sets)[1]
+  chosen = tf.gather(view_sets, tf.math.floormod(tf.cast(epochs, tf.int32), sets), batch_dims=1)
+  expected = count * math.prod(image_shape)
+  with tf.control_dependencies([tf.debugging.assert_equal(
+      tf.strings.length(chosen), expected,
+      message=f"AugMix view sets do not hold {count} view(s) per image: was Transform run with "
+      "this config's aug_count?")]):
+    values = tf.io.decode_raw(chosen, tf.uint8)
+  return tf.reshape(tf.cast(values, tf.float32) / 255.0, [-1, count, *image_shape])

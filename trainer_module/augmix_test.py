@@ -89,7 +89,8 @@ def test_rotate_matches_pil_rotate(images, degrees):
 
 
 def _seeds(count, seed=7, view=0):
-  return augmix.example_seeds(tf.constant([f"key-{i}" for i in range(count)]), seed, view)
+  return augmix.example_seeds(tf.constant([f"key-{i}" for i in range(count)]), seed, view,
+                              epochs=tf.zeros([count], tf.int32))
 
 
 def test_mixing_weights_have_the_dirichlet_and_beta_means_and_depth_covers_1_to_3():
@@ -116,23 +117,56 @@ def test_a_fixed_depth_is_used_as_given():
   assert draws.operations.shape[2] == 2
 
 
-def test_views_are_reproducible_and_differ_across_keys_seeds_and_views(images):
+def _epochs(images, epoch=0):
+  return tf.fill([len(images)], epoch)
+
+
+def test_views_are_reproducible_and_differ_across_keys_seeds_views_and_epochs(images):
   keys = tf.constant([f"key-{i}" for i in range(len(images))])
   params = augmix.AugMixParams()
-  views = augmix.augmix_views(images, keys, 42, 2, params).numpy()
+  views = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images)).numpy()
   assert views.shape == (len(images), 2, SIZE, SIZE, 3)
   assert views.min() >= 0.0 and views.max() <= 1.0
-  np.testing.assert_array_equal(views, augmix.augmix_views(images, keys, 42, 2, params).numpy())
-  other_seed = augmix.augmix_views(images, keys, 43, 2, params).numpy()
+  np.testing.assert_array_equal(
+      views, augmix.augmix_views(images, keys, 42, 2, params, _epochs(images)).numpy())
+  other_seed = augmix.augmix_views(images, keys, 43, 2, params, _epochs(images)).numpy()
   other_keys = augmix.augmix_views(images, tf.constant([f"other-{i}" for i in range(len(images))]),
-                                   42, 2, params).numpy()
-  for other in (other_seed, other_keys):
+                                   42, 2, params, _epochs(images)).numpy()
+  other_epoch = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images, 1)).numpy()
+  for other in (other_seed, other_keys, other_epoch):
     assert np.mean(np.any(views != other, axis=(1, 2, 3, 4))) > 0.9
   assert np.mean(np.any(views[:, 0] != views[:, 1], axis=(1, 2, 3))) > 0.9
 
 
 def test_an_image_does_not_depend_on_its_batch(images):
   keys = tf.constant([f"key-{i}" for i in range(len(images))])
-  whole = augmix.augmix_views(images, keys, 42, 1, augmix.AugMixParams()).numpy()
-  alone = augmix.augmix_views(images[5:6], keys[5:6], 42, 1, augmix.AugMixParams()).numpy()
+  whole = augmix.augmix_views(images, keys, 42, 1, augmix.AugMixParams(),
+                              _epochs(images)).numpy()
+  alone = augmix.augmix_views(images[5:6], keys[5:6], 42, 1, augmix.AugMixParams(),
+                              _epochs(images[5:6])).numpy()
   np.testing.assert_array_equal(whole[5:6], alone)
+
+
+def test_view_set_s_is_epoch_s_of_online_augmix_rounded_to_uint8(images):
+  keys = tf.constant([f"key-{i}" for i in range(len(images))])
+  params = augmix.AugMixParams()
+  view_sets = augmix.encode_view_sets(images, keys, 42, 2, 3, params)
+  assert view_sets.shape == (len(images), 3)
+  assert set(tf.strings.length(view_sets).numpy().ravel()) == {2 * SIZE * SIZE * 3}
+  for epoch in range(5):
+    online = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images, epoch)).numpy()
+    stored = augmix.decode_view_set(view_sets, _epochs(images, epoch), 2, (SIZE, SIZE, 3))
+    if epoch < 3:  # Set s is epoch s: equal up to rounding to the nearest 1/255.
+      np.testing.assert_allclose(stored.numpy(), online, rtol=0, atol=0.5 / 255 + 1e-6)
+    else:  # Then the sets repeat.
+      np.testing.assert_array_equal(stored.numpy(), augmix.decode_view_set(
+          view_sets, _epochs(images, epoch - 3), 2, (SIZE, SIZE, 3)).numpy())
+
+
+def test_raw_bytes_are_the_rows_values_whatever_their_count():
+  for rows in (0, 1, 7):
+    values = np.random.default_rng(rows).integers(0, 256, (rows, 300), dtype=np.uint8)
+    encoded = augmix._raw_bytes(tf.constant(values))  # pylint: disable=protected-access
+    assert [len(row) for row in encoded.numpy()] == [300] * rows
+    np.testing.assert_array_equal(tf.io.decode_raw(encoded, tf.uint8).numpy().reshape(rows, 300),
+                                  values)

@@ -53,7 +53,8 @@ class TrainerConfig:
   mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
   # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
   continuous_eval_timeout_secs: int = 3600
-  # AugMix (Hendrycks et al. 2020), named as in the original script.
+  # AugMix (Hendrycks et al. 2020), named as in the original script, and off as there; the
+  # pipeline's presets turn it on (pipeline/config.py PIPELINE_AUGMIX).
   augmix: bool = False
   aug_count: int = 1  # AugMix views per training image (1 for a single model).
   augmix_prob_coeff: float = 0.5  # Dirichlet and Beta concentration alpha.
@@ -65,6 +66,9 @@ class TrainerConfig:
   # Temperature scaling: fitted on the clean eval split alone ("clean"), or on it and its
   # training-time AugMix views, never worse than the raw softmax on either ("clean_and_augmix").
   temperature_fit: str = "clean_and_augmix"
+  # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
+  # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
+  augmix_view_sets: int = 1
 
   def __post_init__(self):
     _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
@@ -118,6 +122,8 @@ class TrainerConfig:
              "must be in [1, 10]")
     _require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
              f"must be one of {TEMPERATURE_FITS}")
+    _require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
+             "must be >= 1")
     _require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
              "must be >= 0")
 
@@ -128,7 +134,9 @@ class TrainerConfig:
 
   def transform_options(self) -> dict:
     """What Transform needs: only these fields, so other changes keep its cache valid."""
-    return {"num_views": 0 if self.augmix_online else self.num_views,
+    written_views = 0 if self.augmix_online else self.num_views
+    return {"num_views": written_views,
+            "view_sets": self.augmix_view_sets if written_views else 1,
             "emit_augmix_inputs": self.augmix_online and self.num_views > 0,
             "seed": self.seed, "augmix_width": self.augmix_width,
             "augmix_depth": self.augmix_depth, "augmix_prob_coeff": self.augmix_prob_coeff,

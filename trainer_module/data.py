@@ -64,7 +64,8 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
                      config: TrainerConfig, global_batch_size: Optional[int] = None,
                      start_example: int = 0, input_context=None) -> tf.data.Dataset:
   """(images, views, labels) batches forever. views is [batch, config.num_views, 32, 32, 3]:
-  written by Transform, or made here with a fresh seed each epoch (augmix_online).
+  epoch e reads view set e mod augmix_view_sets written by Transform, or makes them here
+  (augmix_online); either way normalised here with Transform's channel statistics.
 
   Epoch e is shuffled with seed (config.seed, e), so the order is the same on every run, and
   the stream can start at any example: `start_example` is where a resumed run left off.
@@ -74,10 +75,8 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
   global_batch_size = global_batch_size or config.per_core_batch_size
   views_online = config.augmix_online and config.num_views > 0
   keys = [IMAGE_KEY, LABEL_KEY]
-  if views_online:
-    keys += [EXAMPLE_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY]
-  elif config.num_views:
-    keys.append(AUGMIX_VIEWS_KEY)
+  if config.num_views:
+    keys += [EXAMPLE_KEY if views_online else AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY]
   spec = _spec(feature_spec, keys)
   records = _records(file_patterns)
   params = augmix.params_from_options(config.transform_options())
@@ -91,19 +90,20 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
 
   def to_batch(serialized, epochs):
     features = tf.io.parse_example(serialized, spec)
-    images = features[IMAGE_KEY]
+    images, labels = features[IMAGE_KEY], features[LABEL_KEY]
+    if not config.num_views:
+      return images, tf.zeros(tf.concat([tf.shape(images)[:1], [0], IMAGE_SHAPE], 0)), labels
+    mean = features[CHANNEL_MEAN_KEY][:, tf.newaxis, tf.newaxis, :]  # [batch, 1, 1, 3]
+    std = features[CHANNEL_STD_KEY][:, tf.newaxis, tf.newaxis, :]
     if views_online:
-      mean = features[CHANNEL_MEAN_KEY][:, tf.newaxis, tf.newaxis, :]  # [batch, 1, 1, 3]
-      std = features[CHANNEL_STD_KEY][:, tf.newaxis, tf.newaxis, :]
       originals = denormalize_to_uint8(images, mean, std)
       views01 = augmix.augmix_views(originals, features[EXAMPLE_KEY], config.seed,
                                     config.num_views, params, epochs=epochs)
-      views = normalize(views01, mean[:, tf.newaxis], std[:, tf.newaxis])  # Over the view axis.
-    elif config.num_views:
-      views = features[AUGMIX_VIEWS_KEY]
     else:
-      views = tf.zeros(tf.concat([tf.shape(images)[:1], [0], IMAGE_SHAPE], 0))
-    return images, views, features[LABEL_KEY]
+      views01 = augmix.decode_view_set(features[AUGMIX_VIEWS_KEY], epochs, config.num_views,
+                                       IMAGE_SHAPE)
+    views = normalize(views01, mean[:, tf.newaxis], std[:, tf.newaxis])  # Over the view axis.
+    return images, views, labels
 
   stream = tf.data.Dataset.counter(start_epoch).flat_map(one_epoch).skip(skip)
   batches = _split_for_replicas(stream.batch(global_batch_size, drop_remainder=True),

@@ -15,7 +15,17 @@ def _float_feature(values):
   return tf.train.Feature(float_list=tf.train.FloatList(value=np.ravel(values)))
 
 
-def _write_transformed(path, with_views=0, online_inputs=False):
+def _view_set(example, view_set, count):
+  """The bytes of a recognisable view set: view v of it is the constant _view_value(...)."""
+  return b"".join(bytes([_view_value(example, view_set, view)]) * 32 * 32 * 3
+                  for view in range(count))
+
+
+def _view_value(example, view_set, view):
+  return (example * 7 + view_set * 50 + view * 3) % 256
+
+
+def _write_transformed(path, with_views=0, view_sets=1, online_inputs=False):
   rng = np.random.default_rng(0)
   originals = rng.integers(0, 256, (NUM, 32, 32, 3), dtype=np.uint8)
   spec = {"image": tf.io.FixedLenFeature([32, 32, 3], tf.float32),
@@ -26,18 +36,21 @@ def _write_transformed(path, with_views=0, online_inputs=False):
       feature = {"image": _float_feature(image),
                  "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10]))}
       if with_views:
-        feature["augmix_views"] = _float_feature(np.stack([image * 0.5] * with_views))
+        feature["augmix_views"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[_view_set(i, s, with_views) for s in range(view_sets)]))
       if online_inputs:
         feature["key"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[f"k{i}".encode()]))
+      if with_views or online_inputs:
         feature["channel_mean"] = _float_feature(MEAN)
         feature["channel_std"] = _float_feature(STD)
       writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
                    .SerializeToString())
   if with_views:
-    spec["augmix_views"] = tf.io.FixedLenFeature([with_views, 32, 32, 3], tf.float32)
+    spec["augmix_views"] = tf.io.FixedLenFeature([view_sets], tf.string)
   if online_inputs:
-    spec.update(key=tf.io.FixedLenFeature([], tf.string),
-                channel_mean=tf.io.FixedLenFeature([3], tf.float32),
+    spec["key"] = tf.io.FixedLenFeature([], tf.string)
+  if with_views or online_inputs:
+    spec.update(channel_mean=tf.io.FixedLenFeature([3], tf.float32),
                 channel_std=tf.io.FixedLenFeature([3], tf.float32))
   return [path], spec
 
@@ -64,11 +77,44 @@ def test_without_augmix_views_are_empty(tmp_path):
   assert labels.shape == (8,)
 
 
-def test_views_written_by_transform_are_read(tmp_path):
-  files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2)
+def _example_ids(images):
+  """Recovers each example's index from its clean image (unique per example)."""
+  originals = np.random.default_rng(0).integers(0, 256, (NUM, 32, 32, 3), dtype=np.uint8)
+  lookup = {normalize(o / np.float32(255.0), MEAN, STD).numpy().tobytes(): i
+            for i, o in enumerate(originals)}
+  return [lookup[image.tobytes()] for image in images]
+
+
+def test_epoch_e_reads_view_set_e_mod_sets_normalised_like_the_images(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2, view_sets=3)
+  config = TrainerConfig(per_core_batch_size=10, augmix=True, aug_count=2, augmix_view_sets=3)
+  batches = list(data.training_batches(files, spec, config).take(NUM * 4 // 10))
+  images = np.concatenate([images.numpy() for images, _, _ in batches])
+  views = np.concatenate([views.numpy() for _, views, _ in batches])
+  assert views.shape == (NUM * 4 // 10 * 10, 2, 32, 32, 3)
+  for position, example in enumerate(_example_ids(images)):  # Batches span epoch boundaries.
+    epoch = position // NUM
+    for view in range(2):
+      value = _view_value(example, epoch % 3, view) / np.float32(255.0)
+      np.testing.assert_allclose(views[position, view], normalize(
+          np.full((32, 32, 3), value, np.float32), MEAN, STD).numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_views_of_a_resumed_stream_are_those_of_the_uninterrupted_one(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=1, view_sets=2)
+  config = TrainerConfig(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
+  uninterrupted = [views.numpy() for _, views, _ in data.training_batches(files, spec,
+                                                                          config).take(9)]
+  resumed = [views.numpy() for _, views, _ in data.training_batches(
+      files, spec, config, start_example=5 * 8).take(4)]
+  np.testing.assert_array_equal(np.stack(resumed), np.stack(uninterrupted[5:]))
+
+
+def test_a_view_count_other_than_transforms_is_named(tmp_path):
+  files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=1)
   config = TrainerConfig(per_core_batch_size=8, augmix=True, aug_count=2)
-  images, views, _ = next(iter(data.training_batches(files, spec, config)))
-  np.testing.assert_allclose(views.numpy(), np.stack([images.numpy() * 0.5] * 2, axis=1))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="aug_count"):
+    next(iter(data.training_batches(files, spec, config)))
 
 
 def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):

@@ -1,9 +1,10 @@
 """Transform's preprocessing_fn: decode, scale to [0, 1], normalise per channel, AugMix.
 
 The per-channel mean and standard deviation are full-pass statistics over the training split
-(tft analyzers), baked into the transform graph that serving applies too. AugMix views are
-computed from the example key, which serving does not feed, so TFT prunes them (and all their
-random ops) from the serving graph.
+(tft analyzers), baked into the transform graph that serving applies too. AugMix view sets
+(uint8, for training examples only) are computed from the example key, which serving does not
+feed, so TFT prunes them (and all their random ops) from the serving graph; the Trainer
+normalises them with the same statistics.
 """
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -19,6 +20,7 @@ _MIN_STD = 1e-6  # A constant channel normalises to 0 instead of dividing by zer
 # function is called whole, with dummy values for unfed inputs, so AugMix would run (and sit
 # in the graph) on every serving batch.
 FORCE_TF_COMPAT_V1 = True
+TRAIN_KEYS = "train_keys"  # The vocabulary of the analysed (train) split's example keys.
 
 
 def decode_images(encoded: tf.Tensor) -> tf.Tensor:
@@ -43,11 +45,30 @@ def denormalize_to_uint8(images: tf.Tensor, mean: tf.Tensor, std: tf.Tensor) -> 
   return tf.cast(tf.clip_by_value(tf.round(images01 * 255.0), 0.0, 255.0), tf.uint8)
 
 
+def _train_view_sets(images, keys, options):
+  """View sets (augmix.encode_view_sets) for training examples; empty strings for the others.
+
+  preprocessing_fn is not told the split. The Transform component analyses the train split
+  only (SplitsConfig(analyze=["train"])), so a vocabulary analyzer over the keys knows exactly
+  the training keys (keys are unique per example): AugMix runs only on those, and an eval
+  example costs the lookup and a few empty bytes.
+  """
+  index = tft.compute_and_apply_vocabulary(keys, default_value=-1, vocab_filename=TRAIN_KEYS,
+                                           file_format="tfrecord_gzip")  # Keys are any bytes.
+  train_rows = tf.where(index >= 0)
+  encoded = augmix.encode_view_sets(
+      tf.gather_nd(images, train_rows), tf.gather_nd(keys, train_rows), options["seed"],
+      options["num_views"], options["view_sets"], augmix.params_from_options(options))
+  empty = tf.fill(tf.stack([tf.shape(keys)[0], options["view_sets"]]), "")
+  return tf.tensor_scatter_nd_update(empty, train_rows, encoded)
+
+
 def preprocessing_fn(inputs, custom_config=None):
-  """Raw {image, label, key} -> {image, label[, augmix_views | key, channel_mean, channel_std]}.
+  """Raw {image, label, key} -> {image, label[, augmix_views | key][, channel_mean, channel_std]}.
 
   custom_config["transform"] is TrainerConfig.transform_options(): how many AugMix views to
-  write (`num_views`), or whether to hand the Trainer what it needs to make them each epoch
+  write per set (`num_views`) and how many sets (`view_sets`, compact: see
+  augmix.encode_view_sets), or whether to hand the Trainer the key to make them each epoch
   (`emit_augmix_inputs`).
   """
   options = (custom_config or {}).get("transform", {})
@@ -64,13 +85,12 @@ def preprocessing_fn(inputs, custom_config=None):
   }
   if options.get("num_views", 0) > 0:
     keys = tf.reshape(inputs[EXAMPLE_KEY], [-1])
-    views = augmix.augmix_views(images, keys, options["seed"], options["num_views"],
-                                augmix.params_from_options(options))
-    outputs[AUGMIX_VIEWS_KEY] = normalize(views, mean, std)
+    outputs[AUGMIX_VIEWS_KEY] = _train_view_sets(images, keys, options)
   if options.get("emit_augmix_inputs", False):
-    keys = tf.reshape(inputs[EXAMPLE_KEY], [-1])
-    per_example = tf.stack([tf.shape(keys)[0], IMAGE_SHAPE[-1]])
-    outputs[EXAMPLE_KEY] = keys
+    outputs[EXAMPLE_KEY] = tf.reshape(inputs[EXAMPLE_KEY], [-1])
+  if options.get("num_views", 0) > 0 or options.get("emit_augmix_inputs", False):
+    # The Trainer normalises views (read or made) with the same statistics as the images.
+    per_example = tf.stack([tf.shape(images)[0], IMAGE_SHAPE[-1]])
     outputs[CHANNEL_MEAN_KEY] = tf.broadcast_to(mean, per_example)
     outputs[CHANNEL_STD_KEY] = tf.broadcast_to(std, per_example)
   return outputs

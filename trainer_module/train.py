@@ -220,14 +220,16 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
   images_per_step = training.global_batch_size * (1 + config.num_views)
   stop_requested = _stop_agreement(strategy, stop_signal)
   batches = iter(train_dataset)
+  views_note = ""
+  if config.num_views:
+    source = ("made online" if config.augmix_online
+              else f"from {config.augmix_view_sets} Transform view set(s)")
+    views_note = (f", {config.num_views} AugMix view(s) per image"
+                  f"{' with JSD' if config.num_views >= 2 else ''} {source}")
   log.info("Training %s (%d parameters) for %d steps (%d per epoch), global batch %d on %d "
            "replica(s)%s; starting at step %d.", training.model.name,
            training.model.count_params(), total_steps, steps_per_epoch,
-           training.global_batch_size, strategy.num_replicas_in_sync,
-           f", {config.num_views} AugMix view(s) per image"
-           f"{' with JSD' if config.num_views >= 2 else ''}"
-           f"{' made online' if config.augmix_online else ''}" if config.num_views else "",
-           training.step)
+           training.global_batch_size, strategy.num_replicas_in_sync, views_note, training.step)
   metrics: Dict[str, float] = {}
   window_start, window_steps = time.time(), 0
   for step in range(training.step + 1, total_steps + 1):
