@@ -177,6 +177,8 @@ HYPER_L2_GROUPS = L2_GROUPS[1:]
 HYPER_L2_RANGE = (1e-2, 1e2)  # Times 1/n: log-uniform in [1e-2/n, 1e2/n].
 HYPER_LABEL_SMOOTHING_RANGE = (1e-5, 0.2)
 HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
+# What greedy member selection minimises: NLL, -accuracy, or NLL - accuracy.
+ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
 
 
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:

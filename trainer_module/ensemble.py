@@ -21,7 +21,7 @@ import tensorflow_transform as tft
 import tf_keras as keras
 
 from trainer_module import data, temperature
-from trainer_module.config import L2_GROUPS
+from trainer_module.config import ENSEMBLE_OBJECTIVES, L2_GROUPS
 from trainer_module.export import (ENSEMBLE_FILE, TRAINER_CONFIG_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import IMAGE_SHAPE
@@ -29,7 +29,6 @@ from trainer_module.metrics import ClassificationMetrics
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("nll", "acc", "nll-acc")
 # What the report lists of each member's training config.
 HYPERPARAMETERS = ("seed", "label_smoothing", "l2") + L2_GROUPS
 _PROBABILITY_FLOOR = 1e-12
@@ -46,9 +45,9 @@ def _accuracy(mean_probabilities: np.ndarray, labels: np.ndarray) -> float:
 
 def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objective: str) -> float:
   """What selection minimises: nll, -accuracy (acc), or nll - accuracy (nll-acc)."""
-  if objective not in OBJECTIVES:
+  if objective not in ENSEMBLE_OBJECTIVES:
     raise ValueError(f"Invalid config value ensemble_objective={objective!r}: must be one of "
-                     f"{OBJECTIVES}.")
+                     f"{ENSEMBLE_OBJECTIVES}.")
   value = 0.0
   if objective in ("nll", "nll-acc"):
     value += _nll(mean_probabilities, labels)
