@@ -115,14 +115,16 @@ def _spec_class(num_members: int):
                      "ensemble_size": ExecutionParameter(type=int),
                      "objective": ExecutionParameter(type=str),
                      "eval_batch_size": ExecutionParameter(type=int),
-                     "num_bins": ExecutionParameter(type=int)},
+                     "num_bins": ExecutionParameter(type=int),
+                     # trainer_module's code hash: TFX's cache key does not cover imported code.
+                     "trainer_module_fingerprint": ExecutionParameter(type=str)},
       "INPUTS": inputs,
       "OUTPUTS": {"model": ChannelParameter(type=standard_artifacts.Model)}})
 
 
 def EnsembleSelector(trainers, examples, transform_graph, evaluation_set_channel,  # noqa: N802
                      ensemble_size: int, objective: str, eval_batch_size: int,
-                     num_bins: int) -> base_component.BaseComponent:
+                     num_bins: int, fingerprint: str) -> base_component.BaseComponent:
   """The selector over these trial Trainers (their `model` outputs, in order)."""
   spec_class = _spec_class(len(trainers))
   component_class = type("EnsembleSelector", (base_component.BaseComponent,), {
@@ -134,5 +136,5 @@ def EnsembleSelector(trainers, examples, transform_graph, evaluation_set_channel
       model=types.Channel(type=standard_artifacts.Model),
       member_names=json.dumps([trainer.id for trainer in trainers]),
       ensemble_size=ensemble_size, objective=objective, eval_batch_size=eval_batch_size,
-      num_bins=num_bins)
+      num_bins=num_bins, trainer_module_fingerprint=fingerprint)
   return component_class(spec=spec)

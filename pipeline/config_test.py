@@ -61,6 +61,9 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--corruptions=gaussian_noise,snow"], "corruptions='gaussian_noise,snow'"),
     (["--corruptions=contrast,contrast"], "lists a name twice"),
     (["--examples_per_corruption=-1"], "examples_per_corruption=-1"),
+    (["--ensemble_size=0"], "ensemble_size=0"),
+    (["--ensemble_size=4", "--hyper_trials=3"], "hyper_trials=3: must be >= ensemble_size (4)"),
+    (["--ensemble_objective=brier"], "ensemble_objective='brier'"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:
@@ -123,3 +126,10 @@ def test_transform_options_ignore_training_only_fields():
                                                  "--depth=28"]).trainer.transform_options()
   online = from_flags(["--augmix=true", "--augmix_online=true"]).trainer.transform_options()
   assert online["num_views"] == 0 and online["emit_augmix_inputs"]
+
+
+def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
+  assert PipelineConfig().trials == (PipelineConfig().trainer,)
+  config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5"])
+  assert len(config.trials) == 3 and config.trials[0] == config.trainer
+  assert config.trials[1].l2_per_train_example and config.trials[1].seed != 5

@@ -113,7 +113,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         trainers, transform.outputs["transformed_examples"], transform.outputs["transform_graph"],
         eval_examples.outputs["evaluation_set"], ensemble_size=config.ensemble_size,
         objective=config.ensemble_objective, eval_batch_size=config.trainer.eval_batch_size,
-        num_bins=config.trainer.num_bins))
+        num_bins=config.trainer.num_bins, fingerprint=fingerprint))
   model = model_components[-1].outputs["model"]
 
   evaluator = tfx.components.Evaluator(
