@@ -217,7 +217,7 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   members = []
   for seed in (1, 2):
     run_trainer(inputs, tmp_path / f"member_{seed}", "--train_epochs=1", f"--seed={seed}",
-                "--per_core_batch_size=32")
+                "--per_core_batch_size=32", timeout=900)
     members.append(str(tmp_path / f"member_{seed}" / "serving_model"))
   process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
                                              "--ensemble_size=2"),
