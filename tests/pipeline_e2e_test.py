@@ -132,7 +132,7 @@ def test_tfrecord_input_with_augmix_trains_an_ensemble_on_views_and_serves_it_wi
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
            "--beam_running_mode=in_memory", "--augmix=true", "--aug_count=2",
            "--ensemble_size=2", "--hyper_trials=3", *SMALL_MODEL]
-  result = pipeline_runner(*flags)
+  result = pipeline_runner(*flags, timeout=2400)  # Three Trainers.
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   assert result.stdout.count("2 AugMix view(s) per image with JSD") == 3
   for trial in range(3):
