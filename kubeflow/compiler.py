@@ -19,6 +19,10 @@ from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 
 
+# Tasks whose result depends on state outside their inputs.
+UNCACHEABLE_TASKS = ("ProductionModel",)
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledPipeline:
   job_path: str  # PipelineJob JSON.
@@ -54,6 +58,10 @@ def pipeline_job(config: PipelineConfig) -> dict:
   for name, default in defaults.items():
     parameter = spec["root"]["inputDefinitions"]["parameters"][name]
     parameter.update(defaultValue=default, isOptional=True)
+  # Its output depends on the serving directory, which KFP's cache key cannot see; locally a
+  # driver keys the cache on the production version, but drivers do not run on Kubeflow.
+  for task_name in UNCACHEABLE_TASKS:
+    spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   return job
 
 

@@ -15,19 +15,14 @@ from pipeline.config import PipelineConfig, from_flags
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
-RESOLVER = "latest_blessed_model_resolver"
-
-
 def _spec(compiled):
   """The spec as the kfp SDK reads a package (what kfp.Client does before a run)."""
   return kfp_client._extract_pipeline_yaml(compiled.spec_path).pipeline_spec
 
 
 def _compiled_edges(spec):
-  """(upstream, downstream) task pairs; TFX compiles the resolver into two chained tasks."""
-  def node(task):
-    return RESOLVER if task.startswith(RESOLVER + "-") else task
-  return {(node(upstream), node(task)) for task, task_spec in spec.root.dag.tasks.items()
+  """(upstream, downstream) task pairs."""
+  return {(upstream, task) for task, task_spec in spec.root.dag.tasks.items()
           for upstream in task_spec.dependent_tasks}
 
 
@@ -37,7 +32,7 @@ def test_the_spec_has_every_component_and_the_local_pipelines_edges(compiled):
   local_edges = {(upstream.id, component.id) for component in local.components
                  for upstream in component.upstream_nodes}
   spec = _spec(package)
-  assert {task.split("-")[0] for task in spec.root.dag.tasks} == {c.id for c in local.components}
+  assert set(spec.root.dag.tasks) == {c.id for c in local.components}
   assert _compiled_edges(spec) == local_edges
   assert spec.pipeline_info.name == config.pipeline_name == "wrn-image-classifier"
   assert spec.default_pipeline_root == "gs://bucket/wrn/pipeline_root/wrn-image-classifier"
@@ -48,14 +43,16 @@ def test_every_container_runs_the_pipeline_image(compiled):
   executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
   containers = {name: e["container"] for name, e in executors.items() if "container" in e}
   local = create_pipeline(PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1)))
-  # Every component but the resolver (compiled into two MLMD queries).
-  assert len(containers) == len(local.components) - 1
+  # Every component is a container: none is a resolver, which an open-source KFP server refuses.
+  assert len(containers) == len(executors) == len(local.components)
   assert {c["image"] for c in containers.values()} == {"gcr.io/proj/wrn-pipeline:7"}
   # Custom executors are imported from the image's packages.
   classes = {c["args"][c["args"].index("--executor_class_path") + 1] for c in containers.values()}
   assert {"components.example_gen._Executor", "components.pusher.VersionedPusherExecutor",
           "components.validation_gate.ValidationGate_Executor",
           "components.evaluation_set.EvaluationSetGen_Executor",
+          "components.production_model.ProductionModelExecutor",
+          "components.evaluator.ProductionBaselineExecutor",
           "tfx.extensions.google_cloud_ai_platform.trainer.executor.GenericExecutor"} <= classes
   # Beam components use the pod's cores.
   assert all("--direct_num_workers=0" in c["args"] for name, c in containers.items()
@@ -144,6 +141,15 @@ def test_compile_without_cluster_settings_fails_and_writes_nothing(tmp_path, cap
                    "--output_dir=/local/out"]) == 2
   assert "output_dir='/local/out'" in capsys.readouterr().err
   assert not package_dir.exists()
+
+
+def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compiled):
+  _, package = compiled["vertex"]
+  tasks = _spec(package).root.dag.tasks
+  baseline = tasks["Evaluator"].inputs.artifacts["baseline_model"].task_output_artifact
+  assert (baseline.producer_task, baseline.output_artifact_key) == ("ProductionModel", "model")
+  assert not tasks["ProductionModel"].caching_options.enable_cache
+  assert tasks["Trainer"].caching_options.enable_cache
 
 
 def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):

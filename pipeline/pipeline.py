@@ -1,10 +1,11 @@
 """The pipeline graph, as one function of the run's config.
 
 ExampleGen -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate ->
-Transform -> Trainer -> (latest blessed model) -> Evaluator -> Pusher, and
+Transform -> Trainer -> Evaluator (against the ProductionModel) -> Pusher, and
 ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
 With hyper_trials > 1 the Trainer is hyper_trials independent trial Trainers whose models an
-EnsembleSelector turns into one ensemble model, which the Evaluator and Pusher take instead.
+EnsembleSelector turns into one ensemble model, the candidate of ProductionModel, Evaluator and
+Pusher.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from components import evaluation_set
 from components.ensemble import EnsembleSelector
 from components.evaluation_set import EvaluationSetGen
 from components.example_gen import ImageDatasetExampleGen
+from components.evaluator import Evaluator
+from components.production_model import ProductionModel
 from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
 from kubeflow import cluster
@@ -94,12 +97,6 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   if len(trainers) > 1:  # Independent tasks: a cluster runs them in parallel.
     trainers = [t.with_id(f"Trainer_trial_{i}") for i, t in enumerate(trainers)]
 
-  baseline = tfx.dsl.Resolver(
-      strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-      model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-      model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
-  ).with_id("latest_blessed_model_resolver")
-
   eval_examples = EvaluationSetGen(
       examples=examples.outputs["examples"], source=robustness_source(config.dataset),
       corruption_names=",".join(config.corruptions),
@@ -116,10 +113,12 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         num_bins=config.trainer.num_bins, fingerprint=fingerprint))
   model = model_components[-1].outputs["model"]
 
-  evaluator = tfx.components.Evaluator(
+  production = ProductionModel(serving_directory=config.serving_model_dir, candidate=model)
+
+  evaluator = Evaluator(
       examples=eval_examples.outputs["evaluation_set"],
       model=model,
-      baseline_model=baseline.outputs["model"],
+      baseline_model=production.outputs["model"],
       example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
       eval_config=eval_config(config))
 
@@ -135,7 +134,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
       components=[examples, statistics, schema, validator, gate, transform, eval_examples,
-                  *model_components, baseline, evaluator, pusher],
+                  *model_components, production, evaluator, pusher],
       enable_cache=config.enable_cache,
       metadata_connection_config=cluster.metadata_connection(config),
       beam_pipeline_args=config.beam_pipeline_args())

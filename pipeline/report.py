@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
@@ -36,16 +36,21 @@ class RunRecord:
     # Component class name -> its execution's state (COMPLETE, CACHED, FAILED, ...).
     self.states: Dict[str, str] = {execution_types[e.type_id]: state_names(e.last_known_state)
                                    for e in executions}
-    # Output key ("examples", "transformed_examples", "model", "blessing", ...) -> artifacts.
+    # Output key ("examples", "transformed_examples", "model", "blessing", ...) ->
+    # (producing component, artifact), oldest first.
+    producers = {e.id: execution_types[e.type_id] for e in executions}
     events = [e for e in store.get_events_by_execution_ids([x.id for x in executions])
               if e.type == metadata_store_pb2.Event.OUTPUT]
     artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
-    self.outputs: Dict[str, List] = defaultdict(list)
+    self.outputs: Dict[str, List[Tuple[str, Any]]] = defaultdict(list)
     for event in sorted(events, key=lambda e: e.artifact_id):
-      self.outputs[event.path.steps[0].key].append(artifacts[event.artifact_id])
+      self.outputs[event.path.steps[0].key].append(
+          (producers[event.execution_id], artifacts[event.artifact_id]))
 
-  def latest_output(self, key: str):
-    return self.outputs[key][-1] if self.outputs.get(key) else None
+  def latest_output(self, key: str, producer: Optional[str] = None):
+    """The newest artifact under an output key (of one component, when several use the key)."""
+    matching = [a for p, a in self.outputs.get(key, []) if producer in (None, p)]
+    return matching[-1] if matching else None
 
 
 def gate_summary(config: PipelineConfig, evaluation_uri: str) -> List[str]:
@@ -95,7 +100,10 @@ def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_pat
   serving = None
   if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
     serving = pushed.custom_properties["pushed_destination"].string_value
-    lines.append(f"  pushed model:    {serving}")
+    if run.states.get("Pusher") == "CACHED":  # Pushed by an earlier run of the same model.
+      lines.append(f"  pushed model:    none new; the blessed model already serves as {serving}")
+    else:
+      lines.append(f"  pushed model:    {serving}")
   elif pushed is not None and ALREADY_SERVING_KEY in pushed.custom_properties:
     serving = pushed.custom_properties[ALREADY_SERVING_KEY].string_value
     lines.append(f"  pushed model:    none new; the blessed model already serves as {serving}")
@@ -107,7 +115,7 @@ def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_pat
     test = score_in_fresh_process(serving, os.path.join(examples.uri, "Split-test", "*"))
     lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
                  f"{test['examples']} held-out test examples, served model, fresh process)")
-  model = run.latest_output("model")
+  model = run.latest_output("model", producer="Trainer")
   if evaluation is not None:
     report_dir = os.path.join(config.output_dir, "reports",
                               os.path.splitext(os.path.basename(log_path))[0])

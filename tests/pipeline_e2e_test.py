@@ -86,21 +86,14 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   assert {"reliability_test.png", "per_class_accuracy.png",
           "corrupted_accuracy.png"} <= set(os.listdir(os.path.dirname(report)))
 
-  # Unchanged rerun: data, Transform and training are reused. The Evaluator now has a blessed
-  # baseline (the same model) so it runs once more, and Pusher sees the model already serving.
+  # Unchanged rerun: nothing is recomputed. The model in production is the candidate itself, so
+  # the baseline is what it replaced (nothing), as in the first run: the evaluation is reused.
   second = pipeline_runner(*flags)
   assert second.returncode == 0, second.stderr[-3000:]
-  rerun = RunRecord(config)
-  upstream = PIPELINE_COMPONENTS - {"Evaluator", "Pusher"}
-  assert {rerun.states[c] for c in upstream} == {"CACHED"}
+  assert {RunRecord(config).states[c] for c in PIPELINE_COMPONENTS | {"ProductionModel"}} == \
+      {"CACHED"}
   assert "the blessed model already serves as" in second.stdout
   assert _versions(config.serving_model_dir) == versions, "the serving model is not pushed twice"
-
-  # From then on, an unchanged run recomputes nothing.
-  third = pipeline_runner(*flags)
-  assert third.returncode == 0, third.stderr[-3000:]
-  assert {RunRecord(config).states[c] for c in PIPELINE_COMPONENTS} == {"CACHED"}
-  assert _versions(config.serving_model_dir) == versions
 
   # A degraded candidate (two training steps) is not blessed: nothing is pushed, the serving
   # directory is byte-for-byte unchanged, and the summary says which bound failed by how much.
@@ -109,6 +102,9 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   assert degraded.returncode == 0, degraded.stdout[-3000:] + degraded.stderr[-3000:]
   run = RunRecord(config)
   assert run.states["Trainer"] == "COMPLETE"
+  baseline = run.latest_output("model", producer="ProductionModel")
+  assert baseline.custom_properties["production_version"].string_value == \
+      os.path.join(config.serving_model_dir, versions[0]), "compared with the model in production"
   assert run.latest_output("blessing").custom_properties["blessed"].int_value == 0
   assert run.latest_output("pushed_model").custom_properties["pushed"].int_value == 0
   assert _file_hashes(config.serving_model_dir) == served

@@ -1,0 +1,136 @@
+"""The model in production, as a pipeline artifact: the Evaluator's baseline on every runner.
+
+TFX's latest-blessed-model Resolver answers "which model did this pipeline bless last" from
+MLMD, and an open-source Kubeflow Pipelines server refuses resolver executors outright. The
+question the gate needs answered is another one anyway: "what do users get served now". This
+component reads it where the Pusher writes it, the newest complete numeric version under the
+serving directory, and copies that SavedModel into its `model` output (an immutable snapshot:
+a later push cannot change what this run compared against). With nothing in production the
+output holds only a marker file, and the Evaluator (components/evaluator.py) judges the
+candidate on the absolute bounds alone.
+
+Given the `candidate`, versions holding that very model (same content fingerprint) are passed
+over: a rerun whose cached Trainer produced the model already serving compares it with what it
+replaced, as the run that pushed it did, never with itself.
+
+Caching: the output depends on the serving directory, which no cache key sees. Locally the
+driver puts the chosen version into the execution properties before the cache check, so a
+cached snapshot is reused exactly while that choice is unchanged. Drivers do not run on
+Kubeflow, where the compiled task has caching switched off instead (kubeflow/compiler.py).
+"""
+import json
+import logging
+import os
+from typing import Any, Dict, List, Optional
+
+from tfx import types
+from tfx.dsl.components.base import base_component, base_driver, base_executor, executor_spec
+from tfx.dsl.io import fileio
+from tfx.orchestration import metadata
+from tfx.orchestration.portable import base_driver as ir_base_driver
+from tfx.orchestration.portable import data_types as portable_data_types
+from tfx.proto.orchestration import driver_output_pb2
+from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
+from tfx.types.component_spec import ChannelParameter, ExecutionParameter
+from tfx.utils import io_utils, path_utils
+
+from components import pusher
+
+log = logging.getLogger(__name__)
+
+SERVING_DIRECTORY_KEY = "serving_directory"
+CANDIDATE_KEY = "candidate"
+PRODUCTION_VERSION_KEY = "production_version"  # The version directory; "" for none.
+IN_PRODUCTION_KEY = "in_production"  # Custom property of the output: 1 or 0.
+MODEL_FINGERPRINT_KEY = "model_fingerprint"
+NO_MODEL_FILE = "NO_MODEL_IN_PRODUCTION.json"
+
+
+def holds_model(model: types.Artifact) -> bool:
+  """Whether a Model artifact holds a SavedModel (a snapshot of nothing does not)."""
+  model_dir = path_utils.serving_model_path(model.uri)
+  return fileio.exists(os.path.join(model_dir, "saved_model.pb"))
+
+
+def production_version_dir(serving_directory: str,
+                           candidates: List[types.Artifact]) -> Optional[str]:
+  """The newest complete version under the serving directory that does not hold the candidate
+  (TF Serving serves the newest; hidden staging directories of pushes under way are not
+  versions), or None."""
+  versions = pusher.serving_versions(serving_directory)
+  candidate_fingerprint = None
+  if candidates and versions:
+    candidate_fingerprint = pusher.saved_model_fingerprint(
+        path_utils.serving_model_path(artifact_utils.get_single_uri(candidates)))
+  for version in reversed(versions):
+    version_dir = os.path.join(serving_directory, str(version))
+    if candidate_fingerprint is None or (
+        pusher.pushed_fingerprint(version_dir) != candidate_fingerprint):
+      return version_dir
+  return None
+
+
+class ProductionModelSpec(types.ComponentSpec):
+  PARAMETERS = {
+      SERVING_DIRECTORY_KEY: ExecutionParameter(type=str),
+      # Filled in by the driver before the cache check; not set by users.
+      PRODUCTION_VERSION_KEY: ExecutionParameter(type=str, optional=True),
+  }
+  INPUTS = {CANDIDATE_KEY: ChannelParameter(type=standard_artifacts.Model, optional=True)}
+  OUTPUTS = {standard_component_specs.MODEL_KEY: ChannelParameter(type=standard_artifacts.Model)}
+
+
+class ProductionModelDriver(base_driver.BaseDriver, ir_base_driver.BaseDriver):
+  """Makes the chosen production version part of the cache key (LocalDagRunner runs drivers)."""
+
+  def __init__(self, metadata_handle: metadata.Metadata):
+    base_driver.BaseDriver.__init__(self, metadata_handle)
+    ir_base_driver.BaseDriver.__init__(self, metadata_handle)
+
+  def run(self, execution_info: portable_data_types.ExecutionInfo
+          ) -> driver_output_pb2.DriverOutput:
+    version_dir = production_version_dir(
+        execution_info.exec_properties[SERVING_DIRECTORY_KEY],
+        (execution_info.input_dict or {}).get(CANDIDATE_KEY, []))
+    result = driver_output_pb2.DriverOutput()
+    result.exec_properties[PRODUCTION_VERSION_KEY].string_value = version_dir or ""
+    return result
+
+
+class ProductionModelExecutor(base_executor.BaseExecutor):
+
+  def Do(self, input_dict: Dict[str, List[types.Artifact]],
+         output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]) -> None:
+    model = artifact_utils.get_single_instance(output_dict[standard_component_specs.MODEL_KEY])
+    serving_directory = exec_properties[SERVING_DIRECTORY_KEY]
+    # The driver's choice when it ran (locally); on Kubeflow the executor chooses.
+    version_dir = exec_properties.get(PRODUCTION_VERSION_KEY)
+    if version_dir is None:
+      version_dir = production_version_dir(serving_directory, input_dict.get(CANDIDATE_KEY, []))
+    if not version_dir:
+      log.info("No model in production under %s to compare with.", serving_directory)
+      io_utils.write_string_file(
+          os.path.join(model.uri, NO_MODEL_FILE),
+          json.dumps({SERVING_DIRECTORY_KEY: serving_directory}, indent=2))
+      model.set_int_custom_property(IN_PRODUCTION_KEY, 0)
+      return
+    io_utils.copy_dir(version_dir, path_utils.serving_model_dir(model.uri))
+    model.set_int_custom_property(IN_PRODUCTION_KEY, 1)
+    model.set_string_custom_property(PRODUCTION_VERSION_KEY, version_dir)
+    model.set_string_custom_property(MODEL_FINGERPRINT_KEY,
+                                     pusher.pushed_fingerprint(version_dir) or "")
+    log.info("The model in production, %s, is the baseline.", version_dir)
+
+
+class ProductionModel(base_component.BaseComponent):
+  """Outputs `model`: a snapshot of the newest version at `serving_directory` that is not the
+  `candidate` (when given), or of nothing."""
+
+  SPEC_CLASS = ProductionModelSpec
+  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(ProductionModelExecutor)
+  DRIVER_CLASS = ProductionModelDriver
+
+  def __init__(self, serving_directory: str, candidate: Optional[types.BaseChannel] = None):
+    super().__init__(spec=ProductionModelSpec(
+        serving_directory=serving_directory, candidate=candidate,
+        model=types.Channel(type=standard_artifacts.Model)))

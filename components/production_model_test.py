@@ -1,0 +1,128 @@
+"""The model in production: what the Evaluator compares a candidate with, on every runner."""
+import os
+
+from tfx.orchestration.portable import data_types
+from tfx.types import standard_artifacts
+
+from components import evaluator, production_model, pusher
+
+
+def _saved_model(path, content):
+  os.makedirs(os.path.join(path, "variables"), exist_ok=True)
+  with open(os.path.join(path, "saved_model.pb"), "w") as f:
+    f.write(content)
+  return path
+
+
+def _trainer_output(path, content):
+  """A Model artifact as the Trainer writes it (the SavedModel under Format-Serving)."""
+  model = standard_artifacts.Model()
+  model.uri = path
+  _saved_model(os.path.join(path, "Format-Serving"), content)
+  return model
+
+
+def _pushed(base, content):
+  """A version pushed by our Pusher (with the source's fingerprint in its push_info)."""
+  model = _saved_model(os.path.join(base + "-sources", content), content)
+  return pusher.push_version(model, base, pusher.saved_model_fingerprint(model))
+
+
+def _run_executor(output_dir, serving, candidate=None, production_version=None):
+  model = standard_artifacts.Model()
+  model.uri = str(output_dir)
+  os.makedirs(model.uri)
+  exec_properties = {production_model.SERVING_DIRECTORY_KEY: serving}
+  if production_version is not None:
+    exec_properties[production_model.PRODUCTION_VERSION_KEY] = production_version
+  inputs = {production_model.CANDIDATE_KEY: [candidate]} if candidate else {}
+  production_model.ProductionModelExecutor().Do(inputs, {"model": [model]}, exec_properties)
+  return model
+
+
+def _served_content(model):
+  with open(os.path.join(model.uri, "Format-Serving", "saved_model.pb")) as f:
+    return f.read()
+
+
+def test_nothing_in_production_gives_a_marked_snapshot_without_a_model(tmp_path):
+  model = _run_executor(tmp_path / "snapshot", str(tmp_path / "serving"))
+  assert not production_model.holds_model(model)
+  assert model.get_int_custom_property(production_model.IN_PRODUCTION_KEY) == 0
+  assert os.listdir(model.uri) == [production_model.NO_MODEL_FILE]  # Never an empty directory.
+
+
+def test_the_newest_version_is_copied_with_its_fingerprint(tmp_path):
+  serving = str(tmp_path / "serving")
+  _pushed(serving, "old")
+  newest = _pushed(serving, "new")
+  model = _run_executor(tmp_path / "snapshot", serving)
+  assert production_model.holds_model(model) and _served_content(model) == "new"
+  assert model.get_int_custom_property(production_model.IN_PRODUCTION_KEY) == 1
+  assert model.get_string_custom_property(production_model.PRODUCTION_VERSION_KEY) == newest
+  assert model.get_string_custom_property(production_model.MODEL_FINGERPRINT_KEY) == \
+      pusher.pushed_fingerprint(newest)
+
+
+def test_a_candidate_already_serving_is_compared_with_what_it_replaced_never_itself(tmp_path):
+  serving = str(tmp_path / "serving")
+  _pushed(serving, "previous")
+  _pushed(serving, "candidate")
+  candidate = _trainer_output(str(tmp_path / "trainer"), "candidate")
+  model = _run_executor(tmp_path / "snapshot", serving, candidate=candidate)
+  assert _served_content(model) == "previous"
+  # The first model ever pushed, rerun from cache: nothing else was in production.
+  only = str(tmp_path / "only")
+  _pushed(only, "candidate")
+  assert not production_model.holds_model(
+      _run_executor(tmp_path / "none", only, candidate=candidate))
+  # A new candidate is compared with the newest version.
+  other = _trainer_output(str(tmp_path / "other"), "another model")
+  assert _served_content(_run_executor(tmp_path / "new", serving, candidate=other)) == "candidate"
+
+
+def test_the_executor_copies_the_version_the_driver_chose(tmp_path):
+  serving = str(tmp_path / "serving")
+  chosen = _pushed(serving, "chosen")
+  _pushed(serving, "pushed after the cache check")
+  model = _run_executor(tmp_path / "snapshot", serving, production_version=chosen)
+  assert _served_content(model) == "chosen"
+
+
+def test_the_driver_keys_the_cache_on_the_chosen_version(tmp_path):
+  serving = str(tmp_path / "serving")
+  candidate = _trainer_output(str(tmp_path / "trainer"), "candidate")
+  driver = production_model.ProductionModelDriver(metadata_handle=None)
+
+  def key():
+    info = data_types.ExecutionInfo(
+        input_dict={production_model.CANDIDATE_KEY: [candidate]},
+        exec_properties={production_model.SERVING_DIRECTORY_KEY: serving})
+    return driver.run(info).exec_properties[production_model.PRODUCTION_VERSION_KEY].string_value
+
+  assert key() == ""
+  first = _pushed(serving, "a")
+  assert key() == first
+  os.makedirs(os.path.join(serving, ".incomplete-99999999999"))  # A push under way: not served.
+  assert key() == first
+  _pushed(serving, "candidate")  # The candidate itself, pushed: still compared with "a".
+  assert key() == first
+  second = _pushed(serving, "b")
+  assert key() == second != first
+
+
+def test_the_evaluator_drops_a_snapshot_of_nothing_and_keeps_a_real_baseline(tmp_path,
+                                                                             monkeypatch):
+  seen = []
+  monkeypatch.setattr(evaluator.evaluator_executor.Executor, "Do",
+                      lambda self, inputs, outputs, props: seen.append(inputs))
+  empty = _run_executor(tmp_path / "empty", str(tmp_path / "nothing"))
+  serving = str(tmp_path / "serving")
+  _pushed(serving, "m")
+  real = _run_executor(tmp_path / "real", serving)
+  candidate = standard_artifacts.Model()
+  for baseline in (empty, real):
+    evaluator.ProductionBaselineExecutor().Do(
+        {"model": [candidate], "baseline_model": [baseline]}, {}, {})
+  assert "baseline_model" not in seen[0]
+  assert seen[1]["baseline_model"] == [real] and seen[1]["model"] == [candidate]
