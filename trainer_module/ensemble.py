@@ -4,10 +4,15 @@ Selection is Caruana et al.'s (ICML 2004) greedy forward selection with replacem
 split: start empty, add the member that most improves the ensemble's objective, stop at
 `size` distinct members or when no member improves it; a member picked twice weighs twice.
 
+Members enter as they are served: each with its own temperature, softmax(logits / T_m). A
+sweep whose members are calibrated would otherwise select on probabilities nobody serves, and
+could pick a member whose raw NLL is best but whose served NLL is not.
+
 The ensemble network maps images to the log of the selection-weighted mean of its members'
-softmax probabilities. Softmax of that is the mean itself, so the network is a "logits" model
-like a single one: temperature scaling (temperature.py) and the serving export (export.py) take
-it as they are, and the served model has the same signatures and outputs.
+probabilities. Softmax of that is the mean itself, so the network is a "logits" model like a
+single one: temperature scaling (temperature.py) fits the ensemble's own T on it and the
+serving export (export.py) takes it as it is; the served model has the same signatures and
+outputs (`uncalibrated_probabilities` is then the members' mean before the ensemble's T).
 """
 import dataclasses
 import itertools
@@ -109,31 +114,38 @@ def probability_metrics(probabilities: np.ndarray, labels: np.ndarray,
 
 
 class LogMeanProbability(keras.layers.Layer):
-  """[member logits] -> log(sum_m w_m softmax(logits_m)), computed in log space."""
+  """[member logits] -> log(sum_m w_m softmax(logits_m / T_m)), computed in log space."""
 
-  def __init__(self, member_weights: Sequence[float], **kwargs):
+  def __init__(self, member_weights: Sequence[float], member_temperatures: Sequence[float],
+               **kwargs):
     super().__init__(**kwargs)
     self.member_weights = [float(w) for w in member_weights]
+    self.member_temperatures = [float(t) for t in member_temperatures]
 
   def call(self, member_logits):
-    log_p = tf.nn.log_softmax(tf.stack([tf.cast(l, tf.float32) for l in member_logits], axis=1))
+    logits = tf.stack([tf.cast(l, tf.float32) for l in member_logits], axis=1)
+    temperatures = tf.constant(self.member_temperatures, tf.float32)[:, tf.newaxis]
+    log_p = tf.nn.log_softmax(logits / temperatures)
     log_w = tf.math.log(tf.constant(self.member_weights, tf.float32))[:, tf.newaxis]
     return tf.reduce_logsumexp(log_p + log_w, axis=1)
 
   def get_config(self):
-    return {**super().get_config(), "member_weights": self.member_weights}
+    return {**super().get_config(), "member_weights": self.member_weights,
+            "member_temperatures": self.member_temperatures}
 
 
-def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float]) -> keras.Model:
+def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
+                     temperatures: Sequence[float]) -> keras.Model:
   """One network over the members (each used once, whatever its weight)."""
-  if len(members) != len(weights) or not members:
-    raise ValueError(f"{len(members)} members but {len(weights)} weights.")
+  if not members or not len(members) == len(weights) == len(temperatures):
+    raise ValueError(f"{len(members)} members but {len(weights)} weights and "
+                     f"{len(temperatures)} temperatures.")
   images = keras.Input(shape=IMAGE_SHAPE, name="image")
   member_logits = []
   for index, member in enumerate(members):
     member._name = f"member_{index}"  # pylint: disable=protected-access  # Unique layer names.
     member_logits.append(member(images, training=False))
-  outputs = LogMeanProbability(weights, name="log_mean_probability")(member_logits)
+  outputs = LogMeanProbability(weights, temperatures, name="log_mean_probability")(member_logits)
   return keras.Model(images, outputs, name=f"ensemble_of_{len(members)}")
 
 
@@ -150,17 +162,19 @@ class Member:
   model_dir: str  # Its serving SavedModel.
 
 
-def member_record(member: Member, eval_probabilities: np.ndarray, labels: np.ndarray,
+def member_temperature(model_dir: str) -> float:
+  """The T a member is served with (1 when it was exported without calibration)."""
+  info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
+  return info["temperature"] if info else 1.0
+
+
+def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
                   num_bins: int) -> dict:
   """A member's hyperparameters and its served (temperature-scaled) eval metrics."""
   config = read_record(member.model_dir, TRAINER_CONFIG_FILE) or {}
-  info = read_record(member.model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
-  calibration = info or {"temperature": 1.0}
-  served = _sharpen(eval_probabilities, calibration["temperature"])
   return {"name": member.name, "model_dir": member.model_dir,
           "hyperparameters": {k: config[k] for k in HYPERPARAMETERS if k in config},
-          "temperature": calibration["temperature"],
-          "eval": probability_metrics(served, labels, num_bins)}
+          "temperature": temperature_value, "eval": probability_metrics(served, labels, num_bins)}
 
 
 def _sharpen(probabilities: np.ndarray, temperature_value: float) -> np.ndarray:
@@ -181,25 +195,29 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
   tft_output = tft.TFTransformOutput(transform_output)
   batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
   networks, probabilities, labels = [], [], None
-  for member in members:
+  temperatures = [member_temperature(member.model_dir) for member in members]
+  for member, member_t in zip(members, temperatures):
     network = load_member(member.model_dir)
     logits, labels = temperature.model_logits(network, batches)
     networks.append(network)
-    probabilities.append(tf.nn.softmax(logits.astype(np.float64)).numpy())
-    log.info("Member %s: eval NLL %.4f.", member.name, _nll(probabilities[-1], labels))
+    probabilities.append(tf.nn.softmax(logits.astype(np.float64) / member_t).numpy())
+    log.info("Member %s: served eval NLL %.4f (T = %.4f).", member.name,
+             _nll(probabilities[-1], labels), member_t)
   probabilities = np.stack(probabilities)
   picks = greedy_selection(probabilities, labels, ensemble_size, objective)
   weights = selection_weights(picks, len(members))
   chosen = [i for i in range(len(members)) if weights[i] > 0]
   log.info("Selected %s (picks %s, weights %s).", [members[i].name for i in chosen], picks,
            [round(float(weights[i]), 4) for i in chosen])
-  network = ensemble_network([networks[i] for i in chosen], weights[chosen])
+  network = ensemble_network([networks[i] for i in chosen], weights[chosen],
+                             [temperatures[i] for i in chosen])
   calibration = temperature.calibrate(network, batches)
   mean = np.tensordot(weights, probabilities, axes=1)
   record = {
       "objective": objective, "ensemble_size": ensemble_size, "picks": picks,
       "members": [{"name": members[i].name, "weight": float(weights[i])} for i in chosen],
-      "trials": [member_record(m, p, labels, num_bins) for m, p in zip(members, probabilities)],
+      "trials": [member_record(m, p, labels, t, num_bins)
+                 for m, p, t in zip(members, probabilities, temperatures)],
       "diversity": disagreement(probabilities[chosen]),
       "eval": probability_metrics(_sharpen(mean, calibration["temperature"]), labels, num_bins),
       "objective_value": objective_value(mean, labels, objective)}

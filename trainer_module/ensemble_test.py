@@ -104,8 +104,9 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   from tests.transform_runs import raw_digit_examples
   images = [example["image"] for example in raw_digit_examples(16)]
   served = _serve(export_dir, images)
-  expected = sum(weights.get(m.name, 0.0) * _serve(m.model_dir, images)[
-      UNCALIBRATED_PROBABILITIES_KEY] for m in member_list)
+  # Members as served (each with its own T = 1, 2, 3), averaged with the selection's weights.
+  expected = sum(weights.get(m.name, 0.0) * _serve(m.model_dir, images)[PROBABILITIES_KEY]
+                 for m in member_list)
   np.testing.assert_allclose(served[UNCALIBRATED_PROBABILITIES_KEY], expected, atol=1e-5)
   # Temperature scaling of the ensemble: softmax(log(mean) / T).
   calibration = json.loads(open(os.path.join(export_dir, "assets.extra",
