@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 import logging
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -229,7 +229,3 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
 def best_single(record: dict) -> dict:
   """The trial a plain sweep would deploy: the lowest served eval NLL."""
   return min(record["trials"], key=lambda trial: trial["eval"]["nll"])
-
-
-def read_ensemble_record(model_dir: str) -> Optional[dict]:
-  return read_record(model_dir, ENSEMBLE_FILE)

@@ -11,7 +11,8 @@ import tensorflow_transform as tft
 from tests.transform_runs import transformed_digits
 from trainer_module import ensemble
 from trainer_module.config import TrainerConfig
-from trainer_module.export import TRAINER_CONFIG_FILE, export_serving_model
+from trainer_module.export import (ENSEMBLE_FILE, TRAINER_CONFIG_FILE, export_serving_model,
+                                   read_record)
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
 from trainer_module.model import wide_resnet
 
@@ -114,7 +115,7 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   sharpened = np.exp(np.log(expected) / calibration["temperature"])
   np.testing.assert_allclose(served[PROBABILITIES_KEY],
                              sharpened / sharpened.sum(axis=1, keepdims=True), atol=1e-5)
-  assert ensemble.read_ensemble_record(export_dir)["picks"] == record["picks"]
+  assert read_record(export_dir, ENSEMBLE_FILE)["picks"] == record["picks"]
 
 
 def test_a_missing_member_model_is_named(members, tmp_path):
