@@ -27,10 +27,15 @@ def schema_file(config) -> str:
   return config.schema_path if config.kubeflow is None else image_path(config.schema_path)
 
 
-def trainer_custom_config(config, fingerprint: str) -> dict:
-  """What the Trainer's executor gets: the trainer config for run_fn and, for Vertex training,
-  the CustomJob's worker pools (each running the pipeline image, which calls run_fn)."""
-  custom_config = {TRAINER_CONFIG_KEY: config.trainer.to_dict(),
+def trainer_config_parameter(trial: int) -> str:
+  """The runtime parameter holding a trial Trainer's custom_config (trial 0: the usual one)."""
+  return TRAINER_CONFIG_PARAMETER if trial == 0 else f"{TRAINER_CONFIG_PARAMETER}_trial_{trial}"
+
+
+def trainer_custom_config(config, fingerprint: str, trial: int = 0) -> dict:
+  """What the Trainer's executor gets: the trial's trainer config for run_fn and, for Vertex
+  training, the CustomJob's worker pools (each running the pipeline image, which calls run_fn)."""
+  custom_config = {TRAINER_CONFIG_KEY: config.trials[trial].to_dict(),
                    "trainer_module_fingerprint": fingerprint}
   kubeflow = config.kubeflow
   if kubeflow is not None and kubeflow.uses_vertex_training:
@@ -46,13 +51,14 @@ def trainer_custom_config(config, fingerprint: str) -> dict:
   return custom_config
 
 
-def trainer(config, fingerprint: str, **inputs: Any):
-  """TFX's Trainer, or its Vertex AI version when the config asks for worker pools. In a
-  cluster its custom_config is the `trainer_config` runtime parameter (default: this config)."""
-  custom_config: Any = trainer_custom_config(config, fingerprint)
+def trainer(config, fingerprint: str, trial: int = 0, **inputs: Any):
+  """TFX's Trainer, or its Vertex AI version when the config asks for worker pools, for one
+  trial (config.trials). In a cluster its custom_config is a runtime parameter (default: this
+  trial's config): `trainer_config`, and `trainer_config_trial_<i>` for the other trials."""
+  custom_config: Any = trainer_custom_config(config, fingerprint, trial)
   trainer_class = tfx.components.Trainer
   if config.kubeflow is not None:
-    custom_config = Parameter(name=TRAINER_CONFIG_PARAMETER, ptype=str,
+    custom_config = Parameter(name=trainer_config_parameter(trial), ptype=str,
                               default=json.dumps(custom_config, sort_keys=True))
     if config.kubeflow.uses_vertex_training:
       trainer_class = tfx.extensions.google_cloud_ai_platform.Trainer

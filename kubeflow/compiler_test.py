@@ -10,6 +10,7 @@ from kfp.client import client as kfp_client
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import cli, compiler, kfp_entrypoint
+from kubeflow.conftest import VERTEX_FLAGS
 from kubeflow import config as kubeflow_config
 from pipeline.config import PipelineConfig, from_flags
 from pipeline.pipeline import create_pipeline
@@ -237,3 +238,39 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
     assert args[-len(engine):] == engine, step
     assert not [arg for arg in args if arg.startswith("--direct_")], step
   assert "compile-me-not" not in json.dumps(job)  # Credentials stay in the pods' environment.
+
+
+def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):
+  from kubeflow import compiler, submit
+  config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"],
+                      base=cli.cluster_base())
+  package = compiler.compile_pipeline(config, str(tmp_path))
+  spec = _spec(package)
+  tasks = spec.root.dag.tasks
+  trainers = [f"Trainer_trial_{i}" for i in range(3)]
+  assert set(trainers) | {"EnsembleSelector"} <= set(tasks) and "Trainer" not in tasks
+  for trainer in trainers:  # No edge between trials: KFP runs them side by side.
+    assert set(tasks[trainer].dependent_tasks) == {"Transform", "ImportSchemaGen"}
+  assert set(trainers) <= set(tasks["EnsembleSelector"].dependent_tasks)
+  for consumer in ("Evaluator", "Pusher"):
+    assert tasks[consumer].inputs.artifacts["model"].task_output_artifact.producer_task == \
+        "EnsembleSelector"
+  # Each trial has its own config parameter (its draws), and runs on the configured pools.
+  parameters = spec.root.input_definitions.parameters
+  defaults = {}
+  for i, trainer in enumerate(trainers):
+    name = tasks[trainer].inputs.parameters["custom_config"].component_input_parameter
+    assert name == ("trainer_config" if i == 0 else f"trainer_config_trial_{i}")
+    custom_config = json.loads(parameters[name].default_value.string_value)
+    assert TrainerConfig.from_dict(custom_config["trainer"]) == config.trials[i]
+    pools = custom_config["ai_platform_training_args"]["job_spec"]["worker_pool_specs"]
+    assert [p["replica_count"] for p in pools] == [1, 2]
+    defaults[name] = custom_config
+  assert len({json.dumps(c["trainer"]["seed"]) for c in defaults.values()}) == 3
+  # A run may change what all trials share, not what each one draws.
+  values = submit.run_parameters(submit.load_spec(package.spec_path), ["--train_epochs=3"], None)
+  for name in defaults:
+    assert json.loads(values[name])["trainer"]["train_epochs"] == 3
+  for drawn in ("--seed=3", "--dense_kernel_l2=0.1"):
+    with pytest.raises(ValueError, match="drawn per trial"):
+      submit.run_parameters(submit.load_spec(package.spec_path), [drawn], None)

@@ -14,13 +14,15 @@ import yaml
 from kubeflow.config import (DATA_ROOT_PARAMETER, TRAINER_CONFIG_KEY, TRAINER_CONFIG_PARAMETER,
                              KubeflowConfig, is_object_store_uri)
 from pipeline import config as config_lib
-from trainer_module.config import TrainerConfig
+from trainer_module.config import HYPER_L2_GROUPS, TrainerConfig
 
 ENDPOINT_ENV = "KFP_ENDPOINT"
 TOKEN_ENV = "KFP_TOKEN"
 # Trainer fields a run may not change: the Vertex pools compiled into the pipeline fit this
 # strategy, and the schema's label domain fits num_classes.
 COMPILED_TRAINER_FIELDS = ("distribution_strategy", "tpu", "num_classes")
+# What hyper-deep ensemble trials draw: one flag would erase the trials' differences.
+TRIAL_DRAWN_FIELDS = HYPER_L2_GROUPS + ("label_smoothing", "seed", "l2_per_train_example")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,22 +75,14 @@ def run_parameters(spec: dict, trainer_flags: Sequence[str], data_root: Optional
   depend on cannot change per run: that needs a new compile."""
   values = parameter_defaults(spec)
   if trainer_flags:
-    custom_config = json.loads(values[TRAINER_CONFIG_PARAMETER])
-    compiled = TrainerConfig.from_dict(custom_config[TRAINER_CONFIG_KEY])
     names = [flag[2:].partition("=")[0] for flag in trainer_flags]
-    trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+    trial_parameters = [n for n in values if n.startswith(TRAINER_CONFIG_PARAMETER + "_trial_")]
     for name in names:
-      if name not in trainer_fields or name in COMPILED_TRAINER_FIELDS:
-        raise ValueError(_fixed_or_unknown(name))
-    # Parsed and validated like every config, over the compiled trainer config.
-    updated = config_lib.from_flags(
-        trainer_flags, base=config_lib.PipelineConfig(trainer=compiled)).trainer
-    for name in names:
-      changed = dataclasses.replace(compiled, **{name: getattr(updated, name)})
-      if changed.transform_options() != compiled.transform_options():
-        raise ValueError(_fixed_or_unknown(name))
-    custom_config[TRAINER_CONFIG_KEY] = updated.to_dict()
-    values[TRAINER_CONFIG_PARAMETER] = json.dumps(custom_config, sort_keys=True)
+      if trial_parameters and name in TRIAL_DRAWN_FIELDS:
+        raise ValueError(f"--{name} is drawn per trial of this pipeline's hyper-deep ensemble "
+                         "sweep; compile again to change it.")
+    for parameter in [TRAINER_CONFIG_PARAMETER] + trial_parameters:
+      values[parameter] = _with_trainer_flags(values[parameter], trainer_flags, names)
   if data_root is not None:
     if DATA_ROOT_PARAMETER not in values:
       raise ValueError("--data_root applies to pipelines compiled with --dataset=tfrecord; "
@@ -98,6 +92,25 @@ def run_parameters(spec: dict, trainer_flags: Sequence[str], data_root: Optional
                        "(gs://bucket/path or s3://bucket/path).")
     values[DATA_ROOT_PARAMETER] = data_root
   return values
+
+
+def _with_trainer_flags(parameter: str, trainer_flags: Sequence[str], names: Sequence[str]) -> str:
+  """A Trainer's custom_config parameter with the flags' trainer fields changed."""
+  custom_config = json.loads(parameter)
+  compiled = TrainerConfig.from_dict(custom_config[TRAINER_CONFIG_KEY])
+  trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+  for name in names:
+    if name not in trainer_fields or name in COMPILED_TRAINER_FIELDS:
+      raise ValueError(_fixed_or_unknown(name))
+  # Parsed and validated like every config, over the compiled trainer config.
+  updated = config_lib.from_flags(
+      trainer_flags, base=config_lib.PipelineConfig(trainer=compiled)).trainer
+  for name in names:
+    changed = dataclasses.replace(compiled, **{name: getattr(updated, name)})
+    if changed.transform_options() != compiled.transform_options():
+      raise ValueError(_fixed_or_unknown(name))
+  custom_config[TRAINER_CONFIG_KEY] = updated.to_dict()
+  return json.dumps(custom_config, sort_keys=True)
 
 
 def _fixed_or_unknown(name: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence, Tuple
 from components import reference_corruptions
 from kubeflow import object_storage
 from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
-from trainer_module.config import TrainerConfig
+from trainer_module.config import ENSEMBLE_OBJECTIVES, TrainerConfig, hyper_trials
 from trainer_module.flags import parse_flags
 
 DATASETS = ("digits", "cifar10", "tfrecord")
@@ -73,6 +73,12 @@ class PipelineConfig:
   # test images (the same ones in every slice; 0: all of them).
   corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS
   examples_per_corruption: int = 100
+  # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
+  # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
+  # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
+  ensemble_size: int = 1
+  hyper_trials: int = 1
+  ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
   enable_cache: bool = True
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
   beam_running_mode: str = "multi_processing"
@@ -102,6 +108,12 @@ class PipelineConfig:
              self.min_corrupted_accuracy, "must be in [0, 1]")
     _require(self.examples_per_corruption >= 0, "examples_per_corruption",
              self.examples_per_corruption, "must be >= 0 (0 = every test image)")
+    _require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
+    _require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
+             f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
+             "chosen among the trials")
+    _require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
+             self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
     _require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
              "must be >= 0 (0 = one per CPU core)")
     _require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
@@ -140,6 +152,11 @@ class PipelineConfig:
                "system")
     _require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
              f"is not writable: this user may not create files in {existing}")
+
+  @property
+  def trials(self) -> Tuple[TrainerConfig, ...]:
+    """The trial Trainers' configs (one, the trainer config, without an ensemble)."""
+    return tuple(hyper_trials(self.trainer, self.hyper_trials))
 
   # Where a run's outputs live.
   @property

@@ -72,6 +72,9 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--corruptions=gaussian_noise,sparkles"], "corruptions='gaussian_noise,sparkles'"),
     (["--corruptions=contrast,contrast"], "lists a name twice"),
     (["--examples_per_corruption=-1"], "examples_per_corruption=-1"),
+    (["--ensemble_size=0"], "ensemble_size=0"),
+    (["--ensemble_size=4", "--hyper_trials=3"], "hyper_trials=3: must be >= ensemble_size (4)"),
+    (["--ensemble_objective=brier"], "ensemble_objective='brier'"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:
@@ -245,3 +248,10 @@ def test_a_read_only_output_dir_exits_2_for_a_user_who_may_not_write_there():
   assert (f"Invalid config value output_dir='{read_only / 'out'}': is not writable: this user "
           f"may not create files in {read_only}") in stderr
   assert written == []
+
+
+def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
+  assert PipelineConfig().trials == (PipelineConfig().trainer,)
+  config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5"])
+  assert len(config.trials) == 3 and config.trials[0] == config.trainer
+  assert config.trials[1].l2_per_train_example and config.trials[1].seed != 5

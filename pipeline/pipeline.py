@@ -3,6 +3,9 @@
 ExampleGen -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate ->
 Transform -> Trainer -> Evaluator (against the ProductionModel) -> Pusher, and
 ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
+With hyper_trials > 1 the Trainer is hyper_trials independent trial Trainers whose models an
+EnsembleSelector turns into one ensemble model, the candidate of ProductionModel, Evaluator and
+Pusher.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 
 from components import evaluation_set
+from components.ensemble import EnsembleSelector
 from components.evaluation_set import EvaluationSetGen
 from components.example_gen import ImageDatasetExampleGen
 from components.evaluator import Evaluator
@@ -83,16 +87,15 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
                                   fingerprint)
   transform.add_upstream_node(gate)
 
-  trainer = cluster.trainer(
-      config, fingerprint,
+  trainers = [cluster.trainer(
+      config, fingerprint, trial,
       examples=transform.outputs["transformed_examples"],
       transform_graph=transform.outputs["transform_graph"],
       schema=schema.outputs["schema"],
       train_args=tfx.proto.TrainArgs(splits=["train"]),
-      eval_args=tfx.proto.EvalArgs(splits=["eval"]))
-
-  production = ProductionModel(serving_directory=config.serving_model_dir,
-                               candidate=trainer.outputs["model"])
+      eval_args=tfx.proto.EvalArgs(splits=["eval"])) for trial in range(config.hyper_trials)]
+  if len(trainers) > 1:  # Independent tasks: a cluster runs them in parallel.
+    trainers = [t.with_id(f"Trainer_trial_{i}") for i, t in enumerate(trainers)]
 
   eval_examples = EvaluationSetGen(
       examples=examples.outputs["examples"], source=robustness_source(config.dataset),
@@ -101,15 +104,26 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       tfds_data_dir=config.tfds_data_dir or "")
   eval_examples.add_upstream_node(gate)
 
+  model_components = list(trainers)
+  if len(trainers) > 1:
+    model_components.append(EnsembleSelector(
+        trainers, transform.outputs["transformed_examples"], transform.outputs["transform_graph"],
+        eval_examples.outputs["evaluation_set"], ensemble_size=config.ensemble_size,
+        objective=config.ensemble_objective, eval_batch_size=config.trainer.eval_batch_size,
+        num_bins=config.trainer.num_bins, fingerprint=fingerprint))
+  model = model_components[-1].outputs["model"]
+
+  production = ProductionModel(serving_directory=config.serving_model_dir, candidate=model)
+
   evaluator = Evaluator(
       examples=eval_examples.outputs["evaluation_set"],
-      model=trainer.outputs["model"],
+      model=model,
       baseline_model=production.outputs["model"],
       example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
       eval_config=eval_config(config))
 
   pusher = tfx.components.Pusher(
-      model=trainer.outputs["model"],
+      model=model,
       model_blessing=evaluator.outputs["blessing"],
       push_destination=tfx.proto.PushDestination(
           filesystem=tfx.proto.PushDestination.Filesystem(
@@ -119,8 +133,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
-      components=[examples, statistics, schema, validator, gate, transform, trainer,
-                  eval_examples, production, evaluator, pusher],
+      components=[examples, statistics, schema, validator, gate, transform, eval_examples,
+                  *model_components, production, evaluator, pusher],
       enable_cache=config.enable_cache,
       metadata_connection_config=cluster.metadata_connection(config),
       beam_pipeline_args=config.beam_pipeline_args())

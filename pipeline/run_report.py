@@ -21,6 +21,7 @@ from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.export import ENSEMBLE_FILE, read_record
 from trainer_module.temperature import read_calibration_info
 
 REPORT_FILE = "report.md"
@@ -256,6 +257,48 @@ def _corruption_chart(report_dir, config, values) -> List[str]:
   return lines + [""]
 
 
+def _ensemble_section(record: dict) -> List[str]:
+  """Hyper-deep ensemble: the trials, the selection, and the ensemble against the best single
+  trial, both as served (each temperature-scaled), on the same examples."""
+  weights = {m["name"]: m["weight"] for m in record["members"]}
+  lines = ["## Ensemble", "",
+           f"Greedy selection with replacement on the eval split ({record['objective']}): picks "
+           f"{record['picks']}, {len(weights)} distinct of at most {record['ensemble_size']}; "
+           f"diversity (mean pairwise disagreement of the members on eval) "
+           f"{_fmt(record['diversity'])}.", ""]
+  comparison = record.get("comparison")
+  if comparison:
+    best, ensemble = comparison["best_single"], comparison["ensemble"]
+    lines += [f"| metric | best single trial ({best['name']}) | ensemble | change |",
+              "| --- | --- | --- | --- |"]
+    for split, metric_names in (("eval", ("accuracy", "nll", "ece")),
+                                ("test", ("accuracy", "nll", "ece")),
+                                ("corrupted", ("accuracy", "nll", "ece"))):
+      for name in metric_names:
+        if split not in best or split not in ensemble:
+          continue
+        label = {"corrupted": {"accuracy": "cA", "nll": "cNLL", "ece": "cECE"}}.get(
+            split, {}).get(name, f"{split} {name}")
+        single, joint = best[split][name], ensemble[split][name]
+        lines.append(f"| {label} | {_fmt(single)} | {_fmt(joint)} | {joint - single:+.4f} |")
+    lines.append("")
+  l2_names = [name for name in record["trials"][0]["hyperparameters"] if name.endswith("_l2")]
+  lines += ["Trials (eval metrics of each served, temperature-scaled model):", "",
+            "| trial | weight | seed | label smoothing | " + " | ".join(l2_names) +
+            " | T | eval accuracy | eval NLL | eval ECE |",
+            "| --- " * (len(l2_names) + 8) + "|"]
+  for trial in record["trials"]:
+    hyper = trial["hyperparameters"]
+    lines.append(
+        f"| {trial['name']} | {_fmt(weights.get(trial['name'], 0.0), 3)} | {hyper.get('seed')} | "
+        f"{_fmt(hyper.get('label_smoothing'), 5)} | " +
+        " | ".join(f"{hyper[name] if hyper[name] is not None else hyper['l2']:.2e}"
+                   for name in l2_names) +
+        f" | {_fmt(trial['temperature'], 3)} | {_fmt(trial['eval']['accuracy'])} | "
+        f"{_fmt(trial['eval']['nll'])} | {_fmt(trial['eval']['ece'])} |")
+  return lines + [""]
+
+
 def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: str,
                      blessed: bool, model_dir: Optional[str], pushed: Optional[str]) -> str:
   """Writes report.md and its PNGs into report_dir; returns the report's path."""
@@ -276,6 +319,9 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
            f"- TFMA output: `{evaluation_uri}`", ""]
   lines += _gate_section(config, values, blessed, validation)
   lines += _metric_table(config, values)
+  ensemble = read_record(model_dir, ENSEMBLE_FILE) if model_dir else None
+  if ensemble:
+    lines += _ensemble_section(ensemble)
   lines += _temperature_section(config, values, calibration)
   lines += _baseline_section(config, values)
   lines += _charts(report_dir, config, values)

@@ -130,21 +130,29 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
 
 
-def test_tfrecord_input_trains_on_default_augmix_views_and_serves_without_them(tmp_path,
-                                                                              pipeline_runner):
+def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it_without_them(
+    tmp_path, pipeline_runner):
+  """Also the hyper-deep ensemble path: three trial Trainers, two members at most, one model
+  gated and pushed like a single one."""
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
-           "--beam_running_mode=in_memory", *SMALL_MODEL]
-  result = pipeline_runner(*flags)
+           "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3", *SMALL_MODEL]
+  result = pipeline_runner(*flags, timeout=2400)  # Three Trainers.
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert result.stdout.count("2 AugMix view(s) per image with JSD") == 3
+  for trial in range(3):
+    assert f"Component Trainer_trial_{trial} is running." in result.stdout
   config = from_flags(flags)
   trainer = config.trainer
   assert trainer.num_views == 2 and trainer.augmix_view_sets > 1  # AugMix is on by default.
-  assert "2 AugMix view(s) per image with JSD" in result.stdout
   run = RunRecord(config)
   assert run.states["ImportExampleGen"] == "COMPLETE"
-  assert run.states["Pusher"] == "COMPLETE"
+  assert run.states["EnsembleSelector"] == run.states["Pusher"] == "COMPLETE"
+  assert run.latest_output("blessing").custom_properties["blessed"].int_value == 1
   assert "test accuracy:" in result.stdout
+  # Each trial resumes from its own checkpoints.
+  assert all(os.listdir(os.path.join(config.pipeline_root, f"Trainer_trial_{trial}",
+                                     "checkpoints")) for trial in range(3))
 
   def first_example(split):
     transformed = tf.data.TFRecordDataset(
@@ -159,8 +167,20 @@ def test_tfrecord_input_trains_on_default_augmix_views_and_serves_without_them(t
   assert list(eval_sets) == [b""] * trainer.augmix_view_sets
 
   version = _versions(config.serving_model_dir)[0]
-  serve = tf.saved_model.load(os.path.join(config.serving_model_dir, version)).signatures[
-      "serving_default"]
+  pushed = os.path.join(config.serving_model_dir, version)
+  record = json.loads(open(os.path.join(pushed, "assets.extra", "ensemble.json")).read())
+  assert [trial["name"] for trial in record["trials"]] == [f"Trainer_trial_{i}" for i in range(3)]
+  assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3
+  assert 1 <= len(record["members"]) <= 2
+  assert sum(member["weight"] for member in record["members"]) == pytest.approx(1.0)
+  comparison = record["comparison"]
+  assert {"eval", "test", "corrupted"} <= set(comparison["ensemble"])
+  assert {"eval", "test", "corrupted"} <= set(comparison["best_single"])
+  report = open(_report_path(result.stdout)).read()
+  assert "## Ensemble" in report and f"best single trial ({comparison['best_single']['name']})" \
+      in report and "| cNLL |" in report
+
+  serve = tf.saved_model.load(pushed).signatures["serving_default"]
   serving_ops = reachable_op_types(serve)
   assert "Conv2D" in serving_ops
   assert not augmix_or_random_ops(serving_ops)

@@ -205,3 +205,38 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step_with_a_checkp
   assert stopped[0] == stopped[1]
   assert tf.train.latest_checkpoint(str(tmp_path / "out" / "checkpoints")).endswith(
       f"ckpt-{stopped[0]}")
+
+
+def _ensemble_command(inputs, output_dir, members, *flags):
+  data = [flag for flag in inputs if not flag.startswith("--train_files=")]
+  return [sys.executable, "-m", "trainer_module", "ensemble", *data,
+          f"--members={','.join(members)}", f"--output_dir={output_dir}", *flags]
+
+
+def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere(inputs, tmp_path):
+  members = []
+  for seed in (1, 2):
+    run_trainer(inputs, tmp_path / f"member_{seed}", "--train_epochs=1", f"--seed={seed}",
+                "--per_core_batch_size=32", timeout=900)
+    members.append(str(tmp_path / f"member_{seed}" / "serving_model"))
+  process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
+                                             "--ensemble_size=2"),
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert process.returncode == 0, process.stderr[-3000:]
+  assert "Ensemble of" in process.stderr
+  model_dir = tmp_path / "ensemble" / "serving_model"
+  record = json.loads((model_dir / "assets.extra" / "ensemble.json").read_text())
+  assert [t["hyperparameters"]["seed"] for t in record["trials"]] == [1, 2]
+  assert [t["name"] for t in record["trials"]] == members
+  assert (model_dir / "assets.extra" / "temperature.json").exists()
+  signatures = tf.saved_model.load(str(model_dir)).signatures
+  assert {"serving_default", "serving_images"} <= set(signatures)
+
+  missing = str(tmp_path / "not_a_model")
+  process = subprocess.run(_ensemble_command(inputs, tmp_path / "bad", [members[0], missing]),
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert process.returncode == 2 and missing in process.stderr
+  process = subprocess.run(_ensemble_command(inputs, tmp_path / "bad", members,
+                                             "--ensemble_objective=brier"),
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert process.returncode == 2 and "ensemble_objective='brier'" in process.stderr

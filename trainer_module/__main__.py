@@ -2,6 +2,11 @@
 --output_dir=... [--<trainer config field>=value ...]`: the trainer on its own, as GPU/TPU
 workers run it. Flags are TrainerConfig's fields (the original script's names) plus the paths.
 Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard), /serving_model.
+
+`python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=... --transform_output=...
+--output_dir=... [--ensemble_size=4] [--ensemble_objective=nll]`: the pipeline's hyper-deep
+ensemble selection and export over member models trained elsewhere (each DIR a serving_model
+this command wrote); the ensemble goes to <output_dir>/serving_model.
 """
 import dataclasses
 import logging
@@ -12,8 +17,9 @@ from typing import Optional, Tuple
 
 from absl import logging as absl_logging
 
+from trainer_module import ensemble
 from trainer_module.checkpoints import Preempted
-from trainer_module.config import TrainerConfig
+from trainer_module.config import ENSEMBLE_OBJECTIVES, TrainerConfig
 from trainer_module.flags import parse_flags
 from trainer_module.task import RunPaths, run
 
@@ -47,7 +53,58 @@ def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
   return config, paths.run_paths()
 
 
+@dataclasses.dataclass(frozen=True)
+class EnsembleFlags:
+  members: Tuple[str, ...] = ()  # The members' serving_model directories.
+  eval_files: Tuple[str, ...] = ()  # Transform's eval split: selection and temperature.
+  transform_output: str = ""
+  output_dir: str = ""
+  ensemble_size: int = 4
+  ensemble_objective: str = "nll"
+  eval_batch_size: int = 256
+  num_bins: int = 15
+
+  def __post_init__(self):
+    for name in ("members", "eval_files", "transform_output", "output_dir"):
+      if not getattr(self, name):
+        raise ValueError(f"--{name} is required.")
+    if self.ensemble_size < 1:
+      raise ValueError(f"Invalid config value ensemble_size={self.ensemble_size}: must be >= 1.")
+    if self.ensemble_objective not in ENSEMBLE_OBJECTIVES:
+      raise ValueError(f"Invalid config value ensemble_objective={self.ensemble_objective!r}: "
+                       f"must be one of {ENSEMBLE_OBJECTIVES}.")
+
+
+def ensemble_main(argv) -> int:
+  try:
+    flags = EnsembleFlags(**parse_flags(argv, typing.get_type_hints(EnsembleFlags)))
+  except ValueError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  _configure_logging()
+  members = [ensemble.Member(name=d, model_dir=d) for d in flags.members]
+  try:
+    record = ensemble.build_ensemble(
+        members, flags.eval_files, flags.transform_output,
+        os.path.join(flags.output_dir, "serving_model"), flags.ensemble_size,
+        flags.ensemble_objective, flags.eval_batch_size, flags.num_bins)
+  except (FileNotFoundError, ValueError) as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  logging.info("Ensemble of %s, eval %s.", ", ".join(
+      f"{m['name']} x{m['weight']:.3f}" for m in record["members"]),
+      "  ".join(f"{k} {v:.4f}" for k, v in record["eval"].items()))
+  return 0
+
+
+def _configure_logging() -> None:
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+  absl_logging.set_verbosity(absl_logging.WARNING)
+
+
 def main(argv) -> int:
+  if argv[:1] == ["ensemble"]:
+    return ensemble_main(argv[1:])
   if "--help" in argv or "-h" in argv:
     print(__doc__)
     for field in dataclasses.fields(StandalonePaths) + dataclasses.fields(TrainerConfig):
@@ -58,8 +115,7 @@ def main(argv) -> int:
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-  absl_logging.set_verbosity(absl_logging.WARNING)
+  _configure_logging()
   try:
     metrics = run(config, paths)
   except Preempted as stopped:

@@ -6,7 +6,9 @@ Field names and defaults follow Uncertainty Baselines' `baselines/cifar/determin
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +27,9 @@ class TrainerConfig:
   dense_kernel_l2: Optional[float] = None
   dense_bias_l2: Optional[float] = None
   label_smoothing: float = 0.0
+  # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
+  # train with c / n, n = the train split's example count (known only when the Trainer runs).
+  l2_per_train_example: bool = False
   # Optimisation. The learning rate is given per 128 examples and scaled by the total batch.
   base_learning_rate: float = 0.1
   one_minus_momentum: float = 0.1
@@ -78,6 +83,10 @@ class TrainerConfig:
     for name in ("l2",) + L2_GROUPS:
       value = getattr(self, name)
       _require(value is None or value >= 0, name, value, "must be >= 0")
+    if self.l2_per_train_example:
+      unset = [name for name in HYPER_L2_GROUPS if getattr(self, name) is None]
+      _require(not unset, "l2_per_train_example", True,
+               f"needs every per-example L2 coefficient set; unset: {unset}")
     _require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
              "must be in [0, 1]")
     _require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
@@ -147,6 +156,13 @@ class TrainerConfig:
     value = getattr(self, name)
     return self.l2 if value is None else value
 
+  def for_train_examples(self, count: int) -> "TrainerConfig":
+    """The config a run trains with: per-example L2 coefficients divided by `count`."""
+    if not self.l2_per_train_example:
+      return self
+    return dataclasses.replace(self, l2_per_train_example=False,
+                               **{name: self.group_l2(name) / count for name in HYPER_L2_GROUPS})
+
   def scaled_decay_epochs(self) -> Tuple[int, ...]:
     """lr_decay_epochs are given for a 200-epoch run; rescale them to train_epochs."""
     return tuple(e * self.train_epochs // 200 for e in self.lr_decay_epochs)
@@ -170,6 +186,32 @@ DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu"
 MODES = ("train", "eval", "train_and_eval", "continuous_eval")
 L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",
              "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")
+# What hyper-deep ensemble trials draw (UB's cifar10_rand_search_sweep.py); bn_l2 stays fixed.
+HYPER_L2_GROUPS = L2_GROUPS[1:]
+HYPER_L2_RANGE = (1e-2, 1e2)  # Times 1/n: log-uniform in [1e-2/n, 1e2/n].
+HYPER_LABEL_SMOOTHING_RANGE = (1e-5, 0.2)
+HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
+# What greedy member selection minimises: NLL, -accuracy, or NLL - accuracy.
+ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
+
+
+def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:
+  """Hyper-deep ensemble trials: trial 0 is `base`; each other draws the per-group L2s
+  (log-uniform per train example), label smoothing (log-uniform) and a seed, from a generator
+  seeded by (base.seed, trial), so the draws are the same on every run and machine."""
+  trials = [base]
+  for trial in range(1, count):
+    rng = np.random.default_rng([base.seed, trial])
+
+    def log_uniform(low, high):
+      return float(np.exp(rng.uniform(np.log(low), np.log(high))))
+
+    l2s = {name: log_uniform(*HYPER_L2_RANGE) for name in HYPER_L2_GROUPS}
+    trials.append(dataclasses.replace(
+        base, **l2s, l2_per_train_example=True, bn_l2=base.group_l2("bn_l2"),
+        label_smoothing=log_uniform(*HYPER_LABEL_SMOOTHING_RANGE),
+        seed=int(rng.integers(*HYPER_SEED_RANGE))))
+  return trials
 
 
 def _require(condition: bool, name: str, value: Any, rule: str) -> None:

@@ -12,7 +12,9 @@ what depends on them). Every bad request fails with InvalidArgument naming the p
 batch positions: another format or size, bytes that are not a serialized tf.Example with one
 `image` value; the model keeps serving. An empty batch gets empty outputs.
 """
-from typing import Optional
+import json
+import os
+from typing import Mapping, Optional
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -22,6 +24,10 @@ from trainer_module import image_format
 from trainer_module import temperature as temperature_scaling
 from trainer_module.features import (CLASS_IDS_KEY, IMAGE_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
+
+
+TRAINER_CONFIG_FILE = "trainer_config.json"  # In assets.extra: what the model was trained with.
+ENSEMBLE_FILE = "ensemble.json"  # In assets.extra of an ensemble: its members and selection.
 
 
 def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation:
@@ -46,9 +52,12 @@ def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation
 
 
 def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
-                         export_dir: str, calibration: Optional[dict] = None) -> None:
-  """calibration: `temperature.calibrate`'s result; its T is baked into `probabilities`
-  (T = 1 without it) and it is recorded in assets.extra."""
+                         export_dir: str, calibration: Optional[dict] = None,
+                         records: Mapping[str, dict] = {}) -> None:
+  """model maps transformed images to logits (an ensemble: to log mean probabilities).
+  calibration: `temperature.calibrate`'s result; its T is baked into `probabilities`
+  (T = 1 without it) and it is recorded in assets.extra, as is each of `records`
+  ({file name: JSON value}), copied with the model and ignored by serving."""
   temperature = calibration["temperature"] if calibration else 1.0
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
@@ -83,3 +92,21 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
              signatures={"serving_default": serve_tf_examples, "serving_images": serve_images})
   if calibration:
     temperature_scaling.write_calibration_info(export_dir, calibration)
+  for name, value in records.items():
+    write_record(export_dir, name, value)
+
+
+def write_record(export_dir: str, name: str, value) -> None:
+  path = os.path.join(export_dir, "assets.extra", name)
+  tf.io.gfile.makedirs(os.path.dirname(path))
+  with tf.io.gfile.GFile(path, "w") as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+
+
+def read_record(model_dir: str, name: str) -> Optional[dict]:
+  """An assets.extra record of a SavedModel, or None when it has none."""
+  path = os.path.join(model_dir, "assets.extra", name)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)

@@ -16,7 +16,7 @@ from trainer_module import augmix, data, temperature
 from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
 from trainer_module.distribution import is_chief, make_strategy, set_precision_policy
-from trainer_module.export import export_serving_model
+from trainer_module.export import TRAINER_CONFIG_FILE, export_serving_model
 from trainer_module.train import Training, fit
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,7 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
     raise ValueError(f"The train split has {num_train_examples} examples, fewer than one global "
                      f"batch of {global_batch_size} (per_core_batch_size="
                      f"{config.per_core_batch_size} x {strategy.num_replicas_in_sync} replicas).")
+  config = config.for_train_examples(num_train_examples)
   training = Training(config, strategy, num_train_examples // global_batch_size,
                       paths.checkpoint_dir, chief)
   log.info("Checkpoints: %s", paths.checkpoint_dir)
@@ -132,7 +133,8 @@ def _export(training: Training, tft_output, export_dir: str, chief: bool,
             calibration: dict) -> None:
   """Every worker saves (saving may need collectives); only the chief's copy is kept."""
   target = export_dir if chief else tempfile.mkdtemp(prefix="export-scratch-")
-  export_serving_model(training.model, tft_output, target, calibration=calibration)
+  export_serving_model(training.model, tft_output, target, calibration=calibration,
+                       records={TRAINER_CONFIG_FILE: training.config.to_dict()})
   if chief:
     log.info("Exported the serving model to %s.", export_dir)
   else:

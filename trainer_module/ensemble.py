@@ -1,0 +1,231 @@
+"""Hyper-deep ensembles (Wenzel et al., NeurIPS 2020): member selection and one ensemble model.
+
+Selection is Caruana et al.'s (ICML 2004) greedy forward selection with replacement on the eval
+split: start empty, add the member that most improves the ensemble's objective, stop at
+`size` distinct members or when no member improves it; a member picked twice weighs twice.
+
+Members enter as they are served: each with its own temperature, softmax(logits / T_m). A
+sweep whose members are calibrated would otherwise select on probabilities nobody serves, and
+could pick a member whose raw NLL is best but whose served NLL is not.
+
+The ensemble network maps images to the log of the selection-weighted mean of its members'
+probabilities. Softmax of that is the mean itself, so the network is a "logits" model like a
+single one: temperature scaling (temperature.py) fits the ensemble's own T on it and the
+serving export (export.py) takes it as it is; the served model has the same signatures and
+outputs (`uncalibrated_probabilities` is then the members' mean before the ensemble's T).
+"""
+import dataclasses
+import itertools
+import logging
+import os
+from typing import Dict, List, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+import tf_keras as keras
+
+from trainer_module import data, temperature
+from trainer_module.config import ENSEMBLE_OBJECTIVES, L2_GROUPS
+from trainer_module.export import (ENSEMBLE_FILE, TRAINER_CONFIG_FILE, export_serving_model,
+                                   read_record)
+from trainer_module.features import IMAGE_SHAPE
+from trainer_module.metrics import ClassificationMetrics
+
+log = logging.getLogger(__name__)
+
+# What the report lists of each member's training config.
+HYPERPARAMETERS = ("seed", "label_smoothing", "l2") + L2_GROUPS
+_PROBABILITY_FLOOR = 1e-12
+
+
+def _nll(mean_probabilities: np.ndarray, labels: np.ndarray) -> float:
+  true = mean_probabilities[np.arange(len(labels)), labels]
+  return float(-np.log(np.maximum(true, _PROBABILITY_FLOOR)).mean())
+
+
+def _accuracy(mean_probabilities: np.ndarray, labels: np.ndarray) -> float:
+  return float((mean_probabilities.argmax(axis=1) == labels).mean())
+
+
+def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objective: str) -> float:
+  """What selection minimises: nll, -accuracy (acc), or nll - accuracy (nll-acc)."""
+  if objective not in ENSEMBLE_OBJECTIVES:
+    raise ValueError(f"Invalid config value ensemble_objective={objective!r}: must be one of "
+                     f"{ENSEMBLE_OBJECTIVES}.")
+  value = 0.0
+  if objective in ("nll", "nll-acc"):
+    value += _nll(mean_probabilities, labels)
+  if objective in ("acc", "nll-acc"):
+    value -= _accuracy(mean_probabilities, labels)
+  return value
+
+
+def greedy_selection(probabilities: np.ndarray, labels: np.ndarray, size: int,
+                     objective: str = "nll") -> List[int]:
+  """The members picked, in order, repeats included.
+
+  probabilities: [members, examples, classes], each member's softmax on the eval split.
+  Ties go to the lower member index, so the result is deterministic.
+  """
+  probabilities = np.asarray(probabilities, np.float64)
+  labels = np.asarray(labels, np.int64).reshape(-1)
+  if probabilities.ndim != 3 or probabilities.shape[1] != len(labels) or not len(labels):
+    raise ValueError(f"Member probabilities of shape {probabilities.shape} do not match "
+                     f"{len(labels)} eval labels.")
+  if size < 1:
+    raise ValueError(f"Invalid config value ensemble_size={size}: must be >= 1.")
+  picks: List[int] = []
+  total = np.zeros(probabilities.shape[1:])
+  best = np.inf
+  while len(set(picks)) < size:
+    value, member = min((objective_value((total + p) / (len(picks) + 1), labels, objective), m)
+                        for m, p in enumerate(probabilities))
+    if not value < best:
+      log.info("No member improves the ensemble's %s (%.4f): selection stops.", objective, best)
+      break
+    best = value
+    picks.append(member)
+    total += probabilities[member]
+  return picks
+
+
+def selection_weights(picks: Sequence[int], num_members: int) -> np.ndarray:
+  """Each member's share of the picks (0 for members never picked)."""
+  return np.bincount(np.asarray(picks, np.int64), minlength=num_members) / len(picks)
+
+
+def disagreement(probabilities: np.ndarray) -> float:
+  """Mean over member pairs of the share of examples on which their top classes differ."""
+  predictions = np.asarray(probabilities).argmax(axis=-1)
+  pairs = list(itertools.combinations(range(len(predictions)), 2))
+  if not pairs:
+    return 0.0
+  return float(np.mean([(predictions[i] != predictions[j]).mean() for i, j in pairs]))
+
+
+def probability_metrics(probabilities: np.ndarray, labels: np.ndarray,
+                        num_bins: int) -> Dict[str, float]:
+  """Accuracy, NLL and ECE of class probabilities, computed as the trainer's eval does."""
+  metrics = ClassificationMetrics(num_bins)
+  log_p = np.log(np.maximum(np.asarray(probabilities, np.float64), _PROBABILITY_FLOOR))
+  metrics.update(tf.constant(np.asarray(labels, np.int64)), tf.constant(log_p, tf.float32))
+  return metrics.result()
+
+
+class LogMeanProbability(keras.layers.Layer):
+  """[member logits] -> log(sum_m w_m softmax(logits_m / T_m)), computed in log space."""
+
+  def __init__(self, member_weights: Sequence[float], member_temperatures: Sequence[float],
+               **kwargs):
+    super().__init__(**kwargs)
+    self.member_weights = [float(w) for w in member_weights]
+    self.member_temperatures = [float(t) for t in member_temperatures]
+
+  def call(self, member_logits):
+    logits = tf.stack([tf.cast(l, tf.float32) for l in member_logits], axis=1)
+    temperatures = tf.constant(self.member_temperatures, tf.float32)[:, tf.newaxis]
+    log_p = tf.nn.log_softmax(logits / temperatures)
+    log_w = tf.math.log(tf.constant(self.member_weights, tf.float32))[:, tf.newaxis]
+    return tf.reduce_logsumexp(log_p + log_w, axis=1)
+
+  def get_config(self):
+    return {**super().get_config(), "member_weights": self.member_weights,
+            "member_temperatures": self.member_temperatures}
+
+
+def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
+                     temperatures: Sequence[float]) -> keras.Model:
+  """One network over the members (each used once, whatever its weight)."""
+  if not members or not len(members) == len(weights) == len(temperatures):
+    raise ValueError(f"{len(members)} members but {len(weights)} weights and "
+                     f"{len(temperatures)} temperatures.")
+  images = keras.Input(shape=IMAGE_SHAPE, name="image")
+  member_logits = []
+  for index, member in enumerate(members):
+    member._name = f"member_{index}"  # pylint: disable=protected-access  # Unique layer names.
+    member_logits.append(member(images, training=False))
+  outputs = LogMeanProbability(weights, temperatures, name="log_mean_probability")(member_logits)
+  return keras.Model(images, outputs, name=f"ensemble_of_{len(members)}")
+
+
+def load_member(model_dir: str) -> keras.Model:
+  """A member's network (transformed images -> logits) from its serving SavedModel."""
+  if not tf.io.gfile.exists(os.path.join(model_dir, "saved_model.pb")):
+    raise FileNotFoundError(f"No SavedModel in ensemble member directory {model_dir}.")
+  return keras.models.load_model(model_dir, compile=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+  name: str  # The trial's name, e.g. Trainer_trial_3.
+  model_dir: str  # Its serving SavedModel.
+
+
+def member_temperature(model_dir: str) -> float:
+  """The T a member is served with (1 when it was exported without calibration)."""
+  info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
+  return info["temperature"] if info else 1.0
+
+
+def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
+                  num_bins: int) -> dict:
+  """A member's hyperparameters and its served (temperature-scaled) eval metrics."""
+  config = read_record(member.model_dir, TRAINER_CONFIG_FILE) or {}
+  return {"name": member.name, "model_dir": member.model_dir,
+          "hyperparameters": {k: config[k] for k in HYPERPARAMETERS if k in config},
+          "temperature": temperature_value, "eval": probability_metrics(served, labels, num_bins)}
+
+
+def _sharpen(probabilities: np.ndarray, temperature_value: float) -> np.ndarray:
+  """softmax(log p / T): what temperature scaling serves for probabilities p."""
+  logits = np.log(np.maximum(probabilities, _PROBABILITY_FLOOR)) / temperature_value
+  logits -= logits.max(axis=1, keepdims=True)
+  exp = np.exp(logits)
+  return exp / exp.sum(axis=1, keepdims=True)
+
+
+def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transform_output: str,
+                   export_dir: str, ensemble_size: int, objective: str = "nll",
+                   eval_batch_size: int = 256, num_bins: int = 15) -> dict:
+  """Selects members on the eval split, exports the temperature-scaled ensemble to export_dir
+  and returns (and records in its assets.extra/ensemble.json) what was chosen and why."""
+  if not members:
+    raise ValueError("An ensemble needs at least one member model.")
+  tft_output = tft.TFTransformOutput(transform_output)
+  batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
+  networks, probabilities, labels = [], [], None
+  temperatures = [member_temperature(member.model_dir) for member in members]
+  for member, member_t in zip(members, temperatures):
+    network = load_member(member.model_dir)
+    logits, labels = temperature.model_logits(network, batches)
+    networks.append(network)
+    probabilities.append(tf.nn.softmax(logits.astype(np.float64) / member_t).numpy())
+    log.info("Member %s: served eval NLL %.4f (T = %.4f).", member.name,
+             _nll(probabilities[-1], labels), member_t)
+  probabilities = np.stack(probabilities)
+  picks = greedy_selection(probabilities, labels, ensemble_size, objective)
+  weights = selection_weights(picks, len(members))
+  chosen = [i for i in range(len(members)) if weights[i] > 0]
+  log.info("Selected %s (picks %s, weights %s).", [members[i].name for i in chosen], picks,
+           [round(float(weights[i]), 4) for i in chosen])
+  network = ensemble_network([networks[i] for i in chosen], weights[chosen],
+                             [temperatures[i] for i in chosen])
+  calibration = temperature.calibrate(network, batches)
+  mean = np.tensordot(weights, probabilities, axes=1)
+  record = {
+      "objective": objective, "ensemble_size": ensemble_size, "picks": picks,
+      "members": [{"name": members[i].name, "weight": float(weights[i])} for i in chosen],
+      "trials": [member_record(m, p, labels, t, num_bins)
+                 for m, p, t in zip(members, probabilities, temperatures)],
+      "diversity": disagreement(probabilities[chosen]),
+      "eval": probability_metrics(_sharpen(mean, calibration["temperature"]), labels, num_bins),
+      "objective_value": objective_value(mean, labels, objective)}
+  export_serving_model(network, tft_output, export_dir, calibration,
+                       records={ENSEMBLE_FILE: record})
+  return record
+
+
+def best_single(record: dict) -> dict:
+  """The trial a plain sweep would deploy: the lowest served eval NLL."""
+  return min(record["trials"], key=lambda trial: trial["eval"]["nll"])

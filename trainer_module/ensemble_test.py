@@ -1,0 +1,126 @@
+"""Greedy selection (known answers), and the ensemble model serving the weighted mean."""
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from tests.transform_runs import transformed_digits
+from trainer_module import ensemble
+from trainer_module.config import TrainerConfig
+from trainer_module.export import (ENSEMBLE_FILE, TRAINER_CONFIG_FILE, export_serving_model,
+                                   read_record)
+from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
+from trainer_module.model import wide_resnet
+
+
+def _two_class(p_true):
+  """[examples, 2] probabilities whose true class (0) gets p_true."""
+  p_true = np.asarray(p_true, np.float64)
+  return np.stack([p_true, 1 - p_true], axis=1)
+
+
+LABELS = np.zeros(4, np.int64)
+# Member 1 is best alone (NLL 1.151); adding member 0 helps (1.134), then member 1 again helps
+# more (1.126) than member 0 again (1.159); no fourth pick improves, and member 2 never helps.
+MEMBERS = np.stack([_two_class([0.1, 0.9, 0.1, 0.6]), _two_class([0.1, 0.4, 0.5, 0.5]),
+                    _two_class([0.1, 0.1, 0.1, 0.1])])
+
+
+def test_greedy_selection_picks_a_member_twice_and_stops_when_nothing_improves():
+  assert ensemble.greedy_selection(MEMBERS, LABELS, size=3) == [1, 0, 1]
+  np.testing.assert_allclose(ensemble.selection_weights([1, 0, 1], 3), [1 / 3, 2 / 3, 0])
+
+
+def test_greedy_selection_stops_at_ensemble_size_distinct_members():
+  assert ensemble.greedy_selection(MEMBERS, LABELS, size=1) == [1]
+  # With size 2 the repeat pick still comes (one distinct member was not yet added by it).
+  assert ensemble.greedy_selection(MEMBERS, LABELS, size=2) == [1, 0]
+
+
+def test_a_member_that_cannot_be_improved_on_is_an_ensemble_of_one():
+  members = np.stack([_two_class([0.9] * 4), _two_class([0.6] * 4)])
+  assert ensemble.greedy_selection(members, LABELS, size=2) == [0]
+
+
+def test_the_acc_objective_maximises_accuracy():
+  right, wrong = _two_class([0.6] * 4), _two_class([0.4] * 4)
+  assert ensemble.greedy_selection(np.stack([wrong, right]), LABELS, 2, "acc") == [1]
+  assert ensemble.objective_value(right, LABELS, "acc") == -1.0
+  assert ensemble.objective_value(right, LABELS, "nll-acc") == pytest.approx(-np.log(0.6) - 1)
+  with pytest.raises(ValueError, match="ensemble_objective='brier'"):
+    ensemble.objective_value(right, LABELS, "brier")
+
+
+def test_selection_rejects_predictions_that_do_not_match_the_labels():
+  with pytest.raises(ValueError, match="do not match 3 eval labels"):
+    ensemble.greedy_selection(MEMBERS, np.zeros(3, np.int64), 2)
+
+
+def test_disagreement_is_the_mean_pairwise_share_of_differing_top_classes():
+  a = _two_class([0.9, 0.9, 0.9, 0.9])  # Predicts 0 everywhere.
+  b = _two_class([0.9, 0.9, 0.1, 0.1])  # Differs from a on half the examples.
+  c = _two_class([0.1, 0.9, 0.9, 0.9])  # Differs from a on 1/4, from b on 3/4.
+  assert ensemble.disagreement(np.stack([a, b, c])) == pytest.approx((0.5 + 0.25 + 0.75) / 3)
+  assert ensemble.disagreement(np.stack([a])) == 0.0
+
+
+@pytest.fixture(scope="module")
+def members(tmp_path_factory):
+  """Three differently initialised (untrained) WRN-10-1s exported like trained members."""
+  work = tmp_path_factory.mktemp("ensemble")
+  flags = transformed_digits(str(work / "data"), count=60, eval_count=40)
+  tft_output = tft.TFTransformOutput(flags["transform_output"])
+  result = []
+  for seed in range(3):
+    config = TrainerConfig(depth=10, width_multiplier=1, seed=seed, label_smoothing=0.01 * seed)
+    tf.keras.utils.set_random_seed(seed)
+    model_dir = str(work / f"member_{seed}")
+    export_serving_model(wide_resnet(config), tft_output, model_dir,
+                         calibration={"temperature": 1.0 + seed},
+                         records={TRAINER_CONFIG_FILE: config.to_dict()})
+    result.append(ensemble.Member(name=f"trial_{seed}", model_dir=model_dir))
+  return work, flags, result
+
+
+def _serve(model_dir, images):
+  serve = tf.saved_model.load(model_dir).signatures["serving_images"]
+  return {k: v.numpy() for k, v in serve(images=tf.constant(images)).items()}
+
+
+def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members):
+  work, flags, member_list = members
+  export_dir = str(work / "ensemble")
+  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
+                                   flags["transform_output"], export_dir, ensemble_size=3)
+  weights = {m["name"]: m["weight"] for m in record["members"]}
+  assert sum(weights.values()) == pytest.approx(1.0)
+  assert len(record["picks"]) >= 1 and len(record["trials"]) == 3
+  assert record["trials"][2]["hyperparameters"]["label_smoothing"] == 0.02
+  assert record["trials"][1]["temperature"] == 2.0
+
+  from tests.transform_runs import raw_digit_examples
+  images = [example["image"] for example in raw_digit_examples(16)]
+  served = _serve(export_dir, images)
+  # Members as served (each with its own T = 1, 2, 3), averaged with the selection's weights.
+  expected = sum(weights.get(m.name, 0.0) * _serve(m.model_dir, images)[PROBABILITIES_KEY]
+                 for m in member_list)
+  np.testing.assert_allclose(served[UNCALIBRATED_PROBABILITIES_KEY], expected, atol=1e-5)
+  # Temperature scaling of the ensemble: softmax(log(mean) / T).
+  calibration = json.loads(open(os.path.join(export_dir, "assets.extra",
+                                             "temperature.json")).read())
+  sharpened = np.exp(np.log(expected) / calibration["temperature"])
+  np.testing.assert_allclose(served[PROBABILITIES_KEY],
+                             sharpened / sharpened.sum(axis=1, keepdims=True), atol=1e-5)
+  assert read_record(export_dir, ENSEMBLE_FILE)["picks"] == record["picks"]
+
+
+def test_a_missing_member_model_is_named(members, tmp_path):
+  _, flags, member_list = members
+  missing = dataclasses.replace(member_list[0], model_dir=str(tmp_path / "nothing"))
+  with pytest.raises(FileNotFoundError, match=str(tmp_path / "nothing")):
+    ensemble.build_ensemble([missing], [flags["eval_files"]], flags["transform_output"],
+                            str(tmp_path / "out"), ensemble_size=1)
