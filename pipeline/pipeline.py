@@ -3,6 +3,8 @@
 ExampleGen -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate ->
 Transform -> Trainer -> Evaluator (against the ProductionModel) -> Pusher, and
 ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
+With warm_start=production, a second ProductionModel (WarmStartModel, no candidate) gives the
+Trainer the model in production as its base_model.
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from kubeflow import cluster
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config
 from trainer_module import preprocessing
+from trainer_module.config import WARM_START_FROM_PRODUCTION
 
+WARM_START_MODEL_ID = "WarmStartModel"
 _TRAINER_MODULE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer_module")
 
 
@@ -83,8 +87,15 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
                                   fingerprint)
   transform.add_upstream_node(gate)
 
+  # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
+  # base model comes from an instance of its own, resolved before training.
+  warm_start_model = None
+  if config.trainer.warm_start == WARM_START_FROM_PRODUCTION:
+    warm_start_model = ProductionModel(
+        serving_directory=config.serving_model_dir).with_id(WARM_START_MODEL_ID)
   trainer = cluster.trainer(
       config, fingerprint,
+      base_model=warm_start_model.outputs["model"] if warm_start_model else None,
       examples=transform.outputs["transformed_examples"],
       transform_graph=transform.outputs["transform_graph"],
       schema=schema.outputs["schema"],
@@ -119,7 +130,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
-      components=[examples, statistics, schema, validator, gate, transform, trainer,
+      components=[examples, statistics, schema, validator, gate, transform,
+                  *([warm_start_model] if warm_start_model else []), trainer,
                   eval_examples, production, evaluator, pusher],
       enable_cache=config.enable_cache,
       metadata_connection_config=cluster.metadata_connection(config),

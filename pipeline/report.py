@@ -116,6 +116,9 @@ def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_pat
     lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
                  f"{test['examples']} held-out test examples, served model, fresh process)")
   model = run.latest_output("model", producer="Trainer")
+  if model is not None:
+    lines.append("  warm-started:    "
+                 + run_report.warm_start_summary(os.path.join(model.uri, "Format-Serving")))
   if evaluation is not None:
     report_dir = os.path.join(config.output_dir, "reports",
                               os.path.splitext(os.path.basename(log_path))[0])
