@@ -9,7 +9,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import cli
 from kubeflow import config as kubeflow_config
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, from_flags
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
@@ -148,3 +148,18 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
   assert (baseline.producer_task, baseline.output_artifact_key) == ("ProductionModel", "model")
   assert not tasks["ProductionModel"].caching_options.enable_cache
   assert tasks["Trainer"].caching_options.enable_cache
+
+
+def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_path):
+  from kubeflow import compiler
+  from kubeflow.conftest import TFRECORD_FLAGS
+  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=cli.cluster_base())
+  spec = _spec(compiler.compile_pipeline(config, str(tmp_path)))
+  tasks = spec.root.dag.tasks
+  base_model = tasks["Trainer"].inputs.artifacts["base_model"].task_output_artifact
+  assert (base_model.producer_task, base_model.output_artifact_key) == ("WarmStartModel",
+                                                                        "model")
+  assert not tasks["WarmStartModel"].caching_options.enable_cache
+  assert "candidate" not in tasks["WarmStartModel"].inputs.artifacts
+  executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
+  assert all("container" in executor for executor in executors.values())
