@@ -9,7 +9,9 @@ Default local model (WRN-16-2, 15 epochs, batch 64) on the pipeline's digits tra
    most a quarter of the from-scratch steps. The scratch run's own eval after the same number
    of epochs is printed beside it.
 3. transfer: digits 5-9 relabelled 0-4 (num_classes=5), `--transfer_steps` steps each, from
-   scratch and warm-started from the 10-class model with warm_start_exclude=head.
+   scratch and warm-started from the 10-class model with warm_start_exclude=head, at the
+   default fine-tuning rate (warm_start_lr_ratio 0.1) and at the full rate (1.0: the fresh
+   head has everything to learn).
 
 Metrics are the trainer's final eval (uncalibrated logits). Prints one table; --keep keeps the
 work directory.
@@ -112,9 +114,10 @@ def main():
     steps = f"--train_steps={args.transfer_steps}"
     t_scratch, _, _ = train("transfer-scratch", five, transform_dir,
                             os.path.join(work, "t-scratch"), "--num_classes=5", steps)
-    t_warm, _, _ = train("transfer-warm", five, transform_dir, os.path.join(work, "t-warm"),
-                         "--num_classes=5", steps, f"--warm_start={production}",
-                         "--warm_start_exclude=head")
+    t_warm = {ratio: train(f"transfer-warm-{ratio}", five, transform_dir,
+                           os.path.join(work, f"t-warm-{ratio}"), "--num_classes=5", steps,
+                           f"--warm_start={production}", "--warm_start_exclude=head",
+                           f"--warm_start_lr_ratio={ratio}")[0] for ratio in (0.1, 1.0)}
   finally:
     if not args.keep:
       shutil.rmtree(work, ignore_errors=True)
@@ -130,8 +133,9 @@ def main():
         f"{warm['eval/nll'] <= scratch['eval/nll']}")
   print(f"5-class transfer, scratch    {args.transfer_steps:5d}  "
         f"{t_scratch['eval/accuracy']:.4f}         {t_scratch['eval/nll']:.4f}")
-  print(f"5-class transfer, warm/head  {args.transfer_steps:5d}  "
-        f"{t_warm['eval/accuracy']:.4f}         {t_warm['eval/nll']:.4f}")
+  for ratio, metrics in t_warm.items():
+    print(f"5-class transfer, warm {ratio:<4}  {args.transfer_steps:5d}  "
+          f"{metrics['eval/accuracy']:.4f}         {metrics['eval/nll']:.4f}")
 
 
 if __name__ == "__main__":
