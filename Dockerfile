@@ -20,4 +20,8 @@ COPY components/ components/
 COPY trainer_module/ trainer_module/
 COPY kubeflow/ kubeflow/
 RUN python -m pip install --no-cache-dir --no-deps . \
- && cd / && python -c "import pipeline.pipeline, kubeflow.cluster, trainer_module.trainer"
+ && cd / && python -c "import pipeline.pipeline, kubeflow.cluster, kubeflow.kfp_entrypoint, \
+                        trainer_module.trainer" \
+ && python -c "from kubeflow import object_storage; object_storage.register_tensorflow_s3()"
+# No ENTRYPOINT here: the TFX image's, Beam's SDK harness boot program, makes this image the
+# SDK container of Dataflow and portable runners (README, "Beam beyond one pod").

@@ -9,7 +9,8 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup lock clean bench-augmix bench-trainer bench-evaluator kubeflow-compile kubeflow-image
+.PHONY: run test setup lock clean bench-augmix bench-trainer bench-evaluator kubeflow-compile kubeflow-image \
+	kubeflow-local
 
 setup: $(STAMP)
 
@@ -59,6 +60,11 @@ bench-evaluator: $(STAMP)
 #   make kubeflow-compile ARGS="--image=gcr.io/PROJECT/wrn-pipeline:TAG --output_dir=gs://BUCKET/wrn"
 kubeflow-compile: $(STAMP)
 	$(VENV_PY) -m kubeflow compile $(ARGS)
+
+# The compiled kfp spec of the tiny e2e config, executed as an open-source KFP backend would
+# (tests/kfp_harness.py) on a local S3 server; prints where the pushed model is.
+kubeflow-local: $(STAMP)
+	$(VENV_PY) -m tests.kfp_harness $(ARGS)
 
 kubeflow-image:
 	@[ -n "$(IMAGE)" ] || { echo "IMAGE is required: make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG"; exit 2; }

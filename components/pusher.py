@@ -1,17 +1,25 @@
 """Pusher that writes numeric versions atomically and never pushes the serving model twice.
 
 TFX's Pusher copies straight into `<base>/<unix time>`: a kill mid-copy leaves a partial
-version that TF Serving would try to load, and re-blessing the model already in production
-(an unchanged rerun compares the model with itself) pushes a duplicate version. Here a version
-is assembled under a hidden temporary name and renamed into place, and a model whose content
-fingerprint equals the latest version's is not pushed again.
+version that TF Serving would try to load, two pushes in one second share a directory, and
+re-blessing the model already in production (an unchanged rerun compares the model with
+itself) pushes a duplicate version. Here each push assembles its version in a hidden staging
+directory of its own and renames it to a number no other version holds (never overwriting),
+the published copy is checked against the source fingerprint, and a model whose fingerprint
+equals the latest version's is not pushed again. Concurrent pushes are safe on a local or
+POSIX file system; on object storage a rename is a copy and delete, so two pushes there can
+still pick one number: keep them apart by running one pipeline per serving directory.
 """
 import hashlib
 import json
 import logging
 import os
+import socket
 import time
-from typing import Any, Dict, List, Optional
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+import tensorflow as tf
 
 from tfx import types
 from tfx.components.pusher import executor as pusher_executor
@@ -27,13 +35,17 @@ ALREADY_SERVING_KEY = "already_serving"
 _INCOMPLETE_PREFIX = ".incomplete-"
 
 
-def saved_model_fingerprint(model_dir: str) -> str:
-  """SHA-256 over the relative paths and bytes of every file of a SavedModel."""
+def saved_model_fingerprint(model_dir: str, exclude: Tuple[str, ...] = ()) -> str:
+  """SHA-256 over the relative paths and bytes of every file of a SavedModel (but `exclude`,
+  relative paths)."""
   digest = hashlib.sha256()
   for root, _, files in sorted(fileio.walk(model_dir)):
     for name in sorted(files):
       path = os.path.join(root, name)
-      digest.update(os.path.relpath(path, model_dir).encode())
+      relative = os.path.relpath(path, model_dir)
+      if relative in exclude:
+        continue
+      digest.update(relative.encode())
       with fileio.open(path, "rb") as f:
         digest.update(f.read())
   return digest.hexdigest()
@@ -54,29 +66,77 @@ def pushed_fingerprint(version_dir: str) -> Optional[str]:
     return json.load(f).get("model_fingerprint")
 
 
+def _staging_name() -> str:
+  """Unique per push; names its host and pid so only a dead push's leftovers are removed."""
+  return f"{_INCOMPLETE_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def _left_by_dead_push(name: str) -> bool:
+  parts = name[len(_INCOMPLETE_PREFIX):].rsplit("-", 2)
+  if len(parts) != 3 or not parts[1].isdigit():
+    return True  # An older naming scheme: from before this code, so from no live push.
+  host, pid, _ = parts
+  return host == socket.gethostname() and not _process_alive(int(pid))
+
+
+def _process_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # Alive, another user's.
+  return True
+
+
 def remove_stale_staging_dirs(base_directory: str) -> None:
-  """Deletes what killed pushes left: hidden `.incomplete-*` directories (one pipeline pushes
-  to a base directory at a time, so none of them belongs to a live push)."""
+  """Deletes what killed pushes left: hidden `.incomplete-*` directories of pushes whose
+  process is gone (on this host; another host's are left alone)."""
   if not fileio.exists(base_directory):
     return
   for name in fileio.listdir(base_directory):
-    if name.rstrip("/").startswith(_INCOMPLETE_PREFIX):
+    name = name.rstrip("/")
+    if name.startswith(_INCOMPLETE_PREFIX) and _left_by_dead_push(name):
       log.info("Removing %s, left by an interrupted push.", name)
-      fileio.rmtree(os.path.join(base_directory, name.rstrip("/")))
+      fileio.rmtree(os.path.join(base_directory, name))
+
+
+def _rename_if_absent(staging_dir: str, final_dir: str) -> bool:
+  """Renames, never over an existing version: a local rename(2) of a directory onto a
+  non-empty one fails atomically, so of two pushes that chose one number, one gets it."""
+  if fileio.exists(final_dir):
+    return False
+  try:
+    fileio.rename(staging_dir, final_dir, overwrite=False)
+  except (OSError, tf.errors.OpError):
+    if fileio.exists(final_dir) and fileio.exists(staging_dir):
+      return False  # Lost the race for this number.
+    raise
+  return True
 
 
 def push_version(model_dir: str, base_directory: str, fingerprint: str) -> str:
-  """Copies the model to a new numeric version under a temporary name, then renames it."""
-  versions = serving_versions(base_directory)
-  version = max(int(time.time()), versions[-1] + 1 if versions else 0)
-  final_dir = os.path.join(base_directory, str(version))
-  staging_dir = os.path.join(base_directory, f"{_INCOMPLETE_PREFIX}{version}")
+  """Copies the model to a staging directory of its own, renames it to the next free numeric
+  version, and checks the published copy against the source fingerprint."""
   remove_stale_staging_dirs(base_directory)
+  staging_dir = os.path.join(base_directory, _staging_name())
   io_utils.copy_dir(model_dir, staging_dir)
   io_utils.write_string_file(
       os.path.join(staging_dir, PUSH_INFO_PATH),
       json.dumps({"model_fingerprint": fingerprint, "source": model_dir}, indent=2))
-  fileio.rename(staging_dir, final_dir)
+  while True:
+    versions = serving_versions(base_directory)
+    version = max(int(time.time()), versions[-1] + 1 if versions else 0)
+    final_dir = os.path.join(base_directory, str(version))
+    if _rename_if_absent(staging_dir, final_dir):
+      break
+  published = saved_model_fingerprint(final_dir, exclude=(PUSH_INFO_PATH,))
+  if published != fingerprint or pushed_fingerprint(final_dir) != fingerprint:
+    # Hidden again, so TF Serving never loads it; the next push removes it.
+    fileio.rename(final_dir, os.path.join(base_directory, _INCOMPLETE_PREFIX + "bad-" +
+                                          uuid.uuid4().hex))
+    raise RuntimeError(f"The copy published as {final_dir} does not match the model {model_dir} "
+                       f"(fingerprint {published}, expected {fingerprint}); it was withdrawn.")
   return final_dir
 
 

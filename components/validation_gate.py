@@ -1,9 +1,12 @@
 """Stops the pipeline on bad data, before it costs training time.
 
 ExampleValidator records anomalies against the schema (missing features, labels out of range)
-but does not stop anything, and the schema cannot say "a 32x32 RGB PNG". This component fails
-the run when ExampleValidator found anomalies or when an image does not decode to the expected
-shape, naming the split, the example key, the file and the problem.
+but does not stop anything, and the schema cannot say "a 32x32 RGB PNG" or "keys are unique".
+This component fails the run when ExampleValidator found anomalies, when an image is not what
+serving accepts (trainer_module/image_format.py: judged by its header first, so a
+decompression bomb is never decoded), or when an example key appears twice in a split or in
+more than one split (keys seed AugMix and the corruptions and define the split), naming the
+split, the key, the file(s) and the problem.
 """
 
 import json
@@ -20,6 +23,7 @@ from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.experimental import simple_artifacts
 
 from components import image_sources
+from trainer_module import image_format
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE
 
 MAX_REPORTED_PROBLEMS = 20
@@ -31,10 +35,13 @@ class DataValidationError(ValueError):
 
 
 def image_problem(example: tf.train.Example) -> Optional[str]:
-  """Why an example's image is unusable, or None when it decodes to IMAGE_SHAPE."""
+  """Why an example's image is unusable, or None when it is what serving accepts too."""
   images = example.features.feature[IMAGE_KEY].bytes_list.value
   if len(images) != 1:
     return f"feature '{IMAGE_KEY}' has {len(images)} values, expected 1"
+  header_problem = image_format.header_problem(images[0])
+  if header_problem:
+    return f"'{IMAGE_KEY}' {header_problem}"
   try:
     image = image_sources.decode_png(images[0])
   except Exception as error:  # PIL raises several types for garbage bytes.
@@ -49,12 +56,29 @@ def example_key(example: tf.train.Example) -> str:
   return keys[0].decode("utf-8", "replace") if keys else "<no key>"
 
 
-def _check(file_and_record: Tuple[str, bytes], split: str) -> Iterable[Tuple[str, str, str, str]]:
+# (split, example key, file(s), problem): one reported problem.
+Problem = Tuple[str, str, str, str]
+
+
+def _inspect(file_and_record: Tuple[str, bytes], split: str) -> Tuple[str, str, str,
+                                                                      Optional[str]]:
   filename, serialized = file_and_record
   example = tf.train.Example.FromString(serialized)
-  problem = image_problem(example)
-  if problem:
-    yield (split, example_key(example), os.path.basename(filename), problem)
+  return split, example_key(example), os.path.basename(filename), image_problem(example)
+
+
+def key_problem(key: str, places: Iterable[Tuple[str, str]]) -> Optional[Problem]:
+  """places: (split, file) of every example with this key; a problem unless there is one."""
+  places = sorted(places)
+  if len(places) < 2:
+    return None
+  splits = sorted({split for split, _ in places})
+  files = ", ".join(f"{filename} in {split}" for split, filename in places)
+  if len(splits) > 1:
+    return (splits[0], key, files, f"key is in splits {', '.join(splits)}; a key must be in "
+            "one split only")
+  return (splits[0], key, files, f"key appears {len(places)} times in the split; keys must be "
+          "unique")
 
 
 def schema_anomalies(anomalies_uri: str, split: str) -> List[str]:
@@ -70,14 +94,15 @@ def schema_anomalies(anomalies_uri: str, split: str) -> List[str]:
   return lines
 
 
-def format_problems(schema_problems: List[str], image_problems: List[Tuple[str, str, str, str]],
-                    num_bad_images: int) -> str:
+def format_problems(schema_problems: List[str], example_problems: List[Problem],
+                    num_bad_examples: int) -> str:
   lines = ["Bad input data; the pipeline stops before Transform and Trainer."]
   lines += [f"  - schema anomaly: {problem}" for problem in schema_problems]
   lines += [f"  - split '{split}', example key '{key}' (file {filename}): {problem}"
-            for split, key, filename, problem in image_problems]
-  if num_bad_images > len(image_problems):
-    lines.append(f"  ... and {num_bad_images - len(image_problems)} more bad images.")
+            for split, key, filename, problem in example_problems]
+  if num_bad_examples > len(example_problems):
+    lines.append(f"  ... and {num_bad_examples - len(example_problems)} more bad examples or "
+                 "keys.")
   return "\n".join(lines)
 
 
@@ -88,30 +113,39 @@ def ValidationGate(
     report: OutputArtifact[simple_artifacts.Metrics],
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
-  """Fails with DataValidationError when any split holds an anomaly or an unusable image."""
+  """Fails with DataValidationError when any split holds an anomaly, an unusable image or a
+  key that is not unique."""
   splits = artifact_utils.decode_split_names(examples.split_names)
   schema_problems = [line for split in splits for line in schema_anomalies(anomalies.uri, split)]
-  samples_path = os.path.join(report.uri, "bad_images")
-  counts_path = os.path.join(report.uri, "bad_image_count")
+  samples_path = os.path.join(report.uri, "bad_examples")
+  counts_path = os.path.join(report.uri, "bad_example_count")
   with beam_pipeline as pipeline:
-    bad = []
+    inspected = []
     for split in splits:
       pattern = os.path.join(examples.uri, f"Split-{split}", "*")
-      bad.append(pipeline
-                 | f"Files[{split}]" >> beam.Create(sorted(tf.io.gfile.glob(pattern)))
-                 | f"Read[{split}]" >> beam.io.ReadAllFromTFRecord(with_filename=True)
-                 | f"Check[{split}]" >> beam.FlatMap(_check, split))
-    bad = bad | "Flatten" >> beam.Flatten()
+      inspected.append(pipeline
+                       | f"Files[{split}]" >> beam.Create(sorted(tf.io.gfile.glob(pattern)))
+                       | f"Read[{split}]" >> beam.io.ReadAllFromTFRecord(with_filename=True)
+                       | f"Inspect[{split}]" >> beam.Map(_inspect, split))
+    inspected = inspected | "Flatten" >> beam.Flatten()
+    bad_images = inspected | "BadImages" >> beam.Filter(lambda found: found[3] is not None)
+    bad_keys = (inspected
+                | "ByKey" >> beam.Map(lambda found: (found[1], (found[0], found[2])))
+                | "GroupByKey" >> beam.GroupByKey()
+                | "BadKeys" >> beam.MapTuple(key_problem)
+                | "DropUnique" >> beam.Filter(lambda problem: problem is not None))
+    bad = (bad_images, bad_keys) | "AllProblems" >> beam.Flatten()
     (bad | "First" >> beam.combiners.Top.Smallest(MAX_REPORTED_PROBLEMS)
      | "Json" >> beam.Map(json.dumps)
      | "WriteFirst" >> beam.io.WriteToText(samples_path, shard_name_template=""))
     (bad | "Count" >> beam.combiners.Count.Globally()
      | "WriteCount" >> beam.io.WriteToText(counts_path, shard_name_template=""))
-  image_problems = [tuple(p) for p in json.loads(tf.io.gfile.GFile(samples_path).read())]
-  num_bad_images = int(tf.io.gfile.GFile(counts_path).read())
+  example_problems = [tuple(p) for p in json.loads(tf.io.gfile.GFile(samples_path).read())]
+  num_bad_examples = int(tf.io.gfile.GFile(counts_path).read())
   summary = {"splits": splits, "schema_anomalies": schema_problems,
-             "bad_images": image_problems, "num_bad_images": num_bad_images}
+             "bad_examples": example_problems, "num_bad_examples": num_bad_examples}
   with tf.io.gfile.GFile(os.path.join(report.uri, REPORT_FILE), "w") as f:
     json.dump(summary, f, indent=2)
-  if schema_problems or num_bad_images:
-    raise DataValidationError(format_problems(schema_problems, image_problems, num_bad_images))
+  if schema_problems or num_bad_examples:
+    raise DataValidationError(format_problems(schema_problems, example_problems,
+                                              num_bad_examples))

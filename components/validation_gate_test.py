@@ -1,11 +1,15 @@
 """What the validation gate calls a bad image, and how it reports problems."""
 import io
+import resource
+import time
 
 import numpy as np
 from PIL import Image
 
 from components.image_sources import encode_png, make_example
-from components.validation_gate import example_key, format_problems, image_problem
+from components.validation_gate import example_key, format_problems, image_problem, key_problem
+from tests.tfrecord_inputs import png_bomb
+from trainer_module import image_format
 
 
 def _png(shape):
@@ -29,9 +33,38 @@ def test_a_jpeg_is_not_accepted_as_png():
   assert "not a PNG" in image_problem(make_example("k", buffer.getvalue(), 1))
 
 
-def test_wrong_shapes_are_named_with_the_shape_found():
-  assert "(28, 28, 3)" in image_problem(make_example("k", _png((28, 28, 3)), 1))
-  assert "(32, 32)" in image_problem(make_example("k", _png((32, 32)), 1))
+def test_wrong_sizes_and_kinds_are_named_from_the_header_as_serving_names_them():
+  assert "'image' declares 28x28 pixels (expected an 8-bit RGB PNG of 32x32 pixels)" in (
+      image_problem(make_example("k", _png((28, 28, 3)), 1)))
+  assert "is a 8-bit grayscale PNG" in image_problem(make_example("k", _png((32, 32)), 1))
+  assert "is a 8-bit RGBA PNG" in image_problem(make_example("k", _png((32, 32, 4)), 1))
+
+
+def test_the_gate_and_serving_accept_and_refuse_the_same_images():
+  for image in (_png((32, 32, 3)), _png((28, 28, 3)), _png((32, 32)), _png((32, 32, 4)),
+                b"\x00garbage", b""):
+    gate_accepts = image_problem(make_example("k", image, 1)) is None
+    assert gate_accepts == (image_format.header_problem(image) is None)
+
+
+def test_a_decompression_bomb_is_refused_by_its_header_without_decoding():
+  bomb = png_bomb(12000, 12000)  # 420 KB declaring 432 MB of pixels.
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  started = time.time()
+  problem = image_problem(make_example("k", bomb, 1))
+  assert "declares 12000x12000 pixels" in problem and "not decoded" in problem
+  assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before < 50
+  assert time.time() - started < 1
+
+
+def test_a_key_found_once_is_fine_twice_in_a_split_or_in_two_splits_is_named_with_its_files():
+  assert key_problem("k", [("train", "a.gz")]) is None
+  assert key_problem("k", [("train", "a.gz"), ("train", "b.gz")]) == (
+      "train", "k", "a.gz in train, b.gz in train",
+      "key appears 2 times in the split; keys must be unique")
+  assert key_problem("k", [("test", "t.gz"), ("train", "a.gz")]) == (
+      "test", "k", "t.gz in test, a.gz in train",
+      "key is in splits test, train; a key must be in one split only")
 
 
 def test_a_missing_image_is_named():
@@ -50,7 +83,7 @@ def test_example_key_falls_back_when_missing():
 def test_report_lists_every_problem_and_how_many_were_left_out():
   message = format_problems(
       ["split 'train', feature 'label': Out-of-range values: ..."],
-      [("eval", "bad-1", "data.gz", "'image' is not a PNG image")], num_bad_images=3)
+      [("eval", "bad-1", "data.gz", "'image' is not a PNG image")], num_bad_examples=3)
   assert "feature 'label': Out-of-range values" in message
   assert "split 'eval', example key 'bad-1' (file data.gz): 'image' is not a PNG image" in message
-  assert "2 more bad images" in message
+  assert "2 more bad examples or keys" in message

@@ -5,6 +5,12 @@ Two files come out of one compile:
 - `<name>.json`, that PipelineJob (Vertex AI Pipelines takes it as is);
 - `<name>.yaml`, the pipeline spec alone, which is what a Kubeflow Pipelines server uploads.
 Both carry the pipeline root (object storage) and the runtime parameters with their defaults.
+
+With kubeflow_target=kfp (an open-source KFP v2 server) the spec is adapted to what that
+backend runs: only container and importer executors (its argocompiler refuses the rest), every
+container started through kubeflow.kfp_entrypoint (which repairs the artifacts the OSS driver
+hands over and runs ExampleGen's pre-cache-check driver, a hook the OSS backend ignores), and
+KFP's cache off for tasks whose result depends on state their cache key cannot see.
 """
 import dataclasses
 import json
@@ -15,10 +21,14 @@ import yaml
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
+from kubeflow import kfp_entrypoint
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
 
-
+# What backend/src/v2/compiler/argocompiler/dag.go (kubeflow/pipelines) turns into a workflow;
+# it fails the whole pipeline on a resolver ("not implemented") or customJob ("Google Cloud
+# only") executor.
+OPEN_SOURCE_EXECUTOR_KINDS = ("container", "importer")
 # Tasks whose result depends on state outside their inputs.
 UNCACHEABLE_TASKS = ("ProductionModel", WARM_START_MODEL_ID)
 
@@ -63,7 +73,50 @@ def pipeline_job(config: PipelineConfig) -> dict:
   for task_name in UNCACHEABLE_TASKS:
     if task_name in spec["root"]["dag"]["tasks"]:
       spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
+  if config.kubeflow.kubeflow_target == "kfp":
+    adapt_to_open_source_kfp(spec)
   return job
+
+
+def adapt_to_open_source_kfp(spec: dict) -> None:
+  """Makes a TFX-compiled spec runnable by an open-source KFP v2 backend, in place; raises
+  naming any executor that backend would refuse."""
+  executors = spec["deploymentSpec"]["executors"]
+  refused = sorted(f"{name} ({kind})" for name, executor in executors.items()
+                   for kind in executor if kind not in OPEN_SOURCE_EXECUTOR_KINDS)
+  if refused:
+    raise ValueError(
+        f"kubeflow_target=kfp: executor(s) {', '.join(refused)} cannot run on an open-source "
+        f"Kubeflow Pipelines server, which runs only {OPEN_SOURCE_EXECUTOR_KINDS} executors; "
+        "compile with --kubeflow_target=vertex for Vertex AI Pipelines.")
+  uncached = set()
+  for component_name, component in spec["components"].items():
+    container = executors[component["executorLabel"]].get("container")
+    if container is None:
+      continue
+    types = {direction: {name: artifact_title(definition["artifactType"])
+                         for name, definition in
+                         component.get(f"{direction}Definitions", {}).get("artifacts", {}).items()}
+             for direction in ("input", "output")}
+    entrypoint_args = [kfp_entrypoint.ARTIFACT_TYPES_FLAG, json.dumps(types, sort_keys=True)]
+    if "lifecycle" in container:
+      # TFX's file-based ExampleGen driver (span, version, input fingerprint) runs in the
+      # entrypoint instead; the fingerprint cannot reach KFP's cache key, so no caching.
+      entrypoint_args.append(kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG)
+      del container["lifecycle"]
+      uncached.add(component_name)
+    container["command"] = list(kfp_entrypoint.COMMAND)
+    container["args"] = entrypoint_args + container["args"]
+  for task in spec["root"]["dag"]["tasks"].values():
+    if task["componentRef"]["name"] in uncached:
+      task["cachingOptions"] = {"enableCache": False}
+
+
+def artifact_title(artifact_type: dict) -> str:
+  """The schema title of a spec's artifact type (TFX writes instance schemas)."""
+  if "schemaTitle" in artifact_type:
+    return artifact_type["schemaTitle"]
+  return yaml.safe_load(artifact_type["instanceSchema"])["title"]
 
 
 def compile_pipeline(config: PipelineConfig, package_dir: str) -> CompiledPipeline:

@@ -2,12 +2,14 @@
 parameters (and that they reach the components), Vertex pools, and no path of this machine."""
 import json
 import os
+import re
 
+import pytest
 from google.protobuf import json_format
 from kfp.client import client as kfp_client
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from kubeflow import cli
+from kubeflow import cli, compiler, kfp_entrypoint
 from kubeflow import config as kubeflow_config
 from pipeline.config import PipelineConfig, from_flags
 from pipeline.pipeline import create_pipeline
@@ -151,7 +153,6 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
 
 
 def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_path):
-  from kubeflow import compiler
   from kubeflow.conftest import TFRECORD_FLAGS
   config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=cli.cluster_base())
   spec = _spec(compiler.compile_pipeline(config, str(tmp_path)))
@@ -163,3 +164,90 @@ def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_pat
   assert "candidate" not in tasks["WarmStartModel"].inputs.artifacts
   executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
   assert all("container" in executor for executor in executors.values())
+
+
+def test_the_kfp_spec_runs_every_container_through_the_compatibility_entrypoint(compiled):
+  """kubeflow_target=kfp (the default): only executors an open-source KFP server runs, each
+  container started by kubeflow.kfp_entrypoint with its component's own artifact types."""
+  config, package = compiled["tfrecord"]
+  assert config.kubeflow.kubeflow_target == "kfp"
+  spec = json_format.MessageToDict(_spec(package))
+  executors = spec["deploymentSpec"]["executors"]
+  assert {kind for executor in executors.values() for kind in executor} == {"container"}
+  for name, component in spec["components"].items():
+    container = executors[component["executorLabel"]]["container"]
+    assert tuple(container["command"]) == kfp_entrypoint.COMMAND
+    assert "lifecycle" not in container  # The OSS backend never runs preCacheCheck hooks.
+    args = container["args"]
+    assert args[0] == kfp_entrypoint.ARTIFACT_TYPES_FLAG
+    types = json.loads(args[1])
+    for direction in ("input", "output"):
+      declared = component.get(f"{direction}Definitions", {}).get("artifacts", {})
+      assert set(types[direction]) == set(declared), name
+    assert args[args.index("--executor_class_path") + 1]  # TFX's own arguments follow.
+  assert json.loads(executors["Evaluator_executor"]["container"]["args"][1]) == {
+      "input": {"baseline_model": "tfx.Model", "examples": "tfx.Examples",
+                "model": "tfx.Model"},
+      "output": {"blessing": "tfx.ModelBlessing", "evaluation": "tfx.ModelEvaluation"}}
+
+
+def test_the_kfp_spec_runs_example_gens_driver_and_caches_nothing_that_reads_outside_state(
+    compiled):
+  _, package = compiled["tfrecord"]
+  spec = json_format.MessageToDict(_spec(package))
+  args = spec["deploymentSpec"]["executors"]["ImportExampleGen_executor"]["container"]["args"]
+  assert kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG in args
+  tasks = spec["root"]["dag"]["tasks"]
+  # New files under the same data_root leave KFP's cache key unchanged: no caching there.
+  uncached = {name for name, task in tasks.items()
+              if not task.get("cachingOptions", {}).get("enableCache")}
+  assert uncached == {"ImportExampleGen", "ProductionModel"}
+
+
+def test_the_vertex_spec_keeps_tfxs_own_entrypoint(compiled):
+  _, package = compiled["vertex"]
+  executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
+  commands = {tuple(e["container"]["command"]) for e in executors.values()}
+  assert commands == {("python", "-m",
+                       "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor")}
+
+
+@pytest.mark.parametrize("kind, message", [("resolver", "Baseline_executor (resolver)"),
+                                           ("customJob", "Baseline_executor (customJob)")])
+def test_kfp_compile_names_an_executor_the_open_source_backend_refuses(kind, message):
+  """backend/src/v2/compiler/argocompiler/dag.go refuses these; the compile fails first."""
+  spec = {"deploymentSpec": {"executors": {"Baseline_executor": {kind: {}},
+                                           "Trainer_executor": {"container": {}}}},
+          "components": {}, "root": {"dag": {"tasks": {}}}}
+  with pytest.raises(ValueError, match=re.escape(message) + ".*--kubeflow_target=vertex"):
+    compiler.adapt_to_open_source_kfp(spec)
+
+
+BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "Transform", "EvaluationSetGen",
+              "Evaluator")
+
+
+@pytest.mark.parametrize("flags, engine", [
+    (["--output_dir=gs://bucket/wrn", "--beam_runner=dataflow", "--dataflow_project=proj",
+      "--dataflow_region=us-central1", "--dataflow_temp_location=gs://bucket/tmp"],
+     ["--runner=DataflowRunner", "--project=proj", "--region=us-central1",
+      "--temp_location=gs://bucket/tmp", "--sdk_container_image=gcr.io/proj/wrn-pipeline:7",
+      "--sdk_location=container", "--experiments=use_runner_v2"]),
+    (["--output_dir=s3://bucket/wrn", "--beam_runner=portable",
+      "--beam_job_endpoint=flink-jobserver.flink:8099"],
+     ["--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099",
+      "--environment_type=DOCKER", "--environment_config=gcr.io/proj/wrn-pipeline:7",
+      "--beam_plugin=kubeflow.beam_worker"]),
+])
+def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flags, engine,
+                                                                            monkeypatch):
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "compile-me-not")
+  monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://minio-service.kubeflow:9000")
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=cli.cluster_base())
+  job = compiler.pipeline_job(config)
+  executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
+  for step in BEAM_STEPS:
+    args = executors[f"{step}_executor"]["container"]["args"]
+    assert args[-len(engine):] == engine, step
+    assert not [arg for arg in args if arg.startswith("--direct_")], step
+  assert "compile-me-not" not in json.dumps(job)  # Credentials stay in the pods' environment.

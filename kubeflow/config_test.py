@@ -7,6 +7,7 @@ from pipeline.config import from_flags
 
 CLUSTER = ["--image=gcr.io/proj/wrn:1", "--output_dir=gs://bucket/wrn",
            "--pipeline_name=wrn-image-classifier"]
+VERTEX = CLUSTER + ["--kubeflow_target=vertex"]
 
 
 def test_cluster_flags_make_one_config_with_everything_on_object_storage():
@@ -22,10 +23,10 @@ def test_cluster_flags_make_one_config_with_everything_on_object_storage():
 
 
 def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image():
-  config = from_flags(CLUSTER + ["--vertex_project=proj", "--machine_type=n1-standard-16",
-                                 "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=4",
-                                 "--replica_count=3",
-                                 "--distribution_strategy=multi_worker_mirrored"])
+  config = from_flags(VERTEX + ["--vertex_project=proj", "--machine_type=n1-standard-16",
+                                "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=4",
+                                "--replica_count=3",
+                                "--distribution_strategy=multi_worker_mirrored"])
   machine = {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_TESLA_V100",
              "accelerator_count": 4}
   image = {"image_uri": "gcr.io/proj/wrn:1"}
@@ -35,7 +36,8 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--output_dir=gs://bucket/wrn", "--pipeline_name=a-b", "--vertex_project=p"], "image=''"),
+    (["--output_dir=gs://bucket/wrn", "--pipeline_name=a-b", "--kubeflow_target=vertex"],
+     "image=''"),
     (["--image=i", "--output_dir=/data/out", "--pipeline_name=a-b"], "output_dir='/data/out'"),
     (["--image=i", "--output_dir=outputs", "--pipeline_name=a-b"], "output_dir='outputs'"),
     (CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=/data/tfrecords"],
@@ -45,21 +47,24 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
      "tfds_data_dir='/home/me/tfds'"),
     (CLUSTER + ["--schema_path=/etc/passwd"], "schema_path='/etc/passwd'"),
     (["--image=i", "--output_dir=gs://bucket/wrn"], "pipeline_name='wrn_image_classifier'"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=GTX_1080", "--accelerator_count=1"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=GTX_1080", "--accelerator_count=1"],
      "accelerator_type='GTX_1080'"),
     (CLUSTER + ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"],
      "vertex_project=''"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4"],
      "accelerator_count=0"),
-    (CLUSTER + ["--vertex_project=p", "--replica_count=4"],
+    (VERTEX + ["--vertex_project=p", "--replica_count=4"],
      "distribution_strategy='default': must be one of ('multi_worker_mirrored',)"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4",
-                "--accelerator_count=2"], "distribution_strategy='default': must be one of ('mirrored',)"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4",
+               "--accelerator_count=2"], "distribution_strategy='default': must be one of ('mirrored',)"),
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8"],
      "distribution_strategy='default': must be one of ('tpu',)"),
-    (CLUSTER + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8",
-                "--replica_count=2", "--distribution_strategy=tpu", "--tpu=local"],
+    (VERTEX + ["--vertex_project=p", "--accelerator_type=TPU_V3", "--accelerator_count=8",
+               "--replica_count=2", "--distribution_strategy=tpu", "--tpu=local"],
      "replica_count=2"),
+    (CLUSTER + ["--kubeflow_target=argo"], "kubeflow_target='argo': must be one of"),
+    # Vertex AI training is a CustomJob executor, which an open-source KFP server refuses.
+    (CLUSTER + ["--vertex_project=p"], "vertex_project='p': needs --kubeflow_target=vertex"),
     (CLUSTER + ["--distribution_strategy=multi_worker_mirrored"],
      "distribution_strategy='multi_worker_mirrored'"),
 ])
@@ -68,13 +73,82 @@ def test_bad_cluster_values_name_the_flag_and_value(flags, message):
     from_flags(flags)
 
 
+DATAFLOW = CLUSTER + ["--beam_runner=dataflow", "--dataflow_project=proj",
+                      "--dataflow_region=europe-west4", "--dataflow_temp_location=gs://tmp-b/df"]
+PORTABLE = CLUSTER + ["--beam_runner=portable", "--beam_job_endpoint=flink-jobserver.flink:8099"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (CLUSTER + ["--beam_runner=spark"], "beam_runner='spark': must be one of"),
+    (CLUSTER + ["--beam_runner=dataflow", "--dataflow_region=us-central1",
+                "--dataflow_temp_location=gs://tmp-b/df"], "dataflow_project='': is required"),
+    (DATAFLOW[:-1], "dataflow_temp_location='': must be on Cloud Storage"),
+    (DATAFLOW[:-1] + ["--dataflow_temp_location=s3://tmp-b/df"],
+     "dataflow_temp_location='s3://tmp-b/df'"),
+    (DATAFLOW[:-1] + ["--dataflow_temp_location=/tmp/df"], "dataflow_temp_location='/tmp/df'"),
+    (DATAFLOW + ["--dataflow_region=Europe West"], "dataflow_region='Europe West'"),
+    (DATAFLOW + ["--output_dir=s3://bucket/wrn"], "output_dir='s3://bucket/wrn': must be on "
+     "Cloud Storage (gs://) with beam_runner=dataflow"),
+    (DATAFLOW + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tfrecords"],
+     "tfrecord_dir='s3://data/tfrecords'"),
+    (DATAFLOW + ["--beam_workers=4"], "beam_workers=4: is for the direct runner"),
+    (DATAFLOW + ["--beam_job_endpoint=flink:8099"], "beam_job_endpoint='flink:8099': is not used "
+     "with beam_runner=dataflow"),
+    (CLUSTER + ["--beam_runner=portable"], "beam_job_endpoint='': must be host:port"),
+    (CLUSTER + ["--beam_runner=portable", "--beam_job_endpoint=http://flink:8099"],
+     "beam_job_endpoint='http://flink:8099'"),
+    (PORTABLE + ["--beam_environment_type=LOOPBACK"], "beam_environment_type='LOOPBACK'"),
+    (PORTABLE + ["--beam_environment_type=EXTERNAL"], "beam_environment_config='': must be "
+     "host:port of the SDK worker pool"),
+    (PORTABLE + ["--beam_environment_type=PROCESS", "--beam_environment_config=boot"],
+     "beam_environment_config='boot': must be JSON"),
+    (PORTABLE + ["--dataflow_temp_location=gs://tmp-b/df"], "dataflow_temp_location="),
+    (CLUSTER + ["--dataflow_project=proj"], "dataflow_project='proj': is not used with "
+     "beam_runner=direct"),
+    (["--image=i", "--output_dir=/data/out", "--pipeline_name=a-b", "--beam_runner=portable",
+      "--beam_job_endpoint=flink:8099"], "output_dir='/data/out'"),
+])
+def test_bad_beam_engine_values_fail_before_compiling(flags, message):
+  with pytest.raises(ValueError, match="Invalid config value " + _escaped(message)):
+    from_flags(flags)
+
+
+def test_dataflow_runs_every_beam_step_on_the_pipeline_image():
+  assert from_flags(DATAFLOW).beam_pipeline_args() == [
+      "--runner=DataflowRunner", "--project=proj", "--region=europe-west4",
+      "--temp_location=gs://tmp-b/df", "--sdk_container_image=gcr.io/proj/wrn:1",
+      "--sdk_location=container", "--experiments=use_runner_v2"]
+
+
+@pytest.mark.parametrize("flags, environment", [
+    ([], ["--environment_type=DOCKER", "--environment_config=gcr.io/proj/wrn:1"]),
+    (["--beam_environment_type=EXTERNAL", "--beam_environment_config=localhost:50000"],
+     ["--environment_type=EXTERNAL", "--environment_config=localhost:50000"]),
+    (["--beam_environment_type=PROCESS"],
+     ["--environment_type=PROCESS", '--environment_config={"command": "/opt/apache/beam/boot"}']),
+])
+def test_a_portable_job_server_runs_the_pipeline_image_as_sdk_harness(flags, environment):
+  assert from_flags(PORTABLE + flags).beam_pipeline_args() == [
+      "--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099"] + environment
+
+
+def test_every_sdk_worker_sets_up_s3_when_a_path_is_on_s3():
+  plugin = "--beam_plugin=kubeflow.beam_worker"
+  assert plugin not in from_flags(CLUSTER).beam_pipeline_args()  # gs:// is built into TF.
+  assert plugin in from_flags(CLUSTER + ["--output_dir=s3://bucket/wrn"]).beam_pipeline_args()
+  assert plugin in from_flags(CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tf"]
+                              ).beam_pipeline_args()
+  assert from_flags(PORTABLE + ["--output_dir=s3://bucket/wrn"]).beam_pipeline_args()[-1] == plugin
+  assert plugin not in from_flags([]).beam_pipeline_args()
+
+
 def test_the_consistent_tpu_and_multi_gpu_pools_are_accepted():
-  tpu = from_flags(CLUSTER + ["--vertex_project=p", "--accelerator_type=TPU_V3",
-                              "--accelerator_count=8", "--machine_type=cloud-tpu",
-                              "--distribution_strategy=tpu", "--tpu=local"])
+  tpu = from_flags(VERTEX + ["--vertex_project=p", "--accelerator_type=TPU_V3",
+                             "--accelerator_count=8", "--machine_type=cloud-tpu",
+                             "--distribution_strategy=tpu", "--tpu=local"])
   assert tpu.kubeflow.expected_distribution_strategies() == ("tpu",)
-  gpus = from_flags(CLUSTER + ["--vertex_project=p", "--accelerator_type=NVIDIA_L4",
-                               "--accelerator_count=2", "--distribution_strategy=mirrored"])
+  gpus = from_flags(VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_L4",
+                              "--accelerator_count=2", "--distribution_strategy=mirrored"])
   assert gpus.kubeflow.uses_vertex_training
 
 

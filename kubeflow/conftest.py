@@ -2,10 +2,13 @@ import pytest
 
 from kubeflow import cli
 from pipeline.config import from_flags
+from tests.s3_server import (  # noqa: F401  (pytest finds them by name)
+    pytest_sessionfinish, pytest_unconfigure, s3_server)
 
 # A Vertex multi-worker GPU pipeline on the embedded digits, and a TFRecord one without Vertex.
 VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn",
-                "--vertex_project=proj", "--vertex_region=europe-west4",
+                "--kubeflow_target=vertex", "--vertex_project=proj",
+                "--vertex_region=europe-west4",
                 "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=2",
                 "--replica_count=3", "--distribution_strategy=multi_worker_mirrored"]
 TFRECORD_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=s3://bucket/wrn",

@@ -85,3 +85,35 @@ def test_dockerignore_keeps_what_the_image_copies():
     assert not any(fnmatch.fnmatch(path, pattern) or path.startswith(pattern.rstrip("/") + "/")
                    for pattern in patterns), path
   assert ".venv" in patterns and "outputs" in patterns
+
+
+def test_the_image_imports_the_command_every_kfp_container_runs():
+  """kubeflow_target=kfp starts every container with `python -m kubeflow.kfp_entrypoint`; the
+  build fails if that module does not import in the image."""
+  from kubeflow import kfp_entrypoint
+  checks = [args for op, args in _instructions() if op == "RUN" and "python -c" in args]
+  assert any(kfp_entrypoint.COMMAND[-1] in args for args in checks)
+  assert kfp_entrypoint.COMMAND[:2] == ("python", "-m")
+
+
+def test_the_image_keeps_beams_boot_entrypoint_to_serve_as_sdk_harness():
+  # The TFX 1.16 image copies /opt/apache/beam from Beam's SDK image and makes its boot program
+  # the ENTRYPOINT (tfx/tools/docker/Dockerfile at v1.16.0); Dataflow and portable runners
+  # start SDK workers through it, so this image must not replace it.
+  instructions = _instructions()
+  assert not [args for op, args in instructions if op in ("ENTRYPOINT", "CMD")]
+  with open(os.path.join(PROJECT_DIR, "requirements.lock")) as f:
+    lock = f.read()
+  # The SDK the workers run is the lock's, installed over the image's by the lock install.
+  assert re.search(r"^apache-beam==2\.59\.0$", lock, re.M)
+
+
+def test_the_image_reads_and_writes_s3_with_tensorflow_and_beam():
+  with open(os.path.join(PROJECT_DIR, "requirements.lock")) as f:
+    lock = f.read()
+  assert re.search(r"^tensorflow-io==0\.37\.\d+$", lock, re.M)  # Pairs with TF 2.16.
+  assert re.search(r"^tensorflow==2\.16\.\d+$", lock, re.M)
+  assert re.search(r"^boto3==", lock, re.M)  # apache_beam.io.aws.
+  # The build fails unless TensorFlow's S3 filesystem registers in the image.
+  runs = [args for op, args in _instructions() if op == "RUN"]
+  assert any("object_storage.register_tensorflow_s3()" in args for args in runs)

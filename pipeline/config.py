@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from typing import Any, Optional, Sequence, Tuple
 
 from components import corruptions as corruptions_lib
+from kubeflow import object_storage
 from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
 from trainer_module.config import TrainerConfig
 from trainer_module.flags import parse_flags
@@ -21,6 +23,10 @@ TFRECORD_SPLITS_REQUIRED = ("train", "eval")
 DEFAULT_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "components",
                                    "schema.pbtxt")
 BEAM_RUNNING_MODES = ("multi_processing", "multi_threading", "in_memory")
+MAX_PIPELINE_NAME_LENGTH = 100
+# No path separators, and never '.' or '..': the name is a directory under output_dir.
+PIPELINE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}" %
+                                   (MAX_PIPELINE_NAME_LENGTH - 1))
 
 
 def _local_trainer() -> TrainerConfig:
@@ -61,11 +67,14 @@ class PipelineConfig:
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
+    _require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
     if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
     _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
-    _require(bool(self.pipeline_name.strip()), "pipeline_name", self.pipeline_name,
-             "must not be empty")
+    _require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
+             self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
+             "'-' or '.', starting with a letter or digit (it names directories and MLMD "
+             "contexts)")
     _require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
              "must be in (0, 1)")
     _require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
@@ -99,6 +108,25 @@ class PipelineConfig:
              "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
              "`python -m trainer_module`)")
 
+  def check_output_dir(self) -> None:
+    """For a local run: output_dir must be a directory this user can create files in, or be
+    creatable; checked without writing (a probe file would be a write). The runner calls it,
+    not the constructor: it depends on who runs where, and a config built only to compile for
+    a cluster writes nothing locally."""
+    path = self.output_dir
+    _require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
+             "is a file, not a directory")
+    existing = path
+    while not os.path.exists(existing):
+      existing = os.path.dirname(existing)
+    _require(os.path.isdir(existing), "output_dir", path,
+             f"cannot be created: {existing} is a file")
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+      _require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
+               "system")
+    _require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
+             f"is not writable: this user may not create files in {existing}")
+
   # Where a run's outputs live.
   @property
   def pipeline_root(self) -> str:
@@ -112,11 +140,20 @@ class PipelineConfig:
   def serving_model_dir(self) -> str:
     return os.path.join(self.output_dir, "serving_model", self.pipeline_name)
 
+  @property
+  def uses_s3(self) -> bool:
+    return any(isinstance(path, str) and path.startswith("s3://") for path in
+               (self.output_dir, self.tfrecord_dir, self.tfds_data_dir, self.schema_path))
+
   def beam_pipeline_args(self) -> list:
+    """Every Beam step's arguments: the engine, and s3:// set up in each SDK worker."""
+    s3_workers = [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
+    if self.kubeflow and self.kubeflow.beam_runner != "direct":
+      return self.kubeflow.beam_runner_args() + s3_workers
     # In a cluster, 0 tells Beam to use the cores of the machine the component runs on.
     workers = self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1)
     return [f"--direct_running_mode={self.beam_running_mode}",
-            f"--direct_num_workers={workers}"]
+            f"--direct_num_workers={workers}"] + s3_workers
 
   def replace(self, **overrides) -> "PipelineConfig":
     """A copy with overrides; trainer and cluster fields may be given by name alongside

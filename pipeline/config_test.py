@@ -1,12 +1,21 @@
 """The run's config: defaults, flag overrides, and errors that name the bad value."""
+import contextlib
+import io
+import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
+from pipeline import local_runner
 from pipeline.config import PipelineConfig, from_flags
 from trainer_module.config import TrainerConfig
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_defaults_are_a_small_local_wrn_on_the_embedded_digits():
@@ -123,3 +132,85 @@ def test_transform_options_ignore_training_only_fields():
                                                  "--depth=28"]).trainer.transform_options()
   online = from_flags(["--augmix=true", "--augmix_online=true"]).trainer.transform_options()
   assert online["num_views"] == 0 and online["emit_augmix_inputs"]
+
+
+@pytest.mark.parametrize("name", ["x" * 300, "../../x", ".", "..", "a/b", "", " "],
+                         ids=["300-chars", "parent-path", "dot", "dot-dot", "separator", "empty",
+                              "blank"])
+def test_pipeline_names_that_are_not_one_safe_directory_name_are_rejected(name):
+  with pytest.raises(ValueError, match=r"Invalid config value pipeline_name=.*must be 1-100 "
+                                       r"letters"):
+    from_flags([f"--pipeline_name={name}"])
+
+
+def test_a_pipeline_name_may_use_dots_dashes_and_underscores_inside():
+  assert from_flags(["--pipeline_name=wrn-28.10_cifar"]).pipeline_name == "wrn-28.10_cifar"
+
+
+def test_an_empty_output_dir_is_rejected_instead_of_meaning_the_current_directory():
+  with pytest.raises(ValueError, match=r"Invalid config value output_dir='': must not be empty"):
+    from_flags(["--output_dir="])
+
+
+def test_an_output_dir_that_is_a_file_or_under_a_file_is_rejected(tmp_path):
+  a_file = tmp_path / "file"
+  a_file.write_text("")
+  with pytest.raises(ValueError, match=r"output_dir=.*: is a file, not a directory"):
+    from_flags([f"--output_dir={a_file}"]).check_output_dir()
+  with pytest.raises(ValueError, match=rf"output_dir=.*: cannot be created: {a_file} is a file"):
+    from_flags([f"--output_dir={a_file / 'out'}"]).check_output_dir()
+  from_flags([f"--output_dir={tmp_path / 'new' / 'out'}"]).check_output_dir()
+
+
+@pytest.mark.parametrize("bad_flags, message", [
+    (lambda tmp: [f"--output_dir={tmp / 'file'}"], "is a file, not a directory"),
+    (lambda tmp: ["--output_dir="], "output_dir='': must not be empty"),
+    (lambda tmp: [f"--output_dir={tmp / 'out'}", "--pipeline_name=../../escaped"],
+     "pipeline_name='../../escaped'"),
+    (lambda tmp: [f"--output_dir={tmp / 'out'}", f"--pipeline_name={'p' * 300}"],
+     "pipeline_name='ppp"),
+], ids=["file", "empty", "escaping-name", "long-name"])
+def test_the_runner_exits_2_on_a_bad_output_location_before_writing_anything(tmp_path, bad_flags,
+                                                                             message):
+  (tmp_path / "file").write_text("")
+  # Run from tmp_path: an empty output_dir that became the current directory would show there.
+  result = subprocess.run([sys.executable, "-m", "pipeline", *bad_flags(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": _REPO})
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert "error: Invalid config value" in result.stderr and message in result.stderr
+  assert [p.name for p in tmp_path.iterdir()] == ["file"], "nothing may be written"
+
+
+def test_a_read_only_output_dir_exits_2_for_a_user_who_may_not_write_there():
+  """root writes anywhere, so the runner runs as `nobody` in a forked child when tests run as
+  root; the child reports its exit code and stderr through a pipe. (pytest's tmp_path is not
+  reachable for `nobody`, hence a directory of its own.)"""
+  parent = tempfile.mkdtemp()
+  os.chmod(parent, 0o755)
+  read_only = pathlib.Path(parent) / "read-only"
+  read_only.mkdir(mode=0o555)
+  read_fd, write_fd = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # The child: drop privileges, run the runner's main, report, exit.
+    try:
+      os.close(read_fd)
+      if os.geteuid() == 0:
+        os.setgid(65534)
+        os.setuid(65534)
+      stderr = io.StringIO()
+      with contextlib.redirect_stderr(stderr):
+        code = local_runner.main([f"--output_dir={read_only / 'out'}"])
+      os.write(write_fd, json.dumps([code, stderr.getvalue()]).encode())
+    finally:
+      os._exit(0)
+  os.close(write_fd)
+  with os.fdopen(read_fd) as pipe:
+    code, stderr = json.loads(pipe.read())
+  os.waitpid(pid, 0)
+  written = list(read_only.iterdir())
+  shutil.rmtree(parent)
+  assert code == 2
+  assert (f"Invalid config value output_dir='{read_only / 'out'}': is not writable: this user "
+          f"may not create files in {read_only}") in stderr
+  assert written == []

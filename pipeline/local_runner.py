@@ -5,11 +5,14 @@ import logging
 import os
 import sys
 import time
-from typing import Sequence
+import uuid
+from typing import Optional, Sequence
 
 from absl import logging as absl_logging
 
+from components import tfrecord_check
 from pipeline import config as config_lib
+from pipeline import run_lock
 
 log = logging.getLogger("pipeline")
 
@@ -26,10 +29,15 @@ class _ConsoleFilter(logging.Filter):
             or record.name.split(".")[0] in _OUR_LOGGERS)
 
 
-def configure_logging(log_dir: str) -> str:
+def new_run_id() -> str:
+  """Sortable by start time and unique: two runs started in the same second differ."""
+  return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+def configure_logging(log_dir: str, run_id: str) -> str:
   """Progress on the console, the full log (TFX, Beam, TensorFlow) in a file; returns its path."""
   os.makedirs(log_dir, exist_ok=True)
-  log_path = os.path.join(log_dir, time.strftime("run-%Y%m%d-%H%M%S.log"))
+  log_path = os.path.join(log_dir, f"run-{run_id}.log")
   console = logging.StreamHandler(sys.stdout)
   console.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
   console.addFilter(_ConsoleFilter())
@@ -49,11 +57,35 @@ def configure_logging(log_dir: str) -> str:
   return log_path
 
 
-def run(config: config_lib.PipelineConfig) -> None:
+def run(config: config_lib.PipelineConfig, run_id: str) -> None:
+  """Runs the pipeline as MLMD's `pipeline_run` context named run_id.
+
+  LocalDagRunner names each run by the time it starts (datetime.now().isoformat(), in
+  tfx/orchestration/local/local_dag_runner.py run_with_ir); it substitutes only a run id that
+  is still a runtime parameter, so binding ours first in the compiled IR makes it the name.
+  """
   from tfx import v1 as tfx
+  from tfx.dsl.compiler import constants
+  from tfx.orchestration.portable import runtime_parameter_utils, tfx_runner
   from pipeline.pipeline import create_pipeline
   os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
-  tfx.orchestration.LocalDagRunner().run(create_pipeline(config))
+  # The compile step LocalDagRunner.run takes (pip dependencies resolved, then compiled).
+  ir = tfx_runner._make_pipeline_proto(create_pipeline(config))  # pylint: disable=protected-access
+  runtime_parameter_utils.substitute_runtime_parameter(
+      ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
+  tfx.orchestration.LocalDagRunner().run_with_ir(ir)
+
+
+def failure_message(config: config_lib.PipelineConfig, error: Exception) -> str:
+  """The failing component's message; for damaged TFRecord input, the user's file and the
+  byte offset instead of Beam's traceback."""
+  message = f"{type(error).__name__}: {error}"
+  if config.dataset == "tfrecord" and tfrecord_check.looks_like_corrupted_input(message):
+    damaged = tfrecord_check.corrupted_files(config.tfrecord_dir)
+    if damaged:
+      return ("Corrupted input TFRecord file(s); replace or remove them and run again:\n" +
+              "\n".join(f"  - {line}" for line in damaged))
+  return message
 
 
 def main(argv: Sequence[str]) -> int:
@@ -62,6 +94,8 @@ def main(argv: Sequence[str]) -> int:
     return 0
   try:
     config = config_lib.from_flags(argv)
+    if config.kubeflow is None:
+      config.check_output_dir()
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
@@ -69,20 +103,33 @@ def main(argv: Sequence[str]) -> int:
     print("error: cluster flags (--image, --vertex_project, ...) are for Kubeflow runs: "
           "python -m kubeflow compile|run|schedule ...", file=sys.stderr)
     return 2
+  run_id = new_run_id()
+  try:
+    with run_lock.local_run_lock(config.output_dir, run_id) as holder:
+      return _run_locked(config, run_id, holder.get("took_over"))
+  except run_lock.RunLockHeld as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 1
+
+
+def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optional[str]) -> int:
   from tfx import v1 as tfx  # noqa: F401  Imported first: it installs log handlers we replace.
-  from pipeline import report
-  log_path = configure_logging(os.path.join(config.output_dir, "logs"))
-  log.info("Running pipeline %s on dataset %s; outputs under %s", config.pipeline_name,
-           config.dataset, config.output_dir)
+  from pipeline import interrupted_runs, report
+  log_path = configure_logging(os.path.join(config.output_dir, "logs"), run_id)
+  log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s", config.pipeline_name,
+           run_id, config.dataset, config.output_dir)
+  if took_over:
+    log.info(took_over)
+  interrupted_runs.abandon_interrupted_executions(config, run_id)
   start = time.time()
   try:
-    run(config)
+    run(config, run_id)
   except Exception as error:  # The failing component's message is what the user needs.
     print(f"\nPipeline failed after {time.time() - start:.0f}s: "
-          f"{type(error).__name__}: {error}\nFull log: {log_path}", file=sys.stderr)
+          f"{failure_message(config, error)}\nFull log: {log_path}", file=sys.stderr)
     return 1
-  summary = report.summarize_latest_run(config, elapsed_seconds=time.time() - start,
-                                        log_path=log_path)
+  summary = report.summarize_run(config, run_id, elapsed_seconds=time.time() - start,
+                                 log_path=log_path)
   print(summary)
   with open(log_path, "a") as log_file:  # The log keeps the gate's decision and reasons too.
     log_file.write(summary + "\n")

@@ -20,16 +20,21 @@ from trainer_module.features import PROBABILITIES_KEY
 
 
 class RunRecord:
-  """The most recent pipeline run in MLMD: its executions by component and its outputs."""
+  """One pipeline run in MLMD (the `pipeline_run` context named run_id; None: the most recent,
+  for inspecting a finished output directory): its executions by component and its outputs."""
 
-  def __init__(self, config: PipelineConfig):
+  def __init__(self, config: PipelineConfig, run_id: Optional[str] = None):
     from tfx.orchestration import metadata
     store = metadata_store.MetadataStore(
         metadata.sqlite_metadata_connection_config(config.metadata_path))
-    runs = store.get_contexts_by_type("pipeline_run")
-    if not runs:
-      raise RuntimeError(f"No pipeline run recorded in {config.metadata_path}.")
-    run = max(runs, key=lambda c: c.id)
+    if run_id is None:
+      runs = store.get_contexts_by_type("pipeline_run")
+      run = max(runs, key=lambda c: c.id) if runs else None
+    else:
+      run = store.get_context_by_type_and_name("pipeline_run", run_id)
+    if run is None:
+      raise RuntimeError(f"No pipeline run {run_id or ''} recorded in {config.metadata_path}.")
+    self.run_id = run.name
     executions = store.get_executions_by_context(run.id)
     execution_types = {t.id: t.name.rsplit(".", 1)[-1] for t in store.get_execution_types()}
     state_names = metadata_store_pb2.Execution.State.Name
@@ -80,10 +85,12 @@ def score_in_fresh_process(model_dir: str, examples_glob: str) -> dict:
   return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_path: str) -> str:
-  run = RunRecord(config)
+def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
+                  log_path: str) -> str:
+  """The console summary of run run_id (never "the latest": another run may have started)."""
+  run = RunRecord(config, run_id)
   cached = sum(state == "CACHED" for state in run.states.values())
-  lines = ["", f"Pipeline {config.pipeline_name} finished in {elapsed_seconds:.0f}s "
+  lines = ["", f"Pipeline {config.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
            f"({cached} of {len(run.states)} steps reused from cache)."]
   evaluation = run.latest_output("evaluation")
   if evaluation is not None:
@@ -120,8 +127,7 @@ def summarize_latest_run(config: PipelineConfig, elapsed_seconds: float, log_pat
     lines.append("  warm-started:    "
                  + run_report.warm_start_summary(os.path.join(model.uri, "Format-Serving")))
   if evaluation is not None:
-    report_dir = os.path.join(config.output_dir, "reports",
-                              os.path.splitext(os.path.basename(log_path))[0])
+    report_dir = os.path.join(config.output_dir, "reports", f"run-{run_id}")
     report_path = run_report.write_run_report(
         config, report_dir, evaluation.uri, blessed,
         os.path.join(model.uri, "Format-Serving") if model is not None else None,

@@ -1,5 +1,8 @@
-"""The exported model serves tf.Examples and raw image bytes alike, and survives bad bytes."""
+"""The exported model serves tf.Examples and raw PNG bytes alike, accepts what training accepts,
+and fails a bad request with InvalidArgument before decoding anything it would refuse."""
 import io
+import resource
+import time
 
 import numpy as np
 import pytest
@@ -7,6 +10,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from PIL import Image
 
+from tests.tfrecord_inputs import png_bomb
 from tests.transform_runs import raw_digit_examples, run_transform
 from trainer_module.config import TrainerConfig
 from trainer_module.export import export_serving_model
@@ -64,19 +68,65 @@ def test_the_fitted_temperature_is_baked_into_the_served_probabilities(served):
   np.testing.assert_array_equal(result["class_ids"], np.argmax(log_raw, axis=1))
 
 
-def test_jpeg_bytes_are_served(served):
-  result = served.signatures["serving_images"](images=tf.constant([_encoded((32, 32, 3),
-                                                                            "JPEG")]))
-  assert result["probabilities"].shape == (1, 10)
+def _peak_rss_mb():
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
+def test_a_decompression_bomb_is_refused_by_its_header_without_decoding(served, signature):
+  bomb = png_bomb(12000, 12000)  # 420 KB declaring 432 MB of pixels.
+  assert len(bomb) < 500_000
+  good = raw_digit_examples(1)[0]["image"]
+  requests = [good, bomb, bomb]
+  if signature == "serving_default":
+    requests = [_example(png) for png in requests]
+  before = _peak_rss_mb()
+  started = time.time()
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"declares another size .* at batch positions\] \[1 2\] \[declared "
+                           r"widths\] \[12000 12000\]"):
+    served.signatures[signature](**{_INPUT[signature]: tf.constant(requests)})
+  assert _peak_rss_mb() - before < 100, "three bombs decoded would take 1.3 GB"
+  assert time.time() - started < 5
+
+
+_INPUT = {"serving_images": "images", "serving_default": "examples"}
 
 
 @pytest.mark.parametrize("payload, message", [
-    (b"not an image", "Unknown image file format"),
-    (_encoded((28, 28, 3), "PNG"), "28,28,3"),
-])
-def test_bad_image_bytes_fail_the_request_clearly_and_serving_goes_on(served, payload, message):
+    (b"not an image", r"Not a PNG image .* at batch positions\] \[1\]"),
+    (b"", r"Not a PNG image"),
+    (_encoded((32, 32, 3), "JPEG"), r"Not a PNG image"),
+    (_encoded((28, 28, 3), "PNG"), r"declared widths\] \[28\] \[declared heights\] \[28\]"),
+    (_encoded((32, 32), "PNG"), r"not 8-bit RGB .*PNG colour types.*\] \[0\]"),
+    (_encoded((32, 32, 4), "PNG"), r"not 8-bit RGB .*PNG colour types.*\] \[6\]"),
+], ids=["garbage", "empty-bytes", "jpeg", "28x28", "grayscale", "rgba"])
+@pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
+def test_images_training_would_refuse_fail_the_request_clearly_and_serving_goes_on(
+    served, signature, payload, message):
   good = raw_digit_examples(1)[0]["image"]
+  requests = [good, payload]
+  if signature == "serving_default":
+    requests = [_example(png) for png in requests]
   with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-    served.signatures["serving_images"](images=tf.constant([good, payload]))
-  after = served.signatures["serving_images"](images=tf.constant([good]))
+    served.signatures[signature](**{_INPUT[signature]: tf.constant(requests)})
+  after = served.signatures[signature](**{_INPUT[signature]: tf.constant(requests[:1])})
   assert after["class_ids"].shape == (1,)
+
+
+@pytest.mark.parametrize("payload", [b"\xff\xfe\x80 not a proto", b"\x0a\x05\xff\xfe",
+                                     tf.train.Example().SerializeToString()],
+                         ids=["garbage", "truncated", "no-image"])
+def test_a_bad_serialized_example_is_an_invalid_argument_naming_its_position(served, payload):
+  good = _example(raw_digit_examples(1)[0]["image"])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"Not a serialized tf.Example with one bytes value in feature image "
+                           r"at batch positions\] \[1\]"):
+    served.signatures["serving_default"](examples=tf.constant([good, payload, good]))
+
+
+@pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
+def test_an_empty_batch_gets_empty_outputs(served, signature):
+  result = served.signatures[signature](**{_INPUT[signature]: tf.constant([], tf.string)})
+  assert result["probabilities"].shape == (0, 10)
+  assert result["class_ids"].shape == (0,)

@@ -1,6 +1,8 @@
 """Writes directories of TFRecord files like the ones users bring (train/, eval/, test/)."""
 import io
 import os
+import struct
+import zlib
 from typing import Callable, Optional
 
 import numpy as np
@@ -30,3 +32,27 @@ def write_digits_tfrecord_dir(path: str, per_split_limit: Optional[int] = None,
           corrupt(example)
         writer.write(example.SerializeToString())
   return path
+
+
+def png_bomb(width: int, height: int, rows_per_block: int = 100) -> bytes:
+  """A valid 8-bit RGB PNG of width x height black pixels that is tiny on disk (a decompression
+  bomb). One deflate block of rows_per_block rows, ended by a full flush, is repeated: each
+  copy is self-contained, so building even a 20000x20000 image takes well under a second."""
+  if height % rows_per_block:
+    raise ValueError(f"height {height} must be a multiple of {rows_per_block}")
+
+  def chunk(kind: bytes, data: bytes) -> bytes:
+    return (struct.pack(">I", len(data)) + kind + data +
+            struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+  rows = b"\0" * ((1 + 3 * width) * rows_per_block)  # Each row: filter byte 0, then pixels.
+  deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+  block = deflate.compress(rows) + deflate.flush(zlib.Z_FULL_FLUSH)
+  checksum = 1
+  for _ in range(height // rows_per_block):
+    checksum = zlib.adler32(rows, checksum)
+  stream = (b"\x78\xda" + block * (height // rows_per_block) + b"\x03\x00" +
+            struct.pack(">I", checksum))
+  header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+  return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", stream) +
+          chunk(b"IEND", b""))

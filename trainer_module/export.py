@@ -4,10 +4,13 @@ them) and the predicted class for
 - `serving_default`: serialized tf.Examples (what TFMA and tf.Example clients send);
 - `serving_images`: raw PNG or JPEG bytes, one image per element.
 
-Both apply the Transform graph (decode, normalise), so serving preprocesses exactly as
-training did; the label and key are not needed and TFT prunes what depends on them. Bytes that
-are not a 32x32 RGB PNG/JPEG fail that request with InvalidArgument naming the problem; the
-model keeps serving.
+Both accept exactly what ValidationGate accepts in training: an 8-bit RGB PNG of 32x32
+pixels (trainer_module/image_format.py). The header is checked before anything is decoded,
+so a decompression bomb costs nothing; then the Transform graph decodes and normalises, so
+serving preprocesses exactly as training did (the label and key are not needed and TFT prunes
+what depends on them). Every bad request fails with InvalidArgument naming the problem and the
+batch positions: another format or size, bytes that are not a serialized tf.Example with one
+`image` value; the model keeps serving. An empty batch gets empty outputs.
 """
 from typing import Optional
 
@@ -15,9 +18,31 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
+from trainer_module import image_format
 from trainer_module import temperature as temperature_scaling
 from trainer_module.features import (CLASS_IDS_KEY, IMAGE_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
+
+
+def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation:
+  """Fails with InvalidArgument naming the batch positions that do not parse under `spec`.
+
+  ParseExample's own error quotes the raw bytes, which are not UTF-8 for garbage input (a
+  Python client then gets a UnicodeDecodeError instead of the error); here each element is
+  parsed in a tf.data pipeline that drops failures, and the missing positions are reported.
+  """
+  positions = tf.range(tf.size(serialized, out_type=tf.int64))
+  parsed = (tf.data.Dataset.from_tensor_slices((positions, serialized))
+            .map(lambda i, s: (i, tf.io.parse_single_example(s, spec)))
+            .ignore_errors())
+  parsed_mask = parsed.reduce(
+      tf.zeros_like(positions, tf.bool),
+      lambda mask, element: tf.logical_or(mask, tf.equal(positions, element[0])) |
+      tf.equal(tf.size(element[1][IMAGE_KEY]), -1))  # Uses the parse: it is not pruned.
+  return tf.debugging.Assert(tf.reduce_all(parsed_mask), [
+      f"Not a serialized tf.Example with one bytes value in feature {IMAGE_KEY} at batch "
+      "positions",
+      tf.boolean_mask(positions, tf.logical_not(parsed_mask))], summarize=10)
 
 
 def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
@@ -27,21 +52,32 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   temperature = calibration["temperature"] if calibration else 1.0
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
+  num_classes = model.output_shape[-1]
 
-  def predict(raw_features):
-    transformed = model.tft_layer(raw_features)
-    logits = tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)  # Mixed precision.
+  def predict(encoded_images):
+    with tf.control_dependencies([image_format.assert_png_headers(encoded_images)]):
+      encoded_images = tf.identity(encoded_images)  # Nothing is decoded before the check.
+
+    def model_logits():
+      transformed = model.tft_layer({IMAGE_KEY: encoded_images})
+      return tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)  # Mixed precision.
+
+    # An empty batch gets empty outputs (the convolutions reject a batch of 0 images).
+    logits = tf.cond(tf.size(encoded_images) > 0, model_logits,
+                     lambda: tf.zeros([0, num_classes], tf.float32))
     probabilities = tf.nn.softmax(logits / temperature)
     return {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1),
             UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
   def serve_tf_examples(serialized):
-    return predict(tf.io.parse_example(serialized, image_spec))
+    with tf.control_dependencies([assert_parseable_examples(serialized, image_spec)]):
+      serialized = tf.identity(serialized)
+    return predict(tf.io.parse_example(serialized, image_spec)[IMAGE_KEY])
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
   def serve_images(encoded_images):
-    return predict({IMAGE_KEY: encoded_images})
+    return predict(encoded_images)
 
   model.save(export_dir, save_format="tf",
              signatures={"serving_default": serve_tf_examples, "serving_images": serve_images})

@@ -1,0 +1,26 @@
+"""Imported by every Beam SDK worker at start (`--beam_plugin=kubeflow.beam_worker`, set by
+PipelineConfig.beam_pipeline_args): configures s3:// in the worker from its environment, as
+kubeflow.object_storage.configure does in each step's own process.
+
+The worker (apache_beam.runners.worker.sdk_worker_main) ends by returning from main or by an
+uncaught exception, never by sys.exit; its status is kept the same way while the abort of
+tensorflow-io at exit (object_storage.end_process) is skipped.
+"""
+import atexit
+import sys
+
+from kubeflow import object_storage
+
+_uncaught = []
+_report_uncaught = sys.excepthook
+
+
+def _record_uncaught(*exc_info):
+  _uncaught.append(exc_info[0])
+  _report_uncaught(*exc_info)
+
+
+object_storage.configure()
+sys.excepthook = _record_uncaught
+atexit.register(
+    lambda: object_storage.end_process(1 if _uncaught else 0, from_atexit=True))

@@ -1,0 +1,168 @@
+"""The command of every container in the pipeline compiled for an open-source KFP v2 server.
+
+TFX 1.16's Kubeflow V2 entrypoint (kubeflow_v2_run_executor) was written against Vertex AI
+Pipelines, and picks each artifact's Python class from the type the orchestrator passes. The
+open-source backend (kubeflow/pipelines, backend/src/v2) passes something else:
+- inputs resolved from MLMD carry an empty instance schema: metadata/client.go
+  GetOutputArtifactsByExecutionId leaves the schema "" and OutputArtifact.ToRuntimeArtifact
+  puts that in the type; TFX's yaml.safe_load("") then has no title to read;
+- the store that replaces MLMD in newer backends types an artifact by its native kind, so a
+  TFX type comes back as `system.Artifact` (component/importer_launcher.go
+  RuntimeArtifactSchemaAndMetadata, component/util.go), a class TFX cannot import;
+- with log publishing on, the driver adds an `executor-logs` output typed system.Artifact
+  (driver/container.go provisionOutputs) that no TFX component declares;
+- metadata goes through MLMD custom properties, which wrap lists and structs as
+  {"list": ...} / {"struct": ...} (metadata/converter.go StructValueToMLMDValue), and an
+  artifact whose producer reported no metadata has no type-specific properties at all;
+- ExampleGen's lifecycle.preCacheCheck hook (TFX's file_based_example_gen/driver.py) is never
+  run, so input patterns with {SPAN}/{VERSION} stay unresolved and the Examples carry no span,
+  version or input fingerprint.
+The compiler puts each component's own artifact types into the command; this entrypoint
+repairs the executor input from them, runs the ExampleGen driver when asked, and then hands
+everything to TFX's entrypoint exactly as Vertex would. It also sets up s3:// (MinIO) for the
+step from the pod's environment (kubeflow/object_storage.py): TensorFlow's filesystem, Beam's
+S3 options, and an exit that tensorflow-io's S3 filesystem cannot turn into a crash.
+"""
+import json
+import sys
+from typing import Dict, List, Sequence, Tuple
+
+from absl import app
+from absl import logging
+from google.protobuf import json_format
+from google.protobuf import struct_pb2
+from kfp.pipeline_spec import pipeline_spec_pb2
+from tfx.dsl.io import fileio
+from tfx.orchestration.kubeflow.v2 import compiler_utils
+from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
+from tfx.orchestration.kubeflow.v2.file_based_example_gen import driver as example_gen_driver
+from tfx.types import artifact_utils
+from tfx.types import standard_component_specs
+from tfx.utils import import_utils
+
+from kubeflow import object_storage
+
+COMMAND = ("python", "-m", "kubeflow.kfp_entrypoint")
+ARTIFACT_TYPES_FLAG = "--artifact_types"  # JSON: {"input": {name: title}, "output": {...}}.
+EXAMPLE_GEN_DRIVER_FLAG = "--run_example_gen_driver"
+INVOCATION_FLAG = "--json_serialized_invocation_args"
+INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
+SPLIT_NAMES = "split_names"
+SPLIT_DIR_PREFIX = "Split-"
+MLMD_WRAPPERS = ("list", "struct")  # The one key StructValueToMLMDValue wraps values in.
+
+
+def split_arguments(argv: Sequence[str]) -> Tuple[Dict[str, Dict[str, str]], bool, List[str]]:
+  """This entrypoint's own flags, and TFX's argument list without them."""
+  argv = list(argv)
+  if ARTIFACT_TYPES_FLAG not in argv[:-1]:
+    raise ValueError(f"{ARTIFACT_TYPES_FLAG} JSON is required: the compiler writes each "
+                     "component's artifact types there.")
+  at = argv.index(ARTIFACT_TYPES_FLAG)
+  types = json.loads(argv[at + 1])
+  del argv[at:at + 2]
+  run_driver = EXAMPLE_GEN_DRIVER_FLAG in argv
+  if run_driver:
+    argv.remove(EXAMPLE_GEN_DRIVER_FLAG)
+  return types, run_driver, argv
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> str:
+  if flag not in argv[:-1]:
+    raise ValueError(f"{flag} is missing from the command's arguments.")
+  return argv[argv.index(flag) + 1]
+
+
+def _artifact_class(title: str):
+  return import_utils.import_class_by_path(compiler_utils.TITLE_TO_CLASS_PATH.get(title, title))
+
+
+def _unwrap(value: struct_pb2.Value) -> None:
+  """{"list": [...]} / {"struct": {...}} as MLMD stored them, back to the value itself."""
+  fields = value.struct_value.fields if value.HasField("struct_value") else {}
+  if len(fields) == 1:
+    (key, inner), = fields.items()
+    if key in MLMD_WRAPPERS:
+      value.CopyFrom(inner)
+
+
+def _split_names_from_uri(name: str, uri: str) -> str:
+  """An Examples-like artifact's splits, as its producer laid them out: <uri>/Split-<name>."""
+  entries = fileio.listdir(uri) if fileio.isdir(uri) else []
+  splits = sorted(entry.rstrip("/")[len(SPLIT_DIR_PREFIX):] for entry in entries
+                  if entry.startswith(SPLIT_DIR_PREFIX))
+  if not splits:
+    raise ValueError(f"Input artifact {name!r} at {uri} has no {SPLIT_NAMES} and no "
+                     f"{SPLIT_DIR_PREFIX}* directory to recover them from.")
+  return artifact_utils.encode_split_names(splits)
+
+
+def _repair_artifact(name: str, artifact: pipeline_spec_pb2.RuntimeArtifact, title: str,
+                     is_input: bool) -> None:
+  artifact.type.Clear()
+  artifact.type.schema_title = title
+  for value in artifact.metadata.fields.values():
+    _unwrap(value)
+  properties = _artifact_class(title).PROPERTIES or {}
+  if (is_input and SPLIT_NAMES in properties and SPLIT_NAMES not in artifact.metadata.fields
+      and SPLIT_NAMES not in artifact.properties):
+    artifact.metadata.fields[SPLIT_NAMES].string_value = _split_names_from_uri(name,
+                                                                               artifact.uri)
+
+
+def repair_executor_input(executor_input: pipeline_spec_pb2.ExecutorInput,
+                          types: Dict[str, Dict[str, str]]) -> None:
+  """Gives every artifact the TFX type its component declares, in place; outputs that the
+  component does not declare (the driver's executor-logs) are left to the launcher."""
+  declared_inputs, declared_outputs = types.get("input", {}), types.get("output", {})
+  for name, artifacts in executor_input.inputs.artifacts.items():
+    if name not in declared_inputs:
+      raise ValueError(f"Input artifact {name!r} is not among the component's inputs "
+                       f"{sorted(declared_inputs)}.")
+    for artifact in artifacts.artifacts:
+      _repair_artifact(name, artifact, declared_inputs[name], is_input=True)
+  outputs = executor_input.outputs.artifacts
+  for name in [name for name in outputs if name not in declared_outputs]:
+    logging.info("Output %r is not the component's own; the launcher handles it.", name)
+    del outputs[name]
+  for name, artifacts in outputs.items():
+    for artifact in artifacts.artifacts:
+      _repair_artifact(name, artifact, declared_outputs[name], is_input=False)
+
+
+def run_example_gen_driver(executor_input: pipeline_spec_pb2.ExecutorInput,
+                           inputs_spec_json: str) -> None:
+  """TFX's pre-cache-check driver: resolves span and version, fingerprints the input files and
+  writes the updated exec properties to the executor output file, where TFX's entrypoint reads
+  them. Its Examples properties (span, version, input_fingerprint) go into the output artifact
+  here, as Vertex would have recorded them before the executor ran."""
+  inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
+  json_format.Parse(inputs_spec_json, inputs_spec, ignore_unknown_fields=True)
+  example_gen_driver._run_driver(executor_input, inputs_spec)  # pylint: disable=protected-access
+  driver_output = pipeline_spec_pb2.ExecutorOutput()
+  with fileio.open(executor_input.outputs.output_file, "r") as f:
+    json_format.Parse(f.read(), driver_output, ignore_unknown_fields=True)
+  key = standard_component_specs.EXAMPLES_KEY
+  examples = executor_input.outputs.artifacts[key].artifacts[0]
+  examples.metadata.update(json_format.MessageToDict(
+      driver_output.artifacts[key].artifacts[0].metadata))
+
+
+def main(argv: Sequence[str]) -> None:
+  object_storage.configure()
+  types, run_driver, tfx_argv = split_arguments(argv)
+  executor_input = pipeline_spec_pb2.ExecutorInput()
+  json_format.Parse(_flag_value(tfx_argv, INVOCATION_FLAG), executor_input,
+                    ignore_unknown_fields=True)
+  repair_executor_input(executor_input, types)
+  if run_driver:
+    run_example_gen_driver(executor_input, _flag_value(tfx_argv, INPUTS_SPEC_FLAG))
+  tfx_argv[tfx_argv.index(INVOCATION_FLAG) + 1] = json_format.MessageToJson(executor_input)
+  # TFX passes the arguments it does not know to Beam: the S3 endpoint of this pod goes there.
+  tfx_argv = object_storage.with_beam_s3_options(tfx_argv)
+  app.run(kubeflow_v2_run_executor.main, argv=[sys.argv[0]] + tfx_argv,
+          flags_parser=kubeflow_v2_run_executor._parse_flags)  # pylint: disable=protected-access
+
+
+if __name__ == "__main__":
+  object_storage.exit_after(lambda: main(sys.argv[1:]))

@@ -1,0 +1,168 @@
+"""s3:// for every process of the pipeline, configured from the environment, never from source.
+
+A pod gets its object-storage settings as environment variables (README, "Object storage"):
+the standard AWS ones (credentials, region) plus the endpoint of MinIO or another S3-compatible
+store. Three clients read s3://, each with its own variable names:
+- TensorFlow (tf.io.gfile, hence TFX fileio, TFT, TFMA, the Trainer and our Pusher) through
+  tensorflow-io's S3 filesystem plugin, registered by importing `tensorflow_io`. It reads
+  S3_ENDPOINT (a URL: the scheme picks http or https), AWS_REGION, S3_VERIFY_SSL, S3_CA_FILE
+  and the AWS credential chain (tensorflow_io/core/filesystems/s3/s3_filesystem.cc, v0.37.1).
+  It always addresses buckets path-style (`S3Client(..., useVirtualAddressing=false)`).
+- Beam's S3 filesystem (apache_beam.io.aws, boto3): the S3Options --s3_endpoint_url,
+  --s3_region_name, --s3_verify, or else boto3's own variables (AWS_ENDPOINT_URL_S3,
+  AWS_DEFAULT_REGION, AWS_CA_BUNDLE). botocore addresses a custom endpoint path-style.
+- boto3 itself (tests, tools).
+`configure()` reads the settings once from whichever standard names are set, checks them, and
+sets every client's names to the same values, so no two clients can disagree. Credentials stay
+in the environment (or the pod's IAM role): they never enter pipeline options or the compiled
+spec, which anyone who can read the pipeline can read.
+
+Beam workers in other processes configure themselves the same way: `--beam_plugin=`
+BEAM_PLUGIN (kubeflow/beam_worker.py) makes SDK workers import it at start.
+"""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import sys
+import traceback
+from typing import Callable, Dict, List, MutableMapping, Optional, Sequence
+from urllib.parse import urlsplit
+
+# Where each setting may come from, first found wins; every name of a setting must agree.
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT")
+S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "S3_ENDPOINT")  # boto3's, tensorflow-io's.
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+VERIFY_TLS_VARIABLE = "S3_VERIFY_SSL"  # tensorflow-io's switch; only 1 (the default) is kept.
+CA_BUNDLE_VARIABLES = ("AWS_CA_BUNDLE", "S3_CA_FILE")  # The CA of a store's own certificate.
+BEAM_PLUGIN = "kubeflow.beam_worker"
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Settings:
+  endpoint_url: Optional[str] = None  # http(s)://host[:port] of MinIO etc.; None: AWS S3.
+  region: Optional[str] = None
+  ca_bundle: Optional[str] = None  # PEM file of the CA that signed the endpoint's certificate.
+
+  @classmethod
+  def from_environ(cls, environ: Optional[MutableMapping[str, str]] = None) -> "S3Settings":
+    """The settings in the environment; raises ValueError naming the variable on a bad value."""
+    environ = os.environ if environ is None else environ
+    endpoint_url = _agreed_value(environ, ENDPOINT_VARIABLES)
+    if endpoint_url is not None:
+      parts = urlsplit(endpoint_url)
+      if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.strip("/"):
+        raise ValueError(f"Invalid environment value {_source(environ, ENDPOINT_VARIABLES)}="
+                         f"{endpoint_url!r}: must be the URL of an S3 endpoint, "
+                         "http(s)://host[:port] (e.g. http://minio-service.kubeflow:9000).")
+      endpoint_url = endpoint_url.rstrip("/")
+    verify = environ.get(VERIFY_TLS_VARIABLE, "1").strip()
+    if verify != "1":
+      raise ValueError(f"Invalid environment value {VERIFY_TLS_VARIABLE}={verify!r}: "
+                       "certificates are always checked, as Beam's S3 filesystem cannot skip the "
+                       "check (its --s3_verify takes a CA bundle, not false); for a store with "
+                       "a self-signed or private certificate, set AWS_CA_BUNDLE to its CA file.")
+    ca_bundle = _agreed_value(environ, CA_BUNDLE_VARIABLES)
+    if ca_bundle is not None and not os.path.isfile(ca_bundle):
+      raise ValueError(f"Invalid environment value {_source(environ, CA_BUNDLE_VARIABLES)}="
+                       f"{ca_bundle!r}: no such file (the PEM bundle of the endpoint's CA).")
+    return cls(endpoint_url=endpoint_url, region=_agreed_value(environ, REGION_VARIABLES),
+               ca_bundle=ca_bundle)
+
+  def environ(self) -> Dict[str, str]:
+    """Every client's variables for these settings (credentials are not settings: see above)."""
+    variables = {VERIFY_TLS_VARIABLE: "1"}
+    if self.endpoint_url:  # Not AWS_ENDPOINT_URL: it would redirect every AWS service (STS).
+      variables.update({name: self.endpoint_url for name in S3_ENDPOINT_VARIABLES})
+    if self.region:
+      variables.update({name: self.region for name in REGION_VARIABLES})
+    if self.ca_bundle:
+      variables.update({name: self.ca_bundle for name in CA_BUNDLE_VARIABLES})
+    return variables
+
+  def beam_args(self) -> List[str]:
+    """Beam's S3Options for these settings: what remote workers, which do not share this
+    process's environment, need besides credentials."""
+    args = []
+    if self.endpoint_url:
+      args.append(f"--s3_endpoint_url={self.endpoint_url}")
+    if self.region:
+      args.append(f"--s3_region_name={self.region}")
+    if self.ca_bundle:
+      args.append(f"--s3_verify={self.ca_bundle}")
+    return args
+
+
+def configure(environ: Optional[MutableMapping[str, str]] = None) -> S3Settings:
+  """Makes s3:// work in this process (and the processes it starts) with one set of settings:
+  sets every client's variables from the standard ones, then registers TensorFlow's S3
+  filesystem. Call it before the first s3:// access; calling it again is harmless."""
+  environ = os.environ if environ is None else environ
+  settings = S3Settings.from_environ(environ)
+  environ.update(settings.environ())
+  register_tensorflow_s3()
+  return settings
+
+
+def register_tensorflow_s3() -> None:
+  """Registers tensorflow-io's filesystem plugins (s3:// among them) with TensorFlow.
+  (tensorflow-io-gcs-filesystem, which TensorFlow depends on, carries gs:// only.)"""
+  import tensorflow_io  # pylint: disable=unused-import,import-outside-toplevel
+
+
+def with_beam_s3_options(beam_pipeline_args: Sequence[str],
+                         settings: Optional[S3Settings] = None) -> List[str]:
+  """Beam arguments plus the S3Options of the settings (from the environment by default),
+  for options not given already: settings given explicitly to Beam win."""
+  settings = settings or S3Settings.from_environ()
+  given = {arg.split("=", 1)[0] for arg in beam_pipeline_args}
+  return list(beam_pipeline_args) + [arg for arg in settings.beam_args()
+                                     if arg.split("=", 1)[0] not in given]
+
+
+def exit_after(main: Callable[[], Optional[int]]) -> None:
+  """Runs main and ends the process with its status, reported as Python would report it."""
+  status = 1
+  try:
+    result = main()
+    status = result if isinstance(result, int) else 0
+  except SystemExit as stop:  # An int is the status; anything else is printed, status 1.
+    status = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    if status and not isinstance(stop.code, int):
+      print(stop.code, file=sys.stderr)
+  except BaseException:  # pylint: disable=broad-except
+    traceback.print_exc()
+  finally:
+    end_process(status)
+
+
+def end_process(status: int, from_atexit: bool = False) -> None:
+  """Ends the process now with this status: Python's exit work runs, native destructors don't.
+
+  tensorflow-io 0.37.1's S3 filesystem aborts the process at exit once it has been used
+  ("pure virtual method called", status 134: tensorflow/io issue 2039; the fix, PR 2120,
+  is in no release), so a step whose work succeeded would be reported failed.
+  from_atexit: called by an atexit function, which runs the others itself.
+  """
+  if not from_atexit:
+    atexit._run_exitfuncs()  # pylint: disable=protected-access
+  logging.shutdown()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
+def _agreed_value(environ: MutableMapping[str, str], names: Sequence[str]) -> Optional[str]:
+  values = {name: environ[name].strip() for name in names if environ.get(name, "").strip()}
+  if len(set(values.values())) > 1:
+    raise ValueError("Conflicting environment values " + ", ".join(
+        f"{name}={value!r}" for name, value in values.items()) + ": they name one setting; "
+        "set one of them, or all to the same value.")
+  return next(iter(values.values()), None)
+
+
+def _source(environ: MutableMapping[str, str], names: Sequence[str]) -> str:
+  return next(name for name in names if environ.get(name, "").strip())
+

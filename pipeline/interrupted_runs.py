@@ -1,0 +1,71 @@
+"""Clears what a killed run left: executions still RUNNING in MLMD and their output directories.
+
+TFX 1.16's LocalDagRunner does not: each run has its own `pipeline_run` context, so the
+launcher (tfx/orchestration/portable/launcher.py, `_register_or_reuse_execution`) only looks
+for earlier executions in the *same* run; a run killed with -9 keeps its executions RUNNING
+and its `<pipeline_root>/<node>/<output>/<execution id>` directories forever (their artifacts
+were never published, so nothing reads them). Called at the start of a run, under the run lock
+(pipeline/run_lock.py), so no live run's execution can be among them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import List
+
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+
+from pipeline.config import PipelineConfig
+
+log = logging.getLogger(__name__)
+
+ABANDONED_BY_KEY = "abandoned_by_run"
+_UNFINISHED = (metadata_store_pb2.Execution.NEW, metadata_store_pb2.Execution.RUNNING)
+_NODE_CONTEXT_TYPE = "node"  # tfx/dsl/compiler/constants.py NODE_CONTEXT_TYPE_NAME
+_EXECUTOR_EXECUTION_DIR = os.path.join(".system", "executor_execution")  # outputs_utils.py
+
+
+def execution_dirs(pipeline_root: str, node_id: str, execution_id: int) -> List[str]:
+  """An execution's output directories and its executor scratch directory (TFX's layout,
+  tfx/orchestration/portable/outputs_utils.py)."""
+  node_dir = os.path.join(pipeline_root, node_id)
+  if not os.path.isdir(node_dir):
+    return []
+  candidates = [os.path.join(node_dir, key, str(execution_id)) for key in os.listdir(node_dir)]
+  candidates.append(os.path.join(node_dir, _EXECUTOR_EXECUTION_DIR, str(execution_id)))
+  return [path for path in candidates if os.path.exists(path)]
+
+
+def abandon_interrupted_executions(config: PipelineConfig, run_id: str) -> List[str]:
+  """Marks every unfinished execution CANCELED (custom property `abandoned_by_run`: this
+  run's id) and deletes its directories; returns one line per execution for the log."""
+  if not os.path.exists(config.metadata_path):
+    return []
+  from tfx.orchestration import metadata
+  store = metadata_store.MetadataStore(
+      metadata.sqlite_metadata_connection_config(config.metadata_path))
+  unfinished = [e for e in store.get_executions() if e.last_known_state in _UNFINISHED]
+  if not unfinished:
+    return []
+  node_type = store.get_context_type(_NODE_CONTEXT_TYPE)
+  prefix = f"{config.pipeline_name}."
+  cleared = []
+  for execution in unfinished:
+    nodes = [c.name for c in store.get_contexts_by_execution(execution.id)
+             if c.type_id == node_type.id and c.name.startswith(prefix)]
+    removed = []
+    for node in nodes:
+      for path in execution_dirs(config.pipeline_root, node[len(prefix):], execution.id):
+        shutil.rmtree(path)
+        removed.append(path)
+    execution.last_known_state = metadata_store_pb2.Execution.CANCELED
+    execution.custom_properties[ABANDONED_BY_KEY].string_value = run_id
+    store.put_executions([execution])
+    cleared.append(f"execution {execution.id} of {', '.join(nodes) or 'an unknown node'}, "
+                   f"left RUNNING by an interrupted run: marked CANCELED, removed "
+                   f"{', '.join(removed) or 'no directories'}")
+  for line in cleared:
+    log.info("Cleared %s.", line)
+  return cleared

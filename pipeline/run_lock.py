@@ -1,0 +1,124 @@
+"""One run at a time per output directory: an exclusive lock taken before anything is written.
+
+Two runs on one output directory (two users, a cron overlap) would share MLMD, the pipeline
+root and the serving directory, and each could push or report the other's model.
+
+- Local directory: `flock` on `<output_dir>/.run.lock`. The kernel drops the lock when its
+  holder dies (kill -9 included), so a dead run never blocks the next one; the file keeps the
+  holder's pid, host, start time and run id for the message a second run gets, and a new
+  holder logs which dead run it took over from.
+- Object storage (gs://, s3://): a lock object written through tf.io.gfile. gfile offers no
+  conditional create (no if-generation-match / If-None-Match), so this lock checks, writes
+  a token and reads it back after a settling delay: two starters that both pass the check
+  within that delay are caught (the earlier writer sees the other's token), but two whose
+  read-backs both land before the other's write are not. It is a guard against overlapping
+  schedules, not a mutual-exclusion guarantee, and a crashed holder's object stays until
+  removed (the message says how).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from typing import Iterator, Optional
+
+LOCK_NAME = ".run.lock"
+OBJECT_STORE_SETTLE_SECONDS = 2.0
+
+
+class RunLockHeld(RuntimeError):
+  """Another run holds the output directory."""
+
+
+def holder_record(run_id: str) -> dict:
+  return {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(),
+          "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "token": uuid.uuid4().hex}
+
+
+def describe(holder: dict) -> str:
+  if not holder:
+    return "another run (its lock record is empty or unreadable)"
+  return (f"run {holder.get('run_id')} (pid {holder.get('pid')} on host {holder.get('host')}, "
+          f"started {holder.get('started')})")
+
+
+def _read_holder(text: str) -> Optional[dict]:
+  try:
+    holder = json.loads(text)
+  except ValueError:
+    return None
+  return holder if isinstance(holder, dict) else None
+
+
+@contextlib.contextmanager
+def local_run_lock(output_dir: str, run_id: str) -> Iterator[dict]:
+  """Holds `<output_dir>/.run.lock` for the block; RunLockHeld at once if a live run has it.
+  Yields the holder record; its "took_over" line, if any, is for the run's log."""
+  os.makedirs(output_dir, exist_ok=True)
+  path = os.path.join(output_dir, LOCK_NAME)
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = _read_holder(os.pread(fd, 65536, 0).decode("utf-8", "replace")) or {}
+      raise RunLockHeld(
+          f"{output_dir} is in use by {describe(holder)}; lock file {path}. Wait for that run "
+          "to finish, or use another --output_dir. The lock is released when its process "
+          "ends; if that process is gone and the lock remains (a file system without working "
+          f"flock, such as some network mounts), delete {path}.") from None
+    previous = _read_holder(os.pread(fd, 65536, 0).decode("utf-8", "replace"))
+    holder = holder_record(run_id)
+    if previous:  # A clean release empties the file: this holder died holding the lock.
+      holder["took_over"] = (f"Took over the run lock {path} from {describe(previous)}, which "
+                             "ended without releasing it (killed?).")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps({k: v for k, v in holder.items() if k != "took_over"}).encode(), 0)
+    os.fsync(fd)
+    try:
+      yield holder
+    finally:
+      os.ftruncate(fd, 0)  # Released cleanly: no holder to report or take over from.
+  finally:
+    os.close(fd)  # Closing drops the flock.
+
+
+@contextlib.contextmanager
+def object_store_run_lock(root: str, run_id: str,
+                          settle_seconds: float = OBJECT_STORE_SETTLE_SECONDS) -> Iterator[dict]:
+  """The best-effort lock object `<root>/.run.lock` (see the module docstring for its limits)."""
+  import tensorflow as tf
+  path = f"{root.rstrip('/')}/{LOCK_NAME}"
+
+  def held_error(holder: dict) -> RunLockHeld:
+    return RunLockHeld(
+        f"{root} is in use by {describe(holder)}; lock object {path}. If that run is no longer "
+        f"running, delete the object (e.g. `gsutil rm {path}` or `aws s3 rm {path}`).")
+
+  if tf.io.gfile.exists(path):
+    raise held_error(_read_holder(tf.io.gfile.GFile(path).read()) or {})
+  holder = holder_record(run_id)
+  tf.io.gfile.makedirs(root)
+  with tf.io.gfile.GFile(path, "w") as f:
+    f.write(json.dumps(holder))
+  time.sleep(settle_seconds)
+  current = _read_holder(tf.io.gfile.GFile(path).read()) if tf.io.gfile.exists(path) else None
+  if not current or current.get("token") != holder["token"]:
+    raise held_error(current or {})
+  try:
+    yield holder
+  finally:
+    tf.io.gfile.remove(path)
+
+
+def run_lock(root: str, run_id: str):
+  """The local lock for a local path, the lock object for any other URI (gs://, s3://)."""
+  if "://" in root:
+    return object_store_run_lock(root, run_id)
+  return local_run_lock(root, run_id)
