@@ -23,14 +23,14 @@ from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
 from kubeflow import kfp_entrypoint
 from pipeline.config import PipelineConfig
-from pipeline.pipeline import create_pipeline
+from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
 
 # What backend/src/v2/compiler/argocompiler/dag.go (kubeflow/pipelines) turns into a workflow;
 # it fails the whole pipeline on a resolver ("not implemented") or customJob ("Google Cloud
 # only") executor.
 OPEN_SOURCE_EXECUTOR_KINDS = ("container", "importer")
 # Tasks whose result depends on state outside their inputs.
-UNCACHEABLE_TASKS = ("ProductionModel",)
+UNCACHEABLE_TASKS = ("ProductionModel", WARM_START_MODEL_ID)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,8 @@ def pipeline_job(config: PipelineConfig) -> dict:
   # Its output depends on the serving directory, which KFP's cache key cannot see; locally a
   # driver keys the cache on the production version, but drivers do not run on Kubeflow.
   for task_name in UNCACHEABLE_TASKS:
-    spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
+    if task_name in spec["root"]["dag"]["tasks"]:
+      spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   if config.kubeflow.kubeflow_target == "kfp":
     adapt_to_open_source_kfp(spec)
   return job

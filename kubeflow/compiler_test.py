@@ -153,6 +153,20 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
   assert tasks["Trainer"].caching_options.enable_cache
 
 
+def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_path):
+  from kubeflow.conftest import TFRECORD_FLAGS
+  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=cli.cluster_base())
+  spec = _spec(compiler.compile_pipeline(config, str(tmp_path)))
+  tasks = spec.root.dag.tasks
+  base_model = tasks["Trainer"].inputs.artifacts["base_model"].task_output_artifact
+  assert (base_model.producer_task, base_model.output_artifact_key) == ("WarmStartModel",
+                                                                        "model")
+  assert not tasks["WarmStartModel"].caching_options.enable_cache
+  assert "candidate" not in tasks["WarmStartModel"].inputs.artifacts
+  executors = json_format.MessageToDict(spec.deployment_spec)["executors"]
+  assert all("container" in executor for executor in executors.values())
+
+
 def test_the_kfp_spec_runs_every_container_through_the_compatibility_entrypoint(compiled):
   """kubeflow_target=kfp (the default): only executors an open-source KFP server runs, each
   container started by kubeflow.kfp_entrypoint with its component's own artifact types."""

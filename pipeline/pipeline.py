@@ -6,6 +6,9 @@ ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> 
 With hyper_trials > 1 the Trainer is hyper_trials independent trial Trainers whose models an
 EnsembleSelector turns into one ensemble model, the candidate of ProductionModel, Evaluator and
 Pusher.
+
+With warm_start=production, a second ProductionModel (WarmStartModel, no candidate) gives the
+Trainer the model in production as its base_model.
 """
 from __future__ import annotations
 
@@ -27,7 +30,9 @@ from kubeflow import cluster
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config
 from trainer_module import preprocessing
+from trainer_module.config import WARM_START_FROM_PRODUCTION
 
+WARM_START_MODEL_ID = "WarmStartModel"
 _TRAINER_MODULE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer_module")
 
 
@@ -87,8 +92,15 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
                                   fingerprint)
   transform.add_upstream_node(gate)
 
+  # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
+  # base model comes from an instance of its own, resolved before training.
+  warm_start_model = None
+  if config.trainer.warm_start == WARM_START_FROM_PRODUCTION:
+    warm_start_model = ProductionModel(
+        serving_directory=config.serving_model_dir).with_id(WARM_START_MODEL_ID)
   trainers = [cluster.trainer(
       config, fingerprint, trial,
+      base_model=warm_start_model.outputs["model"] if warm_start_model else None,
       examples=transform.outputs["transformed_examples"],
       transform_graph=transform.outputs["transform_graph"],
       schema=schema.outputs["schema"],
@@ -134,7 +146,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
       components=[examples, statistics, schema, validator, gate, transform, eval_examples,
-                  *model_components, production, evaluator, pusher],
+                  *([warm_start_model] if warm_start_model else []), *model_components,
+                  production, evaluator, pusher],
       enable_cache=config.enable_cache,
       metadata_connection_config=cluster.metadata_connection(config),
       beam_pipeline_args=config.beam_pipeline_args())

@@ -123,6 +123,9 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
     lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
                  f"{test['examples']} held-out test examples, served model, fresh process)")
   model = run.latest_output("model", producer="Trainer")
+  if model is not None:
+    lines.append("  warm-started:    "
+                 + run_report.warm_start_summary(os.path.join(model.uri, "Format-Serving")))
   if evaluation is not None:
     report_dir = os.path.join(config.output_dir, "reports", f"run-{run_id}")
     report_path = run_report.write_run_report(

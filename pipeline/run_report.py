@@ -8,6 +8,7 @@ corruption and severity. Everything comes from the Evaluator's TFMA output and t
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Dict, List, Optional, Tuple
 
@@ -23,6 +24,7 @@ from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.export import ENSEMBLE_FILE, read_record
 from trainer_module.temperature import read_calibration_info
+from trainer_module.warm_start import TRAINING_INFO_PATH
 
 REPORT_FILE = "report.md"
 CALIBRATED, RAW = PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
@@ -299,6 +301,21 @@ def _ensemble_section(record: dict) -> List[str]:
   return lines + [""]
 
 
+def warm_start_summary(model_dir: str) -> str:
+  """What the model was warm-started from, as its assets (training.json) record it."""
+  path = os.path.join(model_dir, TRAINING_INFO_PATH)
+  if not os.path.exists(path):
+    return "not recorded"
+  with open(path) as f:
+    record = json.load(f).get("warm_start")
+  if not record:
+    return "no, trained from scratch"
+  excluded = record["excluded_variables"]
+  return (f"{record['source']} (step {record['source_step']} of its run): "
+          f"{record['restored_variables']} variables restored"
+          f"{f', {len(excluded)} freshly initialised' if excluded else ''}")
+
+
 def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: str,
                      blessed: bool, model_dir: Optional[str], pushed: Optional[str]) -> str:
   """Writes report.md and its PNGs into report_dir; returns the report's path."""
@@ -315,6 +332,7 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
            f"- dataset: `{config.dataset}`, model: WRN-{config.trainer.depth}-"
            f"{config.trainer.width_multiplier}",
            f"- candidate model: `{model_dir}`",
+           f"- warm-started from: {warm_start_summary(model_dir) if model_dir else 'n/a'}",
            f"- pushed: `{pushed}`" if pushed else "- pushed: nothing this run",
            f"- TFMA output: `{evaluation_uri}`", ""]
   lines += _gate_section(config, values, blessed, validation)

@@ -54,7 +54,7 @@ def _score(model_dir, examples_glob):
   return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degraded_one(
+def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_warm_starts(
     tmp_path, pipeline_runner):
   flags = [f"--output_dir={tmp_path}", *SMALL_MODEL]
   first = pipeline_runner(*flags)
@@ -128,6 +128,28 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
   report = open(_report_path(degraded.stdout)).read()
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
+
+  # The same two steps warm-started from the model in production (the next run of a schedule)
+  # keep what it learned: blessed and pushed, and the model records where it started from.
+  warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production")
+  assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
+  run = RunRecord(config)
+  assert run.states["WarmStartModel"] == "COMPLETE" and run.states["Trainer"] == "COMPLETE"
+  start = run.latest_output("model", producer="WarmStartModel")
+  assert start.custom_properties["production_version"].string_value == \
+      os.path.join(config.serving_model_dir, versions[0])
+  assert "Warm-started from the model in production" in warm.stdout
+  assert "optimizer state starts fresh" in warm.stdout
+  assert run.latest_output("blessing").custom_properties["blessed"].int_value == 1
+  new_versions = _versions(config.serving_model_dir)
+  assert len(new_versions) == 2 and new_versions[0] == versions[0]
+  training = json.loads((tmp_path / "serving_model" / config.pipeline_name / new_versions[1] /
+                         "assets.extra" / "training.json").read_text())
+  assert training["step"] == 2 and training["trainer_config"]["warm_start"] == "production"
+  assert training["warm_start"]["source"].startswith("the model in production")
+  assert training["warm_start"]["restored_variables"] > 0
+  assert "warm-started:    the model in production" in warm.stdout
+  assert "- warm-started from: the model in production" in open(_report_path(warm.stdout)).read()
 
 
 def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it_without_them(

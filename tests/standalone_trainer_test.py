@@ -2,6 +2,7 @@
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -168,6 +169,8 @@ def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inp
     ("--distribution_strategy=gpu", "distribution_strategy='gpu': must be one of"),
     ("--mode=predict", "mode='predict': must be one of"),
     ("--per_core_batch_size=many", "--per_core_batch_size: 'many' is not a valid int"),
+    ("--warm_start=production", "warm_start='production': production is a pipeline setting"),
+    ("--warm_start_lr_ratio=2", "warm_start_lr_ratio=2.0: must be in (0, 1]"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(inputs, tmp_path, flag, message):
   process = subprocess.run(trainer_command(inputs, tmp_path, flag), cwd=REPO,
@@ -240,3 +243,36 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
                                              "--ensemble_objective=brier"),
                            cwd=REPO, capture_output=True, text=True, timeout=600)
   assert process.returncode == 2 and "ensemble_objective='brier'" in process.stderr
+
+
+def _inspect(path):
+  process = subprocess.run([sys.executable, "-m", "trainer_module", "inspect", str(path)],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert process.returncode == 0, process.stderr[-2000:]
+  return process.stdout
+
+
+def test_warm_start_from_an_exported_model_inspect_and_a_mismatch_refused(inputs, tmp_path):
+  source = tmp_path / "source"
+  run_trainer(inputs, source, "--train_steps=3", "--per_core_batch_size=16")
+  listing = _inspect(source / "serving_model")
+  assert listing.startswith("saved_model: ") and "step: 3" in listing
+  assert "warm-started from: null" in listing and '"train_steps": 3' in listing
+  assert re.search(r"^  logits/kernel +\[64, 10\] +float32$", listing, re.M)
+  assert "tft_layer" not in listing, "only the classifier's variables, not Transform's"
+
+  log = run_trainer(inputs, tmp_path / "warm", "--train_steps=2", "--per_core_batch_size=16",
+                    f"--warm_start={source / 'serving_model'}")
+  assert re.search(r"Warm-started from \S+serving_model \(saved_model at step 3\): restored "
+                   r"(\d+) of \1 model variables", log), log[-3000:]
+  listing = _inspect(tmp_path / "warm" / "checkpoints")
+  assert "step: 2" in listing and f'"source": "{source / "serving_model"}"' in listing
+
+  refused = subprocess.run(
+      trainer_command(inputs, tmp_path / "refused", "--num_classes=5",
+                      f"--warm_start={source / 'serving_model'}"),
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert refused.returncode == 2, refused.stderr[-3000:]
+  assert "logits/kernel: shape [64, 5] here, [64, 10] in the source" in refused.stderr
+  assert "Training wrn" not in refused.stderr, "refused before training"
+  assert not tf.io.gfile.glob(str(tmp_path / "refused" / "checkpoints" / "ckpt-*"))

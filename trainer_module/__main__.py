@@ -7,6 +7,11 @@ Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard)
 --output_dir=... [--ensemble_size=4] [--ensemble_objective=nll]`: the pipeline's hyper-deep
 ensemble selection and export over member models trained elsewhere (each DIR a serving_model
 this command wrote); the ensemble goes to <output_dir>/serving_model.
+--warm_start is a checkpoint directory or exported SavedModel here (production is the
+pipeline's).
+
+`python -m trainer_module inspect PATH`: the variables (name, shape, dtype) of a checkpoint
+(directory or prefix) or SavedModel, and the step, config and warm start it was written with.
 """
 import dataclasses
 import logging
@@ -19,7 +24,9 @@ from absl import logging as absl_logging
 
 from trainer_module import ensemble
 from trainer_module.checkpoints import Preempted
-from trainer_module.config import ENSEMBLE_OBJECTIVES, TrainerConfig
+from trainer_module import warm_start
+from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START, WARM_START_FROM_PRODUCTION,
+                                   TrainerConfig)
 from trainer_module.flags import parse_flags
 from trainer_module.task import RunPaths, run
 
@@ -32,16 +39,22 @@ class StandalonePaths:
   output_dir: str = ""
   checkpoint_dir: Optional[str] = None  # Default: <output_dir>/checkpoints.
 
-  def run_paths(self) -> RunPaths:
+  def run_paths(self, config: TrainerConfig) -> RunPaths:
     for name in ("train_files", "eval_files", "transform_output", "output_dir"):
       if not getattr(self, name):
         raise ValueError(f"--{name} is required.")
+    if config.warm_start == WARM_START_FROM_PRODUCTION:
+      raise ValueError(f"Invalid config value warm_start={config.warm_start!r}: production is "
+                       "a pipeline setting; give the trainer a checkpoint directory or an "
+                       "exported SavedModel.")
     return RunPaths(train_files=self.train_files, eval_files=self.eval_files,
                     transform_output=self.transform_output,
                     checkpoint_dir=self.checkpoint_dir or os.path.join(self.output_dir,
                                                                        "checkpoints"),
                     log_dir=os.path.join(self.output_dir, "logs"),
-                    export_dir=os.path.join(self.output_dir, "serving_model"))
+                    export_dir=os.path.join(self.output_dir, "serving_model"),
+                    warm_start_from=(None if config.warm_start == NO_WARM_START
+                                     else config.warm_start))
 
 
 def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
@@ -50,7 +63,7 @@ def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
   values = parse_flags(argv, hints)
   paths = StandalonePaths(**{k: v for k, v in values.items() if k in path_hints})
   config = TrainerConfig(**{k: v for k, v in values.items() if k not in path_hints})
-  return config, paths.run_paths()
+  return config, paths.run_paths(config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +118,16 @@ def _configure_logging() -> None:
 def main(argv) -> int:
   if argv[:1] == ["ensemble"]:
     return ensemble_main(argv[1:])
+  if argv[:1] == ["inspect"]:
+    if len(argv) != 2:
+      print("usage: python -m trainer_module inspect PATH", file=sys.stderr)
+      return 2
+    try:
+      print(warm_start.inspect(argv[1]))
+    except warm_start.WarmStartError as error:
+      print(f"error: {error}", file=sys.stderr)
+      return 2
+    return 0
   if "--help" in argv or "-h" in argv:
     print(__doc__)
     for field in dataclasses.fields(StandalonePaths) + dataclasses.fields(TrainerConfig):
@@ -121,6 +144,9 @@ def main(argv) -> int:
   except Preempted as stopped:
     logging.warning("%s", stopped)
     return 143  # 128 + SIGTERM: what a scheduler expects from a preempted task.
+  except warm_start.WarmStartError as error:
+    logging.error("%s", error)
+    return 2
   logging.info("Done: %s", "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
   return 0
 

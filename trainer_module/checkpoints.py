@@ -1,7 +1,8 @@
 """Checkpoints that lose no work: exact-step resume, SIGTERM saves, damaged files skipped.
 
 A checkpoint holds the model, the optimizer (its step counter and momentum), the data position
-(examples consumed so far) and the seed. All randomness in training is stateless and derived
+(examples consumed so far), the seed, and for `inspect` and the record the trainer config and
+what the run was warm-started from. All randomness in training is stateless and derived
 from (seed, epoch, example key), so seed + data position is the complete RNG state: a resumed
 run sees exactly the batches and AugMix views the interrupted one would have seen.
 
@@ -28,6 +29,16 @@ class TrainingState(tf.Module):
     super().__init__()
     self.examples_seen = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.seed = tf.Variable(seed, dtype=tf.int64, trainable=False)
+
+
+class RunRecord(tf.Module):
+  """The trainer config and the warm start (JSON; "" for none), host strings built outside the
+  strategy scope (TPUs hold no string variables)."""
+
+  def __init__(self, config: str):
+    super().__init__()
+    self.config = tf.Variable(config, dtype=tf.string, trainable=False)
+    self.warm_start = tf.Variable("", dtype=tf.string, trainable=False)
 
 
 class Checkpoints:

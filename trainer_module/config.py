@@ -74,6 +74,15 @@ class TrainerConfig:
   # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
   # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
   augmix_view_sets: int = 1
+  # Warm start (trainer_module/warm_start.py): none, production (pipeline only: the model in
+  # production, when there is one), or a checkpoint directory / exported SavedModel. Variables
+  # named by a warm_start_exclude prefix ("head" = the logits layer) start freshly initialised.
+  # A warm-started run trains warm_start_epochs (default: a quarter of train_epochs) on the
+  # fine-tuning schedule: peak rate base_learning_rate x warm_start_lr_ratio, cosine decay.
+  warm_start: str = "none"
+  warm_start_exclude: Tuple[str, ...] = ()
+  warm_start_epochs: Optional[int] = None
+  warm_start_lr_ratio: float = 0.1
 
   def __post_init__(self):
     _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
@@ -135,6 +144,14 @@ class TrainerConfig:
              "must be >= 1")
     _require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
              "must be >= 0")
+    _require(bool(self.warm_start.strip()), "warm_start", self.warm_start,
+             "must be none, production or a checkpoint / SavedModel path")
+    _require(all(prefix.strip() for prefix in self.warm_start_exclude), "warm_start_exclude",
+             self.warm_start_exclude, "must be variable-name prefixes or groups (head)")
+    _require(self.warm_start_epochs is None or self.warm_start_epochs > 0, "warm_start_epochs",
+             self.warm_start_epochs, "must be > 0 (or unset for a quarter of train_epochs)")
+    _require(0.0 < self.warm_start_lr_ratio <= 1.0, "warm_start_lr_ratio",
+             self.warm_start_lr_ratio, "must be in (0, 1]")
 
   @property
   def num_views(self) -> int:
@@ -150,6 +167,11 @@ class TrainerConfig:
             "seed": self.seed, "augmix_width": self.augmix_width,
             "augmix_depth": self.augmix_depth, "augmix_prob_coeff": self.augmix_prob_coeff,
             "augmix_severity": self.augmix_severity}
+
+  @property
+  def fine_tuning_epochs(self) -> int:
+    """Epochs of a warm-started run."""
+    return self.warm_start_epochs or max(1, self.train_epochs // 4)
 
   def group_l2(self, name: str) -> float:
     """The L2 coefficient of one parameter group, falling back to `l2`."""
@@ -173,8 +195,9 @@ class TrainerConfig:
   @classmethod
   def from_dict(cls, values: Mapping[str, Any]) -> "TrainerConfig":
     values = dict(values)
-    if "lr_decay_epochs" in values:
-      values["lr_decay_epochs"] = tuple(values["lr_decay_epochs"])
+    for name in ("lr_decay_epochs", "warm_start_exclude"):
+      if name in values:
+        values[name] = tuple(values[name])
     unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
       raise ValueError(f"Unknown trainer config field(s): {sorted(unknown)}")
@@ -182,6 +205,7 @@ class TrainerConfig:
 
 
 TEMPERATURE_FITS = ("clean", "clean_and_augmix")  # trainer_module/temperature.py.
+NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 MODES = ("train", "eval", "train_and_eval", "continuous_eval")
 L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",

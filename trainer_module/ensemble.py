@@ -27,7 +27,7 @@ import tf_keras as keras
 
 from trainer_module import data, temperature
 from trainer_module.config import ENSEMBLE_OBJECTIVES, L2_GROUPS
-from trainer_module.export import (ENSEMBLE_FILE, TRAINER_CONFIG_FILE, export_serving_model,
+from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import IMAGE_SHAPE
 from trainer_module.metrics import ClassificationMetrics
@@ -171,7 +171,7 @@ def member_temperature(model_dir: str) -> float:
 def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
                   num_bins: int) -> dict:
   """A member's hyperparameters and its served (temperature-scaled) eval metrics."""
-  config = read_record(member.model_dir, TRAINER_CONFIG_FILE) or {}
+  config = (read_record(member.model_dir, TRAINING_FILE) or {}).get("trainer_config") or {}
   return {"name": member.name, "model_dir": member.model_dir,
           "hyperparameters": {k: config[k] for k in HYPERPARAMETERS if k in config},
           "temperature": temperature_value, "eval": probability_metrics(served, labels, num_bins)}

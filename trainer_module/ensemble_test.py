@@ -11,7 +11,7 @@ import tensorflow_transform as tft
 from tests.transform_runs import transformed_digits
 from trainer_module import ensemble
 from trainer_module.config import TrainerConfig
-from trainer_module.export import (ENSEMBLE_FILE, TRAINER_CONFIG_FILE, export_serving_model,
+from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
 from trainer_module.model import wide_resnet
@@ -81,7 +81,7 @@ def members(tmp_path_factory):
     model_dir = str(work / f"member_{seed}")
     export_serving_model(wide_resnet(config), tft_output, model_dir,
                          calibration={"temperature": 1.0 + seed},
-                         records={TRAINER_CONFIG_FILE: config.to_dict()})
+                         records={TRAINING_FILE: {"trainer_config": config.to_dict()}})
     result.append(ensemble.Member(name=f"trial_{seed}", model_dir=model_dir))
   return work, flags, result
 

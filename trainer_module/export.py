@@ -26,7 +26,8 @@ from trainer_module.features import (CLASS_IDS_KEY, IMAGE_KEY, PROBABILITIES_KEY
                                      UNCALIBRATED_PROBABILITIES_KEY)
 
 
-TRAINER_CONFIG_FILE = "trainer_config.json"  # In assets.extra: what the model was trained with.
+# In assets.extra: the step, trainer config and warm start the model was trained with.
+TRAINING_FILE = "training.json"
 ENSEMBLE_FILE = "ensemble.json"  # In assets.extra of an ensemble: its members and selection.
 
 

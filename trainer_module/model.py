@@ -3,6 +3,10 @@
 Pre-activation basic blocks (BN-ReLU-conv, twice), three groups of (depth - 4) / 6 blocks with
 16k, 32k and 64k filters, bias-free He-initialised convolutions, global average pooling and a
 dense head producing logits. Each parameter group carries its own L2 coefficient.
+
+Layers with weights have structural names (`input_conv`, `group_2_block_0_conv_1`,
+`final_bn`, `logits`), so a variable's name says where it sits in the network whatever order
+the process created layers in; warm start matches variables by these names.
 """
 import tf_keras as keras
 
@@ -13,30 +17,30 @@ _BN_MOMENTUM = 0.9
 _BN_EPSILON = 1e-5
 
 
-def _conv(filters, kernel_size, strides, l2):
+def _conv(filters, kernel_size, strides, l2, name):
   return keras.layers.Conv2D(
       filters, kernel_size, strides=strides, padding="same", use_bias=False,
-      kernel_initializer="he_normal", kernel_regularizer=keras.regularizers.l2(l2))
+      kernel_initializer="he_normal", kernel_regularizer=keras.regularizers.l2(l2), name=name)
 
 
-def _bn_relu(x, l2):
+def _bn_relu(x, l2, name):
   # Synchronized: statistics over the global batch across replicas, so N devices compute what
   # one device computes on the same batch. (It is also the unfused kernel on one device: the
   # fused one would update the moving variance with Bessel's correction, the unfused without.)
   x = keras.layers.BatchNormalization(
       momentum=_BN_MOMENTUM, epsilon=_BN_EPSILON, synchronized=True,
       beta_regularizer=keras.regularizers.l2(l2),
-      gamma_regularizer=keras.regularizers.l2(l2))(x)
+      gamma_regularizer=keras.regularizers.l2(l2), name=name)(x)
   return keras.layers.Activation("relu")(x)
 
 
-def _basic_block(x, filters, strides, conv_l2, bn_l2):
-  y = _bn_relu(x, bn_l2)
-  y = _conv(filters, 3, strides, conv_l2)(y)
-  y = _bn_relu(y, bn_l2)
-  y = _conv(filters, 3, 1, conv_l2)(y)
+def _basic_block(x, filters, strides, conv_l2, bn_l2, name):
+  y = _bn_relu(x, bn_l2, f"{name}_bn_1")
+  y = _conv(filters, 3, strides, conv_l2, f"{name}_conv_1")(y)
+  y = _bn_relu(y, bn_l2, f"{name}_bn_2")
+  y = _conv(filters, 3, 1, conv_l2, f"{name}_conv_2")(y)
   if x.shape[-1] != filters or strides != 1:
-    x = _conv(filters, 1, strides, conv_l2)(x)
+    x = _conv(filters, 1, strides, conv_l2, f"{name}_shortcut")(x)
   return keras.layers.Add()([x, y])
 
 
@@ -45,13 +49,14 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
   blocks_per_group = (config.depth - 4) // 6
   bn_l2 = config.group_l2("bn_l2")
   inputs = keras.Input(shape=input_shape, name="image")
-  x = _conv(16, 3, 1, config.group_l2("input_conv_l2"))(inputs)
+  x = _conv(16, 3, 1, config.group_l2("input_conv_l2"), "input_conv")(inputs)
   for group, (base_filters, strides) in enumerate([(16, 1), (32, 2), (64, 2)], start=1):
     conv_l2 = config.group_l2(f"group_{group}_conv_l2")
     filters = base_filters * config.width_multiplier
     for block in range(blocks_per_group):
-      x = _basic_block(x, filters, strides if block == 0 else 1, conv_l2, bn_l2)
-  x = _bn_relu(x, bn_l2)
+      x = _basic_block(x, filters, strides if block == 0 else 1, conv_l2, bn_l2,
+                       f"group_{group}_block_{block}")
+  x = _bn_relu(x, bn_l2, "final_bn")
   x = keras.layers.GlobalAveragePooling2D()(x)
   logits = keras.layers.Dense(
       config.num_classes, kernel_initializer="he_normal",

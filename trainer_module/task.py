@@ -12,11 +12,11 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorboard.plugins.hparams import api as hparams_api
 
-from trainer_module import augmix, data, temperature
+from trainer_module import augmix, data, temperature, warm_start
 from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
 from trainer_module.distribution import is_chief, make_strategy, set_precision_policy
-from trainer_module.export import TRAINER_CONFIG_FILE, export_serving_model
+from trainer_module.export import TRAINING_FILE, export_serving_model
 from trainer_module.train import Training, fit
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,10 @@ class RunPaths:
   checkpoint_dir: str  # Must outlive the process: a rerun resumes from here.
   log_dir: str  # TensorBoard summaries.
   export_dir: Optional[str] = None  # The serving SavedModel, when the mode trains.
+  # A checkpoint or SavedModel to warm-start from (config.warm_start resolved), and what it
+  # is a copy of (the production version), for the record.
+  warm_start_from: Optional[str] = None
+  warm_start_origin: Optional[str] = None
 
 
 def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
@@ -49,7 +53,8 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
                      f"{config.per_core_batch_size} x {strategy.num_replicas_in_sync} replicas).")
   config = config.for_train_examples(num_train_examples)
   training = Training(config, strategy, num_train_examples // global_batch_size,
-                      paths.checkpoint_dir, chief)
+                      paths.checkpoint_dir, chief, paths.warm_start_from,
+                      paths.warm_start_origin)
   log.info("Checkpoints: %s", paths.checkpoint_dir)
   eval_batch_size = config.eval_batch_size * strategy.num_replicas_in_sync
   eval_dataset = None if config.mode == "train" else strategy.distribute_datasets_from_function(
@@ -134,7 +139,9 @@ def _export(training: Training, tft_output, export_dir: str, chief: bool,
   """Every worker saves (saving may need collectives); only the chief's copy is kept."""
   target = export_dir if chief else tempfile.mkdtemp(prefix="export-scratch-")
   export_serving_model(training.model, tft_output, target, calibration=calibration,
-                       records={TRAINER_CONFIG_FILE: training.config.to_dict()})
+                       records={TRAINING_FILE: {"step": training.step,
+                                                "trainer_config": training.config.to_dict(),
+                                                "warm_start": training.warm_start_record}})
   if chief:
     log.info("Exported the serving model to %s.", export_dir)
   else:

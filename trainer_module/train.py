@@ -1,10 +1,12 @@
 """The training loop: SGD with Nesterov momentum, warm-up then step decay, under any strategy.
+A warm-started run fine-tunes instead: a lower peak rate, a short warm-up, cosine decay.
 
 Read top to bottom: schedule and losses, then `Training` (model, optimizer, metrics and
 checkpoints built under the strategy), its replica steps, and `fit`, the host loop that runs
 steps, logs progress, evaluates each epoch and checkpoints.
 """
 import functools
+import json
 import logging
 import math
 import time
@@ -13,7 +15,9 @@ from typing import Callable, Dict, Optional
 import tensorflow as tf
 import tf_keras as keras
 
-from trainer_module.checkpoints import Checkpoints, Preempted, StopSignal, TrainingState
+from trainer_module import warm_start
+from trainer_module.checkpoints import (Checkpoints, Preempted, RunRecord, StopSignal,
+                                        TrainingState)
 from trainer_module.config import TrainerConfig
 from trainer_module.metrics import ClassificationMetrics
 from trainer_module.model import wide_resnet
@@ -49,19 +53,62 @@ class WarmUpPiecewiseConstantSchedule(keras.optimizers.schedules.LearningRateSch
                 warmup_epochs=self.warmup_epochs)
 
 
-def learning_rate_schedule(config: TrainerConfig, steps_per_epoch: int,
-                           global_batch_size: int) -> WarmUpPiecewiseConstantSchedule:
-  """base_learning_rate is per 128 examples; decay epochs are rescaled to train_epochs."""
+class FineTuningSchedule(keras.optimizers.schedules.LearningRateSchedule):
+  """For a warm-started run: linear warm-up over the first warmup_steps, then cosine decay
+  to 0 at total_steps.
+
+  Why: the weights start near a minimum, so the peak rate is a fraction of the from-scratch
+  one (a full-size step would throw away what the warm start gives); the fresh momentum and a
+  new head (transfer) get a short warm-up; a cosine needs no decay epochs tuned to the short
+  run and ends at 0, so the last weights settle instead of jumping at the last decay step.
+  """
+
+  def __init__(self, peak_learning_rate, warmup_steps, total_steps):
+    super().__init__()
+    self.peak_learning_rate = peak_learning_rate
+    self.warmup_steps = warmup_steps
+    self.total_steps = total_steps
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    decay_steps = float(max(1, self.total_steps - self.warmup_steps))
+    progress = tf.clip_by_value((step - self.warmup_steps) / decay_steps, 0.0, 1.0)
+    rate = 0.5 * self.peak_learning_rate * (1.0 + tf.cos(math.pi * progress))
+    if self.warmup_steps > 0:
+      rate = tf.where(step < self.warmup_steps,
+                      self.peak_learning_rate * step / self.warmup_steps, rate)
+    return rate
+
+  def get_config(self):
+    return dict(peak_learning_rate=self.peak_learning_rate, warmup_steps=self.warmup_steps,
+                total_steps=self.total_steps)
+
+
+# Share of a warm-started run spent warming up (at most one epoch).
+FINE_TUNING_WARMUP = 0.1
+
+
+def learning_rate_schedule(config: TrainerConfig, steps_per_epoch: int, global_batch_size: int,
+                           fine_tuning: bool = False):
+  """base_learning_rate is per 128 examples; decay epochs are rescaled to train_epochs. A
+  fine-tuning run spans fine_tuning_epochs."""
+  base_learning_rate = config.base_learning_rate * global_batch_size / 128
+  if fine_tuning:
+    total_steps = config.fine_tuning_epochs * steps_per_epoch
+    return FineTuningSchedule(base_learning_rate * config.warm_start_lr_ratio,
+                              min(steps_per_epoch, int(FINE_TUNING_WARMUP * total_steps)),
+                              total_steps)
   return WarmUpPiecewiseConstantSchedule(
       steps_per_epoch=steps_per_epoch,
-      base_learning_rate=config.base_learning_rate * global_batch_size / 128,
+      base_learning_rate=base_learning_rate,
       decay_ratio=config.lr_decay_ratio,
       decay_epochs=config.scaled_decay_epochs(),
       warmup_epochs=config.lr_warmup_epochs)
 
 
-def make_optimizer(config: TrainerConfig, steps_per_epoch: int, global_batch_size: int):
-  schedule = learning_rate_schedule(config, steps_per_epoch, global_batch_size)
+def make_optimizer(config: TrainerConfig, steps_per_epoch: int, global_batch_size: int,
+                   fine_tuning: bool = False):
+  schedule = learning_rate_schedule(config, steps_per_epoch, global_batch_size, fine_tuning)
   optimizer = keras.optimizers.SGD(schedule, momentum=1.0 - config.one_minus_momentum,
                                    nesterov=True)
   if keras.mixed_precision.global_policy().name == "mixed_float16":
@@ -91,27 +138,36 @@ def jensen_shannon(clean_logits, view_logits):
 
 
 class Training:
-  """Model, optimizer, metrics and checkpoints of one run, built under `strategy`."""
+  """Model, optimizer, metrics and checkpoints of one run, built under `strategy`.
+  warm_start_from: a checkpoint or SavedModel to start from (then the fine-tuning schedule);
+  warm_start_origin: what it is a copy of, for the record."""
 
   def __init__(self, config: TrainerConfig, strategy: tf.distribute.Strategy,
-               steps_per_epoch: int, checkpoint_dir: str, is_chief: bool = True):
+               steps_per_epoch: int, checkpoint_dir: str, is_chief: bool = True,
+               warm_start_from: Optional[str] = None, warm_start_origin: Optional[str] = None):
     self.config = config
     self.strategy = strategy
     self.global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
     self.steps_per_epoch = steps_per_epoch
-    self.total_steps = config.train_steps or config.train_epochs * steps_per_epoch
+    self.warm_start_from, self.warm_start_origin = warm_start_from, warm_start_origin
+    fine_tuning = warm_start_from is not None
+    epochs = config.fine_tuning_epochs if fine_tuning else config.train_epochs
+    self.total_steps = config.train_steps or epochs * steps_per_epoch
     keras.utils.set_random_seed(config.seed)  # The same initial weights on every run.
     with strategy.scope():
       self.model = wide_resnet(config)
-      self.optimizer = make_optimizer(config, steps_per_epoch, self.global_batch_size)
+      self.optimizer = make_optimizer(config, steps_per_epoch, self.global_batch_size,
+                                      fine_tuning)
       self.optimizer.build(self.model.trainable_variables)
       self.train_metrics = ClassificationMetrics(config.num_bins)
       self.eval_metrics = ClassificationMetrics(config.num_bins)
       self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
       self.state = TrainingState(config.seed)
+    self.record = RunRecord(json.dumps(config.to_dict(), sort_keys=True))
     self.checkpoints = Checkpoints(checkpoint_dir, config.max_checkpoints_to_keep, is_chief,
                                    model=self.model, optimizer=self.optimizer, state=self.state,
-                                   train_metrics=self.train_metrics, loss_sum=self.loss_sum)
+                                   train_metrics=self.train_metrics, loss_sum=self.loss_sum,
+                                   record=self.record)
 
   @property
   def step(self) -> int:
@@ -122,18 +178,31 @@ class Training:
     """The data position: training examples consumed by the steps taken so far."""
     return int(_value(self.state.examples_seen))
 
+  @property
+  def warm_start_record(self) -> Optional[dict]:
+    """What this run was warm-started from (warm_start.warm_start's record), or None."""
+    text = self.record.warm_start.numpy().decode()
+    return json.loads(text) if text else None
+
   def restore(self) -> None:
-    """Continues from the newest intact checkpoint, if any; refuses a different seed."""
+    """Continues from the newest intact checkpoint, if any (refusing a different seed); a
+    resumed run never warm-starts again. Without a checkpoint, warm-starts when asked to."""
     path = self.checkpoints.restore_latest()
     if path is None:
+      if self.warm_start_from is not None:
+        record = warm_start.warm_start(self.model, self.warm_start_from,
+                                       self.config.warm_start_exclude, self.warm_start_origin)
+        self.record.warm_start.assign(json.dumps(record, sort_keys=True))
       return
     seed = int(_value(self.state.seed))
     if seed != self.config.seed:
       raise ValueError(f"Checkpoint {path} was trained with seed={seed}, this run has "
                        f"seed={self.config.seed}: use the same seed or a new checkpoint "
                        "directory.")
-    log.info("Resuming from %s at step %d (%d examples consumed).", path, self.step,
-             self.examples_seen)
+    self.record.config.assign(json.dumps(self.config.to_dict(), sort_keys=True))
+    log.info("Resuming from %s at step %d (%d examples consumed)%s.", path, self.step,
+             self.examples_seen, ", a warm-started run: it continues its own checkpoints and "
+             "does not warm-start again" if self.warm_start_record else "")
 
   # The steps each replica runs.
   def _replica_train_step(self, images, views, labels):

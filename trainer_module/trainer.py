@@ -2,15 +2,27 @@
 
 It runs the same code as `python -m trainer_module` (task.run). Checkpoints go to
 `<pipeline_root>/Trainer/checkpoints/<key>`, where the key hashes the run's inputs (Transform's
-output URIs) and trainer config: a retried Trainer execution (which gets a new output
-directory) finds the checkpoints of the attempt it replaces and resumes at the step it reached.
+output URIs, the base model) and trainer config: a retried Trainer execution (which gets a new
+output directory) finds the checkpoints of the attempt it replaces and resumes at the step it
+reached.
+
+With warm_start=production the base model is the WarmStartModel's snapshot of the model in
+production (pipeline/pipeline.py); when nothing is in production it holds no SavedModel and the
+run trains from scratch.
 """
 import hashlib
 import json
+import logging
 import os
+from typing import Optional, Tuple
 
-from trainer_module.config import TrainerConfig
+import tensorflow as tf
+
+from components.pusher import PUSH_INFO_PATH
+from trainer_module.config import NO_WARM_START, WARM_START_FROM_PRODUCTION, TrainerConfig
 from trainer_module.task import RunPaths, run
+
+log = logging.getLogger(__name__)
 
 
 def checkpoint_dir(fn_args, config: TrainerConfig) -> str:
@@ -19,15 +31,37 @@ def checkpoint_dir(fn_args, config: TrainerConfig) -> str:
                          "eval": sorted(fn_args.eval_files),
                          "transform": fn_args.transform_output,
                          "trainer": config.to_dict(),
-                         "custom_config": fn_args.custom_config}, sort_keys=True)
+                         "custom_config": fn_args.custom_config,
+                         "base_model": fn_args.base_model}, sort_keys=True)
   key = hashlib.sha256(identity.encode()).hexdigest()[:16]
   trainer_root = os.path.dirname(os.path.dirname(fn_args.model_run_dir))  # <root>/Trainer
   return os.path.join(trainer_root, "checkpoints", key)
 
 
+def warm_start_source(config: TrainerConfig, base_model: Optional[str]
+                      ) -> Tuple[Optional[str], Optional[str]]:
+  """(what to warm-start from, what it is a copy of) for config.warm_start."""
+  if config.warm_start == NO_WARM_START:
+    return None, None
+  if config.warm_start != WARM_START_FROM_PRODUCTION:
+    return config.warm_start, None
+  if not base_model or not tf.io.gfile.exists(os.path.join(base_model, "saved_model.pb")):
+    log.info("warm_start=production: no model in production yet; training from scratch on "
+             "the full schedule.")
+    return None, None
+  origin = "the model in production"
+  push_info = os.path.join(base_model, PUSH_INFO_PATH)
+  if tf.io.gfile.exists(push_info):
+    with tf.io.gfile.GFile(push_info) as f:
+      origin += f" (fingerprint {json.load(f).get('model_fingerprint')})"
+  return base_model, f"{origin}, snapshot {base_model}"
+
+
 def run_fn(fn_args) -> None:
   config = TrainerConfig.from_dict(fn_args.custom_config["trainer"])
+  warm_start_from, warm_start_origin = warm_start_source(config, fn_args.base_model)
   run(config, RunPaths(train_files=fn_args.train_files, eval_files=fn_args.eval_files,
                        transform_output=fn_args.transform_output,
                        checkpoint_dir=checkpoint_dir(fn_args, config),
-                       log_dir=fn_args.model_run_dir, export_dir=fn_args.serving_model_dir))
+                       log_dir=fn_args.model_run_dir, export_dir=fn_args.serving_model_dir,
+                       warm_start_from=warm_start_from, warm_start_origin=warm_start_origin))

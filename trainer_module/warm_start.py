@@ -1,0 +1,206 @@
+"""Warm start: a run begins from the weights of an earlier model of this project.
+
+A source is a checkpoint directory of this trainer (its newest checkpoint), one checkpoint
+prefix, or an exported SavedModel (whose variables/variables is a checkpoint as well). As the
+user's notes on TF checkpoints put it, a checkpoint holds variable values, not the graph: the
+graph is this code's model, and the values are restored into it. Checkpoint keys name objects
+by tracking edges in creation order (`model/layer_with_weights-7/kernel`), so they are not used
+for matching. The checkpoint's object graph also records each value's variable name, the Keras
+layer/variable path (`group_2_block_0_conv_1/kernel`, structural names from model.py), and
+variables are matched by that name.
+
+Every model variable whose name and shape match is restored; names matching a
+`warm_start_exclude` prefix (or a group: `head` is the logits layer) keep their fresh
+initialisation, on either side. Anything else that does not match fails before training, with
+the list. Only the model is restored: the optimizer (step, momentum) starts fresh.
+"""
+import json
+import logging
+import os
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from trainer_module.export import TRAINING_FILE
+
+log = logging.getLogger(__name__)
+
+# Prefix groups for warm_start_exclude; any other entry is a variable-name prefix.
+EXCLUDE_GROUPS = {"head": ("logits",)}
+# What the model's assets record about its training (step, config, warm start).
+TRAINING_INFO_PATH = os.path.join("assets.extra", TRAINING_FILE)
+# Keys of the model and of the state this trainer's checkpoints hold (checkpoints.py).
+_CHECKPOINT_MODEL_PREFIX = "model/"
+# The optimizer's step counter (under optimizer/inner_optimizer/ with loss scaling).
+_CHECKPOINT_STEP_SUFFIX = "_iterations/.ATTRIBUTES/VARIABLE_VALUE"
+_CHECKPOINT_CONFIG_KEY = "record/config/.ATTRIBUTES/VARIABLE_VALUE"
+_CHECKPOINT_WARM_START_KEY = "record/warm_start/.ATTRIBUTES/VARIABLE_VALUE"
+_VALUE = "VARIABLE_VALUE"
+
+
+class WarmStartError(ValueError):
+  """The source cannot initialise this model: unreadable, or variables that do not match."""
+
+
+class SavedVariable(NamedTuple):
+  key: str  # Checkpoint key, to read the value with.
+  shape: Tuple[int, ...]
+  dtype: str
+
+
+class Source(NamedTuple):
+  path: str  # What the user named.
+  kind: str  # "checkpoint" or "saved_model".
+  checkpoint: str  # The checkpoint prefix read.
+
+
+def locate(path: str) -> Source:
+  """The checkpoint behind `path`: a SavedModel's variables, a directory's newest checkpoint,
+  or the checkpoint prefix itself."""
+  if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+    return Source(path, "saved_model", os.path.join(path, "variables", "variables"))
+  if tf.io.gfile.isdir(path):
+    latest = tf.train.latest_checkpoint(path)
+    if latest is None:
+      raise WarmStartError(f"warm_start={path}: the directory holds neither a SavedModel "
+                           "(saved_model.pb) nor a checkpoint.")
+    return Source(path, "checkpoint", latest)
+  if tf.io.gfile.exists(path + ".index"):
+    return Source(path, "checkpoint", path)
+  raise WarmStartError(f"warm_start={path}: no such checkpoint or SavedModel.")
+
+
+def model_variables(source: Source) -> Dict[str, SavedVariable]:
+  """{Keras variable name: saved variable} of the model in the source's checkpoint."""
+  try:
+    reader = tf.train.load_checkpoint(source.checkpoint)
+    graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
+        reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+  except (tf.errors.OpError, ValueError) as error:
+    raise WarmStartError(f"warm_start={source.path}: cannot read {source.checkpoint}: "
+                         f"{str(error).splitlines()[0]}") from None
+  shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+  variables = {}
+  for node in graph.nodes:
+    for attribute in node.attributes:
+      key = attribute.checkpoint_key
+      if attribute.name == _VALUE and _is_model_key(source.kind, key):
+        variables[attribute.full_name] = SavedVariable(key, tuple(shapes[key]),
+                                                       dtypes[key].name)
+  if not variables:
+    raise WarmStartError(f"warm_start={source.path}: {source.checkpoint} holds no model "
+                         "variables of this project's trainer.")
+  return variables
+
+
+def _is_model_key(kind: str, key: str) -> bool:
+  """The model's own variables: under `model/` in a training checkpoint; at a SavedModel's
+  root, the Keras layers' (not the Transform layer's)."""
+  if kind == "checkpoint":
+    return key.startswith(_CHECKPOINT_MODEL_PREFIX)
+  return key.startswith("layer")
+
+
+def variable_name(variable: tf.Variable) -> str:
+  """The Keras layer/variable path, as checkpoints record it ("logits/kernel")."""
+  return variable.name.split(":")[0]
+
+
+def excluded(name: str, exclude: Sequence[str]) -> bool:
+  prefixes = [p for entry in exclude for p in EXCLUDE_GROUPS.get(entry, (entry,))]
+  return any(name == p or name.startswith((p + "/", p + "_")) for p in prefixes)
+
+
+def plan(model_vars: Sequence[tf.Variable], saved: Dict[str, SavedVariable],
+         exclude: Sequence[str]) -> Tuple[List[Tuple[tf.Variable, SavedVariable]], List[str],
+                                          List[str]]:
+  """(variables to restore with their saved values, excluded names, mismatch descriptions)."""
+  restore, skipped, mismatches = [], [], []
+  names = set()
+  for variable in model_vars:
+    name = variable_name(variable)
+    names.add(name)
+    shape = tuple(variable.shape.as_list())
+    if excluded(name, exclude):
+      skipped.append(name)
+    elif name not in saved:
+      mismatches.append(f"{name} {list(shape)}: not in the source")
+    elif saved[name].shape != shape:
+      mismatches.append(f"{name}: shape {list(shape)} here, {list(saved[name].shape)} in the "
+                        "source")
+    else:
+      restore.append((variable, saved[name]))
+  for name, value in sorted(saved.items()):
+    if name not in names and not excluded(name, exclude):
+      mismatches.append(f"{name} {list(value.shape)}: in the source, not in this model")
+  return restore, skipped, mismatches
+
+
+def warm_start(model: keras.Model, path: str, exclude: Sequence[str],
+               origin: Optional[str] = None) -> dict:
+  """Restores `model`'s matching variables from `path`; returns what was done, for the record.
+  origin: where the source came from, when `path` is a copy (the production version)."""
+  source = locate(path)
+  saved = model_variables(source)
+  restore, skipped, mismatches = plan(model.variables, saved, exclude)
+  if mismatches:
+    raise WarmStartError(
+        f"warm_start={path}: {len(mismatches)} variable(s) do not match and are not excluded "
+        "(warm_start_exclude=head re-initialises the classifier for a new label set):\n  "
+        + "\n  ".join(mismatches))
+  reader = tf.train.load_checkpoint(source.checkpoint)
+  for variable, value in restore:
+    variable.assign(reader.get_tensor(value.key))
+  info = training_info(source)
+  record = {"source": origin or path, "kind": source.kind, "checkpoint": source.checkpoint,
+            "source_step": info.get("step"), "restored_variables": len(restore),
+            "excluded_variables": skipped}
+  log.info("Warm-started from %s (%s%s): restored %d of %d model variables by name; "
+           "freshly initialised (excluded): %s; optimizer state starts fresh.",
+           record["source"], source.kind,
+           f" at step {record['source_step']}" if record["source_step"] is not None else "",
+           len(restore), len(model.variables), ", ".join(skipped) or "none")
+  return record
+
+
+def training_info(source: Source) -> dict:
+  """The step, trainer config and warm start a source was written with (what is known)."""
+  if source.kind == "saved_model":
+    path = os.path.join(source.path, TRAINING_INFO_PATH)
+    if not tf.io.gfile.exists(path):
+      return {}
+    with tf.io.gfile.GFile(path) as f:
+      return json.load(f)
+  reader = tf.train.load_checkpoint(source.checkpoint)
+  info = {}
+  steps = [key for key in reader.get_variable_to_shape_map()
+           if key.startswith("optimizer/") and key.endswith(_CHECKPOINT_STEP_SUFFIX)]
+  if steps:
+    info["step"] = int(reader.get_tensor(min(steps, key=len)))
+  for name, key in (("trainer_config", _CHECKPOINT_CONFIG_KEY),
+                    ("warm_start", _CHECKPOINT_WARM_START_KEY)):
+    if reader.has_tensor(key):
+      text = reader.get_tensor(key).decode()
+      info[name] = json.loads(text) if text else None
+  return info
+
+
+def inspect(path: str) -> str:
+  """A readable listing of a source: its model variables, step, config and warm start."""
+  source = locate(path)
+  saved = model_variables(source)
+  info = training_info(source)
+  lines = [f"{source.kind}: {source.checkpoint}",
+           f"step: {info.get('step', 'unknown')}",
+           f"warm-started from: {json.dumps(info.get('warm_start'))}",
+           "trainer config: " + (json.dumps(info["trainer_config"], sort_keys=True)
+                                 if info.get("trainer_config") else "not recorded"),
+           f"model variables: {len(saved)} "
+           f"({sum(int(np.prod(v.shape)) for v in saved.values())} values)"]
+  width = max(len(name) for name in saved)
+  lines += [f"  {name:<{width}}  {str(list(v.shape)):<20} {v.dtype}"
+            for name, v in sorted(saved.items())]
+  return "\n".join(lines)

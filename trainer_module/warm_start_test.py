@@ -1,0 +1,165 @@
+"""Warm start: matching variables restored exactly and by name, excluded ones left fresh,
+mismatches refused before training, resumed runs not warm-started twice, `inspect`."""
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module import warm_start
+from trainer_module.config import TrainerConfig
+from trainer_module.model import wide_resnet
+from trainer_module.train import Training, learning_rate_schedule
+
+TINY = dict(depth=10, width_multiplier=1, seed=1)
+
+
+def _values(model):
+  return {warm_start.variable_name(v): v.numpy() for v in model.variables}
+
+
+def _trained(tmp_path, steps=3, **config):
+  """A tiny WRN's checkpoint directory after `steps` steps of changed weights (not its
+  initialisation), written as training writes it; returns (directory, values)."""
+  training = Training(TrainerConfig(**{**TINY, "seed": 7, **config}),
+                      tf.distribute.get_strategy(), steps_per_epoch=10,
+                      checkpoint_dir=str(tmp_path / "source"))
+  for variable in training.model.variables:
+    variable.assign(variable + tf.random.stateless_normal(variable.shape, [0, 1]))
+  training.optimizer.iterations.assign(steps)
+  training.checkpoints.save(steps)
+  return str(tmp_path / "source"), _values(training.model)
+
+
+def test_every_matching_variable_is_restored_exactly(tmp_path):
+  source, saved = _trained(tmp_path)
+  model = wide_resnet(TrainerConfig(**TINY))
+  record = warm_start.warm_start(model, source, exclude=())
+  restored = _values(model)
+  assert restored.keys() == saved.keys()
+  for name, value in saved.items():
+    np.testing.assert_array_equal(restored[name], value, err_msg=name)
+  assert record["restored_variables"] == len(saved) and record["excluded_variables"] == []
+  assert record["kind"] == "checkpoint" and record["source_step"] == 3
+
+
+def test_a_savedmodel_is_a_source_too(tmp_path):
+  _, saved = _trained(tmp_path)
+  exported = wide_resnet(TrainerConfig(**{**TINY, "seed": 7}))
+  for variable in exported.variables:
+    variable.assign(saved[warm_start.variable_name(variable)])
+  exported.save(str(tmp_path / "saved_model"), save_format="tf")
+  model = wide_resnet(TrainerConfig(**TINY))
+  record = warm_start.warm_start(model, str(tmp_path / "saved_model"), exclude=())
+  assert record["kind"] == "saved_model" and record["restored_variables"] == len(saved)
+  for name, value in _values(model).items():
+    np.testing.assert_array_equal(value, saved[name], err_msg=name)
+
+
+def test_excluded_head_keeps_its_fresh_initialisation_for_a_new_label_set(tmp_path):
+  source, saved = _trained(tmp_path)
+  model = wide_resnet(TrainerConfig(**{**TINY, "num_classes": 5}))
+  fresh_head = model.get_layer("logits").kernel.numpy()
+  record = warm_start.warm_start(model, source, exclude=("head",))
+  assert sorted(record["excluded_variables"]) == ["logits/bias", "logits/kernel"]
+  np.testing.assert_array_equal(model.get_layer("logits").kernel.numpy(), fresh_head)
+  body = {name: value for name, value in _values(model).items()
+          if not name.startswith("logits")}
+  assert len(body) == len(saved) - 2
+  for name, value in body.items():
+    np.testing.assert_array_equal(value, saved[name], err_msg=name)
+
+
+def test_mismatched_variables_fail_with_their_names_and_shapes(tmp_path):
+  source, _ = _trained(tmp_path)
+  model = wide_resnet(TrainerConfig(**{**TINY, "num_classes": 5}))
+  before = _values(model)
+  with pytest.raises(warm_start.WarmStartError) as error:
+    warm_start.warm_start(model, source, exclude=())
+  message = str(error.value)
+  assert "2 variable(s) do not match" in message
+  assert "logits/kernel: shape [64, 5] here, [64, 10] in the source" in message
+  assert "logits/bias: shape [5] here, [10] in the source" in message
+  assert all(np.array_equal(v, before[n]) for n, v in _values(model).items()), \
+      "nothing is restored when anything mismatches"
+
+
+def test_variables_are_matched_by_layer_name_not_by_checkpoint_position(tmp_path):
+  """The source has an extra layer before the head: every checkpoint key after it moves
+  (layer_with_weights-N), the names do not."""
+  def toy(extra):
+    inputs = keras.Input((3,))
+    x = keras.layers.Dense(4, name="body")(inputs)
+    if extra:
+      x = keras.layers.Dense(4, name="adapter")(x)
+    return keras.Model(inputs, keras.layers.Dense(2, name="logits")(x))
+
+  source = toy(extra=True)
+  path = tf.train.Checkpoint(model=source).write(str(tmp_path / "ckpt"))
+  with pytest.raises(warm_start.WarmStartError, match=r"adapter/kernel \[4, 4\]: in the source"):
+    warm_start.warm_start(toy(extra=False), path, exclude=())
+  target = toy(extra=False)
+  warm_start.warm_start(target, path, exclude=("adapter",))
+  for layer in ("body", "logits"):
+    np.testing.assert_array_equal(target.get_layer(layer).kernel.numpy(),
+                                  source.get_layer(layer).kernel.numpy())
+
+
+def test_a_missing_source_is_named():
+  with pytest.raises(warm_start.WarmStartError, match="warm_start=/nonexistent: no such"):
+    warm_start.locate("/nonexistent")
+
+
+def test_a_resumed_run_continues_its_own_checkpoints_and_does_not_warm_start_again(
+    tmp_path, caplog):
+  source, saved = _trained(tmp_path)
+  config = TrainerConfig(**TINY, warm_start=source)
+  first = Training(config, tf.distribute.get_strategy(), 10, str(tmp_path / "run"),
+                   warm_start_from=source)
+  first.restore()
+  assert first.warm_start_record["source"] == source
+  assert first.step == 0, "the optimizer (step, momentum) starts fresh"
+  kernel = first.model.get_layer("logits").kernel
+  np.testing.assert_array_equal(kernel.numpy(), saved["logits/kernel"])
+  kernel.assign(kernel + 1.0)  # What this run's own training changed.
+  first.optimizer.iterations.assign(4)
+  first.checkpoints.save(4)
+
+  resumed = Training(config, tf.distribute.get_strategy(), 10, str(tmp_path / "run"),
+                     warm_start_from=source)
+  with caplog.at_level(logging.INFO):
+    resumed.restore()
+  assert resumed.step == 4
+  np.testing.assert_array_equal(resumed.model.get_layer("logits").kernel.numpy(),
+                                saved["logits/kernel"] + 1.0)
+  assert resumed.warm_start_record == first.warm_start_record, "the record survives the resume"
+  assert "does not warm-start again" in caplog.text and "Warm-started" not in caplog.text
+
+
+def test_a_warm_started_run_follows_the_fine_tuning_schedule():
+  config = TrainerConfig(**TINY, train_epochs=20, warm_start_lr_ratio=0.1)
+  scratch = Training(config, tf.distribute.get_strategy(), 10, "/tmp/unused-scratch")
+  tuned = Training(config, tf.distribute.get_strategy(), 10, "/tmp/unused-tuned",
+                   warm_start_from="/somewhere")
+  assert scratch.total_steps == 200 and tuned.total_steps == 50  # A quarter of train_epochs.
+  schedule = learning_rate_schedule(config, steps_per_epoch=10, global_batch_size=64,
+                                    fine_tuning=True)
+  peak = 0.1 * 64 / 128 * 0.1
+  rates = [float(schedule(step)) for step in (0, 2, 5, 50)]
+  np.testing.assert_allclose(rates, [0.0, peak * 2 / 5, peak, 0.0], atol=1e-7)
+  assert float(schedule(27.5)) == pytest.approx(peak / 2, rel=1e-5)  # Cosine midpoint.
+
+
+def test_inspect_lists_variables_step_and_config(tmp_path):
+  source, saved = _trained(tmp_path, steps=5)
+  text = warm_start.inspect(source)
+  assert text.splitlines()[0] == f"checkpoint: {os.path.join(source, 'ckpt-5')}"
+  assert "step: 5" in text
+  config = json.loads(text.split("trainer config: ")[1].splitlines()[0])
+  assert config["depth"] == 10 and config["seed"] == 7
+  assert f"model variables: {len(saved)}" in text
+  assert any(line.split() == ["logits/kernel", "[64,", "10]", "float32"]
+             for line in text.splitlines())
