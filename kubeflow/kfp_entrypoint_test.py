@@ -187,8 +187,11 @@ def test_the_example_gen_driver_resolves_the_latest_span_and_fingerprints_it(tmp
   assert fingerprints[0] != fingerprints[1]
 
 
-def test_the_entrypoint_runs_a_tfx_executor_on_an_open_source_shaped_input(tmp_path):
+def test_the_entrypoint_runs_a_tfx_executor_on_an_open_source_shaped_input(tmp_path,
+                                                                           monkeypatch):
   """ImportSchemaGen through TFX's own entrypoint, from the command the compiler writes."""
+  # main() sets the object-storage variables of its process: keep them to this test.
+  monkeypatch.setattr(os, "environ", dict(os.environ))
   schema = tmp_path / "schema.pbtxt"
   schema.write_text('feature { name: "label" type: INT }\n')
   output_file = tmp_path / "kfp_outputs" / "output_metadata.json"
