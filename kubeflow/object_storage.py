@@ -123,7 +123,8 @@ def with_beam_s3_options(beam_pipeline_args: Sequence[str],
 
 
 def exit_after(main: Callable[[], Optional[int]]) -> None:
-  """Runs main and ends the process with its status, reported as Python would report it."""
+  """Runs main and ends the process with its status, reported as Python would report it.
+  Call it outermost: `with` blocks and `finally` clauses around it do not run."""
   status = 1
   try:
     result = main()

@@ -7,6 +7,7 @@ as it does in a cluster. The `s3_server` fixture below shares one per session.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import ssl
@@ -60,6 +61,8 @@ class S3Server:
       key_path = os.path.join(self._tls_dir.name, "key.pem")
       _write_self_signed_certificate(self.ca_bundle, key_path)
       tls_args = ["--ssl-cert", self.ca_bundle, "--ssl-key", key_path]
+    # Also stopped by the exit functions, which end_process runs even where __exit__ is skipped.
+    atexit.register(self.stop)
     self._process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "--host", "127.0.0.1", "--port", str(self.port)]
         + tls_args,
