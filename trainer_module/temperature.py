@@ -173,7 +173,8 @@ def channel_statistics(tft_output) -> Tuple[tf.Tensor, tf.Tensor]:
   from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE
   images = [tf.io.encode_png(tf.fill(IMAGE_SHAPE, tf.constant(value, tf.uint8)))
             for value in (0, 255)]
-  normalised = tft_output.transform_raw_features({IMAGE_KEY: tf.stack(images)})[IMAGE_KEY]
+  layer = tft_output.transform_features_layer()  # What serving applies (TF1 graph, eager-safe).
+  normalised = layer({IMAGE_KEY: tf.stack(images)})[IMAGE_KEY]
   black, white = normalised[0, 0, 0], normalised[1, 0, 0]
   std = 1.0 / (white - black)
   return -black * std, std

@@ -163,3 +163,18 @@ def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_
     pixels01 = view.numpy() * std + mean
     assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
   assert not np.allclose(first[0][0], images[:4], atol=1e-3), "the views are augmented"
+
+
+def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
+  """From a real transform graph (TF1-traced, as Transform writes it), in eager mode."""
+  import tensorflow_transform as tft
+  from tests.transform_runs import raw_digit_examples, run_transform
+  from trainer_module.config import TrainerConfig
+  from trainer_module.preprocessing import decode_images
+  raw = raw_digit_examples(8)
+  _, transform_dir = run_transform(raw, TrainerConfig().transform_options(), str(tmp_path),
+                                   ["--direct_running_mode=in_memory"])
+  mean, std = temperature.channel_statistics(tft.TFTransformOutput(transform_dir))
+  pixels = decode_images(tf.constant([r["image"] for r in raw])).numpy().reshape(-1, 3) / 255.0
+  np.testing.assert_allclose(mean.numpy(), pixels.mean(axis=0), atol=1e-5)
+  np.testing.assert_allclose(std.numpy(), pixels.std(axis=0), rtol=1e-4)
