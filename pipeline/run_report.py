@@ -20,6 +20,7 @@ from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.export import read_precision_info
 from trainer_module.temperature import read_calibration_info
 
 REPORT_FILE = "report.md"
@@ -206,9 +207,12 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
   calibration = None
   if model_dir and os.path.exists(os.path.join(model_dir, "assets.extra", "temperature.json")):
     calibration = read_calibration_info(model_dir)
+  precision = read_precision_info(model_dir) if model_dir else None
   lines = [f"# Run report: {config.pipeline_name}", "",
            f"- dataset: `{config.dataset}`, model: WRN-{config.trainer.depth}-"
            f"{config.trainer.width_multiplier}",
+           f"- trained in `{precision['policy']}` ({precision['reason']}), served in "
+           f"`{precision['serving_policy']}`" if precision else "- precision: not recorded",
            f"- candidate model: `{model_dir}`",
            f"- pushed: `{pushed}`" if pushed else "- pushed: nothing this run",
            f"- TFMA output: `{evaluation_uri}`", ""]

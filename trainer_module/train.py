@@ -14,11 +14,13 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.checkpoints import Checkpoints, Preempted, StopSignal, TrainingState
-from trainer_module.config import TrainerConfig
+from trainer_module.config import PRECISION_POLICIES, TrainerConfig
 from trainer_module.metrics import ClassificationMetrics
 from trainer_module.model import wide_resnet
 
 log = logging.getLogger(__name__)
+
+_PRECISION_KEY = "state/precision/.ATTRIBUTES/VARIABLE_VALUE"  # TrainingState.precision.
 
 
 class WarmUpPiecewiseConstantSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -100,6 +102,8 @@ class Training:
     self.global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
     self.steps_per_epoch = steps_per_epoch
     self.total_steps = config.train_steps or config.train_epochs * steps_per_epoch
+    # The global policy set_precision_policy chose (float32 weights under every policy).
+    self.precision_policy = keras.mixed_precision.global_policy().name
     keras.utils.set_random_seed(config.seed)  # The same initial weights on every run.
     with strategy.scope():
       self.model = wide_resnet(config)
@@ -108,8 +112,9 @@ class Training:
       self.train_metrics = ClassificationMetrics(config.num_bins)
       self.eval_metrics = ClassificationMetrics(config.num_bins)
       self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-      self.state = TrainingState(config.seed)
+      self.state = TrainingState(config.seed, PRECISION_POLICIES.index(self.precision_policy))
     self.checkpoints = Checkpoints(checkpoint_dir, config.max_checkpoints_to_keep, is_chief,
+                                   check=self._check_precision,
                                    model=self.model, optimizer=self.optimizer, state=self.state,
                                    train_metrics=self.train_metrics, loss_sum=self.loss_sum)
 
@@ -132,8 +137,28 @@ class Training:
       raise ValueError(f"Checkpoint {path} was trained with seed={seed}, this run has "
                        f"seed={self.config.seed}: use the same seed or a new checkpoint "
                        "directory.")
+    self.state.precision.assign(PRECISION_POLICIES.index(self.precision_policy))
     log.info("Resuming from %s at step %d (%d examples consumed).", path, self.step,
              self.examples_seen)
+
+  def _check_precision(self, path: str) -> None:
+    """float32 and mixed_bfloat16 hold the same variables (float32 weights and momentum), so
+    either resumes the other; a mixed_float16 optimizer also holds loss-scale state."""
+    reader = tf.train.load_checkpoint(path)
+    if not reader.has_tensor(_PRECISION_KEY):
+      raise ValueError(f"Checkpoint {path} does not record its precision policy (written by an "
+                       "older trainer): use a new checkpoint directory.")
+    saved = PRECISION_POLICIES[int(reader.get_tensor(_PRECISION_KEY))]
+    if saved == self.precision_policy:
+      return
+    if "mixed_float16" in (saved, self.precision_policy):
+      raise ValueError(f"Checkpoint {path} was trained with mixed_precision={saved}, this run "
+                       f"uses {self.precision_policy}: a mixed_float16 optimizer carries "
+                       "loss-scale state the other policies lack. Set --mixed_precision="
+                       f"{saved} or use a new checkpoint directory.")
+    log.warning("Checkpoint %s was trained with %s; continuing with %s (the same float32 "
+                "weights; not bit-identical to an uninterrupted run).", path, saved,
+                self.precision_policy)
 
   # The steps each replica runs.
   def _replica_train_step(self, images, views, labels):
