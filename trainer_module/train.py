@@ -102,6 +102,7 @@ class Training:
     self.global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
     self.steps_per_epoch = steps_per_epoch
     self.total_steps = config.train_steps or config.train_epochs * steps_per_epoch
+    self.steps_per_loop = config.steps_per_loop or default_steps_per_loop(strategy)
     # The global policy set_precision_policy chose (float32 weights under every policy).
     self.precision_policy = keras.mixed_precision.global_policy().name
     keras.utils.set_random_seed(config.seed)  # The same initial weights on every run.
@@ -194,17 +195,40 @@ class Training:
   def _replica_eval_step(self, images, labels, weights):
     self.eval_metrics.update(labels, self.model(images, training=False), weights)
 
+  def _train_step(self, iterator):
+    """One step over the next global batch of a distributed iterator; returns the loss."""
+    losses = self.strategy.run(self._replica_train_step, args=next(iterator))
+    loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+    self.loss_sum.assign_add(tf.cast(loss, tf.float64))
+    self.state.examples_seen.assign_add(self.global_batch_size)
+    return loss
+
   @functools.cached_property
   def train_step(self) -> Callable:
-    """One step over the next global batch of a distributed iterator; returns the loss."""
+    """One step per call."""
+    return tf.function(self._train_step)
+
+  @functools.cached_property
+  def train_loop(self) -> Callable:
+    """train_loop(iterator, steps): `steps` (a tensor, so one trace) steps in one call;
+    returns the last step's loss."""
     @tf.function
-    def train_step(iterator):
-      losses = self.strategy.run(self._replica_train_step, args=next(iterator))
-      loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-      self.loss_sum.assign_add(tf.cast(loss, tf.float64))
-      self.state.examples_seen.assign_add(self.global_batch_size)
+    def train_loop(iterator, steps):
+      loss = tf.zeros([], tf.float32)
+      for _ in tf.range(steps):
+        loss = self._train_step(iterator)
       return loss
-    return train_step
+    return train_loop
+
+  def loop_steps(self, step: int) -> int:
+    """Steps of the host loop after `step`: at most steps_per_loop, ending at the next log,
+    epoch end, step checkpoint or the last step (what happens between loops)."""
+    periods = [self.config.log_every_steps, self.steps_per_epoch]  # Epochs cover intervals.
+    if self.config.checkpoint_steps:
+      periods.append(self.config.checkpoint_steps)
+    end = min([self.total_steps, step + self.steps_per_loop]
+              + [(step // period + 1) * period for period in periods])
+    return end - step
 
   def evaluate(self, eval_dataset: tf.distribute.DistributedDataset) -> Dict[str, float]:
     @tf.function
@@ -237,27 +261,33 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
         ) -> Dict[str, float]:
   """Trains from the restored step to the last; returns the last evaluation (or train) metrics.
 
-  `train_dataset` must start at the restored data position. On SIGTERM the loop saves a
-  checkpoint after the current step and raises Preempted.
+  `train_dataset` must start at the restored data position. Steps run `loop_steps` at a time;
+  logs, evaluations and checkpoints happen between loops, at the same steps as one step per
+  call. On SIGTERM the loop saves a checkpoint after the current loop and raises Preempted.
   """
   config, strategy = training.config, training.strategy
   steps_per_epoch, total_steps = training.steps_per_epoch, training.total_steps
   images_per_step = training.global_batch_size * (1 + config.num_views)
   stop_requested = _stop_agreement(strategy, stop_signal)
   batches = iter(train_dataset)
-  log.info("Training %s (%d parameters) for %d steps (%d per epoch), global batch %d on %d "
-           "replica(s)%s; starting at step %d.", training.model.name,
-           training.model.count_params(), total_steps, steps_per_epoch,
-           training.global_batch_size, strategy.num_replicas_in_sync,
+  log.info("Training %s (%d parameters, %s) for %d steps (%d per epoch, up to %d per host "
+           "call), global batch %d on %d replica(s)%s; starting at step %d.", training.model.name,
+           training.model.count_params(), training.precision_policy, total_steps,
+           steps_per_epoch, training.steps_per_loop, training.global_batch_size,
+           strategy.num_replicas_in_sync,
            f", {config.num_views} AugMix view(s) per image"
            f"{' with JSD' if config.num_views >= 2 else ''}"
            f"{' made online' if config.augmix_online else ''}" if config.num_views else "",
            training.step)
   metrics: Dict[str, float] = {}
   window_start, window_steps = time.time(), 0
-  for step in range(training.step + 1, total_steps + 1):
-    loss = training.train_step(batches)
-    window_steps += 1
+  step = training.step
+  while step < total_steps:
+    steps = training.loop_steps(step)
+    loss = (training.train_step(batches) if steps == 1
+            else training.train_loop(batches, tf.constant(steps)))
+    step += steps
+    window_steps += steps
     if step % config.log_every_steps == 0 or step == total_steps:
       steps_per_second = window_steps / (time.time() - window_start)
       log.info("step %d/%d  epoch %.2f  loss %.4f  lr %.4f  %.2f steps/s (%.0f images/s)  "
@@ -286,6 +316,13 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
       raise Preempted(f"Stopped at step {step} of {total_steps} on request; the checkpoint in "
                       f"{training.checkpoints.directory} resumes it.")
   return metrics
+
+
+def default_steps_per_loop(strategy: tf.distribute.Strategy) -> int:
+  """1 on CPUs (a step outlasts the host round trip), more where the round trip dominates."""
+  if isinstance(strategy, tf.distribute.TPUStrategy):
+    return 100
+  return 10 if tf.config.list_logical_devices("GPU") else 1
 
 
 def _value(variable) -> float:

@@ -84,6 +84,41 @@ def test_training_with_two_views_adds_the_consistency_term(tmp_path):
   assert np.isfinite(metrics["train/loss"]) and metrics["train/loss"] > metrics["train/nll"]
 
 
+def test_host_loops_end_at_each_log_epoch_and_checkpoint_step():
+  config = TrainerConfig(depth=10, width_multiplier=1, train_steps=30, steps_per_loop=8,
+                         log_every_steps=10, checkpoint_steps=7)
+  training = Training(config, tf.distribute.get_strategy(), steps_per_epoch=12,
+                      checkpoint_dir="/nonexistent")
+  ends, step = [], 0
+  while step < training.total_steps:
+    step += training.loop_steps(step)
+    ends.append(step)
+  assert ends == [7, 10, 12, 14, 20, 21, 24, 28, 30]
+
+
+def test_n_steps_per_call_give_the_weights_of_n_calls(tmp_path):
+  rng = np.random.default_rng(4)
+  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32)
+  labels = rng.integers(0, 3, 128)
+  no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
+  runs = {}
+  for steps_per_loop in (1, 4):
+    config = _tiny_config(train_steps=8, train_epochs=2, steps_per_loop=steps_per_loop,
+                          log_every_steps=100)
+    runs[steps_per_loop] = _fit(config, images, no_views, labels, tmp_path / str(steps_per_loop))
+  (single, single_metrics), (looped, looped_metrics) = runs[1], runs[4]
+  assert "train_loop" not in vars(single) and "train_step" not in vars(looped)  # What ran.
+  assert looped.step == 8 and looped.examples_seen == 8 * 16
+  # Equal up to the order of multi-threaded sums; bit-identical under op determinism (the
+  # preemption test in tests/standalone_trainer_test.py resumes with loops against one step per
+  # call).
+  for expected, actual in zip(single.model.variables + single.optimizer.variables(),
+                              looped.model.variables + looped.optimizer.variables()):
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=0, atol=1e-6,
+                               err_msg=expected.name)
+  assert looped_metrics == pytest.approx(single_metrics, rel=1e-5)
+
+
 def _policy_run(policy, config, images, labels, tmp_path):
   """_fit under the global Keras `policy` (set back to float32 afterwards)."""
   keras.mixed_precision.set_global_policy(policy)
