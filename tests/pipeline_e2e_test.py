@@ -13,6 +13,8 @@ from pipeline.config import from_flags
 from pipeline.report import RunRecord
 from tests.graph_ops import augmix_or_random_ops, reachable_op_types
 from tests.tfrecord_inputs import write_digits_tfrecord_dir
+from trainer_module.distribution import resolve_precision
+from trainer_module.export import read_precision_info
 
 # A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI; gate bounds to match,
 # and 10 test images per corruption x severity.
@@ -81,8 +83,12 @@ def test_digits_pipeline_pushes_a_good_model_reuses_the_cache_and_refuses_a_degr
   calibration = json.loads((tmp_path / "serving_model" / config.pipeline_name / versions[0] /
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
+  precision = read_precision_info(os.path.join(config.serving_model_dir, versions[0]))
+  assert precision["policy"] == resolve_precision(config.trainer).policy  # What this CPU has.
+  assert precision["serving_policy"] == "float32"
   report = _report_path(first.stdout)
   assert "**BLESSED**" in open(report).read()
+  assert f"trained in `{precision['policy']}`" in open(report).read()
   assert {"reliability_test.png", "per_class_accuracy.png",
           "corrupted_accuracy.png"} <= set(os.listdir(os.path.dirname(report)))
 

@@ -230,14 +230,18 @@ class Training:
               + [(step // period + 1) * period for period in periods])
     return end - step
 
-  def evaluate(self, eval_dataset: tf.distribute.DistributedDataset) -> Dict[str, float]:
+  @functools.cached_property
+  def eval_step(self) -> Callable:
+    """Traced once per run, not once per evaluation (seconds each epoch)."""
     @tf.function
     def eval_step(batch):
       self.strategy.run(self._replica_eval_step, args=batch)
+    return eval_step
 
+  def evaluate(self, eval_dataset: tf.distribute.DistributedDataset) -> Dict[str, float]:
     self.eval_metrics.reset()
     for batch in eval_dataset:
-      eval_step(batch)
+      self.eval_step(batch)
     return self.eval_metrics.result()
 
   def epoch_train_metrics(self, steps: int) -> Dict[str, float]:
