@@ -15,10 +15,18 @@ checkpoint `fit` writes at its last step (timed by writing one more of the same 
 the achieved FLOP/s (3 x the forward FLOPs counted from the model's convolutions and dense
 layer) against a float32 matmul peak measured here.
 
+bfloat16: whether this CPU has native bf16 units that oneDNN drives (what
+`mixed_precision=auto` checks); if so, the same run also measures bf16 matmul and conv peaks
+(the model's group-1 conv shape), trainer_module's images/s under mixed_bfloat16 and its ratio
+to float32, and the eval accuracy of a short fixed training run on the digits (the pipeline's
+split, WRN-16-2 by default) in both precisions. Without native bf16 it says so and measures
+float32 only.
+
   make bench-trainer                                  # WRN-16-4 and WRN-28-10
-  make bench-trainer ARGS="--models 16-4 --steps 10"
+  make bench-trainer ARGS="--models 16-4 --steps 10 --accuracy_epochs 3"
 """
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -31,7 +39,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
-from trainer_module import data  # noqa: E402
+from components import image_sources  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
+from trainer_module import data, distribution, preprocessing  # noqa: E402
 from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY  # noqa: E402
 from trainer_module.model import wide_resnet  # noqa: E402
@@ -66,19 +76,42 @@ def forward_flops(model: keras.Model) -> int:
   return flops
 
 
-def matmul_peak_flops(size: int = 4096, repeats: int = 5, trials: int = 3) -> float:
-  """The best of `trials` timings of float32 matmuls (TensorFlow, all cores)."""
-  a = tf.random.normal([size, size])
-  b = tf.random.normal([size, size])
-  matmul = tf.function(lambda x, y: tf.reduce_sum(tf.matmul(x, y)))
-  matmul(a, b).numpy()
+def peak_flops(fn, args, flops: int, repeats: int = 5, trials: int = 3) -> float:
+  """The best of `trials` timings of `repeats` calls of tf.function(fn) (all cores)."""
+  compiled = tf.function(fn)
+  compiled(*args).numpy()
   best = float("inf")
   for _ in range(trials):
     start = time.perf_counter()
     for _ in range(repeats):
-      matmul(a, b).numpy()
+      compiled(*args).numpy()
     best = min(best, time.perf_counter() - start)
-  return 2 * size ** 3 * repeats / best
+  return flops * repeats / best
+
+
+def matmul_peak_flops(dtype: tf.DType, size: int = 4096) -> float:
+  a, b = (tf.cast(tf.random.normal([size, size]), dtype) for _ in range(2))
+  return peak_flops(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32)), (a, b),
+                    2 * size ** 3)
+
+
+def conv_peak_flops(dtype: tf.DType, batch: int = 64, size: int = 32, channels: int = 64) -> float:
+  """A 3x3 same-padded NHWC conv of WRN-16-4's first group (64 -> 64 channels at 32x32)."""
+  images = tf.cast(tf.random.normal([batch, size, size, channels]), dtype)
+  kernel = tf.cast(tf.random.normal([3, 3, channels, channels]), dtype)
+  return peak_flops(
+      lambda x, k: tf.reduce_sum(tf.cast(tf.nn.conv2d(x, k, 1, "SAME"), tf.float32)),
+      (images, kernel), 2 * batch * size * size * 9 * channels * channels)
+
+
+@contextlib.contextmanager
+def precision_policy(name: str):
+  """The global Keras policy `name` (what set_precision_policy sets) within the block."""
+  keras.mixed_precision.set_global_policy(name)
+  try:
+    yield
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
 
 
 def trainer_module_seconds(config: TrainerConfig, files, warmup: int, steps: int,
@@ -138,6 +171,51 @@ def bare_loop_seconds(config: TrainerConfig, files, warmup: int, steps: int) -> 
   return time.perf_counter() - start
 
 
+def write_digits(directory: str) -> tuple:
+  """The pipeline's digits train and eval splits, normalised as Transform does (train-split
+  mean and std per channel), as gzipped transformed records; returns (train, eval) files."""
+  config = PipelineConfig()
+  splits = {}
+  for split in ("train", "eval"):
+    records = list(image_sources.digits_records(split, config.eval_fraction,
+                                                config.test_fraction))
+    images = np.stack([tf.io.decode_png(png, channels=3).numpy() for _, png, _ in records])
+    splits[split] = (images.astype(np.float32) / 255.0, [label for _, _, label in records])
+  mean = splits["train"][0].reshape(-1, 3).mean(axis=0)
+  std = splits["train"][0].reshape(-1, 3).std(axis=0)
+  paths = []
+  for split, (images, labels) in splits.items():
+    path = os.path.join(directory, f"digits-{split}.gz")
+    normalized = preprocessing.normalize(images, mean, std).numpy()
+    with tf.io.TFRecordWriter(path, "GZIP") as writer:
+      for image, label in zip(normalized, labels):
+        feature = {
+            IMAGE_KEY: tf.train.Feature(float_list=tf.train.FloatList(value=image.ravel())),
+            LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}
+        writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
+                     .SerializeToString())
+    paths.append(path)
+  return tuple(paths)
+
+
+def digits_accuracy(config: TrainerConfig, train_file: str, eval_file: str,
+                    scratch: str) -> tuple:
+  """(eval accuracy, seconds) of training `config` on the digits from scratch, as the
+  Trainer does (same seed, so the same initial weights and batches under every policy)."""
+  strategy = tf.distribute.get_strategy()
+  steps_per_epoch = data.count_examples([train_file]) // config.per_core_batch_size
+  training = Training(config, strategy, steps_per_epoch, os.path.join(scratch, "checkpoints"))
+  batches = strategy.distribute_datasets_from_function(
+      lambda context: data.training_batches([train_file], FEATURE_SPEC, config,
+                                            config.per_core_batch_size, 0, context))
+  eval_batches = strategy.distribute_datasets_from_function(
+      lambda context: data.eval_batches([eval_file], FEATURE_SPEC, config.eval_batch_size,
+                                        context))
+  start = time.perf_counter()
+  metrics = fit(training, batches, eval_batches, tf.summary.create_noop_writer())
+  return metrics["eval/accuracy"], time.perf_counter() - start
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,9 +223,28 @@ def main():
   parser.add_argument("--steps", type=int, default=None,
                       help="timed steps per loop (default: 20 for 16-4, 12 for 28-10)")
   parser.add_argument("--warmup", type=int, default=2)
+  parser.add_argument("--accuracy_model", default="16-2",
+                      help="depth-width of the digits accuracy run (default: the pipeline's)")
+  parser.add_argument("--accuracy_epochs", type=int, default=15,
+                      help="epochs of the digits accuracy run per precision (0: skip it)")
   args = parser.parse_args()
-  peak = matmul_peak_flops()
-  print(f"float32 matmul peak (4096^3, best of 3): {peak / 1e9:.1f} GFLOP/s")
+  units, onednn = distribution.cpu_bfloat16_units(), distribution.onednn_enabled()
+  native_bf16 = bool(units) and onednn
+  print(f"native bfloat16: {'yes' if native_bf16 else 'no'} (CPU flags: "
+        f"{', '.join(units) or 'none of ' + ', '.join(distribution.BFLOAT16_CPU_FLAGS)}; "
+        f"oneDNN {'on' if onednn else 'off'})"
+        + ("" if native_bf16 else ": measuring float32 only"))
+  policies = ["float32"] + (["mixed_bfloat16"] if native_bf16 else [])
+  dtypes = {"float32": tf.float32, "mixed_bfloat16": tf.bfloat16}
+  peaks = {}
+  for policy in policies:
+    peaks[policy] = (matmul_peak_flops(dtypes[policy]), conv_peak_flops(dtypes[policy]))
+    print(f"{dtypes[policy].name:>8} peaks (best of 3): matmul 4096^3 "
+          f"{peaks[policy][0] / 1e9:.1f} GFLOP/s, conv 3x3 64x32x32x64 "
+          f"{peaks[policy][1] / 1e9:.1f} GFLOP/s")
+  if native_bf16:
+    print(f"bf16/float32 peak ratios: matmul {peaks['mixed_bfloat16'][0] / peaks['float32'][0]:.2f}"
+          f"x, conv {peaks['mixed_bfloat16'][1] / peaks['float32'][1]:.2f}x")
   rows = []
   with tempfile.TemporaryDirectory() as scratch:
     files = [os.path.join(scratch, "train.gz")]
@@ -160,18 +257,44 @@ def main():
                              checkpoint_interval=-1)
       train_flops = 3 * forward_flops(wide_resnet(config))
       bare = bare_loop_seconds(config, files, args.warmup, steps)
-      ours, checkpoint = trainer_module_seconds(config, files, args.warmup, steps,
-                                                os.path.join(scratch, name))
       images = steps * config.per_core_batch_size
-      rows.append((name, config.per_core_batch_size, steps, images / bare, images / ours,
-                   images / (ours - checkpoint), checkpoint, train_flops))
-  print(f"\n{'model':<9}{'batch':>6}{'steps':>6}{'bare img/s':>11}{'trainer img/s':>14}"
-        f"{'ratio':>7}{'w/o last ckpt':>14}{'ratio':>7}{'ckpt s':>7}{'GFLOP/s':>9}"
-        f"{'of peak':>8}")
-  for name, batch, steps, bare, ours, ours_steps, checkpoint, flops in rows:
-    print(f"WRN-{name:<5}{batch:>6}{steps:>6}{bare:>11.1f}{ours:>14.1f}{ours / bare:>7.2f}"
-          f"{ours_steps:>14.1f}{ours_steps / bare:>7.2f}{checkpoint:>7.1f}"
-          f"{ours_steps * flops / 1e9:>9.1f}{ours_steps * flops / peak:>8.0%}")
+      for policy in policies:
+        with precision_policy(policy):
+          ours, checkpoint = trainer_module_seconds(config, files, args.warmup, steps,
+                                                    os.path.join(scratch, name, policy))
+        rows.append((name, policy, config.per_core_batch_size, steps, images / bare,
+                     images / ours, images / (ours - checkpoint), checkpoint, train_flops,
+                     peaks[policy][0]))
+    accuracies = {}
+    if args.accuracy_epochs:
+      depth, width = (int(v) for v in args.accuracy_model.split("-"))
+      train_file, eval_file = write_digits(scratch)
+      for policy in policies:
+        config = TrainerConfig(depth=depth, width_multiplier=width,
+                               train_epochs=args.accuracy_epochs, log_every_steps=10 ** 6,
+                               checkpoint_interval=-1)
+        with precision_policy(policy):
+          accuracies[policy] = digits_accuracy(config, train_file, eval_file,
+                                               os.path.join(scratch, "digits", policy))
+  print(f"\n{'model':<9}{'policy':>15}{'batch':>6}{'steps':>6}{'bare img/s':>11}"
+        f"{'trainer img/s':>14}{'ratio':>7}{'w/o last ckpt':>14}{'ratio':>7}{'ckpt s':>7}"
+        f"{'GFLOP/s':>9}{'of peak':>8}{'vs f32':>7}")
+  float32_speed = {}
+  for name, policy, batch, steps, bare, ours, ours_steps, checkpoint, flops, peak in rows:
+    float32_speed.setdefault(name, ours_steps)
+    print(f"WRN-{name:<5}{policy:>15}{batch:>6}{steps:>6}{bare:>11.1f}{ours:>14.1f}"
+          f"{ours / bare:>7.2f}{ours_steps:>14.1f}{ours_steps / bare:>7.2f}{checkpoint:>7.1f}"
+          f"{ours_steps * flops / 1e9:>9.1f}{ours_steps * flops / peak:>8.0%}"
+          f"{ours_steps / float32_speed[name]:>6.2f}x")
+  if accuracies:
+    print(f"\ndigits, WRN-{args.accuracy_model}, {args.accuracy_epochs} epochs from the same "
+          "seed (eval split):")
+    for policy, (accuracy, seconds) in accuracies.items():
+      print(f"{policy:>15}  eval accuracy {accuracy:.2%}  {seconds:.0f} s")
+    if len(accuracies) == 2:
+      difference = accuracies["mixed_bfloat16"][0] - accuracies["float32"][0]
+      print(f"{'difference':>15}  {difference * 100:+.2f} points; time ratio "
+            f"{accuracies['float32'][1] / accuracies['mixed_bfloat16'][1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
-from trainer_module.export import ENSEMBLE_FILE, read_record
+from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
 from trainer_module.temperature import read_calibration_info
 from trainer_module.warm_start import TRAINING_INFO_PATH
 
@@ -328,9 +328,12 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
   calibration = None
   if model_dir and os.path.exists(os.path.join(model_dir, "assets.extra", "temperature.json")):
     calibration = read_calibration_info(model_dir)
+  precision = read_record(model_dir, PRECISION_FILE) if model_dir else None
   lines = [f"# Run report: {config.pipeline_name}", "",
            f"- dataset: `{config.dataset}`, model: WRN-{config.trainer.depth}-"
            f"{config.trainer.width_multiplier}",
+           f"- trained in `{precision['policy']}` ({precision['reason']}), served in "
+           f"`{precision['serving_policy']}`" if precision else "- precision: not recorded",
            f"- candidate model: `{model_dir}`",
            f"- warm-started from: {warm_start_summary(model_dir) if model_dir else 'n/a'}",
            f"- pushed: `{pushed}`" if pushed else "- pushed: nothing this run",

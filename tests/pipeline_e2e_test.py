@@ -13,6 +13,8 @@ from pipeline.config import from_flags
 from pipeline.report import RunRecord
 from tests.graph_ops import augmix_or_random_ops, reachable_op_types
 from tests.tfrecord_inputs import write_digits_tfrecord_dir
+from trainer_module.distribution import resolve_precision
+from trainer_module.export import PRECISION_FILE, read_record
 
 # A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI; gate bounds to match,
 # and 5 test images per corruption x severity (15 x 5 slices: 375 corrupted images).
@@ -85,9 +87,13 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert calibration["temperature_fit"] == "clean_and_augmix"
   assert calibration["augmented_examples"] == calibration["eval_examples"]
   assert calibration["augmented_nll_after"] <= calibration["augmented_nll_before"]
+  precision = read_record(os.path.join(config.serving_model_dir, versions[0]), PRECISION_FILE)
+  assert precision["policy"] == resolve_precision(config.trainer).policy  # What this CPU has.
+  assert precision["serving_policy"] == "float32"
   report = _report_path(first.stdout)
   report_text = open(report).read()
   assert "**BLESSED**" in report_text
+  assert f"trained in `{precision['policy']}`" in report_text
   for family in ("noise", "blur", "weather", "digital"):
     assert f"| {family} | " in report_text, "robustness per corruption family"
   assert "| frosted_glass_blur | blur |" in report_text, "every corruption's accuracy and ECE"

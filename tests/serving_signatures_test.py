@@ -8,28 +8,59 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
+import tf_keras as keras
 from PIL import Image
 
 from tests.tfrecord_inputs import png_bomb
 from tests.transform_runs import raw_digit_examples, run_transform
 from trainer_module.config import TrainerConfig
-from trainer_module.export import export_serving_model
+from trainer_module.export import PRECISION_FILE, export_serving_model, float32_model, read_record
 from trainer_module.model import wide_resnet
 
 SERVED_TEMPERATURE = 2.5
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def exported(tmp_path_factory):
+  """(export dir, the model as trained: under mixed_bfloat16)."""
   work = tmp_path_factory.mktemp("serving")
   _, transform_dir = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
                                    str(work / "transform"),
                                    ["--direct_running_mode=in_memory"])
+  config = TrainerConfig(depth=10, width_multiplier=1)
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    trained = wide_resnet(config)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
   export_dir = str(work / "model")
-  export_serving_model(wide_resnet(TrainerConfig(depth=10, width_multiplier=1)),
-                       tft.TFTransformOutput(transform_dir), export_dir,
-                       calibration={"temperature": SERVED_TEMPERATURE})
-  return tf.saved_model.load(export_dir)
+  export_serving_model(float32_model(trained, config), tft.TFTransformOutput(transform_dir),
+                       export_dir, calibration={"temperature": SERVED_TEMPERATURE},
+                       records={PRECISION_FILE: {"policy": "mixed_bfloat16", "reason": "asked for",
+                                                "serving_policy": "float32"}})
+  return export_dir, trained
+
+
+@pytest.fixture(scope="module")
+def served(exported):
+  return tf.saved_model.load(exported[0])
+
+
+def test_a_bfloat16_trained_model_is_served_in_float32_and_says_what_it_trained_in(exported,
+                                                                                    served):
+  export_dir, trained = exported
+  assert read_record(export_dir, PRECISION_FILE) == {"policy": "mixed_bfloat16", "reason": "asked for",
+                                             "serving_policy": "float32"}
+  copy = float32_model(trained, TrainerConfig(depth=10, width_multiplier=1))
+  assert {layer.compute_dtype for layer in copy.layers} == {"float32"}
+  for expected, actual in zip(trained.get_weights(), copy.get_weights()):
+    np.testing.assert_array_equal(actual, expected)
+  images = np.random.default_rng(0).normal(size=(4, 32, 32, 3)).astype(np.float32)
+  np.testing.assert_allclose(copy(images), trained(images), atol=0.1)  # bf16 has 8 bits.
+  result = served.signatures["serving_default"](
+      examples=tf.constant([_example(raw["image"]) for raw in raw_digit_examples(2)]))
+  assert result["probabilities"].dtype == tf.float32
+  assert result["uncalibrated_probabilities"].dtype == tf.float32
 
 
 def _example(png):

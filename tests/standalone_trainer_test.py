@@ -60,10 +60,13 @@ def _start_then_interrupt(inputs, output_dir, flags, kill_with, delay, log_path)
 
 
 def test_killed_and_preempted_runs_resume_to_bit_identical_weights(inputs, tmp_path):
+  """The interrupted runs take 3 steps per host call (loops end at logs every 5 steps and
+  checkpoints every 7), the reference one per call: the same weights, bit for bit."""
   flags = ["--per_core_batch_size=16", "--train_epochs=20", "--checkpoint_steps=7",
            "--op_determinism=true"]
   reference = tmp_path / "reference"
   run_trainer(inputs, reference, *flags)
+  flags += ["--steps_per_loop=3", "--log_every_steps=5"]
 
   resumed = tmp_path / "resumed"
   moments = random.Random(0)

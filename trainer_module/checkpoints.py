@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import tempfile
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -25,10 +25,13 @@ log = logging.getLogger(__name__)
 class TrainingState(tf.Module):
   """What a checkpoint holds besides model and optimizer."""
 
-  def __init__(self, seed: int):
+  def __init__(self, seed: int, precision: int = 0):
     super().__init__()
     self.examples_seen = tf.Variable(0, dtype=tf.int64, trainable=False)
     self.seed = tf.Variable(seed, dtype=tf.int64, trainable=False)
+    # The precision policy's index in config.PRECISION_POLICIES (an integer: TPUs hold no
+    # string variables).
+    self.precision = tf.Variable(precision, dtype=tf.int64, trainable=False)
 
 
 class RunRecord(tf.Module):
@@ -44,9 +47,12 @@ class RunRecord(tf.Module):
 class Checkpoints:
   """Saves to `directory` on the chief; other workers save to scratch space (all must save)."""
 
-  def __init__(self, directory: str, max_to_keep: int, is_chief: bool = True, **objects):
+  def __init__(self, directory: str, max_to_keep: int, is_chief: bool = True,
+               check: Optional[Callable[[str], None]] = None, **objects):
+    """check(path) raises when an intact checkpoint cannot be restored into this run."""
     self.directory = directory
     self.is_chief = is_chief
+    self._check = check
     self.checkpoint = tf.train.Checkpoint(**objects)
     # Deleted with this object; max_to_keep bounds what accumulates there meanwhile.
     self._scratch = None if is_chief else tempfile.TemporaryDirectory(prefix="checkpoints-")
@@ -74,6 +80,8 @@ class Checkpoints:
     if problem:
       log.warning("Checkpoint %s is damaged (%s); skipping it.", path, problem)
       return False
+    if self._check:
+      self._check(path)
     self.checkpoint.restore(path).assert_existing_objects_matched()
     return True
 

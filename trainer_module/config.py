@@ -53,7 +53,13 @@ class TrainerConfig:
   # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
   distribution_strategy: str = "default"
   tpu: str = ""
-  mixed_precision: bool = False  # mixed_float16 on GPUs, mixed_bfloat16 on TPUs.
+  # auto: mixed_bfloat16 on TPUs and on CPUs with native bfloat16 units, mixed_float16 on
+  # GPUs, float32 otherwise (distribution.resolve_precision_policy).
+  mixed_precision: str = "auto"
+  # Training steps per host call (a tf.range loop inside one tf.function), cutting the host
+  # round trip that dominates on TPUs; None: 1 on CPUs, 10 on GPUs, 100 on TPUs. Loops end at
+  # each log, epoch and checkpoint step, so raise log_every_steps with it.
+  steps_per_loop: Optional[int] = None
   op_determinism: bool = False  # Bit-identical reruns (tf.config op determinism; slower).
   mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
   # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
@@ -127,6 +133,10 @@ class TrainerConfig:
              self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
     _require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
              "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
+    _require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
+             f"must be one of {PRECISION_CHOICES}")
+    _require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
+             self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
     _require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
     _require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
              self.continuous_eval_timeout_secs, "must be > 0")
@@ -207,6 +217,8 @@ class TrainerConfig:
 TEMPERATURE_FITS = ("clean", "clean_and_augmix")  # trainer_module/temperature.py.
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
+PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
+PRECISION_CHOICES = ("auto",) + PRECISION_POLICIES
 MODES = ("train", "eval", "train_and_eval", "continuous_eval")
 L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",
              "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")

@@ -4,8 +4,10 @@ The global batch is per_core_batch_size x replicas, as in the original script; e
 sees its own slice of each global batch (see data.py), so a run on N devices follows the same
 example order as a run on one.
 """
+import dataclasses
 import logging
 import os
+from typing import Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -40,15 +42,68 @@ def make_strategy(config: TrainerConfig) -> tf.distribute.Strategy:
   return strategy
 
 
-def set_precision_policy(config: TrainerConfig) -> None:
-  """mixed_bfloat16 on TPUs, mixed_float16 elsewhere (GPUs), float32 unless asked."""
-  if not config.mixed_precision:
-    policy = "float32"
-  elif config.distribution_strategy == "tpu":
-    policy = "mixed_bfloat16"
-  else:
-    policy = "mixed_float16"
-  keras.mixed_precision.set_global_policy(policy)
+BFLOAT16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 units.
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+  """The Keras policy a run trains in, and why it was chosen (logged, exported, reported)."""
+  policy: str
+  reason: str
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def cpu_bfloat16_units(cpuinfo: str = "/proc/cpuinfo") -> Tuple[str, ...]:
+  """The native bfloat16 instruction sets this CPU reports (Linux; none found elsewhere)."""
+  try:
+    with open(cpuinfo) as f:
+      lines = f.read().splitlines()
+  except OSError:
+    return ()
+  flags = set()
+  for line in lines:
+    if line.startswith("flags"):
+      flags.update(line.partition(":")[2].split())
+  return tuple(flag for flag in BFLOAT16_CPU_FLAGS if flag in flags)
+
+
+def onednn_enabled() -> bool:
+  """Whether TensorFlow's oneDNN kernels are on (default on Linux x86; TF_ENABLE_ONEDNN_OPTS=0
+  turns them off). Only they use the bf16 units: without them bfloat16 ops are emulated."""
+  try:
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return False
+  return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def resolve_precision(config: TrainerConfig) -> Precision:
+  """`mixed_precision=auto`: mixed_bfloat16 on TPUs and on CPUs whose bf16 units oneDNN
+  drives, mixed_float16 on GPUs, float32 otherwise. Other values are taken as given."""
+  if config.mixed_precision != "auto":
+    return Precision(config.mixed_precision, "asked for (mixed_precision flag)")
+  if config.distribution_strategy == "tpu":
+    return Precision("mixed_bfloat16", "auto: TPU")
+  if tf.config.list_physical_devices("GPU"):
+    return Precision("mixed_float16", "auto: GPU")
+  units = cpu_bfloat16_units()
+  if units and onednn_enabled():
+    return Precision("mixed_bfloat16", f"auto: CPU with native bfloat16 ({', '.join(units)}) "
+                                       "and oneDNN")
+  if units:
+    return Precision("float32", f"auto: CPU has {', '.join(units)} but TensorFlow's oneDNN "
+                                "kernels are off (TF_ENABLE_ONEDNN_OPTS=0)")
+  return Precision("float32", "auto: CPU without native bfloat16 units")
+
+
+def set_precision_policy(config: TrainerConfig) -> Precision:
+  """Sets the global Keras policy the config resolves to; returns it."""
+  precision = resolve_precision(config)
+  keras.mixed_precision.set_global_policy(precision.policy)
+  log.info("Precision policy %s (%s).", precision.policy, precision.reason)
+  return precision
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -11,6 +11,10 @@ serving preprocesses exactly as training did (the label and key are not needed a
 what depends on them). Every bad request fails with InvalidArgument naming the problem and the
 batch positions: another format or size, bytes that are not a serialized tf.Example with one
 `image` value; the model keeps serving. An empty batch gets empty outputs.
+
+The served model computes in float32 whatever policy trained it (the weights are float32 under
+every policy): serving hardware may lack 16-bit units, and the probabilities TFMA and clients
+read are float32. `assets.extra/precision.json` records what training ran in.
 """
 import json
 import os
@@ -22,13 +26,33 @@ import tf_keras as keras
 
 from trainer_module import image_format
 from trainer_module import temperature as temperature_scaling
+from trainer_module.config import TrainerConfig
 from trainer_module.features import (CLASS_IDS_KEY, IMAGE_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.model import wide_resnet
+
+
+
+def float32_model(model: keras.Model, config: TrainerConfig) -> keras.Model:
+  """`model` itself when it computes in float32, else its weights in a float32 copy."""
+  if all(layer.compute_dtype == "float32" for layer in model.layers):
+    return model
+  policy = keras.mixed_precision.global_policy()
+  keras.mixed_precision.set_global_policy("float32")
+  try:
+    copy = wide_resnet(config)
+  finally:
+    keras.mixed_precision.set_global_policy(policy)
+  copy.set_weights(model.get_weights())
+  return copy
 
 
 # In assets.extra: the step, trainer config and warm start the model was trained with.
 TRAINING_FILE = "training.json"
 ENSEMBLE_FILE = "ensemble.json"  # In assets.extra of an ensemble: its members and selection.
+# In assets.extra: the precision policy training ran in (distribution.Precision.to_dict()) and
+# the one serving computes in.
+PRECISION_FILE = "precision.json"
 
 
 def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation:
@@ -55,10 +79,10 @@ def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation
 def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
                          export_dir: str, calibration: Optional[dict] = None,
                          records: Mapping[str, dict] = {}) -> None:
-  """model maps transformed images to logits (an ensemble: to log mean probabilities).
-  calibration: `temperature.calibrate`'s result; its T is baked into `probabilities`
-  (T = 1 without it) and it is recorded in assets.extra, as is each of `records`
-  ({file name: JSON value}), copied with the model and ignored by serving."""
+  """model maps transformed images to logits (an ensemble: to log mean probabilities) and must
+  compute in float32 (see float32_model). calibration: `temperature.calibrate`'s result; its T
+  is baked into `probabilities` (T = 1 without it) and it is recorded in assets.extra, as is
+  each of `records` ({file name: JSON value}), copied with the model and ignored by serving."""
   temperature = calibration["temperature"] if calibration else 1.0
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
@@ -70,7 +94,7 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
 
     def model_logits():
       transformed = model.tft_layer({IMAGE_KEY: encoded_images})
-      return tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)  # Mixed precision.
+      return tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)
 
     # An empty batch gets empty outputs (the convolutions reject a batch of 0 images).
     logits = tf.cond(tf.size(encoded_images) > 0, model_logits,

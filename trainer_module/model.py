@@ -57,10 +57,12 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
       x = _basic_block(x, filters, strides if block == 0 else 1, conv_l2, bn_l2,
                        f"group_{group}_block_{block}")
   x = _bn_relu(x, bn_l2, "final_bn")
-  x = keras.layers.GlobalAveragePooling2D()(x)
+  # Under a mixed policy the pooling sum and the logits are float32 (so the softmax, loss and
+  # metrics see full-precision logits); the convolutions run in the 16-bit compute type.
+  x = keras.layers.GlobalAveragePooling2D(dtype="float32")(x)
   logits = keras.layers.Dense(
       config.num_classes, kernel_initializer="he_normal",
       kernel_regularizer=keras.regularizers.l2(config.group_l2("dense_kernel_l2")),
       bias_regularizer=keras.regularizers.l2(config.group_l2("dense_bias_l2")),
-      name="logits")(x)
+      dtype="float32", name="logits")(x)
   return keras.Model(inputs, logits, name=f"wrn_{config.depth}_{config.width_multiplier}")

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 
 from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
@@ -35,3 +36,17 @@ def test_per_group_l2_falls_back_to_l2():
 def test_depth_must_be_6n_plus_4():
   with pytest.raises(ValueError, match="depth=12"):
     TrainerConfig(depth=12)
+
+
+def test_under_mixed_bfloat16_convolutions_are_16_bit_and_logits_and_statistics_float32():
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
+  assert {conv.compute_dtype for conv in convs} == {"bfloat16"}
+  assert model.get_layer("logits").compute_dtype == "float32"
+  assert model(tf.zeros([2, 32, 32, 3]), training=True).dtype == tf.float32
+  # Weights and batch-norm moving statistics are float32 (the layer normalises in float32).
+  assert {v.dtype for v in model.variables} == {tf.float32}

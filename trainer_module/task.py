@@ -15,8 +15,9 @@ from tensorboard.plugins.hparams import api as hparams_api
 from trainer_module import augmix, data, temperature, warm_start
 from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
-from trainer_module.distribution import is_chief, make_strategy, set_precision_policy
-from trainer_module.export import TRAINING_FILE, export_serving_model
+from trainer_module.distribution import (Precision, is_chief, make_strategy,
+                                         set_precision_policy)
+from trainer_module.export import PRECISION_FILE, TRAINING_FILE, export_serving_model, float32_model
 from trainer_module.train import Training, fit
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class RunPaths:
 
 def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
   """Trains and/or evaluates as `config.mode` says; returns the last metrics."""
-  set_precision_policy(config)
+  precision = set_precision_policy(config)
   if config.op_determinism:
     tf.config.experimental.enable_op_determinism()
   strategy = make_strategy(config)
@@ -89,11 +90,13 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
   if not all(math.isfinite(value) for value in metrics.values()):
     raise FloatingPointError(f"Training diverged: final metrics {metrics}.")
   if paths.export_dir and config.mode in ("train", "train_and_eval"):
-    # Post-hoc temperature scaling on the eval split (never test), baked into the export.
-    calibration = _calibrate(training.model, config, tft_output,
+    # Post-hoc temperature scaling on the eval split (never test), on the float32 model that
+    # is served, baked into the export.
+    serving_model = float32_model(training.model, config)
+    calibration = _calibrate(serving_model, config, tft_output,
                              data.eval_batches(paths.eval_files, feature_spec,
                                                config.eval_batch_size))
-    _export(training, tft_output, paths.export_dir, chief, calibration)
+    _export(training, serving_model, tft_output, paths.export_dir, chief, calibration, precision)
   return metrics
 
 
@@ -134,14 +137,14 @@ def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str
   return metrics
 
 
-def _export(training: Training, tft_output, export_dir: str, chief: bool,
-            calibration: dict) -> None:
+def _export(training: Training, model, tft_output, export_dir: str, chief: bool,
+            calibration: dict, precision: Precision) -> None:
   """Every worker saves (saving may need collectives); only the chief's copy is kept."""
   target = export_dir if chief else tempfile.mkdtemp(prefix="export-scratch-")
-  export_serving_model(training.model, tft_output, target, calibration=calibration,
-                       records={TRAINING_FILE: {"step": training.step,
-                                                "trainer_config": training.config.to_dict(),
-                                                "warm_start": training.warm_start_record}})
+  export_serving_model(model, tft_output, target, calibration=calibration, records={
+      TRAINING_FILE: {"step": training.step, "trainer_config": training.config.to_dict(),
+                      "warm_start": training.warm_start_record},
+      PRECISION_FILE: dict(precision.to_dict(), serving_policy="float32")})
   if chief:
     log.info("Exported the serving model to %s.", export_dir)
   else:

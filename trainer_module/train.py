@@ -18,11 +18,13 @@ import tf_keras as keras
 from trainer_module import warm_start
 from trainer_module.checkpoints import (Checkpoints, Preempted, RunRecord, StopSignal,
                                         TrainingState)
-from trainer_module.config import TrainerConfig
+from trainer_module.config import PRECISION_POLICIES, TrainerConfig
 from trainer_module.metrics import ClassificationMetrics
 from trainer_module.model import wide_resnet
 
 log = logging.getLogger(__name__)
+
+_PRECISION_KEY = "state/precision/.ATTRIBUTES/VARIABLE_VALUE"  # TrainingState.precision.
 
 
 class WarmUpPiecewiseConstantSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -153,6 +155,9 @@ class Training:
     fine_tuning = warm_start_from is not None
     epochs = config.fine_tuning_epochs if fine_tuning else config.train_epochs
     self.total_steps = config.train_steps or epochs * steps_per_epoch
+    self.steps_per_loop = config.steps_per_loop or default_steps_per_loop(strategy)
+    # The global policy set_precision_policy chose (float32 weights under every policy).
+    self.precision_policy = keras.mixed_precision.global_policy().name
     keras.utils.set_random_seed(config.seed)  # The same initial weights on every run.
     with strategy.scope():
       self.model = wide_resnet(config)
@@ -162,9 +167,10 @@ class Training:
       self.train_metrics = ClassificationMetrics(config.num_bins)
       self.eval_metrics = ClassificationMetrics(config.num_bins)
       self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-      self.state = TrainingState(config.seed)
+      self.state = TrainingState(config.seed, PRECISION_POLICIES.index(self.precision_policy))
     self.record = RunRecord(json.dumps(config.to_dict(), sort_keys=True))
     self.checkpoints = Checkpoints(checkpoint_dir, config.max_checkpoints_to_keep, is_chief,
+                                   check=self._check_precision,
                                    model=self.model, optimizer=self.optimizer, state=self.state,
                                    train_metrics=self.train_metrics, loss_sum=self.loss_sum,
                                    record=self.record)
@@ -200,9 +206,29 @@ class Training:
                        f"seed={self.config.seed}: use the same seed or a new checkpoint "
                        "directory.")
     self.record.config.assign(json.dumps(self.config.to_dict(), sort_keys=True))
+    self.state.precision.assign(PRECISION_POLICIES.index(self.precision_policy))
     log.info("Resuming from %s at step %d (%d examples consumed)%s.", path, self.step,
              self.examples_seen, ", a warm-started run: it continues its own checkpoints and "
              "does not warm-start again" if self.warm_start_record else "")
+
+  def _check_precision(self, path: str) -> None:
+    """float32 and mixed_bfloat16 hold the same variables (float32 weights and momentum), so
+    either resumes the other; a mixed_float16 optimizer also holds loss-scale state."""
+    reader = tf.train.load_checkpoint(path)
+    if not reader.has_tensor(_PRECISION_KEY):
+      raise ValueError(f"Checkpoint {path} does not record its precision policy (written by an "
+                       "older trainer): use a new checkpoint directory.")
+    saved = PRECISION_POLICIES[int(reader.get_tensor(_PRECISION_KEY))]
+    if saved == self.precision_policy:
+      return
+    if "mixed_float16" in (saved, self.precision_policy):
+      raise ValueError(f"Checkpoint {path} was trained with mixed_precision={saved}, this run "
+                       f"uses {self.precision_policy}: a mixed_float16 optimizer carries "
+                       "loss-scale state the other policies lack. Set --mixed_precision="
+                       f"{saved} or use a new checkpoint directory.")
+    log.warning("Checkpoint %s was trained with %s; continuing with %s (the same float32 "
+                "weights; not bit-identical to an uninterrupted run).", path, saved,
+                self.precision_policy)
 
   # The steps each replica runs.
   def _replica_train_step(self, images, views, labels):
@@ -238,26 +264,53 @@ class Training:
   def _replica_eval_step(self, images, labels, weights):
     self.eval_metrics.update(labels, self.model(images, training=False), weights)
 
+  def _train_step(self, iterator):
+    """One step over the next global batch of a distributed iterator; returns the loss."""
+    losses = self.strategy.run(self._replica_train_step, args=next(iterator))
+    loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+    self.loss_sum.assign_add(tf.cast(loss, tf.float64))
+    self.state.examples_seen.assign_add(self.global_batch_size)
+    return loss
+
   @functools.cached_property
   def train_step(self) -> Callable:
-    """One step over the next global batch of a distributed iterator; returns the loss."""
-    @tf.function
-    def train_step(iterator):
-      losses = self.strategy.run(self._replica_train_step, args=next(iterator))
-      loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-      self.loss_sum.assign_add(tf.cast(loss, tf.float64))
-      self.state.examples_seen.assign_add(self.global_batch_size)
-      return loss
-    return train_step
+    """One step per call."""
+    return tf.function(self._train_step)
 
-  def evaluate(self, eval_dataset: tf.distribute.DistributedDataset) -> Dict[str, float]:
+  @functools.cached_property
+  def train_loop(self) -> Callable:
+    """train_loop(iterator, steps): `steps` (a tensor, so one trace) steps in one call;
+    returns the last step's loss."""
+    @tf.function
+    def train_loop(iterator, steps):
+      loss = tf.zeros([], tf.float32)
+      for _ in tf.range(steps):
+        loss = self._train_step(iterator)
+      return loss
+    return train_loop
+
+  def loop_steps(self, step: int) -> int:
+    """Steps of the host loop after `step`: at most steps_per_loop, ending at the next log,
+    epoch end, step checkpoint or the last step (what happens between loops)."""
+    periods = [self.config.log_every_steps, self.steps_per_epoch]  # Epochs cover intervals.
+    if self.config.checkpoint_steps:
+      periods.append(self.config.checkpoint_steps)
+    end = min([self.total_steps, step + self.steps_per_loop]
+              + [(step // period + 1) * period for period in periods])
+    return end - step
+
+  @functools.cached_property
+  def eval_step(self) -> Callable:
+    """Traced once per run, not once per evaluation (seconds each epoch)."""
     @tf.function
     def eval_step(batch):
       self.strategy.run(self._replica_eval_step, args=batch)
+    return eval_step
 
+  def evaluate(self, eval_dataset: tf.distribute.DistributedDataset) -> Dict[str, float]:
     self.eval_metrics.reset()
     for batch in eval_dataset:
-      eval_step(batch)
+      self.eval_step(batch)
     return self.eval_metrics.result()
 
   def epoch_train_metrics(self, steps: int) -> Dict[str, float]:
@@ -281,8 +334,9 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
         ) -> Dict[str, float]:
   """Trains from the restored step to the last; returns the last evaluation (or train) metrics.
 
-  `train_dataset` must start at the restored data position. On SIGTERM the loop saves a
-  checkpoint after the current step and raises Preempted.
+  `train_dataset` must start at the restored data position. Steps run `loop_steps` at a time;
+  logs, evaluations and checkpoints happen between loops, at the same steps as one step per
+  call. On SIGTERM the loop saves a checkpoint after the current loop and raises Preempted.
   """
   config, strategy = training.config, training.strategy
   steps_per_epoch, total_steps = training.steps_per_epoch, training.total_steps
@@ -295,15 +349,20 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
               else f"from {config.augmix_view_sets} Transform view set(s)")
     views_note = (f", {config.num_views} AugMix view(s) per image"
                   f"{' with JSD' if config.num_views >= 2 else ''} {source}")
-  log.info("Training %s (%d parameters) for %d steps (%d per epoch), global batch %d on %d "
-           "replica(s)%s; starting at step %d.", training.model.name,
-           training.model.count_params(), total_steps, steps_per_epoch,
-           training.global_batch_size, strategy.num_replicas_in_sync, views_note, training.step)
+  log.info("Training %s (%d parameters, %s) for %d steps (%d per epoch, up to %d per host "
+           "call), global batch %d on %d replica(s)%s; starting at step %d.", training.model.name,
+           training.model.count_params(), training.precision_policy, total_steps,
+           steps_per_epoch, training.steps_per_loop, training.global_batch_size,
+           strategy.num_replicas_in_sync, views_note, training.step)
   metrics: Dict[str, float] = {}
   window_start, window_steps = time.time(), 0
-  for step in range(training.step + 1, total_steps + 1):
-    loss = training.train_step(batches)
-    window_steps += 1
+  step = training.step
+  while step < total_steps:
+    steps = training.loop_steps(step)
+    loss = (training.train_step(batches) if steps == 1
+            else training.train_loop(batches, tf.constant(steps)))
+    step += steps
+    window_steps += steps
     if step % config.log_every_steps == 0 or step == total_steps:
       steps_per_second = window_steps / (time.time() - window_start)
       log.info("step %d/%d  epoch %.2f  loss %.4f  lr %.4f  %.2f steps/s (%.0f images/s)  "
@@ -332,6 +391,13 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
       raise Preempted(f"Stopped at step {step} of {total_steps} on request; the checkpoint in "
                       f"{training.checkpoints.directory} resumes it.")
   return metrics
+
+
+def default_steps_per_loop(strategy: tf.distribute.Strategy) -> int:
+  """1 on CPUs (a step outlasts the host round trip), more where the round trip dominates."""
+  if isinstance(strategy, tf.distribute.TPUStrategy):
+    return 100
+  return 10 if tf.config.list_logical_devices("GPU") else 1
 
 
 def _value(variable) -> float:

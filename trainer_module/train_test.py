@@ -5,7 +5,6 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.config import TrainerConfig
-from trainer_module.distribution import set_precision_policy
 from trainer_module.train import (Training, WarmUpPiecewiseConstantSchedule, fit,
                                   jensen_shannon, learning_rate_schedule, make_optimizer)
 
@@ -30,10 +29,12 @@ def test_learning_rate_scales_with_batch_and_decay_epochs_with_train_epochs():
 
 
 def _fit(config, images, views, labels, tmp_path):
-  """Trains on in-memory arrays with the default strategy; returns (training, final metrics)."""
+  """Trains on in-memory arrays with the default strategy; returns (training, final metrics).
+  (The data restarts from the beginning on resume.)"""
   strategy = tf.distribute.get_strategy()
   steps_per_epoch = len(labels) // config.per_core_batch_size
   training = Training(config, strategy, steps_per_epoch, str(tmp_path / "checkpoints"))
+  training.restore()  # Continues a checkpoint an earlier _fit left in tmp_path.
   train_data = tf.data.Dataset.from_tensor_slices((images, views, labels)).shuffle(
       len(labels), seed=0).repeat().batch(config.per_core_batch_size, drop_remainder=True)
   eval_data = tf.data.Dataset.from_tensor_slices(
@@ -83,20 +84,89 @@ def test_training_with_two_views_adds_the_consistency_term(tmp_path):
   assert np.isfinite(metrics["train/loss"]) and metrics["train/loss"] > metrics["train/nll"]
 
 
-def test_mixed_precision_trains_with_loss_scaling_and_float32_weights(tmp_path):
+def test_host_loops_end_at_each_log_epoch_and_checkpoint_step():
+  config = TrainerConfig(depth=10, width_multiplier=1, train_steps=30, steps_per_loop=8,
+                         log_every_steps=10, checkpoint_steps=7)
+  training = Training(config, tf.distribute.get_strategy(), steps_per_epoch=12,
+                      checkpoint_dir="/nonexistent")
+  ends, step = [], 0
+  while step < training.total_steps:
+    step += training.loop_steps(step)
+    ends.append(step)
+  assert ends == [7, 10, 12, 14, 20, 21, 24, 28, 30]
+
+
+def test_n_steps_per_call_give_the_weights_of_n_calls(tmp_path):
+  rng = np.random.default_rng(4)
+  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32)
+  labels = rng.integers(0, 3, 128)
+  no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
+  runs = {}
+  for steps_per_loop in (1, 4):
+    config = _tiny_config(train_steps=8, train_epochs=2, steps_per_loop=steps_per_loop,
+                          log_every_steps=100)
+    runs[steps_per_loop] = _fit(config, images, no_views, labels, tmp_path / str(steps_per_loop))
+  (single, single_metrics), (looped, looped_metrics) = runs[1], runs[4]
+  assert "train_loop" not in vars(single) and "train_step" not in vars(looped)  # What ran.
+  assert looped.step == 8 and looped.examples_seen == 8 * 16
+  # Equal up to the order of multi-threaded sums; bit-identical under op determinism (the
+  # preemption test in tests/standalone_trainer_test.py resumes with loops against one step per
+  # call).
+  for expected, actual in zip(single.model.variables + single.optimizer.variables(),
+                              looped.model.variables + looped.optimizer.variables()):
+    np.testing.assert_allclose(actual.numpy(), expected.numpy(), rtol=0, atol=1e-6,
+                               err_msg=expected.name)
+  assert looped_metrics == pytest.approx(single_metrics, rel=1e-5)
+
+
+def _policy_run(policy, config, images, labels, tmp_path):
+  """_fit under the global Keras `policy` (set back to float32 afterwards)."""
+  keras.mixed_precision.set_global_policy(policy)
+  try:
+    return _fit(config, images, np.zeros((len(labels), 0, 32, 32, 3), np.float32), labels,
+                tmp_path)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def _tiny_config(**overrides):
+  return TrainerConfig(**dict(dict(depth=10, width_multiplier=1, num_classes=3,
+                                   per_core_batch_size=16, eval_batch_size=16, train_steps=2,
+                                   train_epochs=1, lr_warmup_epochs=0), **overrides))
+
+
+def test_mixed_float16_trains_with_loss_scaling_and_float32_weights(tmp_path):
   rng = np.random.default_rng(2)
   images = rng.normal(size=(32, 32, 32, 3)).astype(np.float32)
   labels = rng.integers(0, 3, 32)
-  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=3, per_core_batch_size=16,
-                         eval_batch_size=16, train_steps=2, train_epochs=1, lr_warmup_epochs=0,
-                         mixed_precision=True)
-  set_precision_policy(config)
-  try:
-    training, metrics = _fit(config, images, np.zeros((32, 0, 32, 32, 3), np.float32), labels,
-                             tmp_path)
-  finally:
-    tf.keras.mixed_precision.set_global_policy("float32")
+  training, metrics = _policy_run("mixed_float16", _tiny_config(), images, labels, tmp_path)
   assert isinstance(training.optimizer, keras.mixed_precision.LossScaleOptimizer)
   assert training.model.layers[1].compute_dtype == "float16"
   assert all(v.dtype == tf.float32 for v in training.model.trainable_variables)
   assert np.isfinite(metrics["train/loss"]) and np.isfinite(metrics["eval/nll"])
+
+
+def test_mixed_bfloat16_trains_without_loss_scaling_and_records_its_policy(tmp_path):
+  rng = np.random.default_rng(2)
+  images = rng.normal(size=(32, 32, 32, 3)).astype(np.float32)
+  labels = rng.integers(0, 3, 32)
+  training, metrics = _policy_run("mixed_bfloat16", _tiny_config(), images, labels, tmp_path)
+  assert not isinstance(training.optimizer, keras.mixed_precision.LossScaleOptimizer)
+  assert training.model.layers[1].compute_dtype == "bfloat16"
+  assert np.isfinite(metrics["train/loss"]) and np.isfinite(metrics["eval/nll"])
+  reader = tf.train.load_checkpoint(str(tmp_path / "checkpoints"))
+  assert reader.get_tensor("state/precision/.ATTRIBUTES/VARIABLE_VALUE") == 2
+
+
+def test_resume_switches_between_float32_and_bfloat16_but_refuses_float16(tmp_path, caplog):
+  rng = np.random.default_rng(3)
+  images = rng.normal(size=(32, 32, 32, 3)).astype(np.float32)
+  labels = rng.integers(0, 3, 32)
+  _policy_run("float32", _tiny_config(), images, labels, tmp_path)
+  training, _ = _policy_run("mixed_bfloat16", _tiny_config(train_steps=4), images, labels,
+                            tmp_path)
+  assert training.step == 4 and "trained with float32; continuing with mixed_bfloat16" in (
+      caplog.text)
+  with pytest.raises(ValueError, match="was trained with mixed_precision=mixed_bfloat16, this "
+                                       "run uses mixed_float16.*--mixed_precision=mixed_bf"):
+    _policy_run("mixed_float16", _tiny_config(train_steps=6), images, labels, tmp_path)
