@@ -192,7 +192,8 @@ def augmented_eval_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: 
     keys = tf.strings.join(["calibration/", tf.strings.as_string(
         index * tf.cast(tf.shape(images)[0], tf.int64) + tf.range(tf.shape(images)[0],
                                                                   dtype=tf.int64))])
-    views = augmix.augment_and_mix(images, augmix.example_seeds(keys, seed, 0), params)
+    seeds = augmix.example_seeds(keys, seed, 0, tf.zeros(tf.shape(keys), tf.int64))
+    views = augmix.augment_and_mix(images, seeds, params)
     return (normalize(views, mean, std),) + tuple(batch[1:])
 
   return eval_batches.enumerate().map(augment)
