@@ -132,7 +132,7 @@ def main():
                       help="test images per corruption x severity (0: all)")
   args = parser.parse_args()
   config = PipelineConfig(output_dir=args.output_dir)
-  model = RunRecord(config).latest_output("model", producer="Trainer")
+  model = RunRecord(config).candidate_model()
   if model is None:
     raise SystemExit(f"No trained model in {config.metadata_path}; run `make run` first.")
   model_dir = os.path.join(model.uri, "Format-Serving")

@@ -52,6 +52,11 @@ class RunRecord:
       self.outputs[event.path.steps[0].key].append(
           (producers[event.execution_id], artifacts[event.artifact_id]))
 
+  def candidate_model(self):
+    """The model this run evaluated: the ensemble when trials were selected, else the Trainer's."""
+    return (self.latest_output("model", producer="EnsembleSelector")
+            or self.latest_output("model", producer="Trainer"))
+
   def latest_output(self, key: str, producer: Optional[str] = None):
     """The newest artifact under an output key (of one component, when several use the key)."""
     matching = [a for p, a in self.outputs.get(key, []) if producer in (None, p)]
@@ -122,7 +127,7 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
     test = score_in_fresh_process(serving, os.path.join(examples.uri, "Split-test", "*"))
     lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
                  f"{test['examples']} held-out test examples, served model, fresh process)")
-  model = run.latest_output("model", producer="Trainer")
+  model = run.candidate_model()
   if model is not None:
     lines.append("  warm-started:    "
                  + run_report.warm_start_summary(os.path.join(model.uri, "Format-Serving")))
