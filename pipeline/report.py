@@ -36,14 +36,22 @@ class RunRecord:
       raise RuntimeError(f"No pipeline run {run_id or ''} recorded in {config.metadata_path}.")
     self.run_id = run.name
     executions = store.get_executions_by_context(run.id)
-    execution_types = {t.id: t.name.rsplit(".", 1)[-1] for t in store.get_execution_types()}
+    # Execution -> its node id (the component's id: "Trainer", "Trainer_trial_1",
+    # "WarmStartModel"), from the `node` contexts named "<pipeline>.<node id>".
+    in_run = {e.id for e in executions}
+    prefix = config.pipeline_name + "."
+    producers = {}
+    for node in store.get_contexts_by_type("node"):
+      if node.name.startswith(prefix):
+        for execution in store.get_executions_by_context(node.id):
+          if execution.id in in_run:
+            producers[execution.id] = node.name[len(prefix):]
     state_names = metadata_store_pb2.Execution.State.Name
-    # Component class name -> its execution's state (COMPLETE, CACHED, FAILED, ...).
-    self.states: Dict[str, str] = {execution_types[e.type_id]: state_names(e.last_known_state)
-                                   for e in executions}
+    # Node id -> its execution's state (COMPLETE, CACHED, FAILED, ...).
+    self.states: Dict[str, str] = {producers[e.id]: state_names(e.last_known_state)
+                                   for e in executions if e.id in producers}
     # Output key ("examples", "transformed_examples", "model", "blessing", ...) ->
-    # (producing component, artifact), oldest first.
-    producers = {e.id: execution_types[e.type_id] for e in executions}
+    # (producing node, artifact), oldest first.
     events = [e for e in store.get_events_by_execution_ids([x.id for x in executions])
               if e.type == metadata_store_pb2.Event.OUTPUT]
     artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
