@@ -216,7 +216,7 @@ def _two_models(tmp_path):
 
 def test_two_pushes_to_s3_released_together_claim_distinct_versions_and_never_mix(
     s3_server, s3, tmp_path, monkeypatch):
-  """Two pushes of different models into one s3:// base directory at the same instant, ten
+  """Two pushes of different models into one s3:// base directory at the same instant, six
   times over: they collide on a version number, the loser of the claim takes the next one, and
   every published version is exactly one model, its push_info and its claim."""
   root, bucket = s3
@@ -238,7 +238,7 @@ def test_two_pushes_to_s3_released_together_claim_distinct_versions_and_never_mi
     return pusher.push_version(path, base, fingerprint, run_id=f"run-{os.path.basename(path)}")
 
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
-    for trial in range(10):
+    for trial in range(6):
       base = f"{root}/serving/{trial}"
       published = list(pool.map(lambda model: push(*model, base), models.values()))
       versions = pusher.serving_versions(base)
