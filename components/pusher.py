@@ -3,12 +3,19 @@
 TFX's Pusher copies straight into `<base>/<unix time>`: a kill mid-copy leaves a partial
 version that TF Serving would try to load, two pushes in one second share a directory, and
 re-blessing the model already in production (an unchanged rerun compares the model with
-itself) pushes a duplicate version. Here each push assembles its version in a hidden staging
-directory of its own and renames it to a number no other version holds (never overwriting),
-the published copy is checked against the source fingerprint, and a model whose fingerprint
-equals the latest version's is not pushed again. Concurrent pushes are safe on a local or
-POSIX file system; on object storage a rename is a copy and delete, so two pushes there can
-still pick one number: keep them apart by running one pipeline per serving directory.
+itself) pushes a duplicate version. Here no two pushes ever write one version, a published
+copy is checked against the source fingerprint, and a model whose fingerprint equals the
+latest version's is not pushed again.
+
+- Local or POSIX file system: each push assembles its version in a hidden staging directory
+  of its own and renames it to a number no other version holds (rename(2) never overwrites).
+- Object storage (s3://, gs://), where a rename is a copy and delete: a push first claims its
+  number by creating `<base>/.version-claims/<number>.json` with the store's conditional
+  create (kubeflow/object_storage.py); a loser takes the next number. The claim holder alone
+  writes `<base>/<number>/`, `saved_model.pb` last: TF Serving loads a version only once that
+  file exists (it checks with TensorFlow's MaybeSavedModelDirectory), so a poller never loads
+  a partial copy. A push killed mid-copy leaves a version without `saved_model.pb`, which is
+  never served, and its claim, which keeps the number from reuse.
 """
 import hashlib
 import json
@@ -17,7 +24,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -28,11 +35,16 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
+from kubeflow import object_storage
+from kubeflow.config import is_object_store_uri
+
 log = logging.getLogger(__name__)
 
 PUSH_INFO_PATH = os.path.join("assets.extra", "push_info.json")
 ALREADY_SERVING_KEY = "already_serving"
 _INCOMPLETE_PREFIX = ".incomplete-"
+CLAIMS_DIR = ".version-claims"
+SAVED_MODEL_FILE = "saved_model.pb"  # What TF Serving's loader looks for; written last.
 
 
 def saved_model_fingerprint(model_dir: str, exclude: Tuple[str, ...] = ()) -> str:
@@ -59,8 +71,9 @@ def serving_versions(base_directory: str) -> List[int]:
 
 
 def pushed_fingerprint(version_dir: str) -> Optional[str]:
+  """The fingerprint a complete version was pushed with; None for a partial one."""
   path = os.path.join(version_dir, PUSH_INFO_PATH)
-  if not fileio.exists(path):
+  if not fileio.exists(path) or not fileio.exists(os.path.join(version_dir, SAVED_MODEL_FILE)):
     return None
   with fileio.open(path, "r") as f:
     return json.load(f).get("model_fingerprint")
@@ -115,29 +128,88 @@ def _rename_if_absent(staging_dir: str, final_dir: str) -> bool:
   return True
 
 
-def push_version(model_dir: str, base_directory: str, fingerprint: str) -> str:
-  """Copies the model to a staging directory of its own, renames it to the next free numeric
-  version, and checks the published copy against the source fingerprint."""
+def _next_version(taken: List[int]) -> int:
+  return max(int(time.time()), max(taken) + 1 if taken else 0)
+
+
+def _push_info(model_dir: str, fingerprint: str) -> str:
+  return json.dumps({"model_fingerprint": fingerprint, "source": model_dir}, indent=2)
+
+
+def push_version(model_dir: str, base_directory: str, fingerprint: str,
+                 run_id: Optional[str] = None) -> str:
+  """Publishes the model as the next free numeric version under base_directory and checks the
+  published copy against the source fingerprint; returns the version directory."""
+  if is_object_store_uri(base_directory):
+    return _push_to_object_store(model_dir, base_directory, fingerprint, run_id)
   remove_stale_staging_dirs(base_directory)
   staging_dir = os.path.join(base_directory, _staging_name())
   io_utils.copy_dir(model_dir, staging_dir)
-  io_utils.write_string_file(
-      os.path.join(staging_dir, PUSH_INFO_PATH),
-      json.dumps({"model_fingerprint": fingerprint, "source": model_dir}, indent=2))
+  io_utils.write_string_file(os.path.join(staging_dir, PUSH_INFO_PATH),
+                             _push_info(model_dir, fingerprint))
   while True:
-    versions = serving_versions(base_directory)
-    version = max(int(time.time()), versions[-1] + 1 if versions else 0)
-    final_dir = os.path.join(base_directory, str(version))
+    final_dir = os.path.join(base_directory, str(_next_version(serving_versions(base_directory))))
     if _rename_if_absent(staging_dir, final_dir):
       break
+  _verify_published(model_dir, final_dir, fingerprint, withdraw=lambda: fileio.rename(
+      # Hidden again, so TF Serving never loads it; the next push removes it.
+      final_dir, os.path.join(base_directory, f"{_INCOMPLETE_PREFIX}bad-{uuid.uuid4().hex}")))
+  return final_dir
+
+
+def claimed_versions(base_directory: str) -> List[int]:
+  """The version numbers claimed on object storage, published or not."""
+  claims_dir = os.path.join(base_directory, CLAIMS_DIR)
+  if not fileio.exists(claims_dir):
+    return []
+  numbers = (name[:-len(".json")] for name in fileio.listdir(claims_dir)
+             if name.endswith(".json"))
+  return sorted(int(number) for number in numbers if number.isdigit())
+
+
+def claim_version(base_directory: str, version: int, claim: dict) -> bool:
+  """Claims `version` for this push with the store's conditional create; False if taken."""
+  return object_storage.create_if_absent(
+      os.path.join(base_directory, CLAIMS_DIR, f"{version}.json"),
+      json.dumps({**claim, "version": version}, indent=2).encode())
+
+
+def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
+                          run_id: Optional[str]) -> str:
+  files = sorted(os.path.relpath(os.path.join(root, name), model_dir)
+                 for root, _, names in fileio.walk(model_dir) for name in names)
+  if SAVED_MODEL_FILE not in files:
+    raise ValueError(f"{model_dir} holds no {SAVED_MODEL_FILE}: not a SavedModel.")
+  claim = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
+           "model_fingerprint": fingerprint, "source": model_dir,
+           "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+  version = _next_version(serving_versions(base_directory) + claimed_versions(base_directory))
+  while not claim_version(base_directory, version, claim):
+    version = max(version + 1, _next_version(claimed_versions(base_directory)))
+  final_dir = os.path.join(base_directory, str(version))
+  for relative in files:
+    if relative != SAVED_MODEL_FILE:
+      fileio.copy(os.path.join(model_dir, relative), os.path.join(final_dir, relative))
+  io_utils.write_string_file(os.path.join(final_dir, PUSH_INFO_PATH),
+                             _push_info(model_dir, fingerprint))
+  fileio.copy(os.path.join(model_dir, SAVED_MODEL_FILE),  # Last: now TF Serving may load it.
+              os.path.join(final_dir, SAVED_MODEL_FILE))
+
+  def withdraw():  # saved_model.pb first: from then on TF Serving cannot load what remains.
+    fileio.remove(os.path.join(final_dir, SAVED_MODEL_FILE))
+    fileio.rmtree(final_dir)
+
+  _verify_published(model_dir, final_dir, fingerprint, withdraw)
+  return final_dir
+
+
+def _verify_published(model_dir: str, final_dir: str, fingerprint: str,
+                      withdraw: Callable[[], None]) -> None:
   published = saved_model_fingerprint(final_dir, exclude=(PUSH_INFO_PATH,))
   if published != fingerprint or pushed_fingerprint(final_dir) != fingerprint:
-    # Hidden again, so TF Serving never loads it; the next push removes it.
-    fileio.rename(final_dir, os.path.join(base_directory, _INCOMPLETE_PREFIX + "bad-" +
-                                          uuid.uuid4().hex))
+    withdraw()
     raise RuntimeError(f"The copy published as {final_dir} does not match the model {model_dir} "
                        f"(fingerprint {published}, expected {fingerprint}); it was withdrawn.")
-  return final_dir
 
 
 class VersionedPusherExecutor(pusher_executor.Executor):
@@ -167,7 +239,8 @@ class VersionedPusherExecutor(pusher_executor.Executor):
         model_push.set_string_custom_property(ALREADY_SERVING_KEY, latest)
         return
 
-    serving_dir = push_version(model_dir, base_directory, fingerprint)
+    run_id = self._context.pipeline_run_id if self._context else None
+    serving_dir = push_version(model_dir, base_directory, fingerprint, run_id)
     io_utils.copy_dir(model_dir, model_push.uri)
     self._MarkPushed(model_push, pushed_destination=serving_dir,
                      pushed_version=os.path.basename(serving_dir))

@@ -1,4 +1,5 @@
 """Pushing: numeric versions appear whole, and the serving model is never pushed twice."""
+import concurrent.futures
 import json
 import multiprocessing
 import os
@@ -6,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -191,3 +193,137 @@ def test_a_staging_directory_of_a_live_push_is_left_alone(tmp_path):
     staging.mkdir(parents=True)
   pusher.remove_stale_staging_dirs(str(base))
   assert live.exists() and not dead.exists()
+
+
+# Object storage (s3:// on the moto server): versions claimed with a conditional create.
+
+def _s3_tree(s3_server, bucket, prefix):
+  """{path relative to prefix: bytes} of every object under the prefix."""
+  client = s3_server.client()
+  return {key[len(prefix):]: client.get_object(Bucket=bucket, Key=key)["Body"].read()
+          for key, _ in s3_server.keys(bucket, prefix)}
+
+
+def _two_models(tmp_path):
+  models = {}
+  for name in ("a", "b"):
+    path = _model(str(tmp_path / name), content=name.encode() * 100)
+    for i in range(6):
+      (tmp_path / name / "variables" / f"shard-{i}").write_bytes(name.encode() * (i + 1) * 100)
+    models[name] = (path, pusher.saved_model_fingerprint(path))
+  return models
+
+
+def test_two_pushes_to_s3_released_together_claim_distinct_versions_and_never_mix(
+    s3_server, s3, tmp_path, monkeypatch):
+  """Two pushes of different models into one s3:// base directory at the same instant, six
+  times over: they collide on a version number, the loser of the claim takes the next one, and
+  every published version is exactly one model, its push_info and its claim."""
+  root, bucket = s3
+  models = _two_models(tmp_path)
+  refused = []
+  create_if_absent = pusher.object_storage.create_if_absent
+
+  def counting_create(uri, content):
+    created = create_if_absent(uri, content)
+    if not created:
+      refused.append(uri)
+    return created
+
+  monkeypatch.setattr(pusher.object_storage, "create_if_absent", counting_create)
+  barrier = threading.Barrier(2)
+
+  def push(path, fingerprint, base):
+    barrier.wait(timeout=60)  # A crashed partner breaks the barrier instead of hanging it.
+    return pusher.push_version(path, base, fingerprint, run_id=f"run-{os.path.basename(path)}")
+
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    for trial in range(6):
+      base = f"{root}/serving/{trial}"
+      published = list(pool.map(lambda model: push(*model, base), models.values()))
+      versions = pusher.serving_versions(base)
+      assert sorted(published) == [f"{base}/{version}" for version in versions]
+      assert len(versions) == 2 and pusher.claimed_versions(base) == versions
+      pushed = set()
+      for version in versions:
+        tree = _s3_tree(s3_server, bucket, f"serving/{trial}/{version}/")
+        info = json.loads(tree.pop(pusher.PUSH_INFO_PATH))
+        name = os.path.basename(info["source"])
+        assert tree == _tree(models[name][0]), f"trial {trial}: version {version} is mixed"
+        assert info["model_fingerprint"] == models[name][1] == pusher.pushed_fingerprint(
+            f"{base}/{version}")
+        claim = json.loads(_s3_tree(s3_server, bucket, f"serving/{trial}/.version-claims/")[
+            f"{version}.json"])
+        assert (claim["version"], claim["model_fingerprint"], claim["run_id"]) == (
+            version, models[name][1], f"run-{name}")
+        pushed.add(name)
+      assert pushed == {"a", "b"}
+  assert refused, "the pushes never raced for one number: the test proves nothing"
+
+
+def test_on_s3_saved_model_pb_is_written_last_so_a_poller_never_loads_a_partial_version(
+    s3_server, s3, tmp_path, monkeypatch):
+  root, bucket = s3
+  path, fingerprint = _two_models(tmp_path)["a"]
+  copy, seen_before_graph = pusher.fileio.copy, []
+
+  def watching_copy(src, dst, overwrite=False):
+    if dst.endswith("/saved_model.pb"):
+      seen_before_graph.append(sorted(_s3_tree(s3_server, bucket, "serving/").keys()))
+    copy(src, dst, overwrite)
+
+  monkeypatch.setattr(pusher.fileio, "copy", watching_copy)
+  version_dir = pusher.push_version(path, f"{root}/serving", fingerprint)
+  version = os.path.basename(version_dir)
+  expected = sorted([f"{version}/{name}" for name in _tree(path) if name != "saved_model.pb"]
+                    + [f"{version}/{pusher.PUSH_INFO_PATH}", f".version-claims/{version}.json"])
+  assert seen_before_graph == [expected]
+
+
+def test_a_push_to_s3_that_dies_mid_copy_leaves_an_unloadable_version_and_its_number_taken(
+    s3_server, s3, tmp_path, monkeypatch):
+  root, bucket = s3
+  models = _two_models(tmp_path)
+  base = f"{root}/serving"
+  copy, copied = pusher.fileio.copy, []
+
+  def dying_copy(src, dst, overwrite=False):
+    if len(copied) == 3:
+      raise ConnectionError("pod evicted")
+    copy(src, dst, overwrite)
+    copied.append(dst)
+
+  monkeypatch.setattr(pusher.fileio, "copy", dying_copy)
+  with pytest.raises(ConnectionError):
+    pusher.push_version(models["a"][0], base, models["a"][1])
+  monkeypatch.setattr(pusher.fileio, "copy", copy)
+  [dead] = pusher.serving_versions(base)
+  assert not pusher.fileio.exists(f"{base}/{dead}/saved_model.pb")
+  assert pusher.pushed_fingerprint(f"{base}/{dead}") is None  # Never "already serving".
+
+  second = pusher.push_version(models["b"][0], base, models["b"][1])
+  assert int(os.path.basename(second)) > dead
+  assert pusher.claimed_versions(base) == pusher.serving_versions(base)
+  assert pusher.pushed_fingerprint(second) == models["b"][1]
+
+
+def test_a_copy_on_s3_that_differs_from_the_source_is_withdrawn_graph_first(
+    s3_server, s3, tmp_path, monkeypatch):
+  root, bucket = s3
+  path, fingerprint = _two_models(tmp_path)["a"]
+  copy, removed = pusher.fileio.copy, []
+
+  def damaging_copy(src, dst, overwrite=False):
+    copy(src, dst, overwrite)
+    if dst.endswith("shard-0"):
+      with pusher.fileio.open(dst, "wb") as f:
+        f.write(b"damaged in transit")
+
+  remove = pusher.fileio.remove
+  monkeypatch.setattr(pusher.fileio, "copy", damaging_copy)
+  monkeypatch.setattr(pusher.fileio, "remove", lambda p: (removed.append(p), remove(p)))
+  with pytest.raises(RuntimeError, match="does not match the model"):
+    pusher.push_version(path, f"{root}/serving", fingerprint)
+  assert removed[0].endswith("/saved_model.pb")
+  assert [key for key, _ in s3_server.keys(bucket, "serving/")] == [
+      f"serving/.version-claims/{pusher.claimed_versions(f'{root}/serving')[0]}.json"]

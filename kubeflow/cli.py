@@ -7,14 +7,15 @@ from kubeflow import config as kubeflow_config
 from kubeflow import cron
 from pipeline import config as config_lib
 from trainer_module.config import TrainerConfig
-from trainer_module.flags import name_value_pairs
+from trainer_module.flags import name_value_pairs, parse_value
 
 DEFAULT_PACKAGE_DIR = os.path.join("outputs", "kubeflow")
 CONNECTION_FLAGS = ("endpoint", "token", "namespace")
 COMMAND_FLAGS = {
     "compile": ("package_dir",),
     "upload": ("package", "version") + CONNECTION_FLAGS,
-    "run": ("package", "version", "experiment", "run_name", "data_root") + CONNECTION_FLAGS,
+    "run": ("package", "version", "experiment", "run_name", "data_root",
+            "allow_concurrent_run") + CONNECTION_FLAGS,
     "schedule": ("package", "version", "experiment", "schedule_name", "cron", "max_concurrency",
                  "data_root") + CONNECTION_FLAGS,
 }
@@ -28,8 +29,10 @@ USAGE = f"""usage: python -m kubeflow COMMAND [--flag=value ...]
   upload    --package=FILE.yaml [--version=NAME]
             Uploads the pipeline, or a new version of the pipeline of the same name.
   run       --package=FILE.yaml --experiment=NAME [--run_name=NAME] [--data_root=URI]
-            [--TRAINER_FLAG=VALUE ...]
+            [--allow_concurrent_run=false] [--TRAINER_FLAG=VALUE ...]
             Uploads (as above), then starts one run in the experiment (created when missing).
+            Refused while a run on the same pipeline root has not ended, unless
+            --allow_concurrent_run=true.
   schedule  --package=FILE.yaml --experiment=NAME --cron="SEC MIN HOUR DOM MON DOW"
             [--schedule_name=NAME] [--max_concurrency=1] [--data_root=URI] [--TRAINER_FLAG=VALUE ...]
             Uploads, then creates a recurring run on a 6-field cron schedule (seconds first).
@@ -112,6 +115,8 @@ def _submit(command: str, flags: dict, rest: List[str]) -> int:
     parameters = submit.run_parameters(spec, rest, flags.get("data_root"))
   elif rest:
     raise ValueError(f"upload takes no pipeline flags (got {rest[0]}); they go to compile.")
+  allow_concurrent_run = parse_value(
+      "allow_concurrent_run", flags.get("allow_concurrent_run", "false"), bool)
   if command == "schedule":
     cron_expression = cron.check_cron(_required(flags, "cron", "'0 0 3 * * *'"))
     max_concurrency = flags.get("max_concurrency", "1")
@@ -121,19 +126,31 @@ def _submit(command: str, flags: dict, rest: List[str]) -> int:
                                             flags.get("namespace"))
   version = flags.get("version") or submit.default_version_name(spec)
 
-  name = spec["pipelineInfo"]["name"]
+  name, root = spec["pipelineInfo"]["name"], submit.pipeline_root(spec)
   try:
     client = connection.client()
-    pipeline_id, version_id = submit.upload(client, package, spec, version, connection.namespace)
+    pipeline_id = client.get_pipeline_id(name)
+    if command == "run" and not allow_concurrent_run:
+      active = submit.active_runs(client, pipeline_id, root, connection.namespace)
+      if active:
+        print(f"error: {root} is in use by {submit.describe_run(active[0])}"
+              + (f" and {len(active) - 1} more" if len(active) > 1 else "") + ". Two runs "
+              "on one pipeline root would both compare their model with the same production "
+              "model and push, the later push serving whichever model it holds. Wait for that "
+              "run to end, or terminate it (kfp.Client().terminate_run(RUN_ID), or the UI), "
+              "or pass --allow_concurrent_run=true to start this run anyway.", file=sys.stderr)
+        return 1
+    pipeline_id, version_id = submit.upload(client, package, spec, version, connection.namespace,
+                                            pipeline_id)
     print(f"Pipeline {name}: id {pipeline_id}, version {version_id}")
     if command == "run":
       run_id = submit.start_run(client, experiment, flags.get("run_name") or version,
-                                pipeline_id, version_id, parameters, connection.namespace)
+                                pipeline_id, version_id, parameters, root, connection.namespace)
       print(f"Run {run_id} started in experiment {experiment}.")
     elif command == "schedule":
       recurring_id = submit.schedule_runs(
           client, experiment, flags.get("schedule_name") or f"{name}-cron", cron_expression,
-          pipeline_id, version_id, parameters, int(max_concurrency), connection.namespace)
+          pipeline_id, version_id, parameters, int(max_concurrency), root, connection.namespace)
       print(f"Recurring run {recurring_id} created in experiment {experiment}: "
             f"{cron_expression}.")
   except Exception as error:  # What the server (or the network) said is what the user needs.

@@ -2,8 +2,6 @@ import pytest
 
 from kubeflow import cli
 from pipeline.config import from_flags
-from tests.s3_server import (  # noqa: F401  (pytest finds them by name)
-    pytest_sessionfinish, pytest_unconfigure, s3_server)
 
 # A Vertex multi-worker GPU pipeline on the embedded digits, and a TFRecord one without Vertex.
 VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn",

@@ -19,14 +19,20 @@ spec, which anyone who can read the pipeline can read.
 
 Beam workers in other processes configure themselves the same way: `--beam_plugin=`
 BEAM_PLUGIN (kubeflow/beam_worker.py) makes SDK workers import it at start.
+
+`create_if_absent` is the one thing tf.io.gfile cannot do: create an object only if none of
+its name exists, decided by the store itself (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`),
+which is what an exclusive claim on object storage needs. Its S3 client uses the same settings.
 """
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import logging
 import os
 import sys
+import time
 import traceback
 from typing import Callable, Dict, List, MutableMapping, Optional, Sequence
 from urllib.parse import urlsplit
@@ -38,6 +44,10 @@ REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 VERIFY_TLS_VARIABLE = "S3_VERIFY_SSL"  # tensorflow-io's switch; only 1 (the default) is kept.
 CA_BUNDLE_VARIABLES = ("AWS_CA_BUNDLE", "S3_CA_FILE")  # The CA of a store's own certificate.
 BEAM_PLUGIN = "kubeflow.beam_worker"
+# S3 answers 409 ConditionalRequestConflict while a concurrent write of the key is in flight;
+# the request is to be retried, after which one of the two gets 412.
+CONFLICT_RETRIES = 10
+CONFLICT_BACKOFF_SECONDS = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +163,61 @@ def end_process(status: int, from_atexit: bool = False) -> None:
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(status)  # pylint: disable=protected-access
+
+
+def create_if_absent(uri: str, content: bytes) -> bool:
+  """Creates the object `uri` (s3:// or gs://) holding `content` unless an object of that name
+  exists, as one atomic decision of the store; True if this call created it. Of any number of
+  concurrent calls for one name, exactly one returns True."""
+  scheme, _, path = uri.partition("://")
+  bucket, _, key = path.partition("/")
+  if not bucket or not key or scheme not in ("s3", "gs"):
+    raise ValueError(f"{uri!r} is not an object URI (s3://bucket/key or gs://bucket/key).")
+  if scheme == "gs":
+    return _gcs_create_if_absent(bucket, key, content)
+  return _s3_create_if_absent(bucket, key, content)
+
+
+def _s3_create_if_absent(bucket: str, key: str, content: bytes) -> bool:
+  from botocore.exceptions import ClientError  # pylint: disable=import-outside-toplevel
+  client = s3_client(S3Settings.from_environ())
+  for attempt in range(CONFLICT_RETRIES + 1):
+    try:
+      client.put_object(Bucket=bucket, Key=key, Body=content, IfNoneMatch="*")
+      return True
+    except ClientError as error:
+      status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+      if status == 412:  # PreconditionFailed: the object exists.
+        return False
+      if status != 409 or attempt == CONFLICT_RETRIES:
+        raise
+      time.sleep(CONFLICT_BACKOFF_SECONDS * (attempt + 1))
+  raise AssertionError("unreachable")
+
+
+@functools.lru_cache(maxsize=None)
+def s3_client(settings: S3Settings):
+  """A boto3 S3 client for these settings; credentials from the standard AWS chain."""
+  import boto3  # pylint: disable=import-outside-toplevel
+  return boto3.client("s3", endpoint_url=settings.endpoint_url, region_name=settings.region,
+                      verify=settings.ca_bundle)
+
+
+def _gcs_create_if_absent(bucket: str, key: str, content: bytes) -> bool:
+  from google.api_core.exceptions import \
+      PreconditionFailed  # pylint: disable=import-outside-toplevel
+  try:  # Generation 0 matches only an absent object.
+    gcs_client().bucket(bucket).blob(key).upload_from_string(content, if_generation_match=0)
+  except PreconditionFailed:
+    return False
+  return True
+
+
+@functools.lru_cache(maxsize=None)
+def gcs_client():
+  """A Cloud Storage client with the pod's default credentials and project."""
+  from google.cloud import storage  # pylint: disable=import-outside-toplevel
+  return storage.Client()
 
 
 def _agreed_value(environ: MutableMapping[str, str], names: Sequence[str]) -> Optional[str]:

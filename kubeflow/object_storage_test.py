@@ -182,18 +182,6 @@ def test_a_store_with_a_private_ca_is_verified_by_tensorflow_and_beam_with_its_c
 
 # Against the S3 server, configured only by the environment a pod would get.
 
-@pytest.fixture
-def s3(s3_server, request, monkeypatch):
-  """A fresh bucket for the test; this process configured from the server's environment."""
-  for name in S3Settings(MINIO, "us-east-1", ca_bundle="ca.pem").environ():
-    monkeypatch.delenv(name, raising=False)  # Restored after the test, like what it sets.
-  for name, value in s3_server.environ().items():
-    monkeypatch.setenv(name, value)
-  object_storage.configure()
-  bucket = request.node.name.split("[")[0].replace("_", "-")[:50].strip("-")
-  return s3_server.create_bucket(bucket), bucket
-
-
 def _no_directory_markers(s3_server, bucket):
   """KFP's launcher fails on zero-byte "directory" objects; nothing here may write one."""
   keys = s3_server.keys(bucket)
@@ -225,14 +213,16 @@ def test_an_empty_file_written_by_tensorflow_does_not_exist_on_s3(s3_server, s3)
   assert s3_server.keys(bucket) == []
 
 
-def test_tfx_fileio_copies_renames_and_lists_directories_as_the_pusher_does(s3_server, s3):
+def test_tfx_fileio_copies_walks_and_lists_directories_as_the_pusher_does(s3_server, s3):
   root, bucket = s3
   from tfx.dsl.io import fileio
   from tfx.utils import io_utils
   io_utils.write_string_file(f"{root}/model/variables/variables.data", "weights")
   io_utils.write_string_file(f"{root}/model/saved_model.pb", "graph")
-  io_utils.copy_dir(f"{root}/model", f"{root}/serving/.incomplete-1700000000")
-  fileio.rename(f"{root}/serving/.incomplete-1700000000", f"{root}/serving/1700000000")
+  for directory, _, names in fileio.walk(f"{root}/model"):
+    for name in names:
+      fileio.copy(f"{directory}/{name}",
+                  f"{root}/serving/1700000000/{directory[len(root + '/model/'):]}/{name}")
   assert [name.rstrip("/") for name in fileio.listdir(f"{root}/serving")] == ["1700000000"]
   assert sorted(key for key, _ in s3_server.keys(bucket, "serving/")) == [
       "serving/1700000000/saved_model.pb", "serving/1700000000/variables/variables.data"]
@@ -269,6 +259,7 @@ def test_our_pusher_pushes_a_blessed_model_to_s3_once(s3_server, s3, tmp_path):
   version = first.get_string_custom_property("pushed_version")
   assert pusher.serving_versions(serving) == [int(version)]
   assert sorted(key for key, _ in s3_server.keys(bucket, "serving_model/")) == [
+      f"serving_model/wrn/.version-claims/{version}.json"] + [
       f"serving_model/wrn/{version}/{name}" for name in
       (pusher.PUSH_INFO_PATH, "saved_model.pb", "variables/variables.data")]
   second = push(10)  # The same model again: already serving, nothing pushed.
@@ -308,6 +299,104 @@ def test_beam_writes_and_reads_tfrecords_on_s3_and_its_workers_use_tensorflow_th
   with beam.Pipeline(options=PipelineOptions(read_args)) as pipeline:
     assert_that(pipeline | beam.io.ReadFromTFRecord(f"{root}/records/part*"), equal_to(records))
   _no_directory_markers(s3_server, bucket)
+
+
+# create_if_absent: the store's own conditional create, the basis of every claim.
+
+def test_of_two_creates_of_one_key_the_second_is_refused_and_changes_nothing(s3_server, s3):
+  root, bucket = s3
+  assert object_storage.create_if_absent(f"{root}/claims/7.json", b"first")
+  assert not object_storage.create_if_absent(f"{root}/claims/7.json", b"second")
+  body = s3_server.client().get_object(Bucket=bucket, Key="claims/7.json")["Body"].read()
+  assert body == b"first"
+  assert object_storage.create_if_absent(f"{root}/claims/8.json", b"other key")
+
+
+def test_of_many_concurrent_creates_of_one_key_exactly_one_wins(s3_server, s3):
+  import concurrent.futures
+  import threading
+  root, bucket = s3
+  barrier = threading.Barrier(8)
+
+  def create(trial, writer):
+    barrier.wait(timeout=60)
+    return object_storage.create_if_absent(f"{root}/claims/{trial}.json", b"%d" % writer)
+
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    for trial in range(10):
+      won = [w for w, created in enumerate(pool.map(lambda w: create(trial, w), range(8)))
+             if created]
+      assert len(won) == 1, f"trial {trial}: {won}"
+      body = s3_server.client().get_object(Bucket=bucket, Key=f"claims/{trial}.json")["Body"]
+      assert body.read() == b"%d" % won[0]
+
+
+def test_a_conflicting_concurrent_write_is_retried_until_the_store_decides(monkeypatch):
+  """S3 answers 409 ConditionalRequestConflict while another conditional write of the key is
+  in flight; the create is retried, and a later 412 means the other writer won."""
+  from botocore.exceptions import ClientError
+
+  def error(status, code):
+    return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "PutObject")
+
+  class FakeS3:
+    def __init__(self, answers):
+      self.answers, self.calls = list(answers), []
+
+    def put_object(self, **kwargs):
+      self.calls.append(kwargs)
+      answer = self.answers.pop(0)
+      if answer:
+        raise answer
+
+  monkeypatch.setattr(object_storage, "CONFLICT_BACKOFF_SECONDS", 0)
+  for answers, created in (([error(409, "ConditionalRequestConflict"), None], True),
+                           ([error(409, "ConditionalRequestConflict"),
+                             error(412, "PreconditionFailed")], False)):
+    fake = FakeS3(answers)
+    monkeypatch.setattr(object_storage, "s3_client", lambda settings, fake=fake: fake)
+    assert object_storage.create_if_absent("s3://bucket/a/b.json", b"x") is created
+    assert fake.calls == [{"Bucket": "bucket", "Key": "a/b.json", "Body": b"x",
+                           "IfNoneMatch": "*"}] * 2
+  fake = FakeS3([error(403, "AccessDenied")])
+  monkeypatch.setattr(object_storage, "s3_client", lambda settings: fake)
+  with pytest.raises(ClientError, match="AccessDenied"):  # Anything else is the caller's.
+    object_storage.create_if_absent("s3://bucket/a/b.json", b"x")
+
+
+def test_on_cloud_storage_the_create_is_an_upload_that_matches_generation_zero(monkeypatch):
+  """No GCS emulator here: a fake client that behaves as GCS documents ifGenerationMatch=0
+  (refused with 412 once the object exists) checks the call shape."""
+  from google.api_core.exceptions import PreconditionFailed
+  objects, calls = {}, []
+
+  class FakeBlob:
+    def __init__(self, bucket, name):
+      self.bucket, self.name = bucket, name
+
+    def upload_from_string(self, data, **kwargs):
+      calls.append((self.bucket, self.name, data, kwargs))
+      if kwargs.get("if_generation_match") == 0 and (self.bucket, self.name) in objects:
+        raise PreconditionFailed("At least one of the pre-conditions you specified did not hold.")
+      objects[(self.bucket, self.name)] = data
+
+  class FakeClient:
+    def bucket(self, name):
+      return type("FakeBucket", (), {"blob": lambda _, key: FakeBlob(name, key)})()
+
+  monkeypatch.setattr(object_storage, "gcs_client", FakeClient)
+  assert object_storage.create_if_absent("gs://models/serving/.version-claims/3.json", b"a")
+  assert not object_storage.create_if_absent("gs://models/serving/.version-claims/3.json", b"b")
+  assert objects == {("models", "serving/.version-claims/3.json"): b"a"}
+  assert calls[0] == ("models", "serving/.version-claims/3.json", b"a",
+                      {"if_generation_match": 0})
+
+
+@pytest.mark.parametrize("uri", ["/local/path", "s3://bucket", "s3://bucket/", "ram://x/y"])
+def test_create_if_absent_takes_only_object_uris(uri):
+  with pytest.raises(ValueError, match="is not an object URI"):
+    object_storage.create_if_absent(uri, b"x")
 
 
 def _escaped(text):

@@ -2,6 +2,11 @@
 
 Everything a request needs is checked first (the package, the parameters, the cron
 expression, the endpoint), so bad input fails before any network call.
+
+One run at a time per pipeline root: a one-off run is refused while a run of the pipeline on
+the same pipeline root has not ended (README, "Safety"); a recurring run gets KFP's own
+`max_concurrency=1`. Every run records its pipeline root (runtime_config.pipeline_root), which
+is how the check tells runs on another root apart.
 """
 import dataclasses
 import json
@@ -21,6 +26,8 @@ TOKEN_ENV = "KFP_TOKEN"
 # Trainer fields a run may not change: the Vertex pools compiled into the pipeline fit this
 # strategy, and the schema's label domain fits num_classes.
 COMPILED_TRAINER_FIELDS = ("distribution_strategy", "tpu", "num_classes")
+# KFP v2 run states (V2beta1RuntimeState) of a run that has not ended.
+ACTIVE_RUN_STATES = ("PENDING", "RUNNING", "PAUSED", "CANCELING")
 # What hyper-deep ensemble trials draw: one flag would erase the trials' differences.
 TRIAL_DRAWN_FIELDS = HYPER_L2_GROUPS + ("label_smoothing", "seed", "l2_per_train_example")
 
@@ -126,12 +133,15 @@ def default_version_name(spec: dict) -> str:
   return f"{spec['pipelineInfo']['name']}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
 
 
-def upload(client, package: str, spec: dict, version_name: str,
-           namespace: Optional[str]) -> tuple:
-  """Uploads the package as a new pipeline, or as a new version of the pipeline of that name;
-  returns (pipeline id, version id)."""
+def pipeline_root(spec: dict) -> str:
+  return spec["defaultPipelineRoot"]
+
+
+def upload(client, package: str, spec: dict, version_name: str, namespace: Optional[str],
+           pipeline_id: Optional[str]) -> tuple:
+  """Uploads the package as a new pipeline (pipeline_id None: none of that name exists yet), or
+  as a new version of the pipeline; returns (pipeline id, version id)."""
   name = spec["pipelineInfo"]["name"]
-  pipeline_id = client.get_pipeline_id(name)
   if pipeline_id is None:
     pipeline_id = client.upload_pipeline(package, pipeline_name=name,
                                          namespace=namespace).pipeline_id
@@ -141,21 +151,50 @@ def upload(client, package: str, spec: dict, version_name: str,
   return pipeline_id, version.pipeline_version_id
 
 
+def active_runs(client, pipeline_id: Optional[str], root: str,
+                namespace: Optional[str]) -> list:
+  """The runs that have not ended on this pipeline root, newest first: those that record the
+  root, and those of this pipeline that record none (started elsewhere, e.g. in the UI, so on
+  the root compiled into their version, which for this pipeline's name is this one)."""
+  state_filter = json.dumps({"predicates": [{
+      "operation": "IN", "key": "state", "string_values": {"values": list(ACTIVE_RUN_STATES)}}]})
+  found, page_token = [], ""
+  while True:
+    page = client.list_runs(page_token=page_token, page_size=100, sort_by="created_at desc",
+                            namespace=namespace, filter=state_filter)
+    for run in page.runs or []:
+      run_root = run.runtime_config.pipeline_root if run.runtime_config else None
+      reference = run.pipeline_version_reference
+      same_pipeline = reference is not None and reference.pipeline_id == pipeline_id
+      if run.state in ACTIVE_RUN_STATES and (
+          run_root == root or (not run_root and pipeline_id and same_pipeline)):
+        found.append(run)
+    page_token = page.next_page_token
+    if not page_token:
+      return found
+
+
+def describe_run(run) -> str:
+  return (f"run {run.run_id} ({run.display_name!r}, {run.state}, created {run.created_at}, "
+          f"experiment {run.experiment_id})")
+
+
 def start_run(client, experiment: str, run_name: str, pipeline_id: str, version_id: str,
-              parameters: dict, namespace: Optional[str]) -> str:
+              parameters: dict, root: str, namespace: Optional[str]) -> str:
   experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
-  run = client.run_pipeline(experiment_id, run_name, params=parameters,
-                            pipeline_id=pipeline_id, version_id=version_id)
+  run = client.run_pipeline(experiment_id, run_name, params=parameters, pipeline_id=pipeline_id,
+                            version_id=version_id, pipeline_root=root)
   return run.run_id
 
 
 def schedule_runs(client, experiment: str, schedule_name: str, cron: str, pipeline_id: str,
-                  version_id: str, parameters: dict, max_concurrency: int,
+                  version_id: str, parameters: dict, max_concurrency: int, root: str,
                   namespace: Optional[str]) -> str:
-  """A recurring run; a missed slot is not caught up (each run trains on the data of its day)."""
+  """A recurring run; a missed slot is not caught up (each run trains on the data of its day),
+  and KFP starts no run of the schedule while max_concurrency of its runs are active."""
   experiment_id = client.create_experiment(experiment, namespace=namespace).experiment_id
   recurring = client.create_recurring_run(
       experiment_id, schedule_name, cron_expression=cron, params=parameters,
       pipeline_id=pipeline_id, version_id=version_id, max_concurrency=max_concurrency,
-      no_catchup=True)
+      no_catchup=True, pipeline_root=root)
   return recurring.recurring_run_id

@@ -24,6 +24,7 @@ class FakeKfpServer(http.server.ThreadingHTTPServer):
     self.requests = []
     self.pipelines = {}  # name -> pipeline id
     self.experiments = {}  # name -> experiment id
+    self.runs = []  # V2beta1Run JSON, newest first
 
   @property
   def url(self):
@@ -56,8 +57,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server = self.server
     server.requests.append({"method": method, "path": url.path, "query": query, "body": body,
                             "authorization": self.headers.get("Authorization")})
-    name_filter = json.loads(query.get("filter", "{}")).get("predicates", [{}])[0].get(
-        "stringValue")
+    predicate = json.loads(query.get("filter", "{}")).get("predicates", [{}])[0]
+    name_filter = predicate.get("stringValue")
     route = (method, url.path)
     if route == ("GET", f"{API}/healthz"):
       answer = {"multi_user": False}
@@ -80,6 +81,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
           if known else {}
     elif route == ("POST", f"{API}/experiments"):
       answer = {"experiment_id": "e-1", "display_name": body["display_name"]}
+    elif route == ("GET", f"{API}/runs"):
+      answer = _runs_page(server.runs, predicate, query)
     elif route == ("POST", f"{API}/runs"):
       answer = {"run_id": "r-1", "experiment_id": body["experiment_id"]}
     elif route == ("POST", f"{API}/recurringruns"):
@@ -93,6 +96,28 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     self.send_header("Content-Length", str(len(payload)))
     self.end_headers()
     self.wfile.write(payload)
+
+
+def _runs_page(runs, predicate, query):
+  """A page of runs as the KFP API server answers GET /runs: a `state IN (...)` filter applied,
+  page_size runs from the offset in page_token."""
+  if predicate:
+    assert (predicate["operation"], predicate["key"]) == ("IN", "state"), predicate
+    runs = [run for run in runs if run["state"] in predicate["string_values"]["values"]]
+  start, size = int(query.get("page_token") or 0), int(query["page_size"])
+  answer = {"runs": runs[start:start + size], "total_size": len(runs)}
+  if start + size < len(runs):
+    answer["next_page_token"] = str(start + size)
+  return answer
+
+
+def _run(run_id, state, pipeline_root=None, pipeline_id="p-1"):
+  run = {"run_id": run_id, "display_name": f"name-of-{run_id}", "experiment_id": "e-3",
+         "state": state, "created_at": "2026-11-20T21:05:00Z",
+         "runtime_config": {"pipeline_root": pipeline_root} if pipeline_root else {}}
+  if pipeline_id:
+    run["pipeline_version_reference"] = {"pipeline_id": pipeline_id, "pipeline_version_id": "v-1"}
+  return run
 
 
 @pytest.fixture
@@ -117,7 +142,7 @@ def test_run_uploads_the_pipeline_creates_the_experiment_and_starts_a_run(compil
                    "--run_name=first", "--train_epochs=3", "--base_learning_rate=0.2",
                    f"--endpoint={kfp_server.url}", "--token=secret-token"]) == 0
   assert kfp_server.calls() == [
-      ("GET", f"{API}/healthz"), ("GET", f"{API}/pipelines"),
+      ("GET", f"{API}/healthz"), ("GET", f"{API}/pipelines"), ("GET", f"{API}/runs"),
       ("POST", f"{API}/pipelines/upload"), ("GET", f"{API}/pipelines/p-1/versions"),
       ("GET", f"{API}/experiments"), ("POST", f"{API}/experiments"), ("POST", f"{API}/runs")]
   assert {r["authorization"] for r in kfp_server.requests} == {"Bearer secret-token"}
@@ -129,6 +154,7 @@ def test_run_uploads_the_pipeline_creates_the_experiment_and_starts_a_run(compil
   run = kfp_server.request("POST", f"{API}/runs")["body"]
   assert run["experiment_id"] == "e-1" and run["display_name"] == "first"
   assert run["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-1"}
+  assert run["runtime_config"]["pipeline_root"] == config.pipeline_root  # What the check reads.
   custom_config = json.loads(run["runtime_config"]["parameters"]["trainer_config"])
   trainer = TrainerConfig.from_dict(custom_config["trainer"])
   assert trainer == TrainerConfig.from_dict({**config.trainer.to_dict(), "train_epochs": 3,
@@ -157,6 +183,8 @@ def test_schedule_adds_a_version_and_creates_a_cron_recurring_run(compiled, kfp_
   assert recurring["trigger"] == {"cron_schedule": {"cron": "0 0 3 * * *"}}
   assert recurring["experiment_id"] == "e-9" and recurring["mode"] == "ENABLE"
   assert recurring["no_catchup"] is True and int(recurring["max_concurrency"]) == 1
+  root = recurring["runtime_config"]["pipeline_root"]
+  assert root == "s3://bucket/wrn/pipeline_root/wrn-tfrecord"
   assert recurring["pipeline_version_reference"] == {"pipeline_id": "p-9",
                                                      "pipeline_version_id": "v-2"}
   parameters = recurring["runtime_config"]["parameters"]
@@ -178,6 +206,8 @@ def test_schedule_adds_a_version_and_creates_a_cron_recurring_run(compiled, kfp_
     (["run", "--experiment=e", "--train_epochs=-1"], "train_epochs=-1"),
     (["run", "--experiment=e", "--no_such_flag=1"], "Unknown flag --no_such_flag"),
     (["run", "--experiment=e", "--data_root=s3://data/x"], "--data_root applies to pipelines"),
+    (["run", "--experiment=e", "--allow_concurrent_run=maybe"],
+     "Invalid value for --allow_concurrent_run: 'maybe'"),
     (["upload", "--endpoint=127.0.0.1:8080"], "expected an http:// or https:// URL"),
     (["upload", "--depth=10"], "upload takes no pipeline flags"),
 ])
@@ -208,3 +238,58 @@ def test_an_unreachable_server_is_named(compiled, capsys):
   assert cli.main(["upload", f"--package={package.spec_path}", f"--endpoint={endpoint}",
                    "--namespace=team-a"]) == 1
   assert f"Kubeflow Pipelines at {endpoint}" in capsys.readouterr().err
+
+
+# One run at a time per pipeline root.
+
+def _run_flags(package, kfp_server, *extra):
+  return ["run", f"--package={package.spec_path}", "--experiment=wrn",
+          f"--endpoint={kfp_server.url}", *extra]
+
+
+def test_a_run_is_refused_while_a_run_on_its_pipeline_root_is_active_naming_that_run(
+    compiled, kfp_server, capsys):
+  config, package = compiled["vertex"]
+  kfp_server.pipelines["wrn-image-classifier"] = "p-1"
+  # Runs that ended, 150 active ones on other roots, and ours on the second page of 100.
+  kfp_server.runs = [_run(f"old-{i}", "SUCCEEDED", config.pipeline_root) for i in range(20)]
+  kfp_server.runs += [_run(f"r-{i}", "RUNNING", f"gs://other/{i}") for i in range(150)]
+  kfp_server.runs.insert(120, _run("r-active", "RUNNING", config.pipeline_root))
+  assert cli.main(_run_flags(package, kfp_server)) == 1
+  error = capsys.readouterr().err
+  assert (f"error: {config.pipeline_root} is in use by run r-active ('name-of-r-active', "
+          "RUNNING, created 2026-11-20 21:05:00+00:00, experiment e-3).") in error
+  assert "terminate_run" in error and "--allow_concurrent_run=true" in error
+  assert kfp_server.calls() == [("GET", f"{API}/healthz"), ("GET", f"{API}/pipelines")] + [
+      ("GET", f"{API}/runs")] * 2, "nothing uploaded, nothing started"
+  first_page = kfp_server.requests[2]["query"]
+  assert json.loads(first_page["filter"])["predicates"][0]["string_values"]["values"] == [
+      "PENDING", "RUNNING", "PAUSED", "CANCELING"]
+  assert first_page["sort_by"] == "created_at desc"
+
+
+def test_a_run_started_elsewhere_of_the_same_pipeline_blocks_too_until_overridden(
+    compiled, kfp_server, capsys):
+  """A run started in the UI records no pipeline root: it runs on its version's compiled root,
+  which for a pipeline of this name is this one."""
+  _, package = compiled["vertex"]
+  kfp_server.pipelines["wrn-image-classifier"] = "p-1"
+  kfp_server.runs = [_run("r-ui", "PENDING", pipeline_root=None)]
+  assert cli.main(_run_flags(package, kfp_server)) == 1
+  assert "in use by run r-ui ('name-of-r-ui', PENDING" in capsys.readouterr().err
+  kfp_server.requests.clear()
+  assert cli.main(_run_flags(package, kfp_server, "--allow_concurrent_run=true")) == 0
+  assert ("GET", f"{API}/runs") not in kfp_server.calls()
+  assert kfp_server.calls()[-1] == ("POST", f"{API}/runs")
+
+
+def test_runs_that_ended_or_run_on_another_pipeline_root_do_not_block(compiled, kfp_server):
+  config, package = compiled["vertex"]
+  kfp_server.pipelines["wrn-image-classifier"] = "p-1"
+  kfp_server.runs = [
+      _run("r-other-root", "RUNNING", "gs://bucket/elsewhere/pipeline_root/wrn-image-classifier"),
+      _run("r-other-pipeline", "RUNNING", pipeline_root=None, pipeline_id="p-2"),
+      _run("r-failed", "FAILED", config.pipeline_root),
+      _run("r-canceled", "CANCELED", pipeline_root=None)]
+  assert cli.main(_run_flags(package, kfp_server)) == 0
+  assert kfp_server.calls()[-1] == ("POST", f"{API}/runs")

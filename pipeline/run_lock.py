@@ -3,17 +3,13 @@
 Two runs on one output directory (two users, a cron overlap) would share MLMD, the pipeline
 root and the serving directory, and each could push or report the other's model.
 
-- Local directory: `flock` on `<output_dir>/.run.lock`. The kernel drops the lock when its
-  holder dies (kill -9 included), so a dead run never blocks the next one; the file keeps the
-  holder's pid, host, start time and run id for the message a second run gets, and a new
-  holder logs which dead run it took over from.
-- Object storage (gs://, s3://): a lock object written through tf.io.gfile. gfile offers no
-  conditional create (no if-generation-match / If-None-Match), so this lock checks, writes
-  a token and reads it back after a settling delay: two starters that both pass the check
-  within that delay are caught (the earlier writer sees the other's token), but two whose
-  read-backs both land before the other's write are not. It is a guard against overlapping
-  schedules, not a mutual-exclusion guarantee, and a crashed holder's object stays until
-  removed (the message says how).
+`flock` on `<output_dir>/.run.lock`. The kernel drops the lock when its holder dies (kill -9
+included), so a dead run never blocks the next one; the file keeps the holder's pid, host,
+start time and run id for the message a second run gets, and a new holder logs which dead run
+it took over from.
+
+A Kubeflow run has no process spanning the run to hold a lock: its pipeline root is guarded
+at submission instead (kubeflow/submit.py, `active_runs`; README, "One run at a time").
 """
 from __future__ import annotations
 
@@ -23,12 +19,9 @@ import fcntl
 import json
 import os
 import socket
-import time
-import uuid
 from typing import Iterator, Optional
 
 LOCK_NAME = ".run.lock"
-OBJECT_STORE_SETTLE_SECONDS = 2.0
 
 
 class RunLockHeld(RuntimeError):
@@ -37,8 +30,7 @@ class RunLockHeld(RuntimeError):
 
 def holder_record(run_id: str) -> dict:
   return {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(),
-          "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-          "token": uuid.uuid4().hex}
+          "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 
 def describe(holder: dict) -> str:
@@ -87,38 +79,3 @@ def local_run_lock(output_dir: str, run_id: str) -> Iterator[dict]:
       os.ftruncate(fd, 0)  # Released cleanly: no holder to report or take over from.
   finally:
     os.close(fd)  # Closing drops the flock.
-
-
-@contextlib.contextmanager
-def object_store_run_lock(root: str, run_id: str,
-                          settle_seconds: float = OBJECT_STORE_SETTLE_SECONDS) -> Iterator[dict]:
-  """The best-effort lock object `<root>/.run.lock` (see the module docstring for its limits)."""
-  import tensorflow as tf
-  path = f"{root.rstrip('/')}/{LOCK_NAME}"
-
-  def held_error(holder: dict) -> RunLockHeld:
-    return RunLockHeld(
-        f"{root} is in use by {describe(holder)}; lock object {path}. If that run is no longer "
-        f"running, delete the object (e.g. `gsutil rm {path}` or `aws s3 rm {path}`).")
-
-  if tf.io.gfile.exists(path):
-    raise held_error(_read_holder(tf.io.gfile.GFile(path).read()) or {})
-  holder = holder_record(run_id)
-  tf.io.gfile.makedirs(root)
-  with tf.io.gfile.GFile(path, "w") as f:
-    f.write(json.dumps(holder))
-  time.sleep(settle_seconds)
-  current = _read_holder(tf.io.gfile.GFile(path).read()) if tf.io.gfile.exists(path) else None
-  if not current or current.get("token") != holder["token"]:
-    raise held_error(current or {})
-  try:
-    yield holder
-  finally:
-    tf.io.gfile.remove(path)
-
-
-def run_lock(root: str, run_id: str):
-  """The local lock for a local path, the lock object for any other URI (gs://, s3://)."""
-  if "://" in root:
-    return object_store_run_lock(root, run_id)
-  return local_run_lock(root, run_id)

@@ -4,8 +4,6 @@ import sys
 
 import pytest
 
-from tests.s3_server import (  # noqa: F401  (pytest finds them by name)
-    pytest_sessionfinish, pytest_unconfigure, s3_server)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -167,6 +167,23 @@ def s3_server():
     yield server
 
 
+@pytest.fixture
+def s3(s3_server, request, monkeypatch):
+  """A fresh bucket for the test, as (s3://bucket, bucket); this process configured from the
+  server's environment, as a pod is."""
+  from kubeflow import object_storage
+  some_settings = object_storage.S3Settings("http://127.0.0.1:1", "us-east-1", ca_bundle="ca.pem")
+  for name in some_settings.environ():
+    monkeypatch.delenv(name, raising=False)
+  environ = s3_server.environ()  # With every client's names, so all are restored after.
+  environ.update(object_storage.S3Settings.from_environ(environ).environ())
+  for name, value in environ.items():
+    monkeypatch.setenv(name, value)
+  object_storage.configure()
+  bucket = request.node.name.split("[")[0].replace("_", "-")[:50].strip("-")
+  return s3_server.create_bucket(bucket), bucket
+
+
 def pytest_sessionfinish(session, exitstatus):
   _session_status["status"] = int(exitstatus)
 
