@@ -45,10 +45,11 @@ test: system-packages $(STAMP)
 	$(VENV_PY) -m pytest --durations=10 $(ARGS)
 
 # Regenerates requirements.lock from requirements.in. The resolver is told Python 3.10 because
-# tfx and ml-pipelines-sdk 1.16 declare Requires-Python <3.11 (metadata only; they run on 3.11).
+# tfx and ml-pipelines-sdk 1.16 declare Requires-Python <3.11 (metadata only; they run on 3.11);
+# requirements.overrides restores what the packages declare for 3.11 (protobuf 4.25).
 lock:
 	@[ -x $(VENV)-tools/bin/uv ] || ($(PYTHON) -m venv $(VENV)-tools && $(VENV)-tools/bin/pip install --quiet uv==0.13.8)
-	$(VENV)-tools/bin/uv pip compile requirements.in --python-version 3.10 \
+	$(VENV)-tools/bin/uv pip compile requirements.in --override requirements.overrides --python-version 3.10 \
 		--python-platform x86_64-manylinux_2_28 -o requirements.lock
 
 clean:

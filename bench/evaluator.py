@@ -130,8 +130,11 @@ def main():
   parser.add_argument("--output_dir", default="outputs", help="a `make run` output directory")
   parser.add_argument("--examples_per_corruption", type=int, default=0,
                       help="test images per corruption x severity (0: all)")
+  parser.add_argument("--beam_running_mode", default=PipelineConfig.beam_running_mode,
+                      help="the Evaluator's Beam DirectRunner mode (multi_processing: one "
+                           "worker process per core; in_memory: this process)")
   args = parser.parse_args()
-  config = PipelineConfig(output_dir=args.output_dir)
+  config = PipelineConfig(output_dir=args.output_dir, beam_running_mode=args.beam_running_mode)
   model = RunRecord(config).candidate_model()
   if model is None:
     raise SystemExit(f"No trained model in {config.metadata_path}; run `make run` first.")

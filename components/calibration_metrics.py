@@ -1,12 +1,19 @@
-"""Calibration metrics for multi-class probabilities, as TFMA metrics that combine on Beam.
+"""Accuracy and calibration metrics for multi-class probabilities, as TFMA metrics on Beam.
 
 TFMA 0.47 has no multi-class expected calibration error, Brier score or negative
-log-likelihood (its calibration and cross-entropy metrics are binary), so they are here. Each
-is a `tfma.metrics.Metric` whose Beam CombineFn keeps sufficient statistics (sums and per-bin
-counts), so partial results from any number of workers merge exactly. The Evaluator imports
-this module by name (`MetricConfig.module`), in every Beam worker.
+log-likelihood (its calibration and cross-entropy metrics are binary), so they are here, with
+top-label accuracy beside them: Keras' SparseCategoricalAccuracy, wrapped by TFMA, ran a traced
+Keras update per slice and batch and cost more than every other metric together.
+
+All four read one pass over the examples: each metric's computations are the shared
+`_StatisticsCombiner` (sufficient statistics: sums and per-bin counts, so partial results from
+any number of workers merge exactly) plus a derived computation that turns them into its value.
+TFMA de-duplicates identical computations (same combiner class and keys), so an output pays for
+one Python pass per example and slice, however many of these metrics it reports. The Evaluator
+imports this module by name (`MetricConfig.module`), in every Beam worker.
 
 Definitions (as in Uncertainty Baselines):
+- accuracy: the fraction of examples whose most probable class is the label.
 - ECE: top-label, `num_bins` equal-width confidence bins over [0, 1]; the bin-count-weighted
   mean of |accuracy - mean confidence| per bin. A confidence of exactly 1 falls in the last bin.
 - NLL: mean of -log p(true class), with p clipped below at PROBABILITY_FLOOR.
@@ -19,12 +26,15 @@ import numpy as np
 from tensorflow_model_analysis.metrics import metric_types, metric_util
 from tensorflow_model_analysis.proto import config_pb2
 
+ACCURACY_NAME = "accuracy"
 ECE_NAME = "ece"
 RELIABILITY_NAME = "reliability_diagram"  # [num_bins, 3]: count, mean confidence, accuracy.
 NLL_NAME = "nll"
 BRIER_NAME = "brier_score"
 DEFAULT_NUM_BINS = 15
 PROBABILITY_FLOOR = 1e-12  # Keeps -log p finite when a float32 softmax rounds p to 0.
+# One leading underscore: TFMA computes the statistics but drops them from its output.
+_STATISTICS_NAME = "_calibration_statistics"
 
 
 def confidence_bin(confidence: float, num_bins: int) -> int:
@@ -53,13 +63,13 @@ class _Accumulator:
     self.bin_correct += other.bin_correct
 
 
-class _CalibrationCombiner(beam.CombineFn):
-  """Accumulates per-example statistics; `outputs` maps each output key to what it reports."""
+class _StatisticsCombiner(beam.CombineFn):
+  """Accumulates per-example statistics, reported whole under `key` for the derived metrics."""
 
-  def __init__(self, outputs: Dict[metric_types.MetricKey, str], num_bins: int,
+  def __init__(self, key: metric_types.MetricKey, num_bins: int,
                eval_config: Optional[config_pb2.EvalConfig], model_name: str, output_name: str,
                example_weighted: bool):
-    self._outputs = outputs
+    self._key = key
     self._num_bins = num_bins
     self._eval_config = eval_config
     self._model_name = model_name
@@ -101,8 +111,7 @@ class _CalibrationCombiner(beam.CombineFn):
     return result
 
   def extract_output(self, accumulator: _Accumulator) -> Dict[metric_types.MetricKey, object]:
-    values = _values(accumulator)
-    return {key: values[what] for key, what in self._outputs.items()}
+    return {self._key: accumulator}
 
 
 def _values(accumulator: _Accumulator) -> dict:
@@ -113,18 +122,20 @@ def _values(accumulator: _Accumulator) -> dict:
   accuracy = np.where(occupied, accumulator.bin_correct / safe_counts, 0.0)
   if count <= 0:
     nan = float("nan")
-    return {ECE_NAME: nan, NLL_NAME: nan, BRIER_NAME: nan,
+    return {ACCURACY_NAME: nan, ECE_NAME: nan, NLL_NAME: nan, BRIER_NAME: nan,
             RELIABILITY_NAME: np.stack([accumulator.bin_count, mean_confidence, accuracy], 1)}
   gaps = np.abs(accumulator.bin_correct - accumulator.bin_confidence)  # count * |acc - conf|
-  return {ECE_NAME: float(np.sum(gaps) / count),
+  return {ACCURACY_NAME: float(np.sum(accumulator.bin_correct) / count),
+          ECE_NAME: float(np.sum(gaps) / count),
           NLL_NAME: accumulator.nll_sum / count,
           BRIER_NAME: accumulator.brier_sum / count,
           RELIABILITY_NAME: np.stack([accumulator.bin_count, mean_confidence, accuracy], 1)}
 
 
 def _computations(value: str, extra_values: tuple = ()):
-  """A per-key computation function: the metric's own key reports `value`; each of
-  `extra_values` is reported under its own name beside it."""
+  """A per-key computation function: the shared statistics pass, and a derived computation
+  that reports `value` under the metric's own key and each of `extra_values` under its own
+  name beside it."""
 
   def computations(name: str, num_bins: int = DEFAULT_NUM_BINS,
                    eval_config: Optional[config_pb2.EvalConfig] = None, model_name: str = "",
@@ -135,15 +146,26 @@ def _computations(value: str, extra_values: tuple = ()):
     if sub_key is not None or aggregation_type is not None or class_weights:
       raise ValueError(f"Metric {name!r} is computed over the full probability vector; "
                        "binarization, top-k and aggregation options do not apply.")
-    outputs = {}
-    for key_name, reported in [(name, value)] + [(v, v) for v in extra_values]:
-      key = metric_types.MetricKey(name=key_name, model_name=model_name,
-                                   output_name=output_name, example_weighted=example_weighted)
-      outputs[key] = reported
-    return [metric_types.MetricComputation(
-        keys=list(outputs), preprocessors=None,
-        combiner=_CalibrationCombiner(outputs, num_bins, eval_config, model_name, output_name,
-                                      example_weighted))]
+
+    def key(key_name: str) -> metric_types.MetricKey:
+      return metric_types.MetricKey(name=key_name, model_name=model_name,
+                                    output_name=output_name, example_weighted=example_weighted)
+
+    statistics_key = key(f"{_STATISTICS_NAME}_{num_bins}")
+    outputs = {key(key_name): reported
+               for key_name, reported in [(name, value)] + [(v, v) for v in extra_values]}
+
+    def result(metrics: Dict[metric_types.MetricKey, object]) -> Dict[metric_types.MetricKey,
+                                                                       object]:
+      values = _values(metrics[statistics_key])
+      return {output_key: values[reported] for output_key, reported in outputs.items()}
+
+    return [
+        metric_types.MetricComputation(
+            keys=[statistics_key], preprocessors=None,
+            combiner=_StatisticsCombiner(statistics_key, num_bins, eval_config, model_name,
+                                         output_name, example_weighted)),
+        metric_types.DerivedMetricComputation(keys=list(outputs), result=result)]
 
   return computations
 
@@ -153,31 +175,38 @@ def _check_num_bins(num_bins: int) -> None:
     raise ValueError(f"num_bins must be a positive integer, got {num_bins!r}.")
 
 
-class ExpectedCalibrationError(metric_types.Metric):
-  """Top-label ECE over `num_bins` equal-width bins, plus the reliability diagram's bins."""
+class _FromSharedStatistics(metric_types.Metric):
+  """A metric derived from the shared statistics pass; `num_bins` selects that pass (only ECE
+  and the reliability diagram depend on it; metrics reported beside ECE should pass the same)."""
+  REPORTS = ""
+  EXTRA = ()
 
-  def __init__(self, name: str = ECE_NAME, num_bins: int = DEFAULT_NUM_BINS):
+  def __init__(self, name: Optional[str] = None, num_bins: int = DEFAULT_NUM_BINS):
     _check_num_bins(num_bins)
     super().__init__(metric_util.merge_per_key_computations(
-        _computations(ECE_NAME, (RELIABILITY_NAME,))),
-                     name=name, num_bins=num_bins)
+        _computations(self.REPORTS, self.EXTRA)), name=name or self.REPORTS, num_bins=num_bins)
 
 
-class NegativeLogLikelihood(metric_types.Metric):
+class TopLabelAccuracy(_FromSharedStatistics):
+  """The fraction of examples whose most probable class is the label."""
+  REPORTS = ACCURACY_NAME
+
+
+class ExpectedCalibrationError(_FromSharedStatistics):
+  """Top-label ECE over `num_bins` equal-width bins, plus the reliability diagram's bins."""
+  REPORTS = ECE_NAME
+  EXTRA = (RELIABILITY_NAME,)
+
+
+class NegativeLogLikelihood(_FromSharedStatistics):
   """Mean -log p(true class) of multi-class probabilities."""
-
-  def __init__(self, name: str = NLL_NAME):
-    super().__init__(metric_util.merge_per_key_computations(_computations(NLL_NAME)),
-                     name=name)
+  REPORTS = NLL_NAME
 
 
-class BrierScore(metric_types.Metric):
+class BrierScore(_FromSharedStatistics):
   """Mean squared distance between the probabilities and the one-hot label."""
-
-  def __init__(self, name: str = BRIER_NAME):
-    super().__init__(metric_util.merge_per_key_computations(
-        _computations(BRIER_NAME)), name=name)
+  REPORTS = BRIER_NAME
 
 
-for _metric in (ExpectedCalibrationError, NegativeLogLikelihood, BrierScore):
+for _metric in (TopLabelAccuracy, ExpectedCalibrationError, NegativeLogLikelihood, BrierScore):
   metric_types.register_metric(_metric)

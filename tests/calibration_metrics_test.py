@@ -47,25 +47,42 @@ def _added(combiner, probabilities, labels):
   return accumulator
 
 
-def test_the_combiner_merges_partial_results_exactly_and_matches_numpy():
+def _computed(metric, probabilities, labels, workers=4):
+  """The metric's values as TFMA computes them: the shared statistics pass over `workers`
+  partial results, merged, then the metric's derived computation."""
+  statistics, derived = metric.computations()
+  combiner = statistics.combiner
+  parts = [_added(combiner, probabilities[chunk], labels[chunk])
+           for chunk in np.array_split(np.arange(len(labels)), workers)]
+  return derived.result(combiner.extract_output(combiner.merge_accumulators(parts)))
+
+
+def test_each_metric_matches_numpy_from_partial_results_merged_exactly():
   rng = np.random.default_rng(0)
   logits, labels = _random_predictions(rng, 300)
   probabilities = _softmax(logits)
   probabilities[0] = np.eye(NUM_CLASSES)[labels[0]]  # Confidence exactly 1: the last bin.
   expected = numpy_metrics.metrics(probabilities, labels, num_bins=7)
-  for metric, name in [(calibration_metrics.ExpectedCalibrationError(num_bins=7), "ece"),
-                       (calibration_metrics.NegativeLogLikelihood(), "nll"),
-                       (calibration_metrics.BrierScore(), "brier_score")]:
-    combiner = metric.computations()[0].combiner
-    parts = [_added(combiner, probabilities[chunk], labels[chunk])  # Four "workers".
-             for chunk in np.array_split(np.arange(300), 4)]
-    merged = combiner.extract_output(combiner.merge_accumulators(parts))
-    assert merged[metric_types.MetricKey(name=name)] == pytest.approx(expected[name], abs=1e-9)
-  combiner = calibration_metrics.ExpectedCalibrationError(num_bins=7).computations()[0].combiner
-  reliability = combiner.extract_output(_added(combiner, probabilities, labels))[
+  for metric, name in [(calibration_metrics.TopLabelAccuracy(num_bins=7), "accuracy"),
+                       (calibration_metrics.ExpectedCalibrationError(num_bins=7), "ece"),
+                       (calibration_metrics.NegativeLogLikelihood(num_bins=7), "nll"),
+                       (calibration_metrics.BrierScore(num_bins=7), "brier_score")]:
+    values = _computed(metric, probabilities, labels)
+    assert values[metric_types.MetricKey(name=name)] == pytest.approx(expected[name], abs=1e-9)
+  reliability = _computed(calibration_metrics.ExpectedCalibrationError(num_bins=7),
+                          probabilities, labels)[
       metric_types.MetricKey(name=calibration_metrics.RELIABILITY_NAME)]
   assert reliability.shape == (7, 3) and reliability[:, 0].sum() == 300
   assert reliability[-1, 1] > 6 / 7 and 0 <= reliability[:, 2].min() <= reliability[:, 2].max() <= 1
+
+
+def test_the_metrics_of_one_output_share_one_pass_over_the_examples():
+  """TFMA de-duplicates equal computations: four metrics, one statistics combiner."""
+  statistics = {metric(num_bins=15).computations()[0] for metric in (
+      calibration_metrics.TopLabelAccuracy, calibration_metrics.ExpectedCalibrationError,
+      calibration_metrics.NegativeLogLikelihood, calibration_metrics.BrierScore)}
+  assert len(statistics) == 1
+  assert calibration_metrics.BrierScore(num_bins=7).computations()[0] not in statistics
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5])
