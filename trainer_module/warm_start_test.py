@@ -175,20 +175,26 @@ def _one_step_moves(source, tmp_path, strategy, ratio, batch):
   return moves, training.learning_rate_ratios
 
 
-@pytest.mark.parametrize("strategy", ["default", "mirrored"])
+@pytest.mark.parametrize("strategy,policy", [("default", "float32"), ("mirrored", "float32"),
+                                             ("default", "mixed_float16")])
 def test_restored_variables_move_by_the_ratio_times_the_step_of_fresh_ones(
-    tmp_path, strategy, caplog):
+    tmp_path, strategy, policy, caplog):
   """The same first step at ratio 0.1 and at 1: the fresh head moves the same, every restored
-  variable a tenth (with Nesterov SGD a scaled gradient is a scaled rate)."""
+  variable a tenth (with Nesterov SGD a scaled gradient is a scaled rate), also through a
+  MirroredStrategy's update and loss scaling."""
   strategy = (tf.distribute.MirroredStrategy(["/cpu:0"]) if strategy == "mirrored"
               else tf.distribute.get_strategy())
   source, _ = _trained(tmp_path)
   rng = np.random.default_rng(0)
   batch = (rng.normal(size=(8, 32, 32, 3)).astype(np.float32),
            np.zeros((8, 0, 32, 32, 3), np.float32), rng.integers(0, 5, 8))
-  with caplog.at_level(logging.INFO):
-    tenth, ratios = _one_step_moves(source, tmp_path, strategy, 0.1, batch)
-  full, _ = _one_step_moves(source, tmp_path, strategy, 1.0, batch)
+  keras.mixed_precision.set_global_policy(policy)
+  try:
+    with caplog.at_level(logging.INFO):
+      tenth, ratios = _one_step_moves(source, tmp_path, strategy, 0.1, batch)
+    full, _ = _one_step_moves(source, tmp_path, strategy, 1.0, batch)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
   head = {"logits/kernel", "logits/bias"}
   assert sorted(ratios) == [0.1] * (len(ratios) - 2) + [1.0, 1.0]
   assert f"{len(ratios) - 2} restored variables at lr x0.1, 2 new at full lr" in caplog.text
