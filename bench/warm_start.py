@@ -8,15 +8,15 @@ Default local model (WRN-16-2, 15 epochs, batch 64) on the pipeline's digits tra
    on the fine-tuning schedule. Goal: its eval accuracy >= and eval NLL <= production's in at
    most a quarter of the from-scratch steps. The scratch run's own eval after the same number
    of epochs is printed beside it.
-3. transfer: digits 5-9 relabelled 0-4 (num_classes=5), `--transfer_steps` steps each, from
-   scratch and warm-started from the 10-class model with warm_start_exclude=head, at the
-   default fine-tuning rate (warm_start_lr_ratio 0.1) and at the full rate (1.0: the fresh
-   head has everything to learn).
+3. transfer: digits 5-9 relabelled 0-4 (num_classes=5), for each of `--transfer_steps` step
+   counts, from scratch and warm-started from the 10-class model with warm_start_exclude=head:
+   at the default (warm_start_lr_ratio 0.1: restored variables at a tenth of the rate, the
+   fresh head at the full rate) and with every variable at the full rate (ratio 1).
 
 Metrics are the trainer's final eval (uncalibrated logits). Prints one table; --keep keeps the
 work directory.
 
-  .venv/bin/python bench/warm_start.py [--transfer_steps 30]
+  .venv/bin/python bench/warm_start.py [--transfer_steps 10,30]
 """
 import argparse
 import os
@@ -39,7 +39,7 @@ from trainer_module.features import LABEL_KEY  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = ["--depth=16", "--width_multiplier=2", "--train_epochs=15", "--log_every_steps=50"]
 _EPOCH = re.compile(r"epoch (\d+) .*eval/accuracy (\S+)\s+eval/nll (\S+)")
-_STEPS = re.compile(r"for (\d+) steps \((\d+) per epoch\)")
+_STEPS = re.compile(r"for (\d+) steps \((\d+) per epoch")
 
 
 def transformed_digits(work_dir):
@@ -98,7 +98,8 @@ def train(name, files, transform_dir, output_dir, *flags):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--transfer_steps", type=int, default=30)
+  parser.add_argument("--transfer_steps", default="10,30",
+                      help="comma-separated step counts of the transfer runs")
   parser.add_argument("--keep", action="store_true")
   args = parser.parse_args()
   work = tempfile.mkdtemp(prefix="bench-warm-start-")
@@ -111,13 +112,17 @@ def main():
                                 f"--warm_start={production}")
     same_epochs = scratch_epochs[max(1, 15 // 4)]
     five = five_class_subset(files, work)
-    steps = f"--train_steps={args.transfer_steps}"
-    t_scratch, _, _ = train("transfer-scratch", five, transform_dir,
-                            os.path.join(work, "t-scratch"), "--num_classes=5", steps)
-    t_warm = {ratio: train(f"transfer-warm-{ratio}", five, transform_dir,
-                           os.path.join(work, f"t-warm-{ratio}"), "--num_classes=5", steps,
-                           f"--warm_start={production}", "--warm_start_exclude=head",
-                           f"--warm_start_lr_ratio={ratio}")[0] for ratio in (0.1, 1.0)}
+    transfer = {}  # {(steps, run): final eval metrics}
+    for steps in map(int, args.transfer_steps.split(",")):
+      flags = ["--num_classes=5", f"--train_steps={steps}"]
+      transfer[steps, "scratch"] = train(f"transfer-scratch-{steps}", five, transform_dir,
+                                         os.path.join(work, f"t-scratch-{steps}"), *flags)[0]
+      for ratio in (0.1, 1.0):
+        transfer[steps, f"warm {ratio}"] = train(
+            f"transfer-warm-{ratio}-{steps}", five, transform_dir,
+            os.path.join(work, f"t-warm-{ratio}-{steps}"), *flags,
+            f"--warm_start={production}", "--warm_start_exclude=head",
+            f"--warm_start_lr_ratio={ratio}")[0]
   finally:
     if not args.keep:
       shutil.rmtree(work, ignore_errors=True)
@@ -131,11 +136,11 @@ def main():
   print(f"  steps ratio {warm_steps / scratch_steps:.3f}; reaches production accuracy: "
         f"{warm['eval/accuracy'] >= scratch['eval/accuracy']}, NLL: "
         f"{warm['eval/nll'] <= scratch['eval/nll']}")
-  print(f"5-class transfer, scratch    {args.transfer_steps:5d}  "
-        f"{t_scratch['eval/accuracy']:.4f}         {t_scratch['eval/nll']:.4f}")
-  for ratio, metrics in t_warm.items():
-    print(f"5-class transfer, warm {ratio:<4}  {args.transfer_steps:5d}  "
-          f"{metrics['eval/accuracy']:.4f}         {metrics['eval/nll']:.4f}")
+  for (steps, run), metrics in transfer.items():
+    print(f"5-class transfer, {run:<10} {steps:5d}  {metrics['eval/accuracy']:.4f}         "
+          f"{metrics['eval/nll']:.4f}")
+  print("(5-class warm 0.1: the default, restored variables at lr x0.1 and the new head at the "
+        "full rate; warm 1.0: every variable at the full rate)")
 
 
 if __name__ == "__main__":

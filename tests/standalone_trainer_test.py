@@ -271,6 +271,7 @@ def test_warm_start_from_an_exported_model_inspect_and_a_mismatch_refused(inputs
                     f"--warm_start={source / 'serving_model'}")
   assert re.search(r"Warm-started from \S+serving_model \(saved_model at step 3\): restored "
                    r"(\d+) of \1 model variables", log), log[-3000:]
+  assert re.search(r"Fine-tuning: \d+ restored variables at lr x0\.1, 0 new at full lr", log)
   listing = _inspect(tmp_path / "warm" / "checkpoints")
   assert "step: 2" in listing and f'"source": "{source / "serving_model"}"' in listing
 

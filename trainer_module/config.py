@@ -84,7 +84,8 @@ class TrainerConfig:
   # production, when there is one), or a checkpoint directory / exported SavedModel. Variables
   # named by a warm_start_exclude prefix ("head" = the logits layer) start freshly initialised.
   # A warm-started run trains warm_start_epochs (default: a quarter of train_epochs) on the
-  # fine-tuning schedule: peak rate base_learning_rate x warm_start_lr_ratio, cosine decay.
+  # fine-tuning schedule (warm-up, cosine decay from base_learning_rate): restored variables at
+  # warm_start_lr_ratio x that rate, freshly initialised ones (a new head) at the full rate.
   warm_start: str = "none"
   warm_start_exclude: Tuple[str, ...] = ()
   warm_start_epochs: Optional[int] = None

@@ -1,5 +1,6 @@
 """The training loop: SGD with Nesterov momentum, warm-up then step decay, under any strategy.
-A warm-started run fine-tunes instead: a lower peak rate, a short warm-up, cosine decay.
+A warm-started run fine-tunes instead: a short warm-up, cosine decay, and the restored weights
+at a fraction of the rate of freshly initialised ones.
 
 Read top to bottom: schedule and losses, then `Training` (model, optimizer, metrics and
 checkpoints built under the strategy), its replica steps, and `fit`, the host loop that runs
@@ -10,7 +11,7 @@ import json
 import logging
 import math
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import tensorflow as tf
 import tf_keras as keras
@@ -57,12 +58,14 @@ class WarmUpPiecewiseConstantSchedule(keras.optimizers.schedules.LearningRateSch
 
 class FineTuningSchedule(keras.optimizers.schedules.LearningRateSchedule):
   """For a warm-started run: linear warm-up over the first warmup_steps, then cosine decay
-  to 0 at total_steps.
+  to 0 at total_steps. This is the rate of freshly initialised variables (a new head); restored
+  ones train at warm_start_lr_ratio x it (Training.learning_rate_ratios).
 
-  Why: the weights start near a minimum, so the peak rate is a fraction of the from-scratch
-  one (a full-size step would throw away what the warm start gives); the fresh momentum and a
-  new head (transfer) get a short warm-up; a cosine needs no decay epochs tuned to the short
-  run and ends at 0, so the last weights settle instead of jumping at the last decay step.
+  Why: restored weights start near a minimum, so a full-size step would throw away what the
+  warm start gives, while a fresh head has everything to learn (discriminative fine-tuning, as
+  in ULMFiT); the fresh momentum and a new head get a short warm-up; a cosine needs no decay
+  epochs tuned to the short run and ends at 0, so the last weights settle instead of jumping
+  at the last decay step.
   """
 
   def __init__(self, peak_learning_rate, warmup_steps, total_steps):
@@ -93,11 +96,12 @@ FINE_TUNING_WARMUP = 0.1
 def learning_rate_schedule(config: TrainerConfig, steps_per_epoch: int, global_batch_size: int,
                            fine_tuning: bool = False):
   """base_learning_rate is per 128 examples; decay epochs are rescaled to train_epochs. A
-  fine-tuning run spans fine_tuning_epochs."""
+  fine-tuning run spans fine_tuning_epochs, at the full peak rate (restored variables' share
+  of it is applied to their gradients)."""
   base_learning_rate = config.base_learning_rate * global_batch_size / 128
   if fine_tuning:
     total_steps = config.fine_tuning_epochs * steps_per_epoch
-    return FineTuningSchedule(base_learning_rate * config.warm_start_lr_ratio,
+    return FineTuningSchedule(base_learning_rate,
                               min(steps_per_epoch, int(FINE_TUNING_WARMUP * total_steps)),
                               total_steps)
   return WarmUpPiecewiseConstantSchedule(
@@ -110,6 +114,9 @@ def learning_rate_schedule(config: TrainerConfig, steps_per_epoch: int, global_b
 
 def make_optimizer(config: TrainerConfig, steps_per_epoch: int, global_batch_size: int,
                    fine_tuning: bool = False):
+  """SGD with Nesterov momentum. Its update is linear in rate x gradient (no weight decay or
+  clipping inside it; L2 is in the loss), so scaling a variable's gradient by r is scaling its
+  rate by r: how restored variables get their share of the fine-tuning rate."""
   schedule = learning_rate_schedule(config, steps_per_epoch, global_batch_size, fine_tuning)
   optimizer = keras.optimizers.SGD(schedule, momentum=1.0 - config.one_minus_momentum,
                                    nesterov=True)
@@ -152,6 +159,9 @@ class Training:
     self.global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
     self.steps_per_epoch = steps_per_epoch
     self.warm_start_from, self.warm_start_origin = warm_start_from, warm_start_origin
+    # Per trainable variable, its share of the schedule's rate (restored ones of a warm start);
+    # set by restore(), before the train step is traced. None: all at the full rate.
+    self.learning_rate_ratios: Optional[List[float]] = None
     fine_tuning = warm_start_from is not None
     epochs = config.fine_tuning_epochs if fine_tuning else config.train_epochs
     self.total_steps = config.train_steps or epochs * steps_per_epoch
@@ -192,13 +202,15 @@ class Training:
 
   def restore(self) -> None:
     """Continues from the newest intact checkpoint, if any (refusing a different seed); a
-    resumed run never warm-starts again. Without a checkpoint, warm-starts when asked to."""
+    resumed run never warm-starts again. Without a checkpoint, warm-starts when asked to.
+    Either way, a warm-started run's per-variable rates follow from its warm-start record."""
     path = self.checkpoints.restore_latest()
     if path is None:
       if self.warm_start_from is not None:
         record = warm_start.warm_start(self.model, self.warm_start_from,
                                        self.config.warm_start_exclude, self.warm_start_origin)
         self.record.warm_start.assign(json.dumps(record, sort_keys=True))
+        self._set_learning_rate_ratios()
       return
     seed = int(_value(self.state.seed))
     if seed != self.config.seed:
@@ -210,6 +222,16 @@ class Training:
     log.info("Resuming from %s at step %d (%d examples consumed)%s.", path, self.step,
              self.examples_seen, ", a warm-started run: it continues its own checkpoints and "
              "does not warm-start again" if self.warm_start_record else "")
+    if self.warm_start_record:
+      self._set_learning_rate_ratios()
+
+  def _set_learning_rate_ratios(self) -> None:
+    """Restored variables at warm_start_lr_ratio, freshly initialised ones at 1."""
+    ratio, record = self.config.warm_start_lr_ratio, self.warm_start_record
+    restored = [warm_start.was_restored(v, record) for v in self.model.trainable_variables]
+    self.learning_rate_ratios = [ratio if r else 1.0 for r in restored]
+    log.info("Fine-tuning: %d restored variables at lr x%g, %d new at full lr.", sum(restored),
+             ratio, len(restored) - sum(restored))
 
   def _check_precision(self, path: str) -> None:
     """float32 and mixed_bfloat16 hold the same variables (float32 weights and momentum), so
@@ -257,6 +279,9 @@ class Training:
     grads = tape.gradient(scaled_loss, self.model.trainable_variables)
     if loss_scaled:
       grads = self.optimizer.get_unscaled_gradients(grads)
+    if self.learning_rate_ratios is not None:  # After unscaling: inf/NaN stay non-finite.
+      grads = [grad if ratio == 1.0 else grad * ratio
+               for grad, ratio in zip(grads, self.learning_rate_ratios)]
     self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
     self.train_metrics.update(labels, clean_logits)
     return loss

@@ -13,6 +13,10 @@ Every model variable whose name and shape match is restored; names matching a
 `warm_start_exclude` prefix (or a group: `head` is the logits layer) keep their fresh
 initialisation, on either side. Anything else that does not match fails before training, with
 the list. Only the model is restored: the optimizer (step, momentum) starts fresh.
+
+Fine-tuning is discriminative (as in ULMFiT): restored variables train at warm_start_lr_ratio x
+the schedule's rate, freshly initialised ones (a new head) at the full rate, by the run's record
+of what was excluded (`was_restored`).
 """
 import json
 import logging
@@ -164,6 +168,13 @@ def warm_start(model: keras.Model, path: str, exclude: Sequence[str],
            f" at step {record['source_step']}" if record["source_step"] is not None else "",
            len(restore), len(model.variables), ", ".join(skipped) or "none")
   return record
+
+
+def was_restored(variable: tf.Variable, record: Optional[dict]) -> bool:
+  """Whether the warm start that wrote `record` restored `variable` (not excluded: left
+  freshly initialised). Read from the run's record, which checkpoints keep, so a resumed run
+  gets the same answer."""
+  return bool(record) and variable_name(variable) not in record["excluded_variables"]
 
 
 def training_info(source: Source) -> dict:

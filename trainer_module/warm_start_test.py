@@ -1,5 +1,6 @@
 """Warm start: matching variables restored exactly and by name, excluded ones left fresh,
-mismatches refused before training, resumed runs not warm-started twice, `inspect`."""
+mismatches refused before training, resumed runs not warm-started twice, restored variables
+fine-tuned at a fraction of the rate of fresh ones, `inspect`."""
 import json
 import logging
 import os
@@ -136,10 +137,13 @@ def test_a_resumed_run_continues_its_own_checkpoints_and_does_not_warm_start_aga
   np.testing.assert_array_equal(resumed.model.get_layer("logits").kernel.numpy(),
                                 saved["logits/kernel"] + 1.0)
   assert resumed.warm_start_record == first.warm_start_record, "the record survives the resume"
+  assert resumed.learning_rate_ratios == first.learning_rate_ratios == [0.1] * len(
+      first.model.trainable_variables), "restored variables keep their rate on resume"
   assert "does not warm-start again" in caplog.text and "Warm-started" not in caplog.text
 
 
 def test_a_warm_started_run_follows_the_fine_tuning_schedule():
+  """The schedule is the fresh variables' rate: the from-scratch peak, warm-up, cosine."""
   config = TrainerConfig(**TINY, train_epochs=20, warm_start_lr_ratio=0.1)
   scratch = Training(config, tf.distribute.get_strategy(), 10, "/tmp/unused-scratch")
   tuned = Training(config, tf.distribute.get_strategy(), 10, "/tmp/unused-tuned",
@@ -147,10 +151,58 @@ def test_a_warm_started_run_follows_the_fine_tuning_schedule():
   assert scratch.total_steps == 200 and tuned.total_steps == 50  # A quarter of train_epochs.
   schedule = learning_rate_schedule(config, steps_per_epoch=10, global_batch_size=64,
                                     fine_tuning=True)
-  peak = 0.1 * 64 / 128 * 0.1
+  peak = 0.1 * 64 / 128
   rates = [float(schedule(step)) for step in (0, 2, 5, 50)]
   np.testing.assert_allclose(rates, [0.0, peak * 2 / 5, peak, 0.0], atol=1e-7)
   assert float(schedule(27.5)) == pytest.approx(peak / 2, rel=1e-5)  # Cosine midpoint.
+
+
+def _one_step_moves(source, tmp_path, strategy, ratio, batch):
+  """{variable name: change} of one 5-class fine-tuning step from `source` with the head
+  excluded, and the run's per-variable ratios. No warm-up: 5 steps of one epoch. A large rate,
+  so that moves stand far above the rounding of the weights (~1e-7)."""
+  config = TrainerConfig(**TINY, num_classes=5, warm_start=source, warm_start_exclude=("head",),
+                         warm_start_lr_ratio=ratio, warm_start_epochs=1,
+                         per_core_batch_size=len(batch[2]), base_learning_rate=10.0)
+  training = Training(config, strategy, 5, str(tmp_path / f"run-{ratio}"),
+                      warm_start_from=source)
+  training.restore()
+  before = {warm_start.variable_name(v): v.numpy() for v in training.model.trainable_variables}
+  data = tf.data.Dataset.from_tensors(batch).repeat()
+  training.train_step(iter(strategy.experimental_distribute_dataset(data)))
+  moves = {warm_start.variable_name(v): v.numpy() - before[warm_start.variable_name(v)]
+           for v in training.model.trainable_variables}
+  return moves, training.learning_rate_ratios
+
+
+@pytest.mark.parametrize("strategy,policy", [("default", "float32"), ("mirrored", "float32"),
+                                             ("default", "mixed_float16")])
+def test_restored_variables_move_by_the_ratio_times_the_step_of_fresh_ones(
+    tmp_path, strategy, policy, caplog):
+  """The same first step at ratio 0.1 and at 1: the fresh head moves the same, every restored
+  variable a tenth (with Nesterov SGD a scaled gradient is a scaled rate), also through a
+  MirroredStrategy's update and loss scaling."""
+  strategy = (tf.distribute.MirroredStrategy(["/cpu:0"]) if strategy == "mirrored"
+              else tf.distribute.get_strategy())
+  source, _ = _trained(tmp_path)
+  rng = np.random.default_rng(0)
+  batch = (rng.normal(size=(8, 32, 32, 3)).astype(np.float32),
+           np.zeros((8, 0, 32, 32, 3), np.float32), rng.integers(0, 5, 8))
+  keras.mixed_precision.set_global_policy(policy)
+  try:
+    with caplog.at_level(logging.INFO):
+      tenth, ratios = _one_step_moves(source, tmp_path, strategy, 0.1, batch)
+    full, _ = _one_step_moves(source, tmp_path, strategy, 1.0, batch)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  head = {"logits/kernel", "logits/bias"}
+  assert sorted(ratios) == [0.1] * (len(ratios) - 2) + [1.0, 1.0]
+  assert f"{len(ratios) - 2} restored variables at lr x0.1, 2 new at full lr" in caplog.text
+  for name, move in full.items():
+    assert np.abs(move).max() > 0, name
+    expected = move if name in head else 0.1 * move
+    assert np.linalg.norm(tenth[name]) == pytest.approx(np.linalg.norm(expected), rel=1e-3), name
+    np.testing.assert_allclose(tenth[name], expected, rtol=1e-2, atol=1e-6, err_msg=name)
 
 
 def test_inspect_lists_variables_step_and_config(tmp_path):
