@@ -305,6 +305,8 @@ def warm_start_summary(model_dir: str) -> str:
   """What the model was warm-started from, as its assets (training.json) record it."""
   path = os.path.join(model_dir, TRAINING_INFO_PATH)
   if not os.path.exists(path):
+    if read_record(model_dir, ENSEMBLE_FILE):
+      return "per member: an ensemble (each trial's Trainer output records its own start)"
     return "not recorded"
   with open(path) as f:
     record = json.load(f).get("warm_start")

@@ -34,3 +34,13 @@ def test_ca_is_the_mean_over_slices_and_families_group_as_hendrycks_and_dietteri
 
 def test_missing_slices_give_no_number_rather_than_a_wrong_one():
   assert run_report.corrupted_means({}, PROBABILITIES_KEY, ["fog"])[ACCURACY_NAME] is None
+
+
+def test_the_warm_start_line_says_what_the_model_records(tmp_path):
+  from trainer_module.export import ENSEMBLE_FILE, TRAINING_FILE, write_record
+  single, ensemble, bare = (str(tmp_path / name) for name in ("single", "ensemble", "bare"))
+  write_record(single, TRAINING_FILE, {"warm_start": None})
+  write_record(ensemble, ENSEMBLE_FILE, {"members": []})
+  assert run_report.warm_start_summary(single) == "no, trained from scratch"
+  assert run_report.warm_start_summary(ensemble).startswith("per member: an ensemble")
+  assert run_report.warm_start_summary(bare) == "not recorded"
