@@ -132,6 +132,12 @@ class PipelineConfig:
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
+    if self.trainer.temperature_fit == "validation_corruptions":
+      tuning = [name for name in self.corruptions
+                if name in reference_corruptions.EXTRA_CORRUPTIONS]
+      _require(not tuning, "corruptions", ",".join(self.corruptions),
+               f"{tuning} choose the temperature (temperature_fit=validation_corruptions), so "
+               "they cannot also be evaluated; leave them out or pick another temperature_fit")
     _require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
              "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
              "`python -m trainer_module`)")
