@@ -110,7 +110,7 @@ def _calibrate(model, config: TrainerConfig, tft_output, eval_batches) -> dict:
   if config.temperature_fit == "validation_corruptions":
     return temperature.calibrate(
         model, eval_batches, num_bins=config.num_bins,
-        validation_corrupted_batches=temperature.validation_corrupted_batches(
+        validation_corrupted=temperature.validation_corrupted_set(
             eval_batches, mean, std, config.validation_corruption_examples,
             config.eval_batch_size))
   params = augmix.params_from_options(config.transform_options())

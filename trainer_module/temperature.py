@@ -7,9 +7,12 @@ so makes the corrupted set worse. Two fits also look at shifted copies of the ev
 - `validation_corruptions` (the default): the eval images under Hendrycks & Dietterich's four
   validation corruptions (speckle noise, gaussian blur, spatter, saturate, at severities 1-5),
   which their benchmark sets apart from the 15 test corruptions for tuning under shift. T
-  minimises the clean NLL among the temperatures at which the validation-shift NLL and ECE are
-  no worse than the raw softmax's (T = 1): clean calibration improves as far as it can without
-  costing calibration under shift.
+  minimises the clean NLL among the temperatures at which the NLL of every validation
+  corruption x severity slice, and the slices' mean ECE, are no worse than the raw softmax's
+  (T = 1): clean calibration improves as far as it can without costing calibration under any
+  kind or strength of shift. Per slice, not on average: a mild slice that welcomes sharpening
+  must not outvote a strong one that it hurts, since the mix of strengths met in use is
+  unknown (on the digits the 20 slices together are milder than the 75 evaluated ones).
 - `clean_and_augmix`: the eval images under the training-time AugMix augmentation. T minimises
   the mean of the two sets' NLLs, restricted to the temperatures at which neither set's NLL is
   above the raw softmax's. A model trained with AugMix is under-confident on AugMix views too,
@@ -23,7 +26,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -150,25 +153,45 @@ def select_temperature(clean_logits: np.ndarray, clean_labels: np.ndarray,
   return float(np.exp(-np.clip(np.log(1.0 / pooled), low, high)))
 
 
+def slice_means(logits: np.ndarray, labels: np.ndarray, slices: np.ndarray,
+                temperature: float = 1.0, num_bins: int = 15) -> Tuple[float, float]:
+  """(NLL, ECE), each the mean over the slices of its value on the slice (cNLL and cECE when
+  the slices are corruption x severity)."""
+  names = np.unique(slices)
+  return (float(np.mean([nll(logits[slices == n], labels[slices == n], temperature)
+                         for n in names])),
+          float(np.mean([ece(logits[slices == n], labels[slices == n], temperature, num_bins)
+                         for n in names])))
+
+
 def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.ndarray,
                                   shifted_logits: np.ndarray, shifted_labels: np.ndarray,
-                                  num_bins: int = 15) -> float:
-  """The T minimising the clean NLL among the temperatures at which the shifted set's NLL and
-  ECE are no worse than the raw softmax's.
+                                  shifted_slices: np.ndarray, num_bins: int = 15) -> float:
+  """The T minimising the clean NLL among the temperatures at which each shifted slice's NLL,
+  and the slices' mean ECE, are no worse than the raw softmax's.
 
-  The NLL bound is an interval of log(1/T) around 0 (`_no_worse_than_raw`), and the clean NLL is
-  convex, so its restricted minimum is the clean fit clipped into the interval. ECE is not
-  convex in T: from that point the search walks a fixed grid towards T = 1 (where the bound
-  holds with equality) and stops at the first candidate whose shifted ECE is within the bound;
-  the clean NLL only rises along that walk, so the first is the best candidate."""
+  Each slice's NLL bound is an interval of log(1/T) around 0 (`_no_worse_than_raw`), so all of
+  them together are one (their intersection), and the clean NLL is convex: its restricted
+  minimum is the clean fit clipped into that interval. ECE is not convex in T: from that point
+  the search walks a fixed grid towards T = 1 (where the bound holds with equality) and stops
+  at the first candidate within the ECE bound; the clean NLL only rises along that walk, so the
+  first is the best candidate."""
   for logits, labels in ((clean_logits, clean_labels), (shifted_logits, shifted_labels)):
     _check(np.asarray(logits), np.asarray(labels).reshape(-1))
-  low, high = _no_worse_than_raw(shifted_logits, shifted_labels)
+  shifted_slices = np.asarray(shifted_slices)
+  if len(shifted_slices) != len(shifted_labels):
+    raise TemperatureFitError(f"{len(shifted_labels)} shifted examples but "
+                              f"{len(shifted_slices)} slice names.")
+  bounds = [_no_worse_than_raw(shifted_logits[shifted_slices == name],
+                               shifted_labels[shifted_slices == name])
+            for name in np.unique(shifted_slices)]
+  low, high = max(bound[0] for bound in bounds), min(bound[1] for bound in bounds)
   target = float(np.clip(np.log(1.0 / fit_temperature(clean_logits, clean_labels)), low, high))
-  raw_ece = ece(shifted_logits, shifted_labels, 1.0, num_bins)
+  raw_ece = slice_means(shifted_logits, shifted_labels, shifted_slices, 1.0, num_bins)[1]
   for step in range(_ECE_GRID_STEPS, 0, -1):
     candidate = float(np.exp(-target * step / _ECE_GRID_STEPS))
-    if ece(shifted_logits, shifted_labels, candidate, num_bins) <= raw_ece:
+    if slice_means(shifted_logits, shifted_labels, shifted_slices, candidate,
+                   num_bins)[1] <= raw_ece:
       return candidate
   return 1.0
 
@@ -191,14 +214,19 @@ def model_logits(model, batches: tf.data.Dataset) -> Tuple[np.ndarray, np.ndarra
   return np.concatenate(logits), np.concatenate(labels)
 
 
+class ShiftedSet(NamedTuple):
+  batches: tf.data.Dataset  # (images, labels) batches, in a fixed order.
+  slices: np.ndarray  # Each example's slice name (corruption_severity), in the same order.
+
+
 def calibrate(model, eval_batches: tf.data.Dataset,
               augmented_batches: Optional[tf.data.Dataset] = None,
-              validation_corrupted_batches: Optional[tf.data.Dataset] = None,
+              validation_corrupted: Optional[ShiftedSet] = None,
               num_bins: int = 15) -> dict:
   """Fits T on the eval split; with its AugMix views (`select_temperature`) or its validation
   corruptions (`select_temperature_under_shift`) when given (at most one of the two). Returns T
   with the NLLs (and ECEs) before and after, and those of the clean-only fit, for the record."""
-  if augmented_batches is not None and validation_corrupted_batches is not None:
+  if augmented_batches is not None and validation_corrupted is not None:
     raise ValueError("Give AugMix views or validation corruptions, not both.")
   logits, labels = model_logits(model, eval_batches)
   clean_fit = fit_temperature(logits, labels)
@@ -206,18 +234,19 @@ def calibrate(model, eval_batches: tf.data.Dataset,
           "eval_examples": int(len(labels)), "eval_nll_before": nll(logits, labels),
           "eval_ece_before": ece(logits, labels, 1.0, num_bins)}
   temperature = clean_fit
-  if validation_corrupted_batches is not None:
-    shifted_logits, shifted_labels = model_logits(model, validation_corrupted_batches)
+  if validation_corrupted is not None:
+    shifted_logits, shifted_labels = model_logits(model, validation_corrupted.batches)
+    slices = validation_corrupted.slices
     temperature = select_temperature_under_shift(logits, labels, shifted_logits, shifted_labels,
-                                                 num_bins)
+                                                 slices, num_bins)
     info.update(temperature_fit="validation_corruptions",
                 validation_corruptions=list(VALIDATION_CORRUPTIONS),
                 validation_examples=int(len(shifted_labels)),
                 validation_accuracy=float(np.mean(shifted_logits.argmax(axis=1) ==
                                                   shifted_labels)))
     for name, value in (("before", 1.0), ("after", temperature), ("clean_fit", clean_fit)):
-      info[f"validation_nll_{name}"] = nll(shifted_logits, shifted_labels, value)
-      info[f"validation_ece_{name}"] = ece(shifted_logits, shifted_labels, value, num_bins)
+      (info[f"validation_nll_{name}"], info[f"validation_ece_{name}"]) = slice_means(
+          shifted_logits, shifted_labels, slices, value, num_bins)
   if augmented_batches is not None:
     augmented_logits, augmented_labels = model_logits(model, augmented_batches)
     temperature = select_temperature(logits, labels, augmented_logits, augmented_labels)
@@ -266,12 +295,13 @@ def augmented_eval_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: 
   return eval_batches.enumerate().map(augment)
 
 
-def validation_corrupted_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: tf.Tensor,
-                                 per_slice: int, batch_size: int) -> tf.data.Dataset:
-  """(images, labels) batches: `per_slice` eval images (chosen by a hash of their key) under
-  each validation corruption at each severity, made by tfds' corruption code
-  (components/reference_corruptions.py) and normalised like the images. An image's key is a
-  hash of its pixels, so the same eval split gives the same set on every run, in any order."""
+def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: tf.Tensor,
+                             per_slice: int, batch_size: int) -> ShiftedSet:
+  """`per_slice` eval images (chosen by a hash of their key) under each validation corruption at
+  each severity, made by tfds' corruption code (components/reference_corruptions.py) and
+  normalised like the images, as (images, labels) batches with each example's slice name. An
+  image's key is a hash of its pixels, so the same eval split gives the same set on every run,
+  in any order."""
   from components.evaluation_set import subsample
   from trainer_module.preprocessing import denormalize_to_uint8, normalize
   images, labels = [], []
@@ -286,15 +316,17 @@ def validation_corrupted_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor,
   keys = [hashlib.sha256(image.tobytes()).hexdigest() for image in images]
   chosen = subsample([(key, index, int(labels[index])) for index, key in enumerate(keys)],
                      per_slice)
-  corrupted, corrupted_labels = [], []
+  corrupted, corrupted_labels, slices = [], [], []
   for name in VALIDATION_CORRUPTIONS:
     for severity in reference_corruptions.SEVERITIES:
       for key, index, label in chosen:
         corrupted.append(reference_corruptions.corrupt(images[index], name, severity, key))
         corrupted_labels.append(label)
+        slices.append(f"{name}_{severity}")
   images01 = tf.constant(np.stack(corrupted), tf.float32) / 255.0
-  return tf.data.Dataset.from_tensor_slices(
-      (normalize(images01, mean, std), np.asarray(corrupted_labels, np.int64))).batch(batch_size)
+  return ShiftedSet(tf.data.Dataset.from_tensor_slices(
+      (normalize(images01, mean, std), np.asarray(corrupted_labels, np.int64))).batch(batch_size),
+                    np.asarray(slices))
 
 
 def write_calibration_info(export_dir: str, info: dict) -> None:
