@@ -45,7 +45,8 @@ def test_the_temperature_section_reports_the_validation_shift_apart_from_the_cor
                  "validation_nll_before": 1.2, "validation_nll_after": 1.2,
                  "validation_ece_before": 0.15, "validation_ece_after": 0.15,
                  "validation_nll_clean_fit": 2.5, "validation_ece_clean_fit": 0.3}
-  lines = run_report._temperature_section(PipelineConfig(), {}, calibration)  # pylint: disable=protected-access
+  section = run_report._temperature_section  # pylint: disable=protected-access
+  lines = section(PipelineConfig(), {}, calibration)
   text = "\n".join(lines)
   assert "T = 1.0000, chosen on 270 clean eval examples and 1000 eval images" in text
   assert "alone would give T = 0.3900 (validation shift at that T: NLL 2.5000, ECE 0.3000)" in text

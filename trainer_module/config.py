@@ -221,7 +221,8 @@ class TrainerConfig:
     return cls(**values)
 
 
-TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix")  # trainer_module/temperature.py.
+# trainer_module/temperature.py.
+TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix")
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
