@@ -143,6 +143,17 @@ def _function(corruption: str) -> Callable[[np.ndarray, int], np.ndarray]:
   return getattr(_tfds_module(), _TFDS_NAMES.get(corruption, corruption))
 
 
+def _spatter(image: np.ndarray, severity: int) -> np.ndarray:
+  """tfds' spatter, except where no drop lands: it scales the liquid mask by its maximum, which
+  is 0/0 when the thresholded liquid layer is empty (often enough on 32x32 images at severities
+  1-3), and returns a black image. No drop is no spatter: the image unchanged."""
+  with np.errstate(invalid="raise"):
+    try:
+      return np.asarray(_function("spatter")(image, severity))
+    except FloatingPointError:
+      return image
+
+
 def corrupt(image: np.ndarray, corruption: str, severity: int, key: str) -> np.ndarray:
   """`image` (HxWx3 uint8) under `corruption` at `severity` (1-5), as uint8 of the same shape;
   the same (image, corruption, severity, key) gives the same output on every run."""
@@ -159,7 +170,10 @@ def corrupt(image: np.ndarray, corruption: str, severity: int, key: str) -> np.n
   full_size = corruption in _AT_FULL_SIZE
   source = _resized(image, _FULL_SIZE, _FULL_SIZE) if full_size else image
   with _seeded(_seed(key, corruption, severity)):
-    corrupted = np.asarray(_function(corruption)(source, severity))
+    if corruption == "spatter":
+      corrupted = _spatter(source, severity)
+    else:
+      corrupted = np.asarray(_function(corruption)(source, severity))
   corrupted = np.clip(np.around(corrupted), 0, 255).astype(np.uint8)  # Some return float.
   if full_size:
     corrupted = _resized(corrupted, height, width)

@@ -29,6 +29,14 @@ def test_each_corruption_runs_on_32x32_rgb_and_is_deterministic_per_key(name, im
   assert changed[-1], "severity 5 changes a colour image"
 
 
+def test_spatter_without_a_drop_leaves_the_image_alone_instead_of_blackening_it():
+  """tfds' spatter divides its liquid mask by the mask's maximum: 0/0 when no drop lands."""
+  grey = np.full((32, 32, 3), 128, np.uint8)
+  np.testing.assert_array_equal(corruptions.corrupt(grey, "spatter", 1, "g0"), grey)
+  outputs = [corruptions.corrupt(grey, "spatter", 1, f"g{index}") for index in range(1, 30)]
+  assert any(not np.array_equal(output, grey) for output in outputs), "other keys get drops"
+
+
 def test_random_corruptions_are_seeded_by_the_key_and_leave_global_state_alone(images):
   np.random.seed(123)
   expected = np.random.random()

@@ -55,7 +55,9 @@ class PipelineConfig:
   max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
   # The rest of the gate (evaluation branch): calibrated eval ECE and NLL, mean corrupted
   # accuracy, each bounded and allowed to regress at most this much against the last blessed.
-  max_eval_ece: float = 0.05
+  # 0.10: the default model is under-confident on clean images (raw ECE 0.07-0.08), and the
+  # default temperature fit will not sharpen it at the cost of calibration under shift.
+  max_eval_ece: float = 0.10
   max_ece_increase: float = 0.02
   max_eval_nll: float = 0.3
   max_nll_increase: float = 0.1
@@ -63,11 +65,12 @@ class PipelineConfig:
   max_corrupted_accuracy_drop: float = 0.03
   # Calibration under shift (calibrated probabilities, the whole corrupted set): NLL (equal
   # slices make it cNLL) and ECE, bounded and allowed to regress at most this much. The bounds
-  # hold today's default model with a margin (measured cNLL 2.79, ECE 0.241 on the digits with
-  # the 15 reference corruptions); what stops a regression is the change bound.
-  max_corrupted_nll: float = 4.0
+  # hold the default model with a margin (two runs on the digits with the 15 reference
+  # corruptions, T = 1 from temperature_fit=validation_corruptions: cNLL 1.48 and 1.56, ECE of
+  # the corrupted set 0.083 and 0.065).
+  max_corrupted_nll: float = 2.0
   max_corrupted_nll_increase: float = 0.2
-  max_corrupted_ece: float = 0.35
+  max_corrupted_ece: float = 0.15
   max_corrupted_ece_increase: float = 0.03
   # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
   # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
@@ -132,6 +135,12 @@ class PipelineConfig:
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
+    if self.trainer.temperature_fit == "validation_corruptions":
+      tuning = [name for name in self.corruptions
+                if name in reference_corruptions.EXTRA_CORRUPTIONS]
+      _require(not tuning, "corruptions", ",".join(self.corruptions),
+               f"{tuning} choose the temperature (temperature_fit=validation_corruptions), so "
+               "they cannot also be evaluated; leave them out or pick another temperature_fit")
     _require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
              "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
              "`python -m trainer_module`)")

@@ -72,6 +72,8 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--corruptions=gaussian_noise,sparkles"], "corruptions='gaussian_noise,sparkles'"),
     (["--corruptions=contrast,contrast"], "lists a name twice"),
     (["--examples_per_corruption=-1"], "examples_per_corruption=-1"),
+    (["--temperature_fit=corrupted"], "temperature_fit='corrupted'"),
+    (["--validation_corruption_examples=0"], "validation_corruption_examples=0"),
     (["--ensemble_size=0"], "ensemble_size=0"),
     (["--ensemble_size=4", "--hyper_trials=3"], "hyper_trials=3: must be >= ensemble_size (4)"),
     (["--ensemble_objective=brier"], "ensemble_objective='brier'"),
@@ -100,6 +102,15 @@ def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_fami
   assert len(names) == 15
   assert {reference_corruptions.FAMILY_OF[name] for name in names} == {
       "noise", "blur", "weather", "digital"}
+
+
+def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
+  assert PipelineConfig().trainer.temperature_fit == "validation_corruptions"
+  with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
+                                       r"\['spatter'\] choose the temperature"):
+    from_flags(["--corruptions=contrast,spatter"])
+  assert from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"]).corruptions == (
+      "contrast", "spatter")
 
 
 def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(monkeypatch):

@@ -33,19 +33,24 @@ from trainer_module import preprocessing
 from trainer_module.config import WARM_START_FROM_PRODUCTION
 
 WARM_START_MODEL_ID = "WarmStartModel"
-_TRAINER_MODULE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer_module")
+_REPOSITORY_DIR = os.path.dirname(os.path.dirname(__file__))
+_TRAINER_MODULE_DIR = os.path.join(_REPOSITORY_DIR, "trainer_module")
+# What the Trainer imports from components/: the validation corruptions of its temperature fit.
+_TRAINER_COMPONENT_FILES = ("reference_corruptions.py", "evaluation_set.py")
 
 
 def trainer_module_fingerprint() -> str:
-  """A hash of trainer_module's code. Transform and Trainer load it by import path, which TFX's
-  cache key does not cover, so the fingerprint goes into their config: edit the code, and
-  they run again instead of reusing a stale cached result."""
+  """A hash of trainer_module's code (and the component modules it runs). Transform and Trainer
+  load it by import path, which TFX's cache key does not cover, so the fingerprint goes into
+  their config: edit the code, and they run again instead of reusing a stale cached result."""
   digest = hashlib.sha256()
-  for name in sorted(os.listdir(_TRAINER_MODULE_DIR)):
-    if name.endswith(".py") and not name.endswith("_test.py"):
-      digest.update(name.encode())
-      with open(os.path.join(_TRAINER_MODULE_DIR, name), "rb") as f:
-        digest.update(f.read())
+  paths = [os.path.join(_TRAINER_MODULE_DIR, name) for name in sorted(
+      os.listdir(_TRAINER_MODULE_DIR)) if name.endswith(".py") and not name.endswith("_test.py")]
+  paths += [os.path.join(_REPOSITORY_DIR, "components", name) for name in _TRAINER_COMPONENT_FILES]
+  for path in paths:
+    digest.update(os.path.relpath(path, _REPOSITORY_DIR).encode())
+    with open(path, "rb") as f:
+      digest.update(f.read())
   return digest.hexdigest()[:16]
 
 

@@ -129,25 +129,43 @@ def _metric_table(config, values) -> List[str]:
   return lines + [""]
 
 
-def _temperature_section(config, values, calibration: Optional[dict]) -> List[str]:
-  lines = ["## Temperature scaling", ""]
-  if calibration and calibration.get("temperature_fit") == "clean_and_augmix":
-    lines.append(
+def _temperature_description(calibration: Optional[dict]) -> str:
+  if not calibration:
+    return "No calibration record in the model."
+  fit = calibration.get("temperature_fit")
+  clean_only = f"T = {calibration['clean_fit_temperature']:.4f}"
+  if fit == "validation_corruptions":
+    return (
+        f"T = {calibration['temperature']:.4f}, chosen on {calibration['eval_examples']} clean "
+        f"eval examples and {calibration['validation_examples']} eval images under the "
+        f"validation corruptions ({', '.join(calibration['validation_corruptions'])}; "
+        "severities 1-5), never on test and never on an evaluated corruption: the clean NLL "
+        "minimum among the temperatures at which every validation corruption x severity slice's "
+        "NLL, and the slices' mean ECE, are no worse than the raw softmax's. The clean eval "
+        f"examples alone would give {clean_only} "
+        f"(validation shift at that T: NLL {calibration['validation_nll_clean_fit']:.4f}, ECE "
+        f"{calibration['validation_ece_clean_fit']:.4f}). Served probabilities are "
+        "softmax(logits / T). The eval and validation-shift rows are in-sample; the test and "
+        "corrupted rows are not.")
+  if fit == "clean_and_augmix":
+    return (
         f"T = {calibration['temperature']:.4f}, chosen on {calibration['eval_examples']} clean "
         f"eval examples and {calibration['augmented_examples']} AugMix views of them (never on "
         "test, never on a corruption): the T minimising their mean NLL among those at which "
         "neither NLL is above the raw softmax's. A fit on the clean eval examples alone would "
-        f"give T = {calibration['clean_fit_temperature']:.4f} (NLL of the AugMix views: raw "
+        f"give {clean_only} (NLL of the AugMix views: raw "
         f"{calibration['augmented_nll_before']:.4f}, chosen T "
         f"{calibration['augmented_nll_after']:.4f}, clean-only T "
         f"{calibration['augmented_nll_clean_fit']:.4f}). Served probabilities are "
         "softmax(logits / T). On the eval split the fit is in-sample; the test and corrupted "
         "rows are not.")
-  elif calibration:
-    lines.append(f"T = {calibration['temperature']:.4f}, fitted on "
-                 f"{calibration['eval_examples']} clean eval examples (never on test); served "
-                 "probabilities are softmax(logits / T). On the eval split the fit is in-sample; "
-                 "the test and corrupted rows are not.")
+  return (f"T = {calibration['temperature']:.4f}, fitted on {calibration['eval_examples']} clean "
+          "eval examples (never on test); served probabilities are softmax(logits / T). On the "
+          "eval split the fit is in-sample; the test and corrupted rows are not.")
+
+
+def _temperature_section(config, values, calibration: Optional[dict]) -> List[str]:
+  lines = ["## Temperature scaling", "", _temperature_description(calibration)]
   lines += ["", "| set | NLL before | NLL after | ECE before | ECE after | Brier before | "
             "Brier after |", "| --- | --- | --- | --- | --- | --- | --- |"]
   for slice_ in (EVAL, TEST, CORRUPTED):
@@ -161,6 +179,10 @@ def _temperature_section(config, values, calibration: Optional[dict]) -> List[st
     lines.append("| corrupted, mean over slices (cNLL, cECE) | " + " | ".join(
         _fmt(means[name]) for name in (NLL_NAME, ECE_NAME) for means in (raw, calibrated))
                  + " | | |")
+  if calibration and calibration.get("temperature_fit") == "validation_corruptions":
+    lines.append("| validation shift (eval images, validation corruptions; chose T) | " +
+                 " | ".join(_fmt(calibration[f"validation_{name}_{when}"]) for name in
+                            ("nll", "ece") for when in ("before", "after")) + " | | |")
   return lines + [""]
 
 

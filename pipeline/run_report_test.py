@@ -44,3 +44,22 @@ def test_the_warm_start_line_says_what_the_model_records(tmp_path):
   assert run_report.warm_start_summary(single) == "no, trained from scratch"
   assert run_report.warm_start_summary(ensemble).startswith("per member: an ensemble")
   assert run_report.warm_start_summary(bare) == "not recorded"
+
+
+def test_the_temperature_section_reports_the_validation_shift_apart_from_the_corrupted_set():
+  from pipeline.config import PipelineConfig
+  calibration = {"temperature_fit": "validation_corruptions", "temperature": 1.0,
+                 "clean_fit_temperature": 0.39, "eval_examples": 270, "validation_examples": 1000,
+                 "validation_corruptions": ["speckle_noise", "gaussian_blur", "spatter",
+                                            "saturate"],
+                 "validation_nll_before": 1.2, "validation_nll_after": 1.2,
+                 "validation_ece_before": 0.15, "validation_ece_after": 0.15,
+                 "validation_nll_clean_fit": 2.5, "validation_ece_clean_fit": 0.3}
+  section = run_report._temperature_section  # pylint: disable=protected-access
+  lines = section(PipelineConfig(), {}, calibration)
+  text = "\n".join(lines)
+  assert "T = 1.0000, chosen on 270 clean eval examples and 1000 eval images" in text
+  assert "alone would give T = 0.3900 (validation shift at that T: NLL 2.5000, ECE 0.3000)" in text
+  assert ("| validation shift (eval images, validation corruptions; chose T) | 1.2000 | 1.2000 | "
+          "0.1500 | 0.1500 | | |") in lines
+  assert "| corrupted, mean over slices (cNLL, cECE) | n/a | n/a | n/a | n/a | | |" in lines

@@ -101,14 +101,21 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
 
 
 def _calibrate(model, config: TrainerConfig, tft_output, eval_batches) -> dict:
-  """Post-hoc temperature scaling on the eval split (never test), under training-time AugMix too
-  unless temperature_fit=clean (trainer_module/temperature.py)."""
+  """Post-hoc temperature scaling on the eval split (never test), also looking at its images
+  under the validation corruptions or training-time AugMix, as temperature_fit says
+  (trainer_module/temperature.py)."""
   if config.temperature_fit == "clean":
-    return temperature.calibrate(model, eval_batches)
+    return temperature.calibrate(model, eval_batches, num_bins=config.num_bins)
   mean, std = temperature.channel_statistics(tft_output)
+  if config.temperature_fit == "validation_corruptions":
+    return temperature.calibrate(
+        model, eval_batches, num_bins=config.num_bins,
+        validation_corrupted=temperature.validation_corrupted_set(
+            eval_batches, mean, std, config.validation_corruption_examples,
+            config.eval_batch_size))
   params = augmix.params_from_options(config.transform_options())
   return temperature.calibrate(model, eval_batches, temperature.augmented_eval_batches(
-      eval_batches, mean, std, config.seed, params))
+      eval_batches, mean, std, config.seed, params), num_bins=config.num_bins)
 
 
 def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, float]:

@@ -178,3 +178,153 @@ def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
   pixels = decode_images(tf.constant([r["image"] for r in raw])).numpy().reshape(-1, 3) / 255.0
   np.testing.assert_allclose(mean.numpy(), pixels.mean(axis=0), atol=1e-5)
   np.testing.assert_allclose(std.numpy(), pixels.std(axis=0), rtol=1e-4)
+
+
+def _one_slice(data):
+  return (*data, np.full(len(data[1]), "all"))
+
+
+def test_validation_shift_selection_never_worsens_the_corrupted_nll_where_a_clean_fit_does():
+  """The default model's case: under-confident on clean images and under mild corruptions,
+  over-confident under strong ones. The validation slices and the (never seen) test
+  corruptions share that behaviour; on average the validation slices welcome sharpening."""
+  rng = np.random.default_rng(4)
+  clean = _miscalibrated(rng, 0.5)
+  mild, strong = _miscalibrated(rng, 0.3, count=1500), _miscalibrated(rng, 1.3, count=1500)
+  validation = (np.concatenate([mild[0], strong[0]]), np.concatenate([mild[1], strong[1]]),
+                np.repeat(["speckle_noise_1", "speckle_noise_5"], 1500))
+  corrupted = _miscalibrated(rng, 2.0)
+  clean_fit = temperature.fit_temperature(*clean)
+  assert temperature.nll(*corrupted, clean_fit) > temperature.nll(*corrupted) + 0.1
+  assert temperature.ece(*corrupted, clean_fit) > temperature.ece(*corrupted)
+  pooled_fit = temperature.fit_temperature(*validation[:2])
+  assert pooled_fit < 1.0, "the validation set as a whole would allow sharpening"
+  chosen = temperature.select_temperature_under_shift(*clean, *validation)
+  assert chosen == 1.0, "the strong slice forbids it"
+  assert temperature.nll(*corrupted, chosen) <= temperature.nll(*corrupted)
+  assert temperature.ece(*corrupted, chosen) <= temperature.ece(*corrupted)
+
+
+def test_validation_shift_selection_is_the_clean_fit_when_every_slice_allows_it():
+  rng = np.random.default_rng(5)
+  clean = _miscalibrated(rng, 0.6)
+  validation = _one_slice(_miscalibrated(rng, 0.5))
+  chosen = temperature.select_temperature_under_shift(*clean, *validation)
+  assert chosen == pytest.approx(temperature.fit_temperature(*clean), rel=1e-9)
+  assert temperature.nll(*clean, chosen) < temperature.nll(*clean) - 0.01
+  assert temperature.ece(*clean, chosen) < temperature.ece(*clean)
+
+
+def test_validation_shift_selection_softens_an_overconfident_model_as_every_slice_wants():
+  """The usual case without AugMix: over-confident everywhere; shift asks for softening too."""
+  rng = np.random.default_rng(11)
+  clean = _miscalibrated(rng, 1.5)
+  mild, strong = _miscalibrated(rng, 1.6, count=1500), _miscalibrated(rng, 3.0, count=1500)
+  validation = (np.concatenate([mild[0], strong[0]]), np.concatenate([mild[1], strong[1]]),
+                np.repeat(["blur_1", "blur_5"], 1500))
+  chosen = temperature.select_temperature_under_shift(*clean, *validation)
+  assert chosen == pytest.approx(temperature.fit_temperature(*clean), rel=1e-9)
+  assert chosen > 1.3
+
+
+def test_validation_shift_selection_stops_at_the_raw_nll_of_the_shifted_set():
+  rng = np.random.default_rng(0)
+  clean, validation = _miscalibrated(rng, 0.25), _one_slice(_miscalibrated(rng, 0.85))
+  chosen = temperature.select_temperature_under_shift(*clean, *validation)
+  assert temperature.fit_temperature(*clean) < chosen < temperature.fit_temperature(
+      *validation[:2])
+  assert temperature.nll(*validation[:2], chosen) == pytest.approx(
+      temperature.nll(*validation[:2]), abs=1e-6)
+  assert temperature.nll(*clean, chosen) < temperature.nll(*clean)
+
+
+def test_validation_shift_selection_backs_off_towards_one_where_the_shifted_ece_would_rise():
+  """Here the NLL bound alone would allow T = 0.751, at which the shifted ECE is above raw."""
+  rng = np.random.default_rng(1)
+  clean, validation = _miscalibrated(rng, 0.25), _one_slice(_miscalibrated(rng, 0.9))
+  low, high = temperature._no_worse_than_raw(*validation[:2])  # pylint: disable=protected-access
+  nll_only = float(np.exp(-np.clip(np.log(1.0 / temperature.fit_temperature(*clean)), low, high)))
+  assert temperature.ece(*validation[:2], nll_only) > temperature.ece(*validation[:2])
+  chosen = temperature.select_temperature_under_shift(*clean, *validation)
+  assert nll_only < chosen < 1.0
+  assert temperature.ece(*validation[:2], chosen) <= temperature.ece(*validation[:2])
+  assert temperature.nll(*validation[:2], chosen) <= temperature.nll(*validation[:2])
+  assert temperature.nll(*clean, chosen) < temperature.nll(*clean)
+
+
+def test_slice_means_are_means_over_slices_not_over_examples():
+  logits = np.log(np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7]]))
+  labels, slices = np.array([0, 1, 1]), np.array(["a", "a", "b"])
+  mean_nll, mean_ece = temperature.slice_means(logits, labels, slices, num_bins=10)
+  assert mean_nll == pytest.approx(((-np.log(0.9) - np.log(0.4)) / 2 - np.log(0.7)) / 2)
+  assert mean_ece == pytest.approx(((0.1 + 0.6) / 2 + 0.3) / 2)
+
+
+def test_ece_is_the_trainers_top_label_ece():
+  logits = np.log(np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.2, 0.8]]))
+  labels = np.array([0, 1, 1, 1])
+  # Bins (of 10): 0.9 right; 0.6 wrong; 0.7 right; 0.8 right: |1-0.9|+|0-0.6|+|1-0.7|+|1-0.8|.
+  assert temperature.ece(logits, labels, num_bins=10) == pytest.approx(1.2 / 4)
+
+
+def _normalised_batches(rng, count, batch_size, mean, std):
+  images01 = rng.integers(0, 256, (count, 32, 32, 3)).astype(np.float32) / 255.0
+  labels = np.arange(count) % 4
+  weights = np.ones(count, np.float32)
+  return ((images01 - mean) / std, labels, weights), tf.data.Dataset.from_tensor_slices(
+      ((images01 - mean) / std, labels, weights)).batch(batch_size)
+
+
+def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_any_order():
+  from components import reference_corruptions
+  rng = np.random.default_rng(9)
+  mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
+  (images, labels, weights), batches = _normalised_batches(rng, 7, 3, mean, std)
+  corrupted, slices = temperature.validation_corrupted_set(batches, mean, std, 2, 8)
+  reversed_batches = tf.data.Dataset.from_tensor_slices(
+      (images[::-1], labels[::-1], weights[::-1])).batch(4)
+  again, _ = temperature.validation_corrupted_set(reversed_batches, mean, std, 2, 8)
+  assert list(slices[:4]) == ["speckle_noise_1"] * 2 + ["speckle_noise_2"] * 2
+  assert len(set(slices)) == 20 and all(list(slices).count(name) == 2 for name in set(slices))
+  first_images = np.concatenate([b[0].numpy() for b in corrupted])
+  first_labels = np.concatenate([b[1].numpy() for b in corrupted])
+  assert len(first_labels) == 2 * len(temperature.VALIDATION_CORRUPTIONS) * 5
+  np.testing.assert_array_equal(first_images, np.concatenate([b[0].numpy() for b in again]))
+  np.testing.assert_array_equal(first_labels, np.concatenate([b[1].numpy() for b in again]))
+  pixels01 = first_images * std + mean
+  assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
+  # Two eval images, the same two in every slice, each its own label.
+  slices = first_images.reshape(len(temperature.VALIDATION_CORRUPTIONS) * 5, 2, 32, 32, 3)
+  assert not np.allclose(slices[0], slices[-1], atol=1e-3), "different corruptions differ"
+  assert set(first_labels.reshape(-1, 2)[0]) <= set(labels)
+  assert not set(temperature.VALIDATION_CORRUPTIONS) & set(
+      reference_corruptions.BENCHMARK_CORRUPTIONS), "no evaluated corruption tunes T"
+
+
+def test_validation_corrupted_batches_of_an_empty_eval_split_fail():
+  mean, std = np.zeros(3, np.float32), np.ones(3, np.float32)
+  empty = tf.data.Dataset.from_tensor_slices((np.zeros((0, 32, 32, 3), np.float32),
+                                              np.zeros(0, np.int64))).batch(4)
+  with pytest.raises(temperature.TemperatureFitError, match="eval split is empty"):
+    temperature.validation_corrupted_set(empty, mean, std, 2, 8)
+
+
+def test_calibrate_with_validation_corruptions_records_the_shift_before_and_after():
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.layers.Flatten(input_shape=(32, 32, 3)),
+                            keras.layers.Dense(4)])
+  rng = np.random.default_rng(10)
+  mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
+  (images, labels, _), batches = _normalised_batches(rng, 12, 5, mean, std)
+  corrupted = temperature.validation_corrupted_set(batches, mean, std, 3, 16)
+  info = temperature.calibrate(model, batches, validation_corrupted=corrupted)
+  shifted_logits, shifted_labels = temperature.model_logits(model, corrupted.batches)
+  assert info["temperature_fit"] == "validation_corruptions"
+  assert info["validation_examples"] == 3 * 20
+  assert info["temperature"] == temperature.select_temperature_under_shift(
+      model(images).numpy(), labels, shifted_logits, shifted_labels, corrupted.slices)
+  assert info["validation_nll_after"] <= info["validation_nll_before"]
+  assert info["validation_ece_after"] <= info["validation_ece_before"]
+  assert info["eval_nll_after"] <= info["eval_nll_before"]
+  with pytest.raises(ValueError, match="not both"):
+    temperature.calibrate(model, batches, batches, corrupted)
