@@ -72,9 +72,9 @@ kubeflow-compile: $(STAMP)
 	$(VENV_PY) -m kubeflow compile $(ARGS)
 
 # The compiled kfp spec of the tiny e2e config, executed as an open-source KFP backend would
-# (tests/kfp_harness.py) on a local S3 server; prints where the pushed model is.
+# (testing/kfp_harness.py) on a local S3 server; prints where the pushed model is.
 kubeflow-local: system-packages $(STAMP)
-	$(VENV_PY) -m tests.kfp_harness $(ARGS)
+	$(VENV_PY) -m testing.kfp_harness $(ARGS)
 
 kubeflow-image:
 	@[ -n "$(IMAGE)" ] || { echo "IMAGE is required: make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG"; exit 2; }

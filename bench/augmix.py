@@ -35,6 +35,7 @@ import tensorflow_transform as tft  # noqa: E402
 from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
+import configs  # noqa: E402
 from components import image_sources  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
@@ -182,7 +183,7 @@ def training_rate(config: PipelineConfig, steps: int, work_dir: str) -> float:
 
 
 def main(argv=None) -> None:
-  defaults = PipelineConfig().trainer
+  defaults = configs.get_config().trainer
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=int, default=50_000)
   parser.add_argument("--aug_count", type=int, default=max(defaults.aug_count, 1))
@@ -195,10 +196,10 @@ def main(argv=None) -> None:
     parser.error("--aug_count and --augmix_view_sets must be >= 1")
   work_dir = tempfile.mkdtemp(prefix="bench-augmix-")
   data_dir = os.path.join(work_dir, "data")
-  config = PipelineConfig(output_dir=work_dir, pipeline_name="bench_augmix",
-                          beam_running_mode=args.beam_running_mode).replace(
-                              augmix=True, augmix_online=False, aug_count=args.aug_count,
-                              augmix_view_sets=args.augmix_view_sets)
+  config = configs.get_config().replace(
+      output_dir=work_dir, pipeline_name="bench_augmix",
+      beam_running_mode=args.beam_running_mode, augmix=True, augmix_online=False,
+      aug_count=args.aug_count, augmix_view_sets=args.augmix_view_sets)
   options = config.trainer.transform_options()
   train_file = write_images(data_dir, args.images)
   images, keys = decoded_images(train_file)

@@ -39,8 +39,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
+import configs  # noqa: E402
 from components import image_sources  # noqa: E402
-from pipeline.config import PipelineConfig  # noqa: E402
 from trainer_module import data, distribution, preprocessing  # noqa: E402
 from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY  # noqa: E402
@@ -174,7 +174,7 @@ def bare_loop_seconds(config: TrainerConfig, files, warmup: int, steps: int) -> 
 def write_digits(directory: str) -> tuple:
   """The pipeline's digits train and eval splits, normalised as Transform does (train-split
   mean and std per channel), as gzipped transformed records; returns (train, eval) files."""
-  config = PipelineConfig()
+  config = configs.get_config()
   splits = {}
   for split in ("train", "eval"):
     records = list(image_sources.digits_records(split, config.eval_fraction,

@@ -1,6 +1,6 @@
 import pytest
 
-from kubeflow import cli
+import configs
 from pipeline.config import from_flags
 
 # A Vertex multi-worker GPU pipeline on the embedded digits, and a TFRecord one without Vertex.
@@ -20,6 +20,6 @@ def compiled(tmp_path_factory):
   from kubeflow import compiler
   result = {}
   for name, flags in (("vertex", VERTEX_FLAGS), ("tfrecord", TFRECORD_FLAGS)):
-    config = from_flags(flags, base=cli.cluster_base())
+    config = from_flags(flags, base=configs.get_config("kubeflow"))
     result[name] = (config, compiler.compile_pipeline(config, str(tmp_path_factory.mktemp(name))))
   return result

@@ -16,10 +16,11 @@ from typing import Mapping, Optional, Sequence
 
 import yaml
 
-from kubeflow.config import (DATA_ROOT_PARAMETER, TRAINER_CONFIG_KEY, TRAINER_CONFIG_PARAMETER,
-                             KubeflowConfig, is_object_store_uri)
+from kubeflow.parameters import DATA_ROOT_PARAMETER, TRAINER_CONFIG_PARAMETER
 from pipeline import config as config_lib
-from trainer_module.config import HYPER_L2_GROUPS, TrainerConfig
+from pipeline.cluster_config import KubeflowConfig
+from storage.object_storage import is_object_store_uri
+from trainer_module.config import HYPER_L2_GROUPS, TRAINER_CONFIG_KEY, TrainerConfig
 
 ENDPOINT_ENV = "KFP_ENDPOINT"
 TOKEN_ENV = "KFP_TOKEN"

@@ -1,8 +1,10 @@
-"""One configuration object per run: defaults, plus overrides from flags, validated up front.
+"""One configuration object per run: a preset (configs/), plus overrides from flags, validated
+up front.
 
 The local runner, the Kubeflow runner and the standalone trainer all take their values from
-here (the trainer's part is `trainer_module.config.TrainerConfig`). Every flag is a field
-name: `--dataset cifar10 --depth 28 --width_multiplier 10`.
+here (the trainer's part is `trainer_module.config.TrainerConfig`, the cluster's
+`pipeline.cluster_config.KubeflowConfig`). Every flag is a field name:
+`--config=wrn28_10_cifar10 --train_epochs=50`.
 """
 from __future__ import annotations
 
@@ -10,13 +12,14 @@ import dataclasses
 import os
 import re
 import typing
-from typing import Any, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from components import reference_corruptions
-from kubeflow import object_storage
-from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
-from trainer_module.config import ENSEMBLE_OBJECTIVES, TrainerConfig, hyper_trials
-from trainer_module.flags import parse_flags
+from configs.flags import name_value_pairs, parse_flags
+from pipeline.cluster_config import KubeflowConfig, check_cluster_config
+from storage import object_storage
+from storage.object_storage import is_object_store_uri
+from trainer_module.config import ENSEMBLE_OBJECTIVES, TrainerConfig, hyper_trials, require
 
 DATASETS = ("digits", "cifar10", "tfrecord")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
@@ -28,16 +31,7 @@ MAX_PIPELINE_NAME_LENGTH = 100
 PIPELINE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}" %
                                    (MAX_PIPELINE_NAME_LENGTH - 1))
 
-
-# AugMix in every pipeline preset (local and Kubeflow), in the configuration measured most
-# robust within the time budget (README, AugMix). The standalone trainer keeps the original
-# script's default: off.
-PIPELINE_AUGMIX = {"augmix": True, "aug_count": 2, "augmix_view_sets": 4}
-
-
-def _local_trainer() -> TrainerConfig:
-  """A WRN-16-2 that trains on the embedded digits in a few minutes on two CPU cores."""
-  return TrainerConfig(depth=16, width_multiplier=2, train_epochs=15, **PIPELINE_AUGMIX)
+CONFIG_FLAG = "config"  # --config=NAME picks the preset (configs/) the other flags override.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,47 +81,48 @@ class PipelineConfig:
   enable_cache: bool = True
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
   beam_running_mode: str = "multi_processing"
-  trainer: TrainerConfig = dataclasses.field(default_factory=_local_trainer)
+  # The presets in configs/ choose the model; bare, it is the original script's recipe.
+  trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
-    _require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
+    require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
     if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
-    _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
-    _require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
+    require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
+    require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
              self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
              "'-' or '.', starting with a letter or digit (it names directories and MLMD "
              "contexts)")
-    _require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
+    require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
              "must be in (0, 1)")
-    _require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
+    require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
              self.test_fraction, "must be in [0, 1 - eval_fraction)")
-    _require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
+    require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
              "must be in [0, 1]")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
                  "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
                  "max_corrupted_nll_increase", "max_corrupted_ece", "max_corrupted_ece_increase"):
-      _require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
-    _require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
+      require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
+    require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
              self.min_corrupted_accuracy, "must be in [0, 1]")
-    _require(self.examples_per_corruption >= 0, "examples_per_corruption",
+    require(self.examples_per_corruption >= 0, "examples_per_corruption",
              self.examples_per_corruption, "must be >= 0 (0 = every test image)")
-    _require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
-    _require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
+    require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
+    require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
              f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
              "chosen among the trials")
-    _require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
+    require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
              self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
-    _require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
+    require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
              "must be >= 0 (0 = one per CPU core)")
-    _require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
+    require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
              self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
     if self.dataset != "tfrecord":
-      _require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
+      require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
                "is only used with dataset=tfrecord")
     if self.kubeflow is not None:
-      _require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
+      require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
                self.tfrecord_dir, "is required with dataset=tfrecord")
       check_cluster_config(self)  # Paths on object storage are not read here.
     elif self.dataset == "tfrecord":
@@ -138,10 +133,10 @@ class PipelineConfig:
     if self.trainer.temperature_fit == "validation_corruptions":
       tuning = [name for name in self.corruptions
                 if name in reference_corruptions.EXTRA_CORRUPTIONS]
-      _require(not tuning, "corruptions", ",".join(self.corruptions),
+      require(not tuning, "corruptions", ",".join(self.corruptions),
                f"{tuning} choose the temperature (temperature_fit=validation_corruptions), so "
                "they cannot also be evaluated; leave them out or pick another temperature_fit")
-    _require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
+    require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
              "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
              "`python -m trainer_module`)")
 
@@ -151,17 +146,17 @@ class PipelineConfig:
     not the constructor: it depends on who runs where, and a config built only to compile for
     a cluster writes nothing locally."""
     path = self.output_dir
-    _require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
+    require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
              "is a file, not a directory")
     existing = path
     while not os.path.exists(existing):
       existing = os.path.dirname(existing)
-    _require(os.path.isdir(existing), "output_dir", path,
+    require(os.path.isdir(existing), "output_dir", path,
              f"cannot be created: {existing} is a file")
     if os.statvfs(existing).f_flag & os.ST_RDONLY:
-      _require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
+      require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
                "system")
-    _require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
+    require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
              f"is not writable: this user may not create files in {existing}")
 
   @property
@@ -231,7 +226,8 @@ def usage(base: Optional[PipelineConfig] = None,
           command: str = 'python -m pipeline [--flag=value ...]   (or: make run ARGS="--flag=value")',
           cluster: bool = False) -> str:
   """Every flag with its default (trainer defaults are the base's; cluster flags on request)."""
-  defaults = base or PipelineConfig()
+  import configs  # The presets build PipelineConfigs: imported when needed, not at load.
+  defaults = base or configs.get_config()
   cluster_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
   lines = [f"usage: {command}", ""]
   for name in _flag_fields():
@@ -245,19 +241,29 @@ def usage(base: Optional[PipelineConfig] = None,
 
 
 def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
-  """Builds the run's config from `--field value` / `--field=value` flags over the defaults."""
+  """The run's config: `--config=NAME`'s preset (else `base`, else configs.DEFAULT_PRESET)
+  with `--field value` / `--field=value` flags over it."""
+  import configs  # The presets build PipelineConfigs: imported when needed, not at load.
   hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig),
            **typing.get_type_hints(KubeflowConfig)}
   hints = {name: hints[name] for name in _flag_fields()}
-  return (base or PipelineConfig()).replace(**parse_flags(argv, hints))
+  pairs = name_value_pairs(argv)
+  presets = [value for name, value in pairs if name == CONFIG_FLAG]
+  require(len(presets) <= 1, CONFIG_FLAG, ",".join(presets), "is given more than once")
+  if presets:
+    base = configs.get_config(presets[0])
+  elif base is None:
+    base = configs.get_config(configs.DEFAULT_PRESET)
+  rest = [f"--{name}={value}" for name, value in pairs if name != CONFIG_FLAG]
+  return base.replace(**parse_flags(rest, hints))
 
 
 def _check_tfrecord_dir(path: Optional[str]) -> None:
-  _require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
-  _require(os.path.isdir(path), "tfrecord_dir", path, "is not a directory")
+  require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
+  require(os.path.isdir(path), "tfrecord_dir", path, "is not a directory")
   for split in TFRECORD_SPLITS_REQUIRED:
     split_dir = os.path.join(path, split)
-    _require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
+    require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
              f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
              " and optionally test/ subdirectories)")
 
@@ -270,12 +276,12 @@ def robustness_source(dataset: str) -> str:
 def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optional[str]) -> None:
   known = reference_corruptions.ALL_CORRUPTIONS
   unknown = [name for name in names if name not in known]
-  _require(not unknown, "corruptions", ",".join(names),
+  require(not unknown, "corruptions", ",".join(names),
            f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
-  _require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
+  require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
 
   if names and dataset == "tfrecord" and tfrecord_dir and os.path.isdir(tfrecord_dir):
-    _require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
+    require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
              f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
              "or pass --corruptions= (no robustness set)")
 
@@ -286,7 +292,7 @@ def check_runs_here(config: PipelineConfig) -> None:
   if robustness_source(config.dataset) != "generated":
     return
   missing = reference_corruptions.unavailable(config.corruptions)
-  _require(not missing, "corruptions", ",".join(config.corruptions), "; ".join(
+  require(not missing, "corruptions", ",".join(config.corruptions), "; ".join(
       f"{name} cannot run on this machine: it {reason}" for name, reason in missing.items())
            + " (or leave it out of --corruptions)")
 
@@ -295,7 +301,7 @@ def _check_schema(path: str, num_classes: int) -> None:
   """The curated schema must exist and bound the label to [0, num_classes)."""
   from google.protobuf import text_format
   from tensorflow_metadata.proto.v0 import schema_pb2
-  _require(os.path.isfile(path), "schema_path", path, "does not exist")
+  require(os.path.isfile(path), "schema_path", path, "does not exist")
   schema = schema_pb2.Schema()
   with open(path) as f:
     try:
@@ -303,13 +309,8 @@ def _check_schema(path: str, num_classes: int) -> None:
     except text_format.ParseError as error:
       raise ValueError(f"Invalid config value schema_path={path!r}: not a schema: {error}") from None
   label = next((f for f in schema.feature if f.name == "label"), None)
-  _require(label is not None and label.HasField("int_domain"), "schema_path", path,
+  require(label is not None and label.HasField("int_domain"), "schema_path", path,
            "must give the 'label' feature an int_domain")
-  _require(label.int_domain.min == 0 and label.int_domain.max == num_classes - 1, "num_classes",
+  require(label.int_domain.min == 0 and label.int_domain.max == num_classes - 1, "num_classes",
            num_classes, f"disagrees with the label domain [{label.int_domain.min}, "
            f"{label.int_domain.max}] of {path}")
-
-
-def _require(condition: bool, name: str, value: Any, rule: str) -> None:
-  if not condition:
-    raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")

@@ -7,7 +7,7 @@ import pytest
 from components import image_sources
 from pipeline.config import from_flags
 from pipeline.report import RunRecord
-from tests.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
+from testing.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
 
 
 def _not_a_png(example):

@@ -14,7 +14,7 @@ from pipeline.config import from_flags
 from pipeline.interrupted_runs import ABANDONED_BY_KEY
 from pipeline.report import RunRecord
 from tests.conftest import REPO
-from tests.tfrecord_inputs import write_digits_tfrecord_dir
+from testing.tfrecord_inputs import write_digits_tfrecord_dir
 
 
 def _wait_for(path, text, process, timeout=600):

@@ -11,8 +11,8 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from PIL import Image
 
-from tests.tfrecord_inputs import png_bomb
-from tests.transform_runs import raw_digit_examples, run_transform
+from testing.tfrecord_inputs import png_bomb
+from testing.transform_runs import raw_digit_examples, run_transform
 from trainer_module.config import TrainerConfig
 from trainer_module.export import PRECISION_FILE, export_serving_model, float32_model, read_record
 from trainer_module.model import wide_resnet

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
-from tests.transform_runs import transformed_digits
+from testing.transform_runs import transformed_digits
 
 TINY = ["--depth=10", "--width_multiplier=1", "--lr_warmup_epochs=0", "--log_every_steps=1"]
 

@@ -27,7 +27,7 @@ from trainer_module.checkpoints import Preempted
 from trainer_module import warm_start
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START, WARM_START_FROM_PRODUCTION,
                                    TrainerConfig)
-from trainer_module.flags import parse_flags
+from configs.flags import parse_flags
 from trainer_module.task import RunPaths, run
 
 

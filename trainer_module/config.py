@@ -10,6 +10,12 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+# Keys of the TFX custom_config the pipeline hands Transform and the Trainer (producers:
+# pipeline/, kubeflow/; consumers: trainer_module.preprocessing and trainer_module.trainer).
+TRAINER_CONFIG_KEY = "trainer"  # TrainerConfig.to_dict() of the Trainer (trial).
+TRANSFORM_OPTIONS_KEY = "transform"  # TrainerConfig.transform_options() for preprocessing_fn.
+FINGERPRINT_KEY = "trainer_module_fingerprint"  # Invalidates the cache when the code changes.
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
@@ -97,78 +103,78 @@ class TrainerConfig:
   warm_start_lr_ratio: float = 0.1
 
   def __post_init__(self):
-    _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
+    require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
              "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
-    _require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")
-    _require(self.num_classes >= 2, "num_classes", self.num_classes, "must be >= 2")
+    require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")
+    require(self.num_classes >= 2, "num_classes", self.num_classes, "must be >= 2")
     for name in ("l2",) + L2_GROUPS:
       value = getattr(self, name)
-      _require(value is None or value >= 0, name, value, "must be >= 0")
+      require(value is None or value >= 0, name, value, "must be >= 0")
     if self.l2_per_train_example:
       unset = [name for name in HYPER_L2_GROUPS if getattr(self, name) is None]
-      _require(not unset, "l2_per_train_example", True,
+      require(not unset, "l2_per_train_example", True,
                f"needs every per-example L2 coefficient set; unset: {unset}")
-    _require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
+    require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
              "must be in [0, 1]")
-    _require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
+    require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
              "must be > 0")
-    _require(0.0 < self.one_minus_momentum <= 1.0, "one_minus_momentum",
+    require(0.0 < self.one_minus_momentum <= 1.0, "one_minus_momentum",
              self.one_minus_momentum, "must be in (0, 1]")
-    _require(list(self.lr_decay_epochs) == sorted(self.lr_decay_epochs)
+    require(list(self.lr_decay_epochs) == sorted(self.lr_decay_epochs)
              and all(e > 0 for e in self.lr_decay_epochs), "lr_decay_epochs",
              self.lr_decay_epochs, "must be increasing positive epochs")
-    _require(0.0 < self.lr_decay_ratio <= 1.0, "lr_decay_ratio", self.lr_decay_ratio,
+    require(0.0 < self.lr_decay_ratio <= 1.0, "lr_decay_ratio", self.lr_decay_ratio,
              "must be in (0, 1]")
-    _require(self.lr_warmup_epochs >= 0, "lr_warmup_epochs", self.lr_warmup_epochs,
+    require(self.lr_warmup_epochs >= 0, "lr_warmup_epochs", self.lr_warmup_epochs,
              "must be >= 0")
-    _require(self.train_epochs > 0, "train_epochs", self.train_epochs, "must be > 0")
-    _require(self.train_steps is None or self.train_steps > 0, "train_steps", self.train_steps,
+    require(self.train_epochs > 0, "train_epochs", self.train_epochs, "must be > 0")
+    require(self.train_steps is None or self.train_steps > 0, "train_steps", self.train_steps,
              "must be > 0 (or unset to train for train_epochs)")
-    _require(self.per_core_batch_size > 0, "per_core_batch_size", self.per_core_batch_size,
+    require(self.per_core_batch_size > 0, "per_core_batch_size", self.per_core_batch_size,
              "must be > 0")
-    _require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
-    _require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
-    _require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
-    _require(self.checkpoint_interval == -1 or self.checkpoint_interval > 0,
+    require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
+    require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
+    require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
+    require(self.checkpoint_interval == -1 or self.checkpoint_interval > 0,
              "checkpoint_interval", self.checkpoint_interval, "must be > 0 epochs, or -1 (never)")
-    _require(self.checkpoint_steps >= 0, "checkpoint_steps", self.checkpoint_steps,
+    require(self.checkpoint_steps >= 0, "checkpoint_steps", self.checkpoint_steps,
              "must be >= 0 (0 = only every checkpoint_interval epochs)")
-    _require(self.max_checkpoints_to_keep >= 1, "max_checkpoints_to_keep",
+    require(self.max_checkpoints_to_keep >= 1, "max_checkpoints_to_keep",
              self.max_checkpoints_to_keep, "must be >= 1")
-    _require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
+    require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
              self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
-    _require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
+    require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
              "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
-    _require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
+    require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
              f"must be one of {PRECISION_CHOICES}")
-    _require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
+    require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
              self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
-    _require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
-    _require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
+    require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
+    require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
              self.continuous_eval_timeout_secs, "must be > 0")
-    _require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
-    _require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
+    require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
+    require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
              "must be > 0")
-    _require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
+    require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
              self.augmix_depth, "must be in [1, 3], or -1 to sample it")
-    _require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
-    _require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
+    require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
+    require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
              "must be in [1, 10]")
-    _require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
+    require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
              f"must be one of {TEMPERATURE_FITS}")
-    _require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
+    require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
              self.validation_corruption_examples, "must be >= 1")
-    _require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
+    require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
              "must be >= 1")
-    _require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
+    require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
              "must be >= 0")
-    _require(bool(self.warm_start.strip()), "warm_start", self.warm_start,
+    require(bool(self.warm_start.strip()), "warm_start", self.warm_start,
              "must be none, production or a checkpoint / SavedModel path")
-    _require(all(prefix.strip() for prefix in self.warm_start_exclude), "warm_start_exclude",
+    require(all(prefix.strip() for prefix in self.warm_start_exclude), "warm_start_exclude",
              self.warm_start_exclude, "must be variable-name prefixes or groups (head)")
-    _require(self.warm_start_epochs is None or self.warm_start_epochs > 0, "warm_start_epochs",
+    require(self.warm_start_epochs is None or self.warm_start_epochs > 0, "warm_start_epochs",
              self.warm_start_epochs, "must be > 0 (or unset for a quarter of train_epochs)")
-    _require(0.0 < self.warm_start_lr_ratio <= 1.0, "warm_start_lr_ratio",
+    require(0.0 < self.warm_start_lr_ratio <= 1.0, "warm_start_lr_ratio",
              self.warm_start_lr_ratio, "must be in (0, 1]")
 
   @property
@@ -259,6 +265,7 @@ def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:
   return trials
 
 
-def _require(condition: bool, name: str, value: Any, rule: str) -> None:
+def require(condition: bool, name: str, value: Any, rule: str) -> None:
+  """The one check behind every config rule: a ValueError that names the field and the value."""
   if not condition:
     raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")

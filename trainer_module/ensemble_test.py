@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from tests.transform_runs import transformed_digits
+from testing.transform_runs import transformed_digits
 from trainer_module import ensemble
 from trainer_module.config import TrainerConfig
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
@@ -102,7 +102,7 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   assert record["trials"][2]["hyperparameters"]["label_smoothing"] == 0.02
   assert record["trials"][1]["temperature"] == 2.0
 
-  from tests.transform_runs import raw_digit_examples
+  from testing.transform_runs import raw_digit_examples
   images = [example["image"] for example in raw_digit_examples(16)]
   served = _serve(export_dir, images)
   # Members as served (each with its own T = 1, 2, 3), averaged with the selection's weights.

@@ -168,7 +168,7 @@ def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_
 def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
   """From a real transform graph (TF1-traced, as Transform writes it), in eager mode."""
   import tensorflow_transform as tft
-  from tests.transform_runs import raw_digit_examples, run_transform
+  from testing.transform_runs import raw_digit_examples, run_transform
   from trainer_module.config import TrainerConfig
   from trainer_module.preprocessing import decode_images
   raw = raw_digit_examples(8)

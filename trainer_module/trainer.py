@@ -19,7 +19,8 @@ from typing import Optional, Tuple
 import tensorflow as tf
 
 from components.pusher import PUSH_INFO_PATH
-from trainer_module.config import NO_WARM_START, WARM_START_FROM_PRODUCTION, TrainerConfig
+from trainer_module.config import (NO_WARM_START, TRAINER_CONFIG_KEY, WARM_START_FROM_PRODUCTION,
+                                   TrainerConfig)
 from trainer_module.task import RunPaths, run
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def warm_start_source(config: TrainerConfig, base_model: Optional[str]
 
 
 def run_fn(fn_args) -> None:
-  config = TrainerConfig.from_dict(fn_args.custom_config["trainer"])
+  config = TrainerConfig.from_dict(fn_args.custom_config[TRAINER_CONFIG_KEY])
   warm_start_from, warm_start_origin = warm_start_source(config, fn_args.base_model)
   run(config, RunPaths(train_files=fn_args.train_files, eval_files=fn_args.eval_files,
                        transform_output=fn_args.transform_output,

@@ -171,7 +171,7 @@ def s3_server():
 def s3(s3_server, request, monkeypatch):
   """A fresh bucket for the test, as (s3://bucket, bucket); this process configured from the
   server's environment, as a pod is."""
-  from kubeflow import object_storage
+  from storage import object_storage
   some_settings = object_storage.S3Settings("http://127.0.0.1:1", "us-east-1", ca_bundle="ca.pem")
   for name in some_settings.environ():
     monkeypatch.delenv(name, raising=False)
@@ -191,7 +191,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
   """After a test used TensorFlow's S3 filesystem in-process, pytest would abort at exit
-  (kubeflow.object_storage.end_process says why): it ends with its own status instead."""
+  (storage.object_storage.end_process says why): it ends with its own status instead."""
   if "tensorflow_io" in sys.modules:
-    from kubeflow import object_storage
+    from storage import object_storage
     object_storage.end_process(_session_status.get("status", 1))
