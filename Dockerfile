@@ -28,7 +28,7 @@ COPY storage/ storage/
 COPY configs/ configs/
 RUN python -m pip install --no-cache-dir --no-deps . \
  && cd / && python -c "import pipeline.pipeline, kubeflow.cluster, kubeflow.kfp_entrypoint, \
-                        trainer_module.trainer, configs.kubeflow" \
+                        trainer_module.tfx_trainer, configs.kubeflow" \
  && python -c "from storage import object_storage; object_storage.register_tensorflow_s3()"
 # No ENTRYPOINT here: the TFX image's, Beam's SDK harness boot program, makes this image the
 # SDK container of Dataflow and portable runners (README, "Beam beyond one pod").

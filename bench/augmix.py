@@ -35,13 +35,12 @@ import tensorflow_transform as tft  # noqa: E402
 from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
-import configs  # noqa: E402
 from components import image_sources  # noqa: E402
-from pipeline.config import PipelineConfig  # noqa: E402
+from pipeline.config import PipelineConfig, from_preset  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
 from trainer_module import augmix, data, preprocessing  # noqa: E402
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE  # noqa: E402
-from trainer_module.train import Training  # noqa: E402
+from trainer_module.training_loop import Training  # noqa: E402
 
 _BYTES_SAMPLE = 2000  # Images whose views are written both ways to compare sizes.
 
@@ -183,7 +182,7 @@ def training_rate(config: PipelineConfig, steps: int, work_dir: str) -> float:
 
 
 def main(argv=None) -> None:
-  defaults = configs.get_config().trainer
+  defaults = from_preset().trainer
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=int, default=50_000)
   parser.add_argument("--aug_count", type=int, default=max(defaults.aug_count, 1))
@@ -196,7 +195,7 @@ def main(argv=None) -> None:
     parser.error("--aug_count and --augmix_view_sets must be >= 1")
   work_dir = tempfile.mkdtemp(prefix="bench-augmix-")
   data_dir = os.path.join(work_dir, "data")
-  config = configs.get_config().replace(
+  config = from_preset().replace(
       output_dir=work_dir, pipeline_name="bench_augmix",
       beam_running_mode=args.beam_running_mode, augmix=True, augmix_online=False,
       aug_count=args.aug_count, augmix_view_sets=args.augmix_view_sets)

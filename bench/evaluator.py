@@ -30,12 +30,11 @@ import tensorflow as tf  # noqa: E402
 from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
-import configs  # noqa: E402
 from components import evaluation_set  # noqa: E402
-from pipeline import gate_report  # noqa: E402
-from pipeline.config import PipelineConfig, robustness_source  # noqa: E402
+from pipeline import tfma_results  # noqa: E402
+from pipeline.config import PipelineConfig, from_preset, robustness_source  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
-from pipeline.report import RunRecord  # noqa: E402
+from pipeline.run_record import RunRecord  # noqa: E402
 from testing import reference_metrics  # noqa: E402
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,  # noqa: E402
                                      UNCALIBRATED_PROBABILITIES_KEY)
@@ -135,7 +134,7 @@ def main():
                       help="the Evaluator's Beam DirectRunner mode (multi_processing: one "
                            "worker process per core; in_memory: this process)")
   args = parser.parse_args()
-  config = configs.get_config().replace(output_dir=args.output_dir,
+  config = from_preset().replace(output_dir=args.output_dir,
                                         beam_running_mode=args.beam_running_mode)
   model = RunRecord(config).candidate_model()
   if model is None:
@@ -148,13 +147,13 @@ def main():
     direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
                                                        config.trainer.num_bins)
     evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work)
-    tfma_values = gate_report.load_metrics(evaluation_uri)
+    tfma_values = tfma_results.load_metrics(evaluation_uri)
   assert direct_count == count
   clean = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
   mine = direct[(PROBABILITIES_KEY, ("eval_set", evaluation_set.EVAL))]
   print(f"\nclean eval, temperature-scaled: TFMA accuracy "
-        f"{gate_report.metric(tfma_values, clean, PROBABILITIES_KEY, ACCURACY_NAME):.6f} "
-        f"ECE {gate_report.metric(tfma_values, clean, PROBABILITIES_KEY, 'ece'):.6f} | numpy "
+        f"{tfma_results.metric(tfma_values, clean, PROBABILITIES_KEY, ACCURACY_NAME):.6f} "
+        f"ECE {tfma_results.metric(tfma_values, clean, PROBABILITIES_KEY, 'ece'):.6f} | numpy "
         f"accuracy {mine['accuracy']:.6f} ECE {mine['ece']:.6f}")
   print(f"Evaluator component (TFMA, Beam): {evaluator_time:7.1f} s  "
         f"{count / evaluator_time:8.1f} examples/s")

@@ -37,10 +37,10 @@ from tfx.utils import io_utils, proto_utils
 
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
+from trainer_module.features import PUSH_INFO_PATH
 
 log = logging.getLogger(__name__)
 
-PUSH_INFO_PATH = os.path.join("assets.extra", "push_info.json")
 ALREADY_SERVING_KEY = "already_serving"
 _INCOMPLETE_PREFIX = ".incomplete-"
 CLAIMS_DIR = ".version-claims"

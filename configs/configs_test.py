@@ -3,19 +3,21 @@ import pytest
 
 import configs
 from pipeline import local_runner
-from pipeline.config import from_flags
+from pipeline.config import PipelineConfig, from_flags, from_preset
 
 
 @pytest.mark.parametrize("name", configs.PRESETS)
-def test_every_preset_is_a_valid_config_of_its_own_module(name):
-  config = configs.get_config(name)
-  assert config == from_flags([f"--config={name}"])
+def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
+  fields = configs.get_config(name)
+  assert all(isinstance(value, (str, int, float, bool)) for value in fields.values())
+  config = from_preset(name)
+  assert config == from_flags([f"--config={name}"]) == PipelineConfig().replace(**fields)
   assert config.trainer.augmix  # The pipeline's AugMix is on in every preset.
 
 
 def test_without_config_the_local_digits_preset_is_used():
   config = from_flags([])
-  assert config == configs.get_config("local_digits")
+  assert config == from_preset("local_digits")
   assert (config.dataset, config.trainer.depth, config.trainer.width_multiplier) == (
       "digits", 16, 2)
 
@@ -29,9 +31,9 @@ def test_flags_override_the_chosen_preset_whatever_their_order():
 
 def test_the_flagship_and_cluster_presets_keep_the_original_recipe():
   for name in ("wrn28_10_cifar10", "kubeflow"):
-    trainer = configs.get_config(name).trainer
+    trainer = from_preset(name).trainer
     assert (trainer.depth, trainer.width_multiplier, trainer.train_epochs) == (28, 10, 200)
-  assert configs.get_config("kubeflow").pipeline_name == "wrn-image-classifier"
+  assert from_preset("kubeflow").pipeline_name == "wrn-image-classifier"
 
 
 @pytest.mark.parametrize("argv, message", [

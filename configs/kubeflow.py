@@ -2,11 +2,10 @@
 AugMix, under a Kubeflow-legal pipeline name. `python -m kubeflow compile` starts from it;
 --image and an object-storage --output_dir make it a cluster config."""
 from configs.shared import PIPELINE_AUGMIX
-from pipeline.cluster_config import KUBEFLOW_PIPELINE_NAME
-from pipeline.config import PipelineConfig
-from trainer_module.config import TrainerConfig
+
+PIPELINE_NAME = "wrn-image-classifier"  # KFP names: [a-z0-9][a-z0-9-]{0,127}.
 
 
-def get_config() -> PipelineConfig:
-  return PipelineConfig(pipeline_name=KUBEFLOW_PIPELINE_NAME,
-                        trainer=TrainerConfig(**PIPELINE_AUGMIX))
+def get_config() -> dict:
+  return dict(pipeline_name=PIPELINE_NAME, depth=28, width_multiplier=10, train_epochs=200,
+              **PIPELINE_AUGMIX)

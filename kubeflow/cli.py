@@ -3,7 +3,6 @@ import os
 import sys
 from typing import Dict, List, Sequence, Tuple
 
-import configs
 from configs.flags import name_value_pairs, parse_value
 from kubeflow import cron
 from pipeline import config as config_lib
@@ -67,7 +66,8 @@ def _required(flags: dict, name: str, example: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
   if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
-    print(USAGE + config_lib.usage(configs.get_config(CLUSTER_PRESET), "python -m kubeflow compile", cluster=True))
+    print(USAGE + config_lib.usage(config_lib.from_preset(CLUSTER_PRESET),
+                                   "python -m kubeflow compile", cluster=True))
     return 0
   command, args = argv[0], argv[1:]
   if command not in COMMAND_FLAGS:
@@ -85,7 +85,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _compile(flags: dict, rest: List[str]) -> int:
-  config = config_lib.from_flags(rest, base=configs.get_config(CLUSTER_PRESET))
+  config = config_lib.from_flags(rest, base=config_lib.from_preset(CLUSTER_PRESET))
   if config.kubeflow is None:
     raise ValueError("Invalid config value image='': is required on Kubeflow (e.g. "
                      "--image=gcr.io/my-project/wrn-pipeline:1), with an object-storage "

@@ -9,12 +9,11 @@ from google.protobuf import json_format
 from kfp.client import client as kfp_client
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-import configs
 from kubeflow import cli, compiler, kfp_entrypoint
 from kubeflow.conftest import VERTEX_FLAGS
 from pipeline import cluster_config as kubeflow_config
 from pipeline import local_runner
-from pipeline.config import PipelineConfig, from_flags
+from pipeline.config import PipelineConfig, from_flags, from_preset
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
@@ -162,7 +161,7 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
 
 def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_path):
   from kubeflow.conftest import TFRECORD_FLAGS
-  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=configs.get_config("kubeflow"))
+  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=from_preset("kubeflow"))
   spec = _spec(compiler.compile_pipeline(config, str(tmp_path)))
   tasks = spec.root.dag.tasks
   base_model = tasks["Trainer"].inputs.artifacts["base_model"].task_output_artifact
@@ -251,7 +250,7 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
                                                                             monkeypatch):
   monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "compile-me-not")
   monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://minio-service.kubeflow:9000")
-  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=configs.get_config("kubeflow"))
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=from_preset("kubeflow"))
   job = compiler.pipeline_job(config)
   executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
   for step in BEAM_STEPS:
@@ -264,7 +263,7 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
 def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):
   from kubeflow import compiler, submit
   config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"],
-                      base=configs.get_config("kubeflow"))
+                      base=from_preset("kubeflow"))
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)
   tasks = spec.root.dag.tasks

@@ -14,6 +14,7 @@ import os
 import re
 from typing import Any
 
+from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
 from storage.object_storage import is_object_store_uri
 from trainer_module.config import require
 
@@ -25,7 +26,6 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Kubeflow V2 pipeline (and TFX KubeflowV2DagRunner) names.
 KFP_PIPELINE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
-KUBEFLOW_PIPELINE_NAME = "wrn-image-classifier"
 
 # Vertex AI AcceleratorType names (google.cloud.aiplatform_v1.types.AcceleratorType).
 GPU_TYPES = ("NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
@@ -52,24 +52,24 @@ class KubeflowConfig:
   image: str = ""  # The pipeline's container image (see Dockerfile); every component runs it.
   kubeflow_target: str = "kfp"  # kfp (open-source KFP v2 server) or vertex (Vertex AI).
   # Vertex AI training: with a project, the Trainer runs as a Vertex CustomJob on these pools.
-  vertex_project: str = ""
-  vertex_region: str = "us-central1"
-  machine_type: str = "n1-standard-8"
+  vertex_project: str = ""  # Google Cloud project of Vertex AI training.
+  vertex_region: str = "us-central1"  # Region of the Vertex AI training job.
+  machine_type: str = "n1-standard-8"  # Machine type of each training replica.
   accelerator_type: str = ""  # A Vertex AcceleratorType name; empty for CPU only.
   accelerator_count: int = 0  # Per replica.
   replica_count: int = 1  # Machines: one chief plus replica_count - 1 workers.
   # The Beam engine of every Beam-powered step: direct (DirectRunner inside the step's pod),
   # dataflow (Google Cloud Dataflow, the image as SDK container) or portable (a Flink or Spark
   # job server on the cluster, the image as SDK harness).
-  beam_runner: str = "direct"
-  dataflow_project: str = ""
-  dataflow_region: str = ""
+  beam_runner: str = "direct"  # direct, dataflow or portable.
+  dataflow_project: str = ""  # Google Cloud project of the Dataflow jobs.
+  dataflow_region: str = ""  # Region of the Dataflow jobs.
   dataflow_temp_location: str = ""  # gs://bucket/path for Dataflow's staging and temp files.
   beam_job_endpoint: str = ""  # host:port of the portable job server.
   beam_environment_type: str = "DOCKER"  # How the portable runner starts SDK harnesses.
   # DOCKER: the SDK harness image (default: image); EXTERNAL: host:port of a worker pool
   # (required); PROCESS: {"command": ...} JSON (default: the image's Beam boot program).
-  beam_environment_config: str = ""
+  beam_environment_config: str = ""  # Depends on beam_environment_type.
 
   def __post_init__(self):
     require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",

@@ -14,8 +14,10 @@ import re
 import typing
 from typing import Optional, Sequence, Tuple
 
-from components import reference_corruptions
-from configs.flags import name_value_pairs, parse_flags
+import configs
+from trainer_module import reference_corruptions
+from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
+                           parse_flags)
 from pipeline.cluster_config import KubeflowConfig, check_cluster_config
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
@@ -36,53 +38,53 @@ CONFIG_FLAG = "config"  # --config=NAME picks the preset (configs/) the other fl
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
-  pipeline_name: str = "wrn_image_classifier"
-  output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
+  # Every field is a flag; its trailing comment is its --help (configs.flags.field_help).
+  pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
   # On Kubeflow (with `kubeflow` set) output_dir is on object storage: gs:// or s3://.
+  output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
   dataset: str = "digits"  # digits (embedded), cifar10 (tensorflow-datasets) or tfrecord.
   tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: holds train/, eval/ [, test/].
   tfds_data_dir: Optional[str] = None  # tensorflow-datasets cache; None is tfds' default.
   eval_fraction: float = 0.15  # Share of keys held out for evaluation (model selection).
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
-  schema_path: str = DEFAULT_SCHEMA_PATH
+  schema_path: str = DEFAULT_SCHEMA_PATH  # The curated schema (label domain, features).
   min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
   max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
   # The rest of the gate (evaluation branch): calibrated eval ECE and NLL, mean corrupted
   # accuracy, each bounded and allowed to regress at most this much against the last blessed.
   # 0.10: the default model is under-confident on clean images (raw ECE 0.07-0.08), and the
   # default temperature fit will not sharpen it at the cost of calibration under shift.
-  max_eval_ece: float = 0.10
-  max_ece_increase: float = 0.02
-  max_eval_nll: float = 0.3
-  max_nll_increase: float = 0.1
-  min_corrupted_accuracy: float = 0.5
-  max_corrupted_accuracy_drop: float = 0.03
+  max_eval_ece: float = 0.10  # Upper bound of the calibrated eval ECE.
+  max_ece_increase: float = 0.02  # Largest eval ECE rise allowed against production.
+  max_eval_nll: float = 0.3  # Upper bound of the calibrated eval NLL.
+  max_nll_increase: float = 0.1  # Largest eval NLL rise allowed against production.
+  min_corrupted_accuracy: float = 0.5  # Lower bound of cA, the mean corrupted accuracy.
+  max_corrupted_accuracy_drop: float = 0.03  # Largest cA drop allowed against production.
   # Calibration under shift (calibrated probabilities, the whole corrupted set): NLL (equal
   # slices make it cNLL) and ECE, bounded and allowed to regress at most this much. The bounds
   # hold the default model with a margin (two runs on the digits with the 15 reference
   # corruptions, T = 1 from temperature_fit=validation_corruptions: cNLL 1.48 and 1.56, ECE of
   # the corrupted set 0.083 and 0.065).
-  max_corrupted_nll: float = 2.0
-  max_corrupted_nll_increase: float = 0.2
-  max_corrupted_ece: float = 0.15
-  max_corrupted_ece_increase: float = 0.03
+  max_corrupted_nll: float = 2.0  # Upper bound of cNLL.
+  max_corrupted_nll_increase: float = 0.2  # Largest cNLL rise allowed against production.
+  max_corrupted_ece: float = 0.15  # Upper bound of the corrupted set's ECE.
+  max_corrupted_ece_increase: float = 0.03  # Largest rise of it allowed against production.
   # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
   # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
-  # corruptions. Empty: none. Each corruption x severity slice holds examples_per_corruption
-  # test images (the same ones in every slice; 0: all of them).
-  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS
-  examples_per_corruption: int = 100
+  # corruptions. Empty: none.
+  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS  # Comma list.
+  examples_per_corruption: int = 100  # Test images per corruption x severity (0: all).
   # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
   # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
   # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
-  ensemble_size: int = 1
-  hyper_trials: int = 1
+  ensemble_size: int = 1  # Most distinct members the ensemble keeps (1: no ensemble).
+  hyper_trials: int = 1  # Trial Trainers to select the members from (>= ensemble_size).
   ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
-  enable_cache: bool = True
+  enable_cache: bool = True  # Reuse a step's result when its inputs and code are unchanged.
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
-  beam_running_mode: str = "multi_processing"
+  beam_running_mode: str = "multi_processing"  # DirectRunner: or multi_threading, in_memory.
   # The presets in configs/ choose the model; bare, it is the original script's recipe.
-  trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
+  trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # Its own flags.
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
@@ -225,25 +227,30 @@ def _flag_fields() -> dict:
 def usage(base: Optional[PipelineConfig] = None,
           command: str = 'python -m pipeline [--flag=value ...]   (or: make run ARGS="--flag=value")',
           cluster: bool = False) -> str:
-  """Every flag with its default (trainer defaults are the base's; cluster flags on request)."""
-  import configs  # The presets build PipelineConfigs: imported when needed, not at load.
-  defaults = base or configs.get_config()
-  cluster_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
-  lines = [f"usage: {command}", ""]
+  """Every flag, grouped, with its default (the base's, else the default preset's) and what it
+  means (the comments of its field); cluster flags on request."""
+  config = base or from_preset()
+  helps = {**field_help(PipelineConfig), **field_help(TrainerConfig),
+           **field_help(KubeflowConfig), CONFIG_FLAG: f"{CONFIG_HELP} {configs.PRESETS}"}
+  defaults = {CONFIG_FLAG: None if base else configs.DEFAULT_PRESET}
+  kubeflow_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
   for name in _flag_fields():
-    if name in cluster_defaults:
+    if name in kubeflow_defaults:
       if cluster:
-        lines.append(f"  --{name:<22} default: {cluster_defaults[name]!r}")
-      continue
-    source = defaults.trainer if hasattr(defaults.trainer, name) else defaults
-    lines.append(f"  --{name:<22} default: {getattr(source, name)!r}")
-  return "\n".join(lines)
+        defaults[name] = getattr(config.kubeflow, name, kubeflow_defaults[name])
+    else:
+      defaults[name] = getattr(config.trainer if hasattr(config.trainer, name) else config, name)
+  return f"usage: {command}\n" + describe_flags(grouped(helps, defaults))
+
+
+def from_preset(name: str = configs.DEFAULT_PRESET) -> PipelineConfig:
+  """The config of a preset in configs/ (its fields over the dataclasses' defaults)."""
+  return PipelineConfig().replace(**configs.get_config(name))
 
 
 def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
   """The run's config: `--config=NAME`'s preset (else `base`, else configs.DEFAULT_PRESET)
   with `--field value` / `--field=value` flags over it."""
-  import configs  # The presets build PipelineConfigs: imported when needed, not at load.
   hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig),
            **typing.get_type_hints(KubeflowConfig)}
   hints = {name: hints[name] for name in _flag_fields()}
@@ -251,9 +258,9 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> Pi
   presets = [value for name, value in pairs if name == CONFIG_FLAG]
   require(len(presets) <= 1, CONFIG_FLAG, ",".join(presets), "is given more than once")
   if presets:
-    base = configs.get_config(presets[0])
+    base = from_preset(presets[0])
   elif base is None:
-    base = configs.get_config(configs.DEFAULT_PRESET)
+    base = from_preset(configs.DEFAULT_PRESET)
   rest = [f"--{name}={value}" for name, value in pairs if name != CONFIG_FLAG]
   return base.replace(**parse_flags(rest, hints))
 

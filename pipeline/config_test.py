@@ -11,18 +11,17 @@ import tempfile
 
 import pytest
 
-from components import reference_corruptions
+from trainer_module import reference_corruptions
 from pipeline import local_runner
-from configs import get_config
 from configs.shared import PIPELINE_AUGMIX
-from pipeline.config import PipelineConfig, check_runs_here, from_flags
+from pipeline.config import PipelineConfig, check_runs_here, from_flags, from_preset
 from trainer_module.config import TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_defaults_are_a_small_local_wrn_on_the_embedded_digits():
-  config = get_config()
+  config = from_preset()
   assert config.dataset == "digits"
   assert (config.trainer.depth, config.trainer.width_multiplier) == (16, 2)
   assert os.path.isabs(config.output_dir)
@@ -42,7 +41,7 @@ def test_flags_override_pipeline_and_trainer_fields_by_name():
   assert (config.trainer.depth, config.trainer.width_multiplier) == (28, 10)
   assert config.trainer.lr_decay_epochs == (30, 60)
   assert config.trainer.bn_l2 is None and config.enable_cache is False
-  assert config.trainer.train_epochs == get_config().trainer.train_epochs
+  assert config.trainer.train_epochs == from_preset().trainer.train_epochs
 
 
 def test_trainer_config_survives_the_trip_through_tfx_custom_config():
@@ -100,14 +99,14 @@ def test_cifar10_takes_every_cifar10_c_corruption_and_no_corruptions_means_no_ro
 
 
 def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_families():
-  names = get_config().corruptions
+  names = from_preset().corruptions
   assert len(names) == 15
   assert {reference_corruptions.FAMILY_OF[name] for name in names} == {
       "noise", "blur", "weather", "digital"}
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  assert get_config().trainer.temperature_fit == "validation_corruptions"
+  assert from_preset().trainer.temperature_fit == "validation_corruptions"
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
     from_flags(["--corruptions=contrast,spatter"])
@@ -161,7 +160,7 @@ def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_def
 
 
 def test_augmix_is_on_in_the_local_and_kubeflow_presets():
-  cluster = get_config("kubeflow")
+  cluster = from_preset("kubeflow")
   for trainer in (from_flags([]).trainer, cluster.trainer):
     assert (trainer.augmix, trainer.aug_count, trainer.augmix_view_sets,
             trainer.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
@@ -264,7 +263,7 @@ def test_a_read_only_output_dir_exits_2_for_a_user_who_may_not_write_there():
 
 
 def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
-  assert get_config().trials == (get_config().trainer,)
+  assert from_preset().trials == (from_preset().trainer,)
   config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5"])
   assert len(config.trials) == 3 and config.trials[0] == config.trainer
   assert config.trials[1].l2_per_train_example and config.trials[1].seed != 5

@@ -135,7 +135,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optional[str]) -> int:
   from tfx import v1 as tfx  # noqa: F401  Imported first: it installs log handlers we replace.
-  from pipeline import interrupted_runs, report
+  from pipeline import interrupted_runs, run_summary
   log_path = configure_logging(os.path.join(config.output_dir, "logs"), run_id)
   log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s", config.pipeline_name,
            run_id, config.dataset, config.output_dir)
@@ -149,7 +149,7 @@ def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optio
     print(f"\nPipeline failed after {time.time() - start:.0f}s: "
           f"{failure_message(config, error)}\nFull log: {log_path}", file=sys.stderr)
     return 1
-  summary = report.summarize_run(config, run_id, elapsed_seconds=time.time() - start,
+  summary = run_summary.summarize_run(config, run_id, elapsed_seconds=time.time() - start,
                                  log_path=log_path)
   print(summary)
   with open(log_path, "a") as log_file:  # The log keeps the gate's decision and reasons too.

@@ -39,11 +39,9 @@ from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY, TRANSFOR
                                    WARM_START_FROM_PRODUCTION)
 
 WARM_START_MODEL_ID = "WarmStartModel"
-TRAINER_RUN_FN = "trainer_module.trainer.run_fn"  # Every runner's Trainer runs this.
+TRAINER_RUN_FN = "trainer_module.tfx_trainer.run_fn"  # Every runner's Trainer runs this.
 _REPOSITORY_DIR = os.path.dirname(os.path.dirname(__file__))
 _TRAINER_MODULE_DIR = os.path.join(_REPOSITORY_DIR, "trainer_module")
-# What the Trainer imports from components/: the validation corruptions of its temperature fit.
-_TRAINER_COMPONENT_FILES = ("reference_corruptions.py", "evaluation_set.py")
 
 
 # (trial, the trial Trainer's custom_config, its inputs) -> the Trainer component.
@@ -66,14 +64,13 @@ def trainer_custom_config(config: PipelineConfig, fingerprint: str, trial: int =
 
 
 def trainer_module_fingerprint() -> str:
-  """A hash of trainer_module's code (and the component modules it runs). Transform and Trainer
+  """A hash of trainer_module's code (all that Transform and the Trainer run). Transform and Trainer
   load it by import path, which TFX's cache key does not cover, so the fingerprint goes into
   their config: edit the code, and they run again instead of reusing a stale cached result."""
   digest = hashlib.sha256()
   paths = [os.path.join(_TRAINER_MODULE_DIR, name) for name in sorted(
       os.listdir(_TRAINER_MODULE_DIR)) if name.endswith(".py")
            and not name.endswith("_test.py") and name != "__main__.py"]  # Not the CLI.
-  paths += [os.path.join(_REPOSITORY_DIR, "components", name) for name in _TRAINER_COMPONENT_FILES]
   for path in paths:
     digest.update(os.path.relpath(path, _REPOSITORY_DIR).encode())
     with open(path, "rb") as f:

@@ -466,9 +466,8 @@ PIPELINE_NAME = "wrn-kfp-harness"
 def compile_for_s3(server, package_dir: str, flags: List[str]):
   """The pipeline compiled for kfp with output_dir and schema in a bucket of `server`
   (testing/s3_server.py); returns (config, CompiledPipeline)."""
-  import configs
   from kubeflow import compiler
-  from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags
+  from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags, from_preset
   client = server.client()
   if BUCKET not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
     server.create_bucket(BUCKET)
@@ -476,7 +475,7 @@ def compile_for_s3(server, package_dir: str, flags: List[str]):
   config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out",
                        f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
                        f"--pipeline_name={PIPELINE_NAME}", "--beam_running_mode=in_memory",
-                       *flags], base=configs.get_config("kubeflow"))
+                       *flags], base=from_preset("kubeflow"))
   return config, compiler.compile_pipeline(config, package_dir)
 
 

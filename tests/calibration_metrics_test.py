@@ -12,7 +12,7 @@ from tensorflow_model_analysis.metrics import metric_types
 from tfx_bsl.public import tfxio
 
 from components import calibration_metrics, evaluation_set
-from pipeline import evaluation, gate_report
+from pipeline import evaluation, tfma_results
 from pipeline.config import PipelineConfig
 from testing import reference_metrics
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
@@ -172,7 +172,7 @@ def evaluated(tmp_path_factory):
 
 def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
   rows, output, _ = evaluated
-  values = gate_report.load_metrics(output)
+  values = tfma_results.load_metrics(output)
   eval_set_of = np.array([r[0] for r in rows])
   corruption_of = np.array([r[1] or "" for r in rows])
   severity_of = np.array([r[2] or 0 for r in rows])
@@ -198,7 +198,7 @@ def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
       for name in ("nll", "ece", "brier_score"):
         assert got[("candidate", output_name, name, False)] == pytest.approx(
             expected[name], abs=1e-4), (slice_key, output_name, name)
-  reliability = gate_report.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
+  reliability = tfma_results.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
                                    "reliability_diagram")
   assert reliability.shape == (PipelineConfig().trainer.num_bins, 3)
   assert reliability[:, 0].sum() == np.sum(eval_set_of == "eval")
@@ -208,7 +208,7 @@ def test_a_model_below_the_accuracy_bound_is_not_blessed_and_the_reason_names_it
   rows, output, config = evaluated
   result = tfma.load_validation_result(output)
   assert not result.validation_ok
-  failures = gate_report.failures(result)
+  failures = tfma_results.failures(result)
   eval_accuracy = np.mean([r[4] == r[3].argmax() for r in rows if r[0] == "eval"])
   assert [f.metric for f in failures] == ["accuracy"]
   (failure,) = failures
@@ -231,7 +231,7 @@ def test_a_model_whose_corrupted_ece_regresses_beyond_the_bound_is_not_blessed(t
   output = _evaluate(tmp_path, config, candidate, baseline)
   result = tfma.load_validation_result(output)
   assert not result.validation_ok
-  (failure,) = gate_report.failures(result)
+  (failure,) = tfma_results.failures(result)
   assert (failure.metric, failure.slice, failure.change) == ("ECE", "eval_set=corrupted", True)
   logits = np.stack([r[3] for r in rows if r[0] == "corrupted"])
   labels = np.array([r[4] for r in rows if r[0] == "corrupted"])

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import from_flags
-from pipeline.report import RunRecord
+from pipeline.run_record import RunRecord
 from testing.graph_ops import augmix_or_random_ops, reachable_op_types
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from testing.tiny_config import SMALL_MODEL

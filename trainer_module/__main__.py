@@ -27,16 +27,16 @@ from trainer_module.checkpoints import Preempted
 from trainer_module import warm_start
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START, WARM_START_FROM_PRODUCTION,
                                    TrainerConfig)
-from configs.flags import parse_flags
-from trainer_module.task import RunPaths, run
+from configs.flags import describe_flags, field_help, grouped, parse_flags
+from trainer_module.training_job import RunPaths, run
 
 
 @dataclasses.dataclass(frozen=True)
 class StandalonePaths:
   train_files: Tuple[str, ...] = ()  # Comma-separated file patterns of Transform's output.
-  eval_files: Tuple[str, ...] = ()
+  eval_files: Tuple[str, ...] = ()  # The same, of the eval split.
   transform_output: str = ""  # Transform's transform_graph directory.
-  output_dir: str = ""
+  output_dir: str = ""  # checkpoints/, logs/ and serving_model/ go here.
   checkpoint_dir: Optional[str] = None  # Default: <output_dir>/checkpoints.
 
   def run_paths(self, config: TrainerConfig) -> RunPaths:
@@ -55,6 +55,15 @@ class StandalonePaths:
                     export_dir=os.path.join(self.output_dir, "serving_model"),
                     warm_start_from=(None if config.warm_start == NO_WARM_START
                                      else config.warm_start))
+
+
+def usage() -> str:
+  """This module's docstring, then every flag, grouped, with its default and meaning."""
+  defaults = {f.name: f.default for f in dataclasses.fields(StandalonePaths)}
+  defaults.update({f.name: getattr(TrainerConfig(), f.name)
+                   for f in dataclasses.fields(TrainerConfig)})
+  helps = {**field_help(StandalonePaths), **field_help(TrainerConfig)}
+  return __doc__ + describe_flags(grouped(helps, defaults, ungrouped_title="paths"))
 
 
 def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
@@ -129,9 +138,7 @@ def main(argv) -> int:
       return 2
     return 0
   if "--help" in argv or "-h" in argv:
-    print(__doc__)
-    for field in dataclasses.fields(StandalonePaths) + dataclasses.fields(TrainerConfig):
-      print(f"  --{field.name:<30} default: {field.default!r}")
+    print(usage())
     return 0
   try:
     config, paths = parse(argv)

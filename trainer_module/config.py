@@ -11,7 +11,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 import numpy as np
 
 # Keys of the TFX custom_config the pipeline hands Transform and the Trainer (producers:
-# pipeline/, kubeflow/; consumers: trainer_module.preprocessing and trainer_module.trainer).
+# pipeline/, kubeflow/; consumers: trainer_module.preprocessing and trainer_module.tfx_trainer).
 TRAINER_CONFIG_KEY = "trainer"  # TrainerConfig.to_dict() of the Trainer (trial).
 TRANSFORM_OPTIONS_KEY = "transform"  # TrainerConfig.transform_options() for preprocessing_fn.
 FINGERPRINT_KEY = "trainer_module_fingerprint"  # Invalidates the cache when the code changes.
@@ -20,59 +20,59 @@ FINGERPRINT_KEY = "trainer_module_fingerprint"  # Invalidates the cache when the
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
   # Model.
-  depth: int = 28
-  width_multiplier: int = 10
-  num_classes: int = 10
+  depth: int = 28  # Wide ResNet depth, 6n+4 (28 in WRN-28-10).
+  width_multiplier: int = 10  # Channel widening factor k (10 in WRN-28-10).
+  num_classes: int = 10  # Classes of the label (the schema's label domain).
   # Regularisation; each per-group L2 falls back to `l2` when None.
-  l2: float = 2e-4
-  bn_l2: Optional[float] = None
-  input_conv_l2: Optional[float] = None
-  group_1_conv_l2: Optional[float] = None
-  group_2_conv_l2: Optional[float] = None
-  group_3_conv_l2: Optional[float] = None
-  dense_kernel_l2: Optional[float] = None
-  dense_bias_l2: Optional[float] = None
-  label_smoothing: float = 0.0
+  l2: float = 2e-4  # L2 of every parameter group without its own.
+  bn_l2: Optional[float] = None  # L2 of batch-norm scales and offsets.
+  input_conv_l2: Optional[float] = None  # L2 of the first convolution.
+  group_1_conv_l2: Optional[float] = None  # L2 of the first block group's convolutions.
+  group_2_conv_l2: Optional[float] = None  # L2 of the second block group's convolutions.
+  group_3_conv_l2: Optional[float] = None  # L2 of the third block group's convolutions.
+  dense_kernel_l2: Optional[float] = None  # L2 of the logits layer's kernel.
+  dense_bias_l2: Optional[float] = None  # L2 of the logits layer's bias.
+  label_smoothing: float = 0.0  # Label smoothing of the cross-entropy.
   # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
   # train with c / n, n = the train split's example count (known only when the Trainer runs).
-  l2_per_train_example: bool = False
+  l2_per_train_example: bool = False  # L2s are c, trained as c / n.
   # Optimisation. The learning rate is given per 128 examples and scaled by the total batch.
-  base_learning_rate: float = 0.1
-  one_minus_momentum: float = 0.1
+  base_learning_rate: float = 0.1  # Learning rate per 128 examples.
+  one_minus_momentum: float = 0.1  # 1 - Nesterov momentum.
   lr_decay_epochs: Tuple[int, ...] = (60, 120, 160)  # For 200 epochs; rescaled to train_epochs.
-  lr_decay_ratio: float = 0.2
-  lr_warmup_epochs: int = 1
-  train_epochs: int = 200
+  lr_decay_ratio: float = 0.2  # Learning rate factor at each decay epoch.
+  lr_warmup_epochs: int = 1  # Epochs of linear warm-up.
+  train_epochs: int = 200  # Epochs the schedule spans.
   # Stops after this many steps when set (smoke runs); the schedule still spans train_epochs.
-  train_steps: Optional[int] = None
-  per_core_batch_size: int = 64
-  eval_batch_size: int = 256
-  seed: int = 42
+  train_steps: Optional[int] = None  # Stop after this many steps (smoke runs).
+  per_core_batch_size: int = 64  # Training batch per replica.
+  eval_batch_size: int = 256  # Evaluation batch.
+  seed: int = 42  # Seeds initialisation, shuffling and AugMix.
   num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
-  log_every_steps: int = 20
+  log_every_steps: int = 20  # Progress line every this many steps.
   # Checkpoints: every checkpoint_interval epochs as in the original (-1 never), also every
   # checkpoint_steps steps when > 0, and always when the process is told to stop (SIGTERM).
-  checkpoint_interval: int = 25
-  checkpoint_steps: int = 0
-  max_checkpoints_to_keep: int = 3
+  checkpoint_interval: int = 25  # Checkpoint every this many epochs (-1 never).
+  checkpoint_steps: int = 0  # Also every this many steps (0 never).
+  max_checkpoints_to_keep: int = 3  # Newest checkpoints kept.
   # Where and how to train: default (one device), mirrored (the local GPUs),
   # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
-  distribution_strategy: str = "default"
-  tpu: str = ""
+  distribution_strategy: str = "default"  # default, mirrored, multi_worker_mirrored or tpu.
+  tpu: str = ""  # TPU address for distribution_strategy=tpu.
   # auto: mixed_bfloat16 on TPUs and on CPUs with native bfloat16 units, mixed_float16 on
   # GPUs, float32 otherwise (distribution.resolve_precision_policy).
-  mixed_precision: str = "auto"
+  mixed_precision: str = "auto"  # auto, float32, mixed_float16 or mixed_bfloat16.
   # Training steps per host call (a tf.range loop inside one tf.function), cutting the host
   # round trip that dominates on TPUs; None: 1 on CPUs, 10 on GPUs, 100 on TPUs. Loops end at
   # each log, epoch and checkpoint step, so raise log_every_steps with it.
-  steps_per_loop: Optional[int] = None
+  steps_per_loop: Optional[int] = None  # Training steps per host call (None: by device).
   op_determinism: bool = False  # Bit-identical reruns (tf.config op determinism; slower).
   mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
   # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
-  continuous_eval_timeout_secs: int = 3600
+  continuous_eval_timeout_secs: int = 3600  # continuous_eval's wait for a new checkpoint.
   # AugMix (Hendrycks et al. 2020), named as in the original script, and off as there; the
-  # pipeline's presets turn it on (pipeline/config.py PIPELINE_AUGMIX).
-  augmix: bool = False
+  # pipeline's presets turn it on (configs/shared.py PIPELINE_AUGMIX).
+  augmix: bool = False  # Train on AugMix views (Hendrycks et al. 2020).
   aug_count: int = 1  # AugMix views per training image (1 for a single model).
   augmix_prob_coeff: float = 0.5  # Dirichlet and Beta concentration alpha.
   augmix_depth: int = -1  # Operations per chain; -1 samples it in [1, 3].
@@ -85,22 +85,22 @@ class TrainerConfig:
   # evaluated ones) are no worse calibrated than the raw softmax, in NLL and ECE
   # ("validation_corruptions"); fitted on the clean eval split alone ("clean"); or on it and its
   # training-time AugMix views, never worse than raw on either ("clean_and_augmix").
-  temperature_fit: str = "validation_corruptions"
+  temperature_fit: str = "validation_corruptions"  # Or clean, or clean_and_augmix.
   # Eval images per validation corruption x severity (4 x 5 slices, the same images in each).
-  validation_corruption_examples: int = 50
+  validation_corruption_examples: int = 50  # Eval images per validation slice.
   # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
   # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
-  augmix_view_sets: int = 1
+  augmix_view_sets: int = 1  # View sets per image, one per epoch.
   # Warm start (trainer_module/warm_start.py): none, production (pipeline only: the model in
   # production, when there is one), or a checkpoint directory / exported SavedModel. Variables
   # named by a warm_start_exclude prefix ("head" = the logits layer) start freshly initialised.
   # A warm-started run trains warm_start_epochs (default: a quarter of train_epochs) on the
   # fine-tuning schedule (warm-up, cosine decay from base_learning_rate): restored variables at
   # warm_start_lr_ratio x that rate, freshly initialised ones (a new head) at the full rate.
-  warm_start: str = "none"
-  warm_start_exclude: Tuple[str, ...] = ()
-  warm_start_epochs: Optional[int] = None
-  warm_start_lr_ratio: float = 0.1
+  warm_start: str = "none"  # none, production, or a checkpoint/SavedModel path.
+  warm_start_exclude: Tuple[str, ...] = ()  # Variable prefixes left fresh (head = logits).
+  warm_start_epochs: Optional[int] = None  # Fine-tuning epochs (None: train_epochs / 4).
+  warm_start_lr_ratio: float = 0.1  # Restored variables' rate / the schedule's.
 
   def __post_init__(self):
     require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,

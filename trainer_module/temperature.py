@@ -31,7 +31,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from components import reference_corruptions
+from trainer_module import reference_corruptions
 
 log = logging.getLogger(__name__)
 
@@ -298,11 +298,10 @@ def augmented_eval_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: 
 def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: tf.Tensor,
                              per_slice: int, batch_size: int) -> ShiftedSet:
   """`per_slice` eval images (chosen by a hash of their key) under each validation corruption at
-  each severity, made by tfds' corruption code (components/reference_corruptions.py) and
+  each severity, made by tfds' corruption code (trainer_module/reference_corruptions.py) and
   normalised like the images, as (images, labels) batches with each example's slice name. An
   image's key is a hash of its pixels, so the same eval split gives the same set on every run,
   in any order."""
-  from components.evaluation_set import subsample
   from trainer_module.preprocessing import denormalize_to_uint8, normalize
   images, labels = [], []
   for batch in eval_batches:
@@ -314,8 +313,8 @@ def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std
                               "the temperature fit.")
   images, labels = np.concatenate(images), np.concatenate(labels)
   keys = [hashlib.sha256(image.tobytes()).hexdigest() for image in images]
-  chosen = subsample([(key, index, int(labels[index])) for index, key in enumerate(keys)],
-                     per_slice)
+  chosen = reference_corruptions.subsample(
+      [(key, index, int(labels[index])) for index, key in enumerate(keys)], per_slice)
   corrupted, corrupted_labels, slices = [], [], []
   for name in VALIDATION_CORRUPTIONS:
     for severity in reference_corruptions.SEVERITIES:

@@ -276,7 +276,7 @@ def _normalised_batches(rng, count, batch_size, mean, std):
 
 
 def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_any_order():
-  from components import reference_corruptions
+  from trainer_module import reference_corruptions
   rng = np.random.default_rng(9)
   mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
   (images, labels, weights), batches = _normalised_batches(rng, 7, 3, mean, std)

@@ -13,7 +13,7 @@ import tf_keras as keras
 from trainer_module import warm_start
 from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
-from trainer_module.train import Training, learning_rate_schedule
+from trainer_module.training_loop import Training, learning_rate_schedule
 
 TINY = dict(depth=10, width_multiplier=1, seed=1)
 

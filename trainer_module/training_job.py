@@ -18,7 +18,7 @@ from trainer_module.config import TrainerConfig
 from trainer_module.distribution import (Precision, is_chief, make_strategy,
                                          set_precision_policy)
 from trainer_module.export import PRECISION_FILE, TRAINING_FILE, export_serving_model, float32_model
-from trainer_module.train import Training, fit
+from trainer_module.training_loop import Training, fit
 
 log = logging.getLogger(__name__)
 
