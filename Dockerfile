@@ -1,5 +1,5 @@
 # The pipeline's image: TFX 1.16's official image plus this project. Every Kubeflow component
-# and every Vertex AI training replica runs it. Build from the repository root (README,
+# and every Vertex AI training replica runs it. Build from the repository root (docs/kubeflow.md,
 # "Running on Kubeflow Pipelines"):
 #   docker build -t gcr.io/PROJECT/wrn-pipeline:TAG . && docker push gcr.io/PROJECT/wrn-pipeline:TAG
 FROM gcr.io/tfx-oss-public/tfx:1.16.0
@@ -31,4 +31,4 @@ RUN python -m pip install --no-cache-dir --no-deps . \
                         trainer_module.tfx_trainer, configs.kubeflow" \
  && python -c "from storage import object_storage; object_storage.register_tensorflow_s3()"
 # No ENTRYPOINT here: the TFX image's, Beam's SDK harness boot program, makes this image the
-# SDK container of Dataflow and portable runners (README, "Beam beyond one pod").
+# SDK container of Dataflow and portable runners (docs/kubeflow.md, "Beam beyond one pod").

@@ -65,7 +65,7 @@ bench-trainer: $(STAMP)
 bench-evaluator: $(STAMP)
 	$(VENV_PY) bench/evaluator.py $(ARGS)
 
-# Kubeflow Pipelines (README, "Running on Kubeflow Pipelines"):
+# Kubeflow Pipelines (docs/kubeflow.md):
 #   make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG
 #   make kubeflow-compile ARGS="--image=gcr.io/PROJECT/wrn-pipeline:TAG --output_dir=gs://BUCKET/wrn"
 kubeflow-compile: $(STAMP)

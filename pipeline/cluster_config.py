@@ -12,11 +12,14 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
 from storage.object_storage import is_object_store_uri
 from trainer_module.config import require
+
+if TYPE_CHECKING:  # pipeline.config imports this module.
+  from pipeline.config import PipelineConfig
 
 # The Dockerfile's WORKDIR: the project's packages are copied there, and it is on sys.path.
 IMAGE_PROJECT_DIR = "/pipeline"
@@ -37,7 +40,7 @@ ACCELERATOR_TYPES = GPU_TYPES + TPU_TYPES
 # Pipelines (which also runs TFX's resolver, pre-cache-check and CustomJob extensions).
 KUBEFLOW_TARGETS = ("kfp", "vertex")
 
-# Beam engines of the Beam-powered steps (README, "Beam beyond one pod").
+# Beam engines of the Beam-powered steps (docs/kubeflow.md, "Beam beyond one pod").
 BEAM_RUNNERS = ("direct", "dataflow", "portable")
 BEAM_ENVIRONMENT_TYPES = ("DOCKER", "EXTERNAL", "PROCESS")
 # Beam's SDK harness boot program: the TFX image copies it from Beam's SDK image and makes it
@@ -194,7 +197,7 @@ def image_path(local_path: str) -> str:
   return "/".join([IMAGE_PROJECT_DIR] + relative.split(os.sep))
 
 
-def check_cluster_config(config: Any) -> None:
+def check_cluster_config(config: PipelineConfig) -> None:
   """What a PipelineConfig with cluster settings must satisfy on top of the local rules."""
   kubeflow = config.kubeflow
   require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",

@@ -1,8 +1,8 @@
 """s3:// for every process of the pipeline, configured from the environment, never from source.
 
-A pod gets its object-storage settings as environment variables (README, "Object storage"):
-the standard AWS ones (credentials, region) plus the endpoint of MinIO or another S3-compatible
-store. Three clients read s3://, each with its own variable names:
+A pod gets its object-storage settings as environment variables (docs/kubeflow.md, "Object
+storage"): the standard AWS ones (credentials, region) plus the endpoint of MinIO or another
+S3-compatible store. Three clients read s3://, each with its own variable names:
 - TensorFlow (tf.io.gfile, hence TFX fileio, TFT, TFMA, the Trainer and our Pusher) through
   tensorflow-io's S3 filesystem plugin, registered by importing `tensorflow_io`. It reads
   S3_ENDPOINT (a URL: the scheme picks http or https), AWS_REGION, S3_VERIFY_SSL, S3_CA_FILE

@@ -49,7 +49,8 @@ class S3Server:
     self.ca_bundle = os.path.join(self._tls_dir.name, "ca.pem") if tls else None
 
   def environ(self) -> Dict[str, str]:
-    """The variables a pod reads its object-storage settings from (README, "Object storage")."""
+    """The variables a pod reads its object-storage settings from (docs/kubeflow.md,
+    "Object storage")."""
     environ = {"AWS_ENDPOINT_URL_S3": self.endpoint_url, "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
                "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY, "AWS_REGION": REGION}
     return {**environ, "AWS_CA_BUNDLE": self.ca_bundle} if self.tls else environ

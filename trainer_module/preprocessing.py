@@ -67,8 +67,8 @@ def _train_view_sets(images, keys, options):
 def preprocessing_fn(inputs, custom_config=None):
   """Raw {image, label, key} -> {image, label[, augmix_views | key][, channel_mean, channel_std]}.
 
-  custom_config[TRANSFORM_OPTIONS_KEY] is TrainerConfig.transform_options(): how many AugMix views to
-  write per set (`num_views`) and how many sets (`view_sets`, compact: see
+  custom_config[TRANSFORM_OPTIONS_KEY] is TrainerConfig.transform_options(): how many AugMix
+  views to write per set (`num_views`) and how many sets (`view_sets`, compact: see
   augmix.encode_view_sets), or whether to hand the Trainer the key to make them each epoch
   (`emit_augmix_inputs`).
   """
