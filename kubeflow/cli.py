@@ -66,7 +66,7 @@ def _required(flags: dict, name: str, example: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
   if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
-    print(USAGE + config_lib.usage(config_lib.from_preset(CLUSTER_PRESET),
+    print(USAGE + config_lib.usage(CLUSTER_PRESET,
                                    "python -m kubeflow compile", cluster=True))
     return 0
   command, args = argv[0], argv[1:]

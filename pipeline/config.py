@@ -224,15 +224,15 @@ def _flag_fields() -> dict:
   return fields
 
 
-def usage(base: Optional[PipelineConfig] = None,
-          command: str = 'python -m pipeline [--flag=value ...]   (or: make run ARGS="--flag=value")',
+def usage(preset: str = configs.DEFAULT_PRESET,
+          command: str = "python -m pipeline [--flag=value ...]   (or: make run ARGS=...)",
           cluster: bool = False) -> str:
-  """Every flag, grouped, with its default (the base's, else the default preset's) and what it
-  means (the comments of its field); cluster flags on request."""
-  config = base or from_preset()
+  """Every flag, grouped, with its default (the preset's) and what it means (the comments of
+  its field); cluster flags on request."""
+  config = from_preset(preset)
   helps = {**field_help(PipelineConfig), **field_help(TrainerConfig),
            **field_help(KubeflowConfig), CONFIG_FLAG: f"{CONFIG_HELP} {configs.PRESETS}"}
-  defaults = {CONFIG_FLAG: None if base else configs.DEFAULT_PRESET}
+  defaults = {CONFIG_FLAG: preset}
   kubeflow_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
   for name in _flag_fields():
     if name in kubeflow_defaults:

@@ -14,7 +14,7 @@ import pytest
 from trainer_module import reference_corruptions
 from pipeline import local_runner
 from configs.shared import PIPELINE_AUGMIX
-from pipeline.config import PipelineConfig, check_runs_here, from_flags, from_preset
+from pipeline.config import check_runs_here, from_flags, from_preset
 from trainer_module.config import TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -131,6 +131,7 @@ def test_a_resumed_run_continues_its_own_checkpoints_and_does_not_warm_start_aga
 
   resumed = Training(config, tf.distribute.get_strategy(), 10, str(tmp_path / "run"),
                      warm_start_from=source)
+  caplog.clear()  # Only what the resume logs (the first restore may have been captured).
   with caplog.at_level(logging.INFO):
     resumed.restore()
   assert resumed.step == 4
