@@ -76,37 +76,37 @@ class KubeflowConfig:
 
   def __post_init__(self):
     require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
-             self.image, "is required: the container image every component runs "
-             "(e.g. gcr.io/my-project/wrn-pipeline:1)")
+            self.image, "is required: the container image every component runs "
+            "(e.g. gcr.io/my-project/wrn-pipeline:1)")
     require(self.kubeflow_target in KUBEFLOW_TARGETS, "kubeflow_target", self.kubeflow_target,
-             f"must be one of {KUBEFLOW_TARGETS}")
+            f"must be one of {KUBEFLOW_TARGETS}")
     require(not (self.vertex_project and self.kubeflow_target == "kfp"), "vertex_project",
-             self.vertex_project, "needs --kubeflow_target=vertex: Vertex AI training runs as a "
-             "CustomJob, which an open-source Kubeflow Pipelines server does not run")
+            self.vertex_project, "needs --kubeflow_target=vertex: Vertex AI training runs as a "
+            "CustomJob, which an open-source Kubeflow Pipelines server does not run")
     require(self.accelerator_type in ("",) + ACCELERATOR_TYPES, "accelerator_type",
-             self.accelerator_type, f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
+            self.accelerator_type, f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
     require(self.accelerator_count >= 0, "accelerator_count", self.accelerator_count,
-             "must be >= 0")
+            "must be >= 0")
     require((self.accelerator_count > 0) == bool(self.accelerator_type), "accelerator_count",
-             self.accelerator_count, "must be > 0 exactly when accelerator_type is set")
+            self.accelerator_count, "must be > 0 exactly when accelerator_type is set")
     require(self.replica_count >= 1, "replica_count", self.replica_count, "must be >= 1")
     if not self.vertex_project:
       require(not self.accelerator_type and self.replica_count == 1, "vertex_project",
-               self.vertex_project, "is required for accelerators or more than one replica "
-               "(the Trainer runs them as a Vertex AI training job)")
+              self.vertex_project, "is required for accelerators or more than one replica "
+              "(the Trainer runs them as a Vertex AI training job)")
     else:
       require(bool(self.vertex_region), "vertex_region", self.vertex_region,
-               "is required with vertex_project")
+              "is required with vertex_project")
       require(bool(self.machine_type), "machine_type", self.machine_type,
-               "is required with vertex_project")
+              "is required with vertex_project")
     if self.accelerator_type in TPU_TYPES:
       require(self.replica_count == 1, "replica_count", self.replica_count,
-               "must be 1 with a TPU accelerator (one TPU host runs the TPUStrategy)")
+              "must be 1 with a TPU accelerator (one TPU host runs the TPUStrategy)")
     self._check_beam_engine()
 
   def _check_beam_engine(self) -> None:
     require(self.beam_runner in BEAM_RUNNERS, "beam_runner", self.beam_runner,
-             f"must be one of {BEAM_RUNNERS}")
+            f"must be one of {BEAM_RUNNERS}")
     dataflow = {"dataflow_project": self.dataflow_project,
                 "dataflow_region": self.dataflow_region,
                 "dataflow_temp_location": self.dataflow_temp_location}
@@ -118,28 +118,28 @@ class KubeflowConfig:
       require(not value, name, value, f"is not used with beam_runner={self.beam_runner}")
     if self.beam_runner == "dataflow":
       require(bool(self.dataflow_project), "dataflow_project", self.dataflow_project,
-               "is required with beam_runner=dataflow (the Google Cloud project of the jobs)")
+              "is required with beam_runner=dataflow (the Google Cloud project of the jobs)")
       require(GCP_REGION.fullmatch(self.dataflow_region) is not None, "dataflow_region",
-               self.dataflow_region, "must be a Google Cloud region with beam_runner=dataflow "
-               "(e.g. us-central1)")
+              self.dataflow_region, "must be a Google Cloud region with beam_runner=dataflow "
+              "(e.g. us-central1)")
       require(self.dataflow_temp_location.startswith("gs://")
-               and is_object_store_uri(self.dataflow_temp_location), "dataflow_temp_location",
-               self.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
-               "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
+              and is_object_store_uri(self.dataflow_temp_location), "dataflow_temp_location",
+              self.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
+              "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
     elif self.beam_runner == "portable":
       require(HOST_PORT.fullmatch(self.beam_job_endpoint) is not None, "beam_job_endpoint",
-               self.beam_job_endpoint, "must be host:port of the job server with "
-               "beam_runner=portable (e.g. flink-jobserver.flink:8099)")
+              self.beam_job_endpoint, "must be host:port of the job server with "
+              "beam_runner=portable (e.g. flink-jobserver.flink:8099)")
       require(self.beam_environment_type in BEAM_ENVIRONMENT_TYPES, "beam_environment_type",
-               self.beam_environment_type, f"must be one of {BEAM_ENVIRONMENT_TYPES}")
+              self.beam_environment_type, f"must be one of {BEAM_ENVIRONMENT_TYPES}")
       if self.beam_environment_type == "EXTERNAL":
         require(HOST_PORT.fullmatch(self.beam_environment_config) is not None,
-                 "beam_environment_config", self.beam_environment_config,
-                 "must be host:port of the SDK worker pool with beam_environment_type=EXTERNAL")
+                "beam_environment_config", self.beam_environment_config,
+                "must be host:port of the SDK worker pool with beam_environment_type=EXTERNAL")
       elif self.beam_environment_type == "PROCESS" and self.beam_environment_config:
         require(_is_process_config(self.beam_environment_config), "beam_environment_config",
-                 self.beam_environment_config, 'must be JSON with a "command" with '
-                 "beam_environment_type=PROCESS")
+                self.beam_environment_config, 'must be JSON with a "command" with '
+                "beam_environment_type=PROCESS")
 
   def beam_runner_args(self) -> list:
     """Beam arguments choosing the engine; empty for direct (PipelineConfig adds its own)."""
@@ -192,8 +192,8 @@ def image_path(local_path: str) -> str:
     return local_path
   relative = os.path.relpath(os.path.abspath(local_path), PROJECT_DIR)
   require(relative.split(os.sep)[0] in IMAGE_PACKAGES, "schema_path", local_path,
-           "must be on object storage (gs://, s3://) or inside one of the packages the image "
-           f"holds {IMAGE_PACKAGES}")
+          "must be on object storage (gs://, s3://) or inside one of the packages the image "
+          f"holds {IMAGE_PACKAGES}")
   return "/".join([IMAGE_PROJECT_DIR] + relative.split(os.sep))
 
 
@@ -201,33 +201,33 @@ def check_cluster_config(config: PipelineConfig) -> None:
   """What a PipelineConfig with cluster settings must satisfy on top of the local rules."""
   kubeflow = config.kubeflow
   require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",
-           config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
-           f"(e.g. {KUBEFLOW_PIPELINE_NAME})")
+          config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
+          f"(e.g. {KUBEFLOW_PIPELINE_NAME})")
   require(is_object_store_uri(config.output_dir), "output_dir", config.output_dir,
-           "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
-           "the pipeline root and the serving models go under it")
+          "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
+          "the pipeline root and the serving models go under it")
   for name in ("tfrecord_dir", "tfds_data_dir"):
     value = getattr(config, name)
     require(value is None or is_object_store_uri(value), name, value,
-             "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
-             "the cluster cannot read this machine's files")
+            "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
+            "the cluster cannot read this machine's files")
   image_path(config.schema_path)
   if kubeflow.beam_runner != "direct":
     require(config.beam_workers == 0, "beam_workers", config.beam_workers,
-             f"is for the direct runner; with beam_runner={kubeflow.beam_runner} the engine "
-             "scales its workers")
+            f"is for the direct runner; with beam_runner={kubeflow.beam_runner} the engine "
+            "scales its workers")
   if kubeflow.beam_runner == "dataflow":
     for name in ("output_dir", "tfrecord_dir", "tfds_data_dir"):
       value = getattr(config, name)
       require(value is None or value.startswith("gs://"), name, value,
-               "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "
-               "workers read and write it without this cluster's S3 credentials")
+              "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "
+              "workers read and write it without this cluster's S3 credentials")
   strategy = config.trainer.distribution_strategy
   expected = kubeflow.expected_distribution_strategies()
   require(strategy in expected, "distribution_strategy", strategy,
-           f"must be one of {expected} with replica_count={kubeflow.replica_count}, "
-           f"accelerator_type={kubeflow.accelerator_type!r}, "
-           f"accelerator_count={kubeflow.accelerator_count}")
+          f"must be one of {expected} with replica_count={kubeflow.replica_count}, "
+          f"accelerator_type={kubeflow.accelerator_type!r}, "
+          f"accelerator_count={kubeflow.accelerator_count}")
 
 
 def _is_process_config(text: str) -> bool:

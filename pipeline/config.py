@@ -93,39 +93,39 @@ class PipelineConfig:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
     require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
     require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
-             self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
-             "'-' or '.', starting with a letter or digit (it names directories and MLMD "
-             "contexts)")
+            self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
+            "'-' or '.', starting with a letter or digit (it names directories and MLMD "
+            "contexts)")
     require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
-             "must be in (0, 1)")
+            "must be in (0, 1)")
     require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
-             self.test_fraction, "must be in [0, 1 - eval_fraction)")
+            self.test_fraction, "must be in [0, 1 - eval_fraction)")
     require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
-             "must be in [0, 1]")
+            "must be in [0, 1]")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
                  "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
                  "max_corrupted_nll_increase", "max_corrupted_ece", "max_corrupted_ece_increase"):
       require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
     require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
-             self.min_corrupted_accuracy, "must be in [0, 1]")
+            self.min_corrupted_accuracy, "must be in [0, 1]")
     require(self.examples_per_corruption >= 0, "examples_per_corruption",
-             self.examples_per_corruption, "must be >= 0 (0 = every test image)")
+            self.examples_per_corruption, "must be >= 0 (0 = every test image)")
     require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
     require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
-             f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
-             "chosen among the trials")
+            f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
+            "chosen among the trials")
     require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
-             self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
+            self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
     require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
-             "must be >= 0 (0 = one per CPU core)")
+            "must be >= 0 (0 = one per CPU core)")
     require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
-             self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
+            self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
     if self.dataset != "tfrecord":
       require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
-               "is only used with dataset=tfrecord")
+              "is only used with dataset=tfrecord")
     if self.kubeflow is not None:
       require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
-               self.tfrecord_dir, "is required with dataset=tfrecord")
+              self.tfrecord_dir, "is required with dataset=tfrecord")
       check_cluster_config(self)  # Paths on object storage are not read here.
     elif self.dataset == "tfrecord":
       _check_tfrecord_dir(self.tfrecord_dir)
@@ -136,11 +136,11 @@ class PipelineConfig:
       tuning = [name for name in self.corruptions
                 if name in reference_corruptions.EXTRA_CORRUPTIONS]
       require(not tuning, "corruptions", ",".join(self.corruptions),
-               f"{tuning} choose the temperature (temperature_fit=validation_corruptions), so "
-               "they cannot also be evaluated; leave them out or pick another temperature_fit")
+              f"{tuning} choose the temperature (temperature_fit=validation_corruptions), so "
+              "they cannot also be evaluated; leave them out or pick another temperature_fit")
     require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
-             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
-             "`python -m trainer_module`)")
+            "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
+            "`python -m trainer_module`)")
 
   def check_output_dir(self) -> None:
     """For a local run: output_dir must be a directory this user can create files in, or be
@@ -149,17 +149,17 @@ class PipelineConfig:
     a cluster writes nothing locally."""
     path = self.output_dir
     require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
-             "is a file, not a directory")
+            "is a file, not a directory")
     existing = path
     while not os.path.exists(existing):
       existing = os.path.dirname(existing)
     require(os.path.isdir(existing), "output_dir", path,
-             f"cannot be created: {existing} is a file")
+            f"cannot be created: {existing} is a file")
     if os.statvfs(existing).f_flag & os.ST_RDONLY:
       require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
-               "system")
+              "system")
     require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
-             f"is not writable: this user may not create files in {existing}")
+            f"is not writable: this user may not create files in {existing}")
 
   @property
   def trials(self) -> Tuple[TrainerConfig, ...]:
@@ -271,8 +271,8 @@ def _check_tfrecord_dir(path: Optional[str]) -> None:
   for split in TFRECORD_SPLITS_REQUIRED:
     split_dir = os.path.join(path, split)
     require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
-             f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
-             " and optionally test/ subdirectories)")
+            f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
+            " and optionally test/ subdirectories)")
 
 
 def robustness_source(dataset: str) -> str:
@@ -284,13 +284,13 @@ def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optio
   known = reference_corruptions.ALL_CORRUPTIONS
   unknown = [name for name in names if name not in known]
   require(not unknown, "corruptions", ",".join(names),
-           f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
+          f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
   require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
 
   if names and dataset == "tfrecord" and tfrecord_dir and os.path.isdir(tfrecord_dir):
     require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
-             f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
-             "or pass --corruptions= (no robustness set)")
+            f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
+            "or pass --corruptions= (no robustness set)")
 
 
 def check_runs_here(config: PipelineConfig) -> None:
@@ -301,7 +301,7 @@ def check_runs_here(config: PipelineConfig) -> None:
   missing = reference_corruptions.unavailable(config.corruptions)
   require(not missing, "corruptions", ",".join(config.corruptions), "; ".join(
       f"{name} cannot run on this machine: it {reason}" for name, reason in missing.items())
-           + " (or leave it out of --corruptions)")
+          + " (or leave it out of --corruptions)")
 
 
 def _check_schema(path: str, num_classes: int) -> None:
@@ -317,7 +317,7 @@ def _check_schema(path: str, num_classes: int) -> None:
       raise ValueError(f"Invalid config value schema_path={path!r}: not a schema: {error}") from None
   label = next((f for f in schema.feature if f.name == "label"), None)
   require(label is not None and label.HasField("int_domain"), "schema_path", path,
-           "must give the 'label' feature an int_domain")
+          "must give the 'label' feature an int_domain")
   require(label.int_domain.min == 0 and label.int_domain.max == num_classes - 1, "num_classes",
-           num_classes, f"disagrees with the label domain [{label.int_domain.min}, "
-           f"{label.int_domain.max}] of {path}")
+          num_classes, f"disagrees with the label domain [{label.int_domain.min}, "
+          f"{label.int_domain.max}] of {path}")

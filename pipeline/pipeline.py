@@ -64,9 +64,10 @@ def trainer_custom_config(config: PipelineConfig, fingerprint: str, trial: int =
 
 
 def trainer_module_fingerprint() -> str:
-  """A hash of trainer_module's code (all that Transform and the Trainer run). Transform and Trainer
-  load it by import path, which TFX's cache key does not cover, so the fingerprint goes into
-  their config: edit the code, and they run again instead of reusing a stale cached result."""
+  """A hash of trainer_module's code (all that Transform and the Trainer run, not its CLI).
+  Transform and Trainer load it by import path, which TFX's cache key does not cover, so the
+  fingerprint goes into their config: edit the code, and they run again instead of reusing a
+  stale cached result."""
   digest = hashlib.sha256()
   paths = [os.path.join(_TRAINER_MODULE_DIR, name) for name in sorted(
       os.listdir(_TRAINER_MODULE_DIR)) if name.endswith(".py")

@@ -15,11 +15,12 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow_model_analysis as tfma
 
-from components import evaluation_set, reference_corruptions as corruptions
+from components import evaluation_set
 from components.calibration_metrics import BRIER_NAME, ECE_NAME, NLL_NAME, RELIABILITY_NAME
 from pipeline import plots, tfma_results
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
+from trainer_module import reference_corruptions as corruptions
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record

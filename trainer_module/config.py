@@ -104,7 +104,7 @@ class TrainerConfig:
 
   def __post_init__(self):
     require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
-             "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
+            "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
     require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")
     require(self.num_classes >= 2, "num_classes", self.num_classes, "must be >= 2")
     for name in ("l2",) + L2_GROUPS:
@@ -113,69 +113,69 @@ class TrainerConfig:
     if self.l2_per_train_example:
       unset = [name for name in HYPER_L2_GROUPS if getattr(self, name) is None]
       require(not unset, "l2_per_train_example", True,
-               f"needs every per-example L2 coefficient set; unset: {unset}")
+              f"needs every per-example L2 coefficient set; unset: {unset}")
     require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
-             "must be in [0, 1]")
+            "must be in [0, 1]")
     require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
-             "must be > 0")
+            "must be > 0")
     require(0.0 < self.one_minus_momentum <= 1.0, "one_minus_momentum",
-             self.one_minus_momentum, "must be in (0, 1]")
+            self.one_minus_momentum, "must be in (0, 1]")
     require(list(self.lr_decay_epochs) == sorted(self.lr_decay_epochs)
-             and all(e > 0 for e in self.lr_decay_epochs), "lr_decay_epochs",
-             self.lr_decay_epochs, "must be increasing positive epochs")
+            and all(e > 0 for e in self.lr_decay_epochs), "lr_decay_epochs",
+            self.lr_decay_epochs, "must be increasing positive epochs")
     require(0.0 < self.lr_decay_ratio <= 1.0, "lr_decay_ratio", self.lr_decay_ratio,
-             "must be in (0, 1]")
+            "must be in (0, 1]")
     require(self.lr_warmup_epochs >= 0, "lr_warmup_epochs", self.lr_warmup_epochs,
-             "must be >= 0")
+            "must be >= 0")
     require(self.train_epochs > 0, "train_epochs", self.train_epochs, "must be > 0")
     require(self.train_steps is None or self.train_steps > 0, "train_steps", self.train_steps,
-             "must be > 0 (or unset to train for train_epochs)")
+            "must be > 0 (or unset to train for train_epochs)")
     require(self.per_core_batch_size > 0, "per_core_batch_size", self.per_core_batch_size,
-             "must be > 0")
+            "must be > 0")
     require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
     require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
     require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
     require(self.checkpoint_interval == -1 or self.checkpoint_interval > 0,
-             "checkpoint_interval", self.checkpoint_interval, "must be > 0 epochs, or -1 (never)")
+            "checkpoint_interval", self.checkpoint_interval, "must be > 0 epochs, or -1 (never)")
     require(self.checkpoint_steps >= 0, "checkpoint_steps", self.checkpoint_steps,
-             "must be >= 0 (0 = only every checkpoint_interval epochs)")
+            "must be >= 0 (0 = only every checkpoint_interval epochs)")
     require(self.max_checkpoints_to_keep >= 1, "max_checkpoints_to_keep",
-             self.max_checkpoints_to_keep, "must be >= 1")
+            self.max_checkpoints_to_keep, "must be >= 1")
     require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
-             self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
+            self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
     require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
-             "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
+            "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
     require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
-             f"must be one of {PRECISION_CHOICES}")
+            f"must be one of {PRECISION_CHOICES}")
     require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
-             self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
+            self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
     require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
     require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
-             self.continuous_eval_timeout_secs, "must be > 0")
+            self.continuous_eval_timeout_secs, "must be > 0")
     require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
     require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
-             "must be > 0")
+            "must be > 0")
     require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
-             self.augmix_depth, "must be in [1, 3], or -1 to sample it")
+            self.augmix_depth, "must be in [1, 3], or -1 to sample it")
     require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
     require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
-             "must be in [1, 10]")
+            "must be in [1, 10]")
     require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
-             f"must be one of {TEMPERATURE_FITS}")
+            f"must be one of {TEMPERATURE_FITS}")
     require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
-             self.validation_corruption_examples, "must be >= 1")
+            self.validation_corruption_examples, "must be >= 1")
     require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
-             "must be >= 1")
+            "must be >= 1")
     require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
-             "must be >= 0")
+            "must be >= 0")
     require(bool(self.warm_start.strip()), "warm_start", self.warm_start,
-             "must be none, production or a checkpoint / SavedModel path")
+            "must be none, production or a checkpoint / SavedModel path")
     require(all(prefix.strip() for prefix in self.warm_start_exclude), "warm_start_exclude",
-             self.warm_start_exclude, "must be variable-name prefixes or groups (head)")
+            self.warm_start_exclude, "must be variable-name prefixes or groups (head)")
     require(self.warm_start_epochs is None or self.warm_start_epochs > 0, "warm_start_epochs",
-             self.warm_start_epochs, "must be > 0 (or unset for a quarter of train_epochs)")
+            self.warm_start_epochs, "must be > 0 (or unset for a quarter of train_epochs)")
     require(0.0 < self.warm_start_lr_ratio <= 1.0, "warm_start_lr_ratio",
-             self.warm_start_lr_ratio, "must be in (0, 1]")
+            self.warm_start_lr_ratio, "must be in (0, 1]")
 
   @property
   def num_views(self) -> int:
@@ -236,7 +236,7 @@ PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = c
 PRECISION_CHOICES = ("auto",) + PRECISION_POLICIES
 MODES = ("train", "eval", "train_and_eval", "continuous_eval")
 L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",
-             "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")
+            "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")
 # What hyper-deep ensemble trials draw (UB's cifar10_rand_search_sweep.py); bn_l2 stays fixed.
 HYPER_L2_GROUPS = L2_GROUPS[1:]
 HYPER_L2_RANGE = (1e-2, 1e2)  # Times 1/n: log-uniform in [1e-2/n, 1e2/n].
