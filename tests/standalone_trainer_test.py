@@ -120,7 +120,7 @@ def test_mirrored_and_multi_worker_runs_match_one_device_with_the_same_global_ba
   run_trainer(inputs, tmp_path / "one", "--per_core_batch_size=32", *steps)
 
   process = subprocess.run(
-      [sys.executable, os.path.join("tests", "logical_cpus.py"), "2", *inputs,
+      [sys.executable, os.path.join("testing", "logical_cpus.py"), "2", *inputs,
        f"--output_dir={tmp_path / 'mirrored'}", *TINY, "--per_core_batch_size=16",
        "--distribution_strategy=mirrored", *steps],
       cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
