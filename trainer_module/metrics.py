@@ -6,7 +6,14 @@ split. ECE is top-label with `num_bins` equal-width confidence bins, as in Uncer
 """
 from typing import Dict
 
+import numpy as np
 import tensorflow as tf
+
+
+def confidence_bins(confidence: np.ndarray, num_bins: int) -> np.ndarray:
+  """The bin of each top-label confidence as ClassificationMetrics bins it: floor(c * bins),
+  a confidence of 1 in the last bin (for numpy code that reweights examples: bootstraps)."""
+  return np.minimum((np.asarray(confidence) * num_bins).astype(np.int64), num_bins - 1)
 
 
 class ClassificationMetrics(tf.Module):

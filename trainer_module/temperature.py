@@ -49,14 +49,14 @@ class TemperatureFitError(ValueError):
   """The temperature cannot be fitted: no data, or non-finite logits."""
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
+def log_softmax(logits: np.ndarray) -> np.ndarray:
   shifted = logits - logits.max(axis=1, keepdims=True)
   return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
 def nll(logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0) -> float:
   """Mean negative log-likelihood of softmax(logits / temperature), in float64."""
-  log_p = _log_softmax(np.asarray(logits, np.float64) / temperature)
+  log_p = log_softmax(np.asarray(logits, np.float64) / temperature)
   return float(-log_p[np.arange(len(labels)), labels].mean())
 
 
@@ -96,7 +96,7 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray,
   true_logit = logits[np.arange(len(labels)), labels]
 
   def slope(inverse_t: float) -> float:  # d NLL / d(1/T) = E_p[logit] - logit of true class.
-    p = np.exp(_log_softmax(logits * inverse_t))
+    p = np.exp(log_softmax(logits * inverse_t))
     return float(np.average((p * logits).sum(axis=1) - true_logit, weights=weights))
 
   low, high = np.log(1.0 / MAX_TEMPERATURE), np.log(1.0 / MIN_TEMPERATURE)  # log(1/T).
@@ -166,10 +166,14 @@ def slice_means(logits: np.ndarray, labels: np.ndarray, slices: np.ndarray,
 
 def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.ndarray,
                                   shifted_logits: np.ndarray, shifted_labels: np.ndarray,
-                                  shifted_slices: np.ndarray, num_bins: int = 15) -> float:
+                                  shifted_slices: np.ndarray, num_bins: int = 15,
+                                  shifted_applies: Optional[np.ndarray] = None) -> float:
   """The T minimising the clean NLL among the temperatures at which each shifted slice's NLL,
   and the slices' mean ECE, are no worse than the raw softmax's.
 
+  shifted_applies: which shifted examples T applies to (all by default); the others keep the
+  raw softmax (`in_support`). Each slice's NLL is then its scaled examples' NLL plus a constant,
+  still convex in 1/T.
   Each slice's NLL bound is an interval of log(1/T) around 0 (`_no_worse_than_raw`), so all of
   them together are one (their intersection), and the clean NLL is convex: its restricted
   minimum is the clean fit clipped into that interval. ECE is not convex in T: from that point
@@ -182,18 +186,49 @@ def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.nd
   if len(shifted_slices) != len(shifted_labels):
     raise TemperatureFitError(f"{len(shifted_labels)} shifted examples but "
                               f"{len(shifted_slices)} slice names.")
-  bounds = [_no_worse_than_raw(shifted_logits[shifted_slices == name],
-                               shifted_labels[shifted_slices == name])
-            for name in np.unique(shifted_slices)]
+  applies = (np.ones(len(shifted_labels), bool) if shifted_applies is None
+             else np.asarray(shifted_applies, bool))
+  bounds = [_no_worse_than_raw(shifted_logits[(shifted_slices == name) & applies],
+                               shifted_labels[(shifted_slices == name) & applies])
+            for name in np.unique(shifted_slices[applies])] or [(-np.inf, np.inf)]
   low, high = max(bound[0] for bound in bounds), min(bound[1] for bound in bounds)
   target = float(np.clip(np.log(1.0 / fit_temperature(clean_logits, clean_labels)), low, high))
   raw_ece = slice_means(shifted_logits, shifted_labels, shifted_slices, 1.0, num_bins)[1]
   for step in range(_ECE_GRID_STEPS, 0, -1):
     candidate = float(np.exp(-target * step / _ECE_GRID_STEPS))
-    if slice_means(shifted_logits, shifted_labels, shifted_slices, candidate,
-                   num_bins)[1] <= raw_ece:
+    scaled = shifted_logits / np.where(applies, candidate, 1.0)[:, np.newaxis]
+    if slice_means(scaled, shifted_labels, shifted_slices, 1.0, num_bins)[1] <= raw_ece:
       return candidate
   return 1.0
+
+
+class FeatureSupport(NamedTuple):
+  """Where the eval images lie in the network's penultimate feature space: the training
+  classes' feature means, the inverse of their shared covariance, and the largest Mahalanobis
+  distance of an eval image to its nearest class mean (Lee et al., NeurIPS 2018)."""
+  class_means: np.ndarray  # [classes, features]
+  precision: np.ndarray  # [features, features]
+  radius: float
+
+
+def class_statistics(features: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """The per-class feature means and the inverse of the shared (tied) covariance, with a ridge
+  of 1e-6 of its mean variance so that it is invertible."""
+  x = np.asarray(features, np.float64)
+  labels = np.asarray(labels).reshape(-1)
+  classes = np.unique(labels)
+  means = np.stack([x[labels == c].mean(axis=0) for c in classes])
+  centred = x - means[np.searchsorted(classes, labels)]
+  covariance = centred.T @ centred / len(x)
+  covariance += 1e-6 * np.trace(covariance) / len(covariance) * np.eye(len(covariance))
+  return means, np.linalg.inv(covariance)
+
+
+def mahalanobis_distance(features: np.ndarray, class_means: np.ndarray,
+                         precision: np.ndarray) -> np.ndarray:
+  """Each example's Mahalanobis distance to the nearest class mean."""
+  diff = np.asarray(features, np.float64)[:, np.newaxis, :] - class_means[np.newaxis]
+  return np.sqrt(np.maximum(np.einsum("ncd,de,nce->nc", diff, precision, diff), 0.0).min(axis=1))
 
 
 def model_logits(model, batches: tf.data.Dataset) -> Tuple[np.ndarray, np.ndarray]:
