@@ -14,8 +14,8 @@ images under the 4 validation corruptions, as the Trainer makes them; slice mean
   default fit's rule (the clean eval NLL minimum among the maps at which every validation
   slice's NLL and the slices' mean ECE are no worse than the raw softmax's):
   T(x) = exp(a + b z(x)), z the standardised log d(x), (a, b) on a grid (bench only); and
-  `in_support`: one T for inputs with d(x) no larger than the farthest eval image's, the raw
-  softmax beyond (temperature.select_temperature_under_shift with shifted_applies).
+  `in_support` (a temperature_fit): one T for inputs with d(x) no larger than the farthest eval
+  image's, the raw softmax beyond.
 The test split and the 15 benchmark corruptions are only measured, never used to choose.
 
   make bench-calibration ARGS="--output_dir outputs"
@@ -174,27 +174,30 @@ def shift_map_row(name: str, sets: ModelSets, scores: Dict[str, np.ndarray],
   return name, label, row_metrics(sets, temperatures, num_bins)
 
 
-def feature_distances(features: Callable[[str], LabelledSet]) -> Dict[str, np.ndarray]:
-  """Each set's Mahalanobis distances to the nearest training class mean
-  (temperature.mahalanobis_distance), from the train split's penultimate features."""
+def feature_distances(features: Callable[[str], LabelledSet]
+                      ) -> Tuple[temperature.FeatureSupport, Dict[str, np.ndarray]]:
+  """The feature support as `in_support` computes it, and each set's Mahalanobis distances to
+  the nearest training class mean."""
   train = features("train")
-  means, precision = temperature.class_statistics(train.values, train.labels)
-  return {name: temperature.mahalanobis_distance(features(name).values, means, precision)
-          for name in ("eval", "validation", TEST, CORRUPTED)}
+  support = temperature.support_from_features(train.values, train.labels,
+                                              features("eval").values)
+  return support, {name: temperature.mahalanobis_distance(
+      features(name).values, support.class_means, support.precision)
+                   for name in ("eval", "validation", TEST, CORRUPTED)}
 
 
-def in_support_row(sets: ModelSets, distances: Dict[str, np.ndarray],
+def in_support_row(sets: ModelSets, support: temperature.FeatureSupport,
+                   distances: Dict[str, np.ndarray],
                    num_bins: int) -> Tuple[str, str, Dict[str, float]]:
-  """T for inputs no farther from the training classes than the farthest eval image (the
-  data T is fitted on), the raw softmax beyond; T chosen by the default fit's rule."""
-  radius = float(distances["eval"].max())
+  """`in_support`: T for inputs no farther from the training classes than the farthest eval
+  image (the data T is fitted on), the raw softmax beyond; T chosen by the default fit's rule."""
+  inside = {name: d <= support.radius for name, d in distances.items()}
   t = temperature.select_temperature_under_shift(
       sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
-      sets.validation.slices, num_bins, shifted_applies=distances["validation"] <= radius)
-  inside = {name: d <= radius for name, d in distances.items()}
+      sets.validation.slices, num_bins, shifted_applies=inside["validation"])
   label = (f"{t:.3f} inside, 1 outside (inside: test {inside[TEST].mean():.2f}, corrupted "
            f"{inside[CORRUPTED].mean():.2f}, validation {inside['validation'].mean():.2f})")
-  return ("`in_support`: T within the eval images' feature distance", label,
+  return ("`in_support`", label,
           row_metrics(sets, {name: np.where(inside[name], t, 1.0) for name in inside},
                       num_bins))
 
@@ -266,10 +269,10 @@ def main():
   if features is None:
     print("The model has no single penultimate layer (an ensemble): no feature-distance rows.")
   else:
-    distances = feature_distances(features)
+    support, distances = feature_distances(features)
     rows.append(shift_map_row("T(feature distance) = exp(a + b z), bench only", sets,
                               {name: np.log(d) for name, d in distances.items()}, num_bins))
-    rows.append(in_support_row(sets, distances, num_bins))
+    rows.append(in_support_row(sets, support, distances, num_bins))
   print(f"model: {model_dir}\n{len(sets.eval.labels)} eval, {len(sets.validation.labels)} "
         f"validation-shift, {len(sets.test.labels)} test, {len(sets.corrupted.labels)} corrupted "
         f"examples ({len(np.unique(sets.corrupted.slices))} slices)")

@@ -15,6 +15,7 @@ from tests.graph_ops import augmix_or_random_ops, reachable_op_types
 from tests.tfrecord_inputs import write_digits_tfrecord_dir
 from trainer_module.distribution import resolve_precision
 from trainer_module.export import PRECISION_FILE, read_record
+from trainer_module.temperature import read_calibration_info
 
 # A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI; gate bounds to match
 # (with AugMix it is very under-confident, raw eval ECE ~0.45, and the default temperature fit
@@ -145,8 +146,11 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
 
   # The same two steps warm-started from the model in production (the next run of a schedule)
   # keep what it learned: the accuracy bound the scratch run failed is met, the accuracy stays
-  # near production's, and the model records where it started from.
-  warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production")
+  # near production's, and the model records where it started from. This run also calibrates
+  # with temperature_fit=in_support (T only within the eval images' feature distance), which
+  # the Evaluator, gate and report then read from the served model like any other.
+  warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production",
+                         "--temperature_fit=in_support")
   assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
   run = RunRecord(config)
   assert run.states["WarmStartModel"] == "COMPLETE" and run.states["Trainer"] == "COMPLETE"
@@ -164,6 +168,13 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert training["step"] == 2 and training["trainer_config"]["warm_start"] == "production"
   assert training["warm_start"]["source"].startswith("the model in production")
   assert training["warm_start"]["restored_variables"] > 0
+  calibration = read_calibration_info(os.path.join(model.uri, "Format-Serving"))
+  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
+  assert 0 <= calibration["validation_inside_support"] <= 1
+  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
+  assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
+  assert "penultimate features lie within Mahalanobis distance" in open(
+      _report_path(warm.stdout)).read()
   assert "warm-started:    the model in production" in warm.stdout
   assert "- warm-started from: the model in production" in open(_report_path(warm.stdout)).read()
 
