@@ -26,13 +26,12 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
-import tf_keras as keras  # noqa: E402
 
 from bench import run_outputs  # noqa: E402
 from bench.run_outputs import LabelledSet  # noqa: E402
@@ -202,12 +201,6 @@ def in_support_row(sets: ModelSets, support: temperature.FeatureSupport,
                       num_bins))
 
 
-def _penultimate_layer(network: keras.Model) -> Optional[keras.layers.Layer]:
-  pooling = [layer for layer in network.layers
-             if isinstance(layer, keras.layers.GlobalAveragePooling2D)]
-  return pooling[0] if len(pooling) == 1 else None
-
-
 def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callable, dict]:
   """The model's logits on every set; a function giving its penultimate features on them (None
   for an ensemble); and the sets' batches for it."""
@@ -241,14 +234,13 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
 
   sets = ModelSets(**{name: on(network, name) for name in
                       ("eval", "validation", "augmented", TEST, CORRUPTED)})
-  layer = _penultimate_layer(network)
-  features = None
-  if layer is not None:
-    feature_model = keras.Model(network.inputs, layer.output)
-    batches["train"] = (run.split_batches(tft_output, config.eval_batch_size, "train"),
-                        np.full(0, ""))
-    features = lambda name: on(feature_model, name)  # noqa: E731
-  return sets, features, config
+  try:
+    feature_model = temperature.penultimate_model(network)
+  except temperature.TemperatureFitError:  # An ensemble: several poolings, no one feature space.
+    return sets, None, config
+  batches["train"] = (run.split_batches(tft_output, config.eval_batch_size, "train"),
+                      np.full(0, ""))
+  return sets, lambda name: on(feature_model, name), config
 
 
 def main():

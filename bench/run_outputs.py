@@ -46,9 +46,6 @@ class LabelledSet:
   labels: np.ndarray
   slices: np.ndarray
 
-  def where(self, mask: np.ndarray) -> "LabelledSet":
-    return LabelledSet(self.values[mask], self.labels[mask], self.slices[mask])
-
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationSet:
@@ -89,11 +86,6 @@ def load_network(model_dir: str) -> keras.Model:
   probability)."""
   return keras.models.load_model(model_dir, compile=False,
                                  custom_objects={"LogMeanProbability": LogMeanProbability})
-
-
-def served_temperature(model_dir: str) -> float:
-  info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
-  return info["temperature"] if info else 1.0
 
 
 class Run:
