@@ -10,6 +10,7 @@ export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
+	bench-calibration bench-ensemble \
 	kubeflow-compile kubeflow-image kubeflow-local
 
 setup: $(STAMP)
@@ -64,6 +65,14 @@ bench-trainer: $(STAMP)
 # Needs a `make run` output (the pushed model and the ExampleGen splits).
 bench-evaluator: $(STAMP)
 	$(VENV_PY) bench/evaluator.py $(ARGS)
+
+# Each way of choosing the temperature, measured on a finished run (default: outputs/).
+bench-calibration: $(STAMP)
+	$(VENV_PY) bench/calibration.py $(ARGS)
+
+# An ensemble run (--ensemble_size=K --hyper_trials=N) against its best single member.
+bench-ensemble: $(STAMP)
+	$(VENV_PY) bench/ensemble.py $(ARGS)
 
 # Kubeflow Pipelines (docs/kubeflow.md):
 #   make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG

@@ -132,12 +132,16 @@ class PipelineConfig:
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
-    if self.trainer.temperature_fit == "validation_corruptions":
+    fit = self.trainer.temperature_fit
+    if fit in ("validation_corruptions", "in_support"):
       tuning = [name for name in self.corruptions
                 if name in reference_corruptions.EXTRA_CORRUPTIONS]
       require(not tuning, "corruptions", ",".join(self.corruptions),
-              f"{tuning} choose the temperature (temperature_fit=validation_corruptions), so "
+              f"{tuning} choose the temperature (temperature_fit={fit}), so "
               "they cannot also be evaluated; leave them out or pick another temperature_fit")
+    require(fit != "in_support" or self.hyper_trials == 1, "temperature_fit", fit,
+            "is for single models: ensemble members are combined with one temperature each "
+            "(with hyper_trials > 1, pass --temperature_fit=validation_corruptions)")
     require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
             "`python -m trainer_module`)")

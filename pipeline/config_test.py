@@ -78,6 +78,8 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--ensemble_size=0"], "ensemble_size=0"),
     (["--ensemble_size=4", "--hyper_trials=3"], "hyper_trials=3: must be >= ensemble_size (4)"),
     (["--ensemble_objective=brier"], "ensemble_objective='brier'"),
+    (["--temperature_fit=in_support", "--hyper_trials=2"],
+     "temperature_fit='in_support': is for single models"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:
@@ -112,6 +114,9 @@ def test_the_validation_corruptions_that_choose_the_temperature_are_never_evalua
     from_flags(["--corruptions=contrast,spatter"])
   assert from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"]).corruptions == (
       "contrast", "spatter")
+  with pytest.raises(ValueError, match=r"\['spatter'\] choose the temperature "
+                                       r"\(temperature_fit=in_support\)"):
+    from_flags(["--corruptions=contrast,spatter", "--temperature_fit=in_support"])
 
 
 def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(monkeypatch):

@@ -16,6 +16,7 @@ from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from testing.tiny_config import SMALL_MODEL
 from trainer_module.distribution import resolve_precision
 from trainer_module.export import PRECISION_FILE, read_record
+from trainer_module.temperature import read_calibration_info
 
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
@@ -136,8 +137,11 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
 
   # The same two steps warm-started from the model in production (the next run of a schedule)
   # keep what it learned: the accuracy bound the scratch run failed is met, the accuracy stays
-  # near production's, and the model records where it started from.
-  warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production")
+  # near production's, and the model records where it started from. This run also calibrates
+  # with temperature_fit=in_support (T only within the eval images' feature distance), which
+  # the Evaluator, gate and report then read from the served model like any other.
+  warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production",
+                         "--temperature_fit=in_support")
   assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
   run = RunRecord(config)
   assert run.states["WarmStartModel"] == "COMPLETE" and run.states["Trainer"] == "COMPLETE"
@@ -155,6 +159,13 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert training["step"] == 2 and training["trainer_config"]["warm_start"] == "production"
   assert training["warm_start"]["source"].startswith("the model in production")
   assert training["warm_start"]["restored_variables"] > 0
+  calibration = read_calibration_info(os.path.join(model.uri, "Format-Serving"))
+  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
+  assert 0 <= calibration["validation_inside_support"] <= 1
+  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
+  assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
+  assert "penultimate features lie within Mahalanobis distance" in open(
+      _report_path(warm.stdout)).read()
   assert "warm-started:    the model in production" in warm.stdout
   assert "- warm-started from: the model in production" in open(_report_path(warm.stdout)).read()
 

@@ -84,8 +84,10 @@ class TrainerConfig:
   # temperatures at which the eval images under the four validation corruptions (never the 15
   # evaluated ones) are no worse calibrated than the raw softmax, in NLL and ECE
   # ("validation_corruptions"); fitted on the clean eval split alone ("clean"); or on it and its
-  # training-time AugMix views, never worse than raw on either ("clean_and_augmix").
-  temperature_fit: str = "validation_corruptions"  # Or clean, or clean_and_augmix.
+  # training-time AugMix views, never worse than raw on either ("clean_and_augmix"); or, by the
+  # first rule, a T that applies only to inputs no farther from the training data (feature
+  # space) than the eval images, the raw softmax beyond ("in_support"; single models only).
+  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support.
   # Eval images per validation corruption x severity (4 x 5 slices, the same images in each).
   validation_corruption_examples: int = 50  # Eval images per validation slice.
   # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
@@ -229,7 +231,7 @@ class TrainerConfig:
 
 
 # trainer_module/temperature.py.
-TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix")
+TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix", "in_support")
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.

@@ -165,6 +165,10 @@ class Member:
 def member_temperature(model_dir: str) -> float:
   """The T a member is served with (1 when it was exported without calibration)."""
   info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
+  if info and info.get("temperature_fit") == "in_support":
+    raise ValueError(f"Member {model_dir} was calibrated with temperature_fit=in_support (T "
+                     "only within its feature support); an ensemble combines members with one "
+                     "temperature each: train members with another temperature_fit.")
   return info["temperature"] if info else 1.0
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from testing.transform_runs import transformed_digits
-from trainer_module import ensemble
+from trainer_module import ensemble, temperature
 from trainer_module.config import TrainerConfig
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
@@ -124,3 +124,13 @@ def test_a_missing_member_model_is_named(members, tmp_path):
   with pytest.raises(FileNotFoundError, match=str(tmp_path / "nothing")):
     ensemble.build_ensemble([missing], [flags["eval_files"]], flags["transform_output"],
                             str(tmp_path / "out"), ensemble_size=1)
+
+
+def test_a_member_served_with_t_only_within_its_feature_support_is_refused(tmp_path):
+  temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "in_support",
+                                                     "temperature": 0.4})
+  with pytest.raises(ValueError, match="temperature_fit=in_support"):
+    ensemble.member_temperature(str(tmp_path))
+  temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
+                                                     "corruptions", "temperature": 0.8})
+  assert ensemble.member_temperature(str(tmp_path)) == 0.8
