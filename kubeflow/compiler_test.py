@@ -262,7 +262,8 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
 
 def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):
   from kubeflow import compiler, submit
-  config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"],
+  config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3",
+                                     "--temperature_fit=validation_corruptions"],
                       base=from_preset("kubeflow"))
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)

@@ -108,7 +108,8 @@ def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_fami
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  assert from_preset().trainer.temperature_fit == "validation_corruptions"
+  assert from_preset().trainer.temperature_fit == "in_support"  # Every pipeline preset's.
+  assert TrainerConfig().temperature_fit == "validation_corruptions"  # The standalone trainer's.
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
     from_flags(["--corruptions=contrast,spatter"])
@@ -269,6 +270,7 @@ def test_a_read_only_output_dir_exits_2_for_a_user_who_may_not_write_there():
 
 def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
   assert from_preset().trials == (from_preset().trainer,)
-  config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5"])
+  config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5",
+                       "--temperature_fit=validation_corruptions"])
   assert len(config.trials) == 3 and config.trials[0] == config.trainer
   assert config.trials[1].l2_per_train_example and config.trials[1].seed != 5

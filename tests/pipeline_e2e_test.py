@@ -79,9 +79,10 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   calibration = json.loads((tmp_path / "serving_model" / config.pipeline_name / versions[0] /
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
-  # Chosen on clean eval images and on eval images under the 4 validation corruptions x 5
-  # severities, where it is no worse calibrated than the raw softmax.
-  assert calibration["temperature_fit"] == "validation_corruptions"
+  # The preset's in_support: T within the eval images' feature distance, chosen on clean eval
+  # images and on eval images under the 4 validation corruptions x 5 severities, where it is
+  # no worse calibrated than the raw softmax.
+  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
   assert calibration["validation_examples"] == 4 * 5 * 10
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
@@ -134,14 +135,15 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
   report = open(_report_path(degraded.stdout)).read()
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
+  assert "penultimate features lie within Mahalanobis distance" in report  # Where T applies.
 
   # The same two steps warm-started from the model in production (the next run of a schedule)
   # keep what it learned: the accuracy bound the scratch run failed is met, the accuracy stays
-  # near production's, and the model records where it started from. This run also calibrates
-  # with temperature_fit=in_support (T only within the eval images' feature distance), which
-  # the Evaluator, gate and report then read from the served model like any other.
+  # near production's, and the model records where it started from. This run calibrates with
+  # one T for every input (temperature_fit=validation_corruptions), which the Evaluator, gate
+  # and report then read from the served model like the preset's in_support.
   warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production",
-                         "--temperature_fit=in_support")
+                         "--temperature_fit=validation_corruptions")
   assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
   run = RunRecord(config)
   assert run.states["WarmStartModel"] == "COMPLETE" and run.states["Trainer"] == "COMPLETE"
@@ -160,12 +162,10 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert training["warm_start"]["source"].startswith("the model in production")
   assert training["warm_start"]["restored_variables"] > 0
   calibration = read_calibration_info(os.path.join(model.uri, "Format-Serving"))
-  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
-  assert 0 <= calibration["validation_inside_support"] <= 1
+  assert calibration["temperature_fit"] == "validation_corruptions"
+  assert "support_radius" not in calibration
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
-  assert "penultimate features lie within Mahalanobis distance" in open(
-      _report_path(warm.stdout)).read()
   assert "warm-started:    the model in production" in warm.stdout
   assert "- warm-started from: the model in production" in open(_report_path(warm.stdout)).read()
 
@@ -176,7 +176,8 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   gated and pushed like a single one."""
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
-           "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3", *SMALL_MODEL]
+           "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3",
+           "--temperature_fit=validation_corruptions", *SMALL_MODEL]
   result = pipeline_runner(*flags, timeout=2400)  # Three Trainers.
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   assert result.stdout.count("2 AugMix view(s) per image with JSD") == 3
