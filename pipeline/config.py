@@ -21,7 +21,8 @@ from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, nam
 from pipeline.cluster_config import KubeflowConfig, check_cluster_config
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
-from trainer_module.config import ENSEMBLE_OBJECTIVES, TrainerConfig, hyper_trials, require
+from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS, TrainerConfig,
+                                   hyper_trials, require)
 
 DATASETS = ("digits", "cifar10", "tfrecord")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
@@ -139,9 +140,10 @@ class PipelineConfig:
       require(not tuning, "corruptions", ",".join(self.corruptions),
               f"{tuning} choose the temperature (temperature_fit={fit}), so "
               "they cannot also be evaluated; leave them out or pick another temperature_fit")
-    require(fit != "in_support" or self.hyper_trials == 1, "temperature_fit", fit,
-            "is for single models: ensemble members are combined with one temperature each "
-            "(with hyper_trials > 1, pass --temperature_fit=validation_corruptions)")
+    require(self.hyper_trials == 1 or fit in ENSEMBLE_TEMPERATURE_FITS, "temperature_fit", fit,
+            "is for single models: an ensemble's members and the ensemble itself are each "
+            f"calibrated with one temperature, fitted one of {ENSEMBLE_TEMPERATURE_FITS} (with "
+            "hyper_trials > 1, pass --temperature_fit=validation_corruptions)")
     require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
             "`python -m trainer_module`)")

@@ -80,6 +80,8 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--ensemble_objective=brier"], "ensemble_objective='brier'"),
     (["--temperature_fit=in_support", "--hyper_trials=2"],
      "temperature_fit='in_support': is for single models"),
+    (["--temperature_fit=clean_and_augmix", "--hyper_trials=2"],
+     "temperature_fit='clean_and_augmix': is for single models"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:

@@ -148,7 +148,9 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
         trainers, transform.outputs["transformed_examples"], transform.outputs["transform_graph"],
         eval_examples.outputs["evaluation_set"], ensemble_size=config.ensemble_size,
         objective=config.ensemble_objective, eval_batch_size=config.trainer.eval_batch_size,
-        num_bins=config.trainer.num_bins, fingerprint=fingerprint))
+        num_bins=config.trainer.num_bins, temperature_fit=config.trainer.temperature_fit,
+        validation_corruption_examples=config.trainer.validation_corruption_examples,
+        fingerprint=fingerprint))
   model = model_components[-1].outputs["model"]
 
   production = ProductionModel(serving_directory=config.serving_model_dir, candidate=model)

@@ -229,7 +229,8 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
                 "--per_core_batch_size=32", timeout=900)
     members.append(str(tmp_path / f"member_{seed}" / "serving_model"))
   process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
-                                             "--ensemble_size=2"),
+                                             "--ensemble_size=2",
+                                             "--validation_corruption_examples=5"),
                            cwd=REPO, capture_output=True, text=True, timeout=600)
   assert process.returncode == 0, process.stderr[-3000:]
   assert "Ensemble of" in process.stderr
@@ -237,7 +238,8 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   record = json.loads((model_dir / "assets.extra" / "ensemble.json").read_text())
   assert [t["hyperparameters"]["seed"] for t in record["trials"]] == [1, 2]
   assert [t["name"] for t in record["trials"]] == members
-  assert (model_dir / "assets.extra" / "temperature.json").exists()
+  calibration = json.loads((model_dir / "assets.extra" / "temperature.json").read_text())
+  assert calibration["temperature_fit"] == "validation_corruptions"
   signatures = tf.saved_model.load(str(model_dir)).signatures
   assert {"serving_default", "serving_images"} <= set(signatures)
 

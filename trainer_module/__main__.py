@@ -85,6 +85,8 @@ class EnsembleFlags:
   ensemble_objective: str = "nll"
   eval_batch_size: int = 256
   num_bins: int = 15
+  temperature_fit: str = "validation_corruptions"  # The ensemble's T: or clean.
+  validation_corruption_examples: int = 50  # Eval images per validation slice.
 
   def __post_init__(self):
     for name in ("members", "eval_files", "transform_output", "output_dir"):
@@ -109,7 +111,8 @@ def ensemble_main(argv) -> int:
     record = ensemble.build_ensemble(
         members, flags.eval_files, flags.transform_output,
         os.path.join(flags.output_dir, "serving_model"), flags.ensemble_size,
-        flags.ensemble_objective, flags.eval_batch_size, flags.num_bins)
+        flags.ensemble_objective, flags.eval_batch_size, flags.num_bins, flags.temperature_fit,
+        flags.validation_corruption_examples)
   except (FileNotFoundError, ValueError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2

@@ -246,6 +246,9 @@ HYPER_LABEL_SMOOTHING_RANGE = (1e-5, 0.2)
 HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
 # What greedy member selection minimises: NLL, -accuracy, or NLL - accuracy.
 ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
+# How an ensemble's own temperature can be fitted (its network has no single feature layer
+# for in_support, nor one set of AugMix views for clean_and_augmix).
+ENSEMBLE_TEMPERATURE_FITS = ("validation_corruptions", "clean")
 
 
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:

@@ -95,7 +95,8 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   work, flags, member_list = members
   export_dir = str(work / "ensemble")
   record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], export_dir, ensemble_size=3)
+                                   flags["transform_output"], export_dir, ensemble_size=3,
+                                   validation_corruption_examples=2)
   weights = {m["name"]: m["weight"] for m in record["members"]}
   assert sum(weights.values()) == pytest.approx(1.0)
   assert len(record["picks"]) >= 1 and len(record["trials"]) == 3
@@ -115,7 +116,19 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   sharpened = np.exp(np.log(expected) / calibration["temperature"])
   np.testing.assert_allclose(served[PROBABILITIES_KEY],
                              sharpened / sharpened.sum(axis=1, keepdims=True), atol=1e-5)
+  # Fitted as a single model's: never worse than the raw mean under the validation corruptions.
+  assert calibration["temperature_fit"] == "validation_corruptions"
+  assert calibration["validation_examples"] == 4 * 5 * 2
+  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert read_record(export_dir, ENSEMBLE_FILE)["picks"] == record["picks"]
+
+
+def test_an_ensemble_temperature_fit_that_needs_one_network_is_refused(members, tmp_path):
+  _, flags, member_list = members
+  with pytest.raises(ValueError, match="temperature_fit='in_support'"):
+    ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
+                            str(tmp_path / "out"), ensemble_size=1, temperature_fit="in_support")
+  assert not (tmp_path / "out").exists()
 
 
 def test_a_missing_member_model_is_named(members, tmp_path):
