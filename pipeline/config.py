@@ -78,6 +78,9 @@ class PipelineConfig:
   # test images (the same ones in every slice; 0: all of them).
   corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS
   examples_per_corruption: int = 100
+  # Processes making the generated corruptions; 0 = one per core when the slow corruptions
+  # have enough images to pay for the start-up (components/reference_corruptions.py).
+  corruption_workers: int = 0
   # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
   # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
   # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
@@ -113,6 +116,8 @@ class PipelineConfig:
              self.min_corrupted_accuracy, "must be in [0, 1]")
     _require(self.examples_per_corruption >= 0, "examples_per_corruption",
              self.examples_per_corruption, "must be >= 0 (0 = every test image)")
+    _require(self.corruption_workers >= 0, "corruption_workers", self.corruption_workers,
+             "must be >= 0 (0 = one per core when that pays)")
     _require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
     _require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
              f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "

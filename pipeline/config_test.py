@@ -72,6 +72,7 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--corruptions=gaussian_noise,sparkles"], "corruptions='gaussian_noise,sparkles'"),
     (["--corruptions=contrast,contrast"], "lists a name twice"),
     (["--examples_per_corruption=-1"], "examples_per_corruption=-1"),
+    (["--corruption_workers=-1"], "corruption_workers=-1"),
     (["--temperature_fit=corrupted"], "temperature_fit='corrupted'"),
     (["--validation_corruption_examples=0"], "validation_corruption_examples=0"),
     (["--ensemble_size=0"], "ensemble_size=0"),

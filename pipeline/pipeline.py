@@ -118,7 +118,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       examples=examples.outputs["examples"], source=robustness_source(config.dataset),
       corruption_names=",".join(config.corruptions),
       examples_per_corruption=config.examples_per_corruption,
-      tfds_data_dir=config.tfds_data_dir or "")
+      tfds_data_dir=config.tfds_data_dir or "", workers=config.corruption_workers)
   eval_examples.add_upstream_node(gate)
 
   model_components = list(trainers)
