@@ -22,7 +22,9 @@ DATASETS = ("digits", "cifar10", "tfrecord")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
 DEFAULT_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "components",
                                    "schema.pbtxt")
-BEAM_RUNNING_MODES = ("multi_processing", "multi_threading", "in_memory")
+BEAM_RUNNING_MODES = ("auto", "multi_processing", "multi_threading", "in_memory")
+# Examples in the embedded and tfds datasets (tfrecord inputs are not counted ahead of the run).
+DATASET_EXAMPLES = {"digits": 1797, "cifar10": 60000}
 MAX_PIPELINE_NAME_LENGTH = 100
 # No path separators, and never '.' or '..': the name is a directory under output_dir.
 PIPELINE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}" %
@@ -89,7 +91,11 @@ class PipelineConfig:
   ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
   enable_cache: bool = True
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
-  beam_running_mode: str = "multi_processing"
+  # auto: a Beam step whose input has at most beam_in_memory_max_examples examples runs
+  # in_memory in one process (starting worker processes, each importing TensorFlow and TFX,
+  # costs more than they save on small data); bigger or uncounted inputs multi_processing.
+  beam_running_mode: str = "auto"
+  beam_in_memory_max_examples: int = 20000
   trainer: TrainerConfig = dataclasses.field(default_factory=_local_trainer)
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
@@ -128,6 +134,8 @@ class PipelineConfig:
              "must be >= 0 (0 = one per CPU core)")
     _require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
              self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
+    _require(self.beam_in_memory_max_examples >= 0, "beam_in_memory_max_examples",
+             self.beam_in_memory_max_examples, "must be >= 0")
     if self.dataset != "tfrecord":
       _require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
                "is only used with dataset=tfrecord")
@@ -192,15 +200,25 @@ class PipelineConfig:
     return any(isinstance(path, str) and path.startswith("s3://") for path in
                (self.output_dir, self.tfrecord_dir, self.tfds_data_dir, self.schema_path))
 
-  def beam_pipeline_args(self) -> list:
-    """Every Beam step's arguments: the engine, and s3:// set up in each SDK worker."""
+  @property
+  def input_examples(self) -> Optional[int]:
+    """Examples of the input dataset, when known without reading it."""
+    return DATASET_EXAMPLES.get(self.dataset)
+
+  def beam_pipeline_args(self, examples: Optional[int] = None) -> list:
+    """A Beam step's arguments: the engine, and s3:// set up in each SDK worker. `examples`:
+    the size of the step's input, when known (beam_running_mode=auto picks by it)."""
     s3_workers = [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
     if self.kubeflow and self.kubeflow.beam_runner != "direct":
       return self.kubeflow.beam_runner_args() + s3_workers
+    mode = self.beam_running_mode
+    if mode == "auto":
+      small = examples is not None and examples <= self.beam_in_memory_max_examples
+      mode = "in_memory" if small and self.kubeflow is None else "multi_processing"
     # In a cluster, 0 tells Beam to use the cores of the machine the component runs on.
-    workers = self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1)
-    return [f"--direct_running_mode={self.beam_running_mode}",
-            f"--direct_num_workers={workers}"] + s3_workers
+    workers = 1 if mode == "in_memory" else (
+        self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1))
+    return [f"--direct_running_mode={mode}", f"--direct_num_workers={workers}"] + s3_workers
 
   def replace(self, **overrides) -> "PipelineConfig":
     """A copy with overrides; trainer and cluster fields may be given by name alongside

@@ -18,7 +18,7 @@ import os
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 
-from components import evaluation_set
+from components import evaluation_set, reference_corruptions
 from components.ensemble import EnsembleSelector
 from components.evaluation_set import EvaluationSetGen
 from components.example_gen import ImageDatasetExampleGen
@@ -82,6 +82,16 @@ def transform_component(config: PipelineConfig, examples, schema, fingerprint: s
       disable_statistics=True)  # StatisticsGen already covers the raw data.
 
 
+def evaluation_set_examples(config: PipelineConfig):
+  """The Evaluator's input size (clean eval and test, and the corrupted slices), when known."""
+  if config.input_examples is None:
+    return None
+  test = round(config.input_examples * config.test_fraction)
+  per_slice = min(config.examples_per_corruption, test) if config.examples_per_corruption else test
+  clean = round(config.input_examples * (config.eval_fraction + config.test_fraction))
+  return clean + per_slice * len(config.corruptions) * len(reference_corruptions.SEVERITIES)
+
+
 def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   fingerprint = trainer_module_fingerprint()
 
@@ -96,6 +106,9 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
   transform.add_upstream_node(gate)
+  # Beam steps over the input data (beam_running_mode=auto picks the engine by its size).
+  for step in (examples, statistics, gate, transform):
+    step.with_beam_pipeline_args(config.beam_pipeline_args(config.input_examples))
 
   # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
   # base model comes from an instance of its own, resolved before training.
@@ -137,7 +150,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       model=model,
       baseline_model=production.outputs["model"],
       example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
-      eval_config=eval_config(config))
+      eval_config=eval_config(config)).with_beam_pipeline_args(
+          config.beam_pipeline_args(evaluation_set_examples(config)))
 
   pusher = tfx.components.Pusher(
       model=model,
