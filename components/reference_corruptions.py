@@ -21,6 +21,7 @@ slice means the same corruption for every dataset.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
@@ -29,6 +30,7 @@ import multiprocessing
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -95,6 +97,23 @@ def frost_textures() -> Tuple[str, ...]:
   return paths if all(os.path.isfile(path) for path in paths) else ()
 
 
+@functools.lru_cache(maxsize=None)
+def _uncompressed_frost_textures() -> Tuple[str, ...]:
+  """The frost textures tfds draws from, decoded once per process and kept as BMP files: tfds'
+  frost reads its texture from a file for every image, and decoding the PNG or JPEG (up to
+  900x600) was most of its time. cv2 reads the BMP back to the same pixels."""
+  import cv2
+  directory = tempfile.mkdtemp(prefix="frost-textures-")
+  atexit.register(shutil.rmtree, directory, ignore_errors=True)
+  paths = []
+  for index, source in enumerate(frost_textures()[:_FROST_TEXTURE_COUNT]):
+    path = os.path.join(directory, f"frost{index}.bmp")
+    if not cv2.imwrite(path, cv2.imread(source)):
+      raise OSError(f"Could not write the decoded frost texture {source} to {path}.")
+    paths.append(path)
+  return tuple(paths)
+
+
 def unavailable(names) -> Dict[str, str]:
   """For each of `names` that cannot run on this machine, why not."""
   missing = {}
@@ -133,7 +152,8 @@ def _seeded(seed: int) -> Iterator[None]:
     convert = imagemagick_convert()
     if convert:
       tfds_corruptions._imagemagick_bin = lambda: convert  # pylint: disable=protected-access
-    tfds_corruptions.FROST_FILENAMES = list(frost_textures()[:_FROST_TEXTURE_COUNT])
+    tfds_corruptions.FROST_FILENAMES = (list(_uncompressed_frost_textures())
+                                        if frost_textures() else [])
     try:
       yield
     finally:

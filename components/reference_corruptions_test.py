@@ -113,3 +113,14 @@ def test_the_pool_starts_only_when_enough_slow_corruptions_pay_for_it(images):
   assert corruptions.pool_size(cheap, workers=3) == 3
   with pytest.raises(ValueError, match="workers must be >= 0"):
     corruptions.pool_size(cheap, workers=-1)
+
+
+def test_frost_from_the_decoded_textures_is_frost_from_the_shipped_files(images, monkeypatch):
+  """Textures are decoded once per process (BMP); the frost images stay the same pixels."""
+  cached = [corruptions.corrupt(images[-1], "frost", severity, f"k{severity}")
+            for severity in corruptions.SEVERITIES]
+  shipped = corruptions.frost_textures()[:5]
+  monkeypatch.setattr(corruptions, "_uncompressed_frost_textures", lambda: shipped)
+  for severity, image in zip(corruptions.SEVERITIES, cached):
+    np.testing.assert_array_equal(
+        image, corruptions.corrupt(images[-1], "frost", severity, f"k{severity}"))
