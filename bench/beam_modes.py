@@ -24,8 +24,9 @@ import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow l
 from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
+from kubeflow import cluster  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
-from pipeline.pipeline import create_pipeline  # noqa: E402
+from pipeline.pipeline import input_steps, trainer_module_fingerprint  # noqa: E402
 
 BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "ValidationGate", "Transform")
 MODES = ("in_memory", "multi_processing")
@@ -39,19 +40,15 @@ def _cpu_seconds() -> float:
 def run_steps(mode: str, work_dir: str) -> tuple:
   """({step: wall seconds}, CPU seconds, wall seconds) of the input steps under `mode`."""
   config = PipelineConfig(output_dir=work_dir, beam_running_mode=mode, enable_cache=False)
-  full = create_pipeline(config)
-  upstream = {"ImageDatasetExampleGen", "ImportSchemaGen", "StatisticsGen", "ExampleValidator",
-              "ValidationGate", "Transform"}
-  components = [c for c in full.components if c.id in upstream]
+  components = input_steps(config, trainer_module_fingerprint())
+  connection = cluster.metadata_connection(config)
   os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
   cpu, wall = _cpu_seconds(), time.perf_counter()
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name, pipeline_root=config.pipeline_root,
-      components=components, enable_cache=False,
-      metadata_connection_config=full.metadata_connection_config,
-      beam_pipeline_args=config.beam_pipeline_args()))
+      components=components, enable_cache=False, metadata_connection_config=connection))
   cpu, wall = _cpu_seconds() - cpu, time.perf_counter() - wall
-  store = metadata_store.MetadataStore(full.metadata_connection_config)
+  store = metadata_store.MetadataStore(connection)
   seconds = {}
   for execution in store.get_executions():
     name = store.get_execution_types_by_id([execution.type_id])[0].name.split(".")[-1]

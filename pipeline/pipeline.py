@@ -92,9 +92,9 @@ def evaluation_set_examples(config: PipelineConfig):
   return clean + per_slice * len(config.corruptions) * len(reference_corruptions.SEVERITIES)
 
 
-def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
-  fingerprint = trainer_module_fingerprint()
-
+def input_steps(config: PipelineConfig, fingerprint: str) -> tuple:
+  """ExampleGen, StatisticsGen, ImportSchemaGen, ExampleValidator, ValidationGate, Transform:
+  the steps over the input data, the Beam ones with the engine for its size."""
   examples = example_gen(config)
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
   schema = tfx.components.ImportSchemaGen(schema_file=cluster.schema_file(config))
@@ -102,13 +102,17 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
                                               schema=schema.outputs["schema"])
   gate = ValidationGate(examples=examples.outputs["examples"],
                         anomalies=validator.outputs["anomalies"])
-
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
   transform.add_upstream_node(gate)
-  # Beam steps over the input data (beam_running_mode=auto picks the engine by its size).
   for step in (examples, statistics, gate, transform):
     step.with_beam_pipeline_args(config.beam_pipeline_args(config.input_examples))
+  return examples, statistics, schema, validator, gate, transform
+
+
+def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
+  fingerprint = trainer_module_fingerprint()
+  examples, statistics, schema, validator, gate, transform = input_steps(config, fingerprint)
 
   # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
   # base model comes from an instance of its own, resolved before training.
