@@ -105,9 +105,19 @@ def input_steps(config: PipelineConfig, fingerprint: str) -> tuple:
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
   transform.add_upstream_node(gate)
-  for step in (examples, statistics, gate, transform):
+  for step in (examples, statistics, gate):
     step.with_beam_pipeline_args(config.beam_pipeline_args(config.input_examples))
+  transform.with_beam_pipeline_args(config.beam_pipeline_args(transform_images(config)))
   return examples, statistics, schema, validator, gate, transform
+
+
+def transform_images(config: PipelineConfig):
+  """The images Transform makes, when known: each input image and its AugMix views (the view
+  sets it writes); AugMix is most of Transform's work (bench/beam_modes.py)."""
+  if config.input_examples is None:
+    return None
+  options = config.trainer.transform_options()
+  return config.input_examples * (1 + options["num_views"] * options["view_sets"])
 
 
 def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
