@@ -206,6 +206,14 @@ class PipelineConfig:
     """Examples of the input dataset, when known without reading it."""
     return DATASET_EXAMPLES.get(self.dataset)
 
+  def beam_step_args(self, examples: Optional[int]) -> list:
+    """What a Beam step adds to beam_pipeline_args() for an input of `examples` (TFX puts a
+    step's arguments after the pipeline's, and Beam keeps a repeated flag's last value): the
+    engine auto picks for that size on a local run; nothing otherwise."""
+    if self.beam_running_mode != "auto" or self.kubeflow is not None:
+      return []
+    return [arg for arg in self.beam_pipeline_args(examples) if arg.startswith("--direct_")]
+
   def beam_pipeline_args(self, examples: Optional[int] = None) -> list:
     """A Beam step's arguments: the engine, and s3:// set up in each SDK worker. `examples`:
     the size of the step's input, when known (beam_running_mode=auto picks by it)."""

@@ -284,6 +284,10 @@ def test_auto_beam_runs_small_steps_in_memory_and_big_or_uncounted_ones_on_every
   assert config.replace(beam_workers=3).beam_pipeline_args(10**6)[1] == "--direct_num_workers=3"
   fixed = config.replace(beam_running_mode="multi_processing")
   assert fixed.beam_pipeline_args(10) == processes
+  # A step's own arguments: the engine under auto, nothing when the pipeline's say it all.
+  assert config.beam_step_args(10) == in_memory
+  assert config.beam_step_args(None) == processes
+  assert fixed.beam_step_args(10) == []
 
 
 def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):

@@ -106,8 +106,8 @@ def input_steps(config: PipelineConfig, fingerprint: str) -> tuple:
                                   fingerprint)
   transform.add_upstream_node(gate)
   for step in (examples, statistics, gate):
-    step.with_beam_pipeline_args(config.beam_pipeline_args(config.input_examples))
-  transform.with_beam_pipeline_args(config.beam_pipeline_args(transform_images(config)))
+    step.with_beam_pipeline_args(config.beam_step_args(config.input_examples))
+  transform.with_beam_pipeline_args(config.beam_step_args(transform_images(config)))
   return examples, statistics, schema, validator, gate, transform
 
 
@@ -165,7 +165,7 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       baseline_model=production.outputs["model"],
       example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
       eval_config=eval_config(config)).with_beam_pipeline_args(
-          config.beam_pipeline_args(evaluation_set_examples(config)))
+          config.beam_step_args(evaluation_set_examples(config)))
 
   pusher = tfx.components.Pusher(
       model=model,
