@@ -10,6 +10,7 @@ export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
+	bench-corruptions bench-beam \
 	kubeflow-compile kubeflow-image kubeflow-local
 
 setup: $(STAMP)
@@ -64,6 +65,12 @@ bench-trainer: $(STAMP)
 # Needs a `make run` output (the pushed model and the ExampleGen splits).
 bench-evaluator: $(STAMP)
 	$(VENV_PY) bench/evaluator.py $(ARGS)
+
+bench-corruptions: system-packages $(STAMP)
+	$(VENV_PY) bench/corruptions.py $(ARGS)
+
+bench-beam: $(STAMP)
+	$(VENV_PY) bench/beam_modes.py $(ARGS)
 
 # Kubeflow Pipelines (README, "Running on Kubeflow Pipelines"):
 #   make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG
