@@ -60,9 +60,11 @@ _AT_FULL_SIZE = ("frost", "snow", "motion_blur")
 _NEEDS_IMAGEMAGICK = ("snow", "motion_blur")
 _FROST_TEXTURE_COUNT = 5  # tfds' frost draws one of FROST_FILENAMES[0:5].
 _lock = threading.Lock()  # The corruptions share the global np.random state.
-# corrupt_all's pool pays for its start-up (a fresh interpreter per worker) from this many images
-# under the slow corruptions: ~40-300 ms each, against ~1 ms for the other corruptions.
-POOL_MIN_SLOW_IMAGES = 100
+# corrupt_all's pool pays for its start-up (a fresh interpreter per worker, ~5 s) from about
+# this many images under the slow corruptions (~40-300 ms each, against ~1 ms for the others;
+# ImageMagick itself runs on every core): bench/corruptions.py with ImageMagick, 150 slow
+# images 0.84x, 600 slow images 1.41x.
+POOL_MIN_SLOW_IMAGES = 300
 _POOL_CHUNK = 8  # Requests per task sent to a worker: small enough to balance the slow ones.
 Request = Tuple[np.ndarray, str, int, str]  # corrupt()'s arguments: image, name, severity, key.
 
