@@ -10,7 +10,7 @@ export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
-	bench-calibration bench-ensemble \
+	bench-calibration bench-ensemble bench-corruptions bench-beam \
 	kubeflow-compile kubeflow-image kubeflow-local
 
 setup: $(STAMP)
@@ -73,6 +73,12 @@ bench-calibration: $(STAMP)
 # An ensemble run (--ensemble_size=K --hyper_trials=N) against its best single member.
 bench-ensemble: $(STAMP)
 	$(VENV_PY) bench/ensemble.py $(ARGS)
+
+bench-corruptions: system-packages $(STAMP)
+	$(VENV_PY) bench/corruptions.py $(ARGS)
+
+bench-beam: $(STAMP)
+	$(VENV_PY) bench/beam_modes.py $(ARGS)
 
 # Kubeflow Pipelines (docs/kubeflow.md):
 #   make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG

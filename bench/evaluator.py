@@ -55,7 +55,7 @@ def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri
 
 
 def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
-                      work_dir: str) -> tuple:
+                      work_dir: str, count: int) -> tuple:
   examples = tfx.dsl.Importer(
       source_uri=examples_uri, artifact_type=tfx.types.standard_artifacts.Examples,
       properties={"split_names": '["' + '","'.join(SPLITS) + '"]'}).with_id("examples")
@@ -69,7 +69,8 @@ def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name="bench_evaluator", pipeline_root=os.path.join(work_dir, "root"),
       components=[examples, model, evaluator], enable_cache=False,
-      metadata_connection_config=connection, beam_pipeline_args=config.beam_pipeline_args()))
+      metadata_connection_config=connection,
+      beam_pipeline_args=config.beam_pipeline_args(count)))  # What the pipeline picks.
   store = metadata_store.MetadataStore(connection)
   (execution,) = [e for e in store.get_executions()
                   if store.get_execution_types_by_id([e.type_id])[0].name.endswith("Evaluator")]
@@ -132,7 +133,8 @@ def main():
                       help="test images per corruption x severity (0: all)")
   parser.add_argument("--beam_running_mode", default=PipelineConfig.beam_running_mode,
                       help="the Evaluator's Beam DirectRunner mode (multi_processing: one "
-                           "worker process per core; in_memory: this process)")
+                           "worker process per core; in_memory: this process; auto: by the "
+                           "evaluation set's size, as the pipeline)")
   args = parser.parse_args()
   config = from_preset().replace(output_dir=args.output_dir,
                                         beam_running_mode=args.beam_running_mode)
@@ -146,7 +148,8 @@ def main():
     print(f"Evaluation set: {count} examples; model {model_dir}", flush=True)
     direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
                                                        config.trainer.num_bins)
-    evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work)
+    evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work,
+                                                       count)
     tfma_values = tfma_results.load_metrics(evaluation_uri)
   assert direct_count == count
   clean = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)

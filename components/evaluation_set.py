@@ -67,15 +67,20 @@ def make_example(key: str, png: bytes, label: int, eval_set: str,
   return example
 
 
-def generated_corruptions(test_records: List[Record], names: List[str],
-                          per_corruption: int) -> Iterator[tf.train.Example]:
-  chosen = corruptions.subsample(test_records, per_corruption)
-  for name in names:
-    for severity in corruptions.SEVERITIES:
-      for key, png, label in chosen:
-        image = corruptions.corrupt(image_sources.decode_png(png), name, severity, key)
-        yield make_example(f"{key}/{name}_{severity}", image_sources.encode_png(image), label,
-                           CORRUPTED, name, severity)
+def generated_corruptions(test_records: List[Record], names: List[str], per_corruption: int,
+                          workers: int = 0) -> Iterator[tf.train.Example]:
+  """Corruption x severity slices of the chosen test images, slice by slice; `workers`
+  processes make them (0: as many as pay, see reference_corruptions.pool_size)."""
+  chosen = [(key, image_sources.decode_png(png), label)
+            for key, png, label in corruptions.subsample(test_records, per_corruption)]
+  slices = [(name, severity) for name in names for severity in corruptions.SEVERITIES]
+  requests = [(image, name, severity, key) for name, severity in slices
+              for key, image, _ in chosen]
+  images = corruptions.corrupt_all(requests, workers)
+  for name, severity in slices:
+    for (key, _, label), image in zip(chosen, images):
+      yield make_example(f"{key}/{name}_{severity}", image_sources.encode_png(image), label,
+                         CORRUPTED, name, severity)
 
 
 def cifar10_corrupted(names: List[str], per_corruption: int,
@@ -121,10 +126,13 @@ def check_parameters(source: str, corruption_names: List[str]) -> None:
 
 def write_evaluation_set(examples_uri: str, input_splits: List[str], output_uri: str,
                          source: str, names: List[str], per_corruption: int,
-                         tfds_data_dir: Optional[str] = None) -> Dict[str, int]:
+                         tfds_data_dir: Optional[str] = None, workers: int = 0) -> Dict[str, int]:
   """Writes splits eval, test (empty when the input has none) and corrupted under output_uri;
-  returns their example counts. Checks everything before writing anything."""
+  returns their example counts. Checks everything before writing anything. `workers`: processes
+  that make the generated corruptions (0: as many as pay)."""
   check_parameters(source, names)
+  if workers < 0:
+    raise ValueError(f"workers must be >= 0 (0 = as many as pay), got {workers}.")
   if EVAL not in input_splits:
     raise ValueError(f"The examples at {examples_uri} have no '{EVAL}' split.")
   test_records = _read_split(examples_uri, TEST) if TEST in input_splits else []
@@ -137,7 +145,7 @@ def write_evaluation_set(examples_uri: str, input_splits: List[str], output_uri:
       TEST: _write(output_uri, TEST, (make_example(*r, TEST) for r in test_records)),
   }
   if source == "generated":
-    corrupted = generated_corruptions(test_records, names, per_corruption)
+    corrupted = generated_corruptions(test_records, names, per_corruption, workers)
   else:
     corrupted = cifar10_corrupted(names, per_corruption, tfds_data_dir)
   counts[CORRUPTED] = _write(output_uri, CORRUPTED, corrupted)
@@ -152,15 +160,17 @@ def EvaluationSetGen(
     corruption_names: Parameter[str],
     examples_per_corruption: Parameter[int] = 0,
     tfds_data_dir: Parameter[str] = "",
+    workers: Parameter[int] = 0,
 ) -> None:
   """Writes splits eval (clean), test (clean) and corrupted.
 
   corruption_names: comma-separated; empty for no robustness set.
+  workers: processes making the generated corruptions; 0 = one per core when that pays.
   """
   names = [name for name in corruption_names.split(",") if name]
   counts = write_evaluation_set(
       examples.uri, artifact_utils.decode_split_names(examples.split_names), evaluation_set.uri,
-      source, names, examples_per_corruption, tfds_data_dir or None)
+      source, names, examples_per_corruption, tfds_data_dir or None, workers)
   evaluation_set.split_names = artifact_utils.encode_split_names([EVAL, TEST, CORRUPTED])
   log.info("Evaluation set: %s examples (corruptions: %s).",
            ", ".join(f"{n} {s}" for s, n in counts.items()), ", ".join(names) or "none")

@@ -110,3 +110,23 @@ def test_cifar10_corrupted_from_tensorflow_datasets(tmp_path):
     assert feature["key"].bytes_list.value[0].startswith(b"cifar10_corrupted-")
     assert image_sources.decode_png(feature["image"].bytes_list.value[0]).shape == (32, 32, 3)
     assert 0 <= feature["label"].int64_list.value[0] < 10
+
+
+def test_the_corrupted_split_made_by_a_pool_of_processes_is_byte_identical(tmp_path):
+  examples = _example_gen_output(tmp_path / "examples", per_split=3)
+  splits = ["train", "eval", "test"]
+  for workers in (1, 2):
+    evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / f"w{workers}"),
+                                        "generated", ["snow", "contrast"], 2, workers=workers)
+  one, two = (_read(str(tmp_path / f"w{workers}"), "corrupted") for workers in (1, 2))
+  assert [f["key"].bytes_list.value for f in one] == [f["key"].bytes_list.value for f in two]
+  assert [f["image"].bytes_list.value for f in one] == [f["image"].bytes_list.value for f in two]
+
+
+def test_a_negative_worker_count_is_refused_before_writing(tmp_path):
+  examples = _example_gen_output(tmp_path / "examples", per_split=1)
+  out = tmp_path / "out"
+  with pytest.raises(ValueError, match="workers must be >= 0"):
+    evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"], str(out),
+                                        "generated", ["contrast"], 0, workers=-1)
+  assert not out.exists()

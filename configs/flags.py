@@ -79,10 +79,10 @@ FLAG_GROUPS = {
         "max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
         "max_nll_increase", "min_corrupted_accuracy", "max_corrupted_accuracy_drop",
         "max_corrupted_nll", "max_corrupted_nll_increase", "max_corrupted_ece",
-        "max_corrupted_ece_increase", "corruptions", "examples_per_corruption",
+        "max_corrupted_ece_increase", "corruptions", "examples_per_corruption", "corruption_workers",
         "ensemble_size", "hyper_trials", "ensemble_objective"),
     "run": ("pipeline_name", "output_dir", "enable_cache", "beam_workers",
-            "beam_running_mode"),
+            "beam_running_mode", "beam_in_memory_max_examples"),
     "cluster (Kubeflow)": (
         "image", "kubeflow_target", "vertex_project", "vertex_region", "machine_type",
         "accelerator_type", "accelerator_count", "replica_count", "beam_runner",

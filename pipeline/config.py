@@ -28,7 +28,9 @@ DATASETS = ("digits", "cifar10", "tfrecord")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
 DEFAULT_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "components",
                                    "schema.pbtxt")
-BEAM_RUNNING_MODES = ("multi_processing", "multi_threading", "in_memory")
+BEAM_RUNNING_MODES = ("auto", "multi_processing", "multi_threading", "in_memory")
+# Examples in the embedded and tfds datasets (tfrecord inputs are not counted ahead of the run).
+DATASET_EXAMPLES = {"digits": 1797, "cifar10": 60000}
 MAX_PIPELINE_NAME_LENGTH = 100
 # No path separators, and never '.' or '..': the name is a directory under output_dir.
 PIPELINE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}" %
@@ -75,6 +77,9 @@ class PipelineConfig:
   # corruptions. Empty: none.
   corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS  # Comma list.
   examples_per_corruption: int = 100  # Test images per corruption x severity (0: all).
+  # 0 = one per core when the slow corruptions have enough images to pay for the start-up
+  # (trainer_module/reference_corruptions.py, pool_size).
+  corruption_workers: int = 0  # Processes making the generated corrupted images.
   # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
   # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
   # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
@@ -83,7 +88,12 @@ class PipelineConfig:
   ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
   enable_cache: bool = True  # Reuse a step's result when its inputs and code are unchanged.
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
-  beam_running_mode: str = "multi_processing"  # DirectRunner: or multi_threading, in_memory.
+  # auto: a Beam step whose input has at most beam_in_memory_max_examples examples (Transform:
+  # images, AugMix views included) runs in_memory in one process (starting worker processes,
+  # each importing TensorFlow and TFX, costs more than they save on small data: measured with
+  # bench/beam_modes.py); bigger or uncounted inputs multi_processing.
+  beam_running_mode: str = "auto"  # Or multi_processing, multi_threading, in_memory.
+  beam_in_memory_max_examples: int = 10000  # auto: the largest input run in one process.
   # The presets in configs/ choose the model; bare, it is the original script's recipe.
   trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # Its own flags.
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
@@ -111,6 +121,8 @@ class PipelineConfig:
             self.min_corrupted_accuracy, "must be in [0, 1]")
     require(self.examples_per_corruption >= 0, "examples_per_corruption",
             self.examples_per_corruption, "must be >= 0 (0 = every test image)")
+    require(self.corruption_workers >= 0, "corruption_workers", self.corruption_workers,
+            "must be >= 0 (0 = one per core when that pays)")
     require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
     require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
             f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
@@ -121,6 +133,8 @@ class PipelineConfig:
             "must be >= 0 (0 = one per CPU core)")
     require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
             self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
+    require(self.beam_in_memory_max_examples >= 0, "beam_in_memory_max_examples",
+            self.beam_in_memory_max_examples, "must be >= 0")
     if self.dataset != "tfrecord":
       require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
               "is only used with dataset=tfrecord")
@@ -190,15 +204,33 @@ class PipelineConfig:
     return any(isinstance(path, str) and path.startswith("s3://") for path in
                (self.output_dir, self.tfrecord_dir, self.tfds_data_dir, self.schema_path))
 
-  def beam_pipeline_args(self) -> list:
-    """Every Beam step's arguments: the engine, and s3:// set up in each SDK worker."""
+  @property
+  def input_examples(self) -> Optional[int]:
+    """Examples of the input dataset, when known without reading it."""
+    return DATASET_EXAMPLES.get(self.dataset)
+
+  def beam_step_args(self, examples: Optional[int]) -> list:
+    """What a Beam step adds to beam_pipeline_args() for an input of `examples` (TFX puts a
+    step's arguments after the pipeline's, and Beam keeps a repeated flag's last value): the
+    engine auto picks for that size on a local run; nothing otherwise."""
+    if self.beam_running_mode != "auto" or self.kubeflow is not None:
+      return []
+    return [arg for arg in self.beam_pipeline_args(examples) if arg.startswith("--direct_")]
+
+  def beam_pipeline_args(self, examples: Optional[int] = None) -> list:
+    """A Beam step's arguments: the engine, and s3:// set up in each SDK worker. `examples`:
+    the size of the step's input, when known (beam_running_mode=auto picks by it)."""
     s3_workers = [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
     if self.kubeflow and self.kubeflow.beam_runner != "direct":
       return self.kubeflow.beam_runner_args() + s3_workers
+    mode = self.beam_running_mode
+    if mode == "auto":
+      small = examples is not None and examples <= self.beam_in_memory_max_examples
+      mode = "in_memory" if small and self.kubeflow is None else "multi_processing"
     # In a cluster, 0 tells Beam to use the cores of the machine the component runs on.
-    workers = self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1)
-    return [f"--direct_running_mode={self.beam_running_mode}",
-            f"--direct_num_workers={workers}"] + s3_workers
+    workers = 1 if mode == "in_memory" else (
+        self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1))
+    return [f"--direct_running_mode={mode}", f"--direct_num_workers={workers}"] + s3_workers
 
   def replace(self, **overrides) -> "PipelineConfig":
     """A copy with overrides; trainer and cluster fields may be given by name alongside

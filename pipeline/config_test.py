@@ -73,6 +73,9 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--corruptions=gaussian_noise,sparkles"], "corruptions='gaussian_noise,sparkles'"),
     (["--corruptions=contrast,contrast"], "lists a name twice"),
     (["--examples_per_corruption=-1"], "examples_per_corruption=-1"),
+    (["--corruption_workers=-1"], "corruption_workers=-1"),
+    (["--beam_running_mode=fast"], "beam_running_mode='fast'"),
+    (["--beam_in_memory_max_examples=-1"], "beam_in_memory_max_examples=-1"),
     (["--temperature_fit=corrupted"], "temperature_fit='corrupted'"),
     (["--validation_corruption_examples=0"], "validation_corruption_examples=0"),
     (["--ensemble_size=0"], "ensemble_size=0"),
@@ -276,3 +279,47 @@ def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
                        "--temperature_fit=validation_corruptions"])
   assert len(config.trials) == 3 and config.trials[0] == config.trainer
   assert config.trials[1].l2_per_train_example and config.trials[1].seed != 5
+
+
+def test_auto_beam_runs_small_steps_in_memory_and_big_or_uncounted_ones_on_every_core(tmp_path):
+  config = PipelineConfig(output_dir=str(tmp_path), beam_in_memory_max_examples=2000)
+  assert PipelineConfig(output_dir=str(tmp_path)).beam_in_memory_max_examples == 10000
+  cores = os.cpu_count()
+  in_memory = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+  processes = ["--direct_running_mode=multi_processing", f"--direct_num_workers={cores}"]
+  assert config.beam_running_mode == "auto" and config.input_examples == 1797
+  assert config.beam_pipeline_args(2000) == in_memory
+  assert config.beam_pipeline_args(2001) == processes
+  assert config.beam_pipeline_args() == processes  # Size unknown (tfrecord inputs).
+  assert config.replace(beam_workers=3).beam_pipeline_args(10**6)[1] == "--direct_num_workers=3"
+  fixed = config.replace(beam_running_mode="multi_processing")
+  assert fixed.beam_pipeline_args(10) == processes
+  # A step's own arguments: the engine under auto, nothing when the pipeline's say it all.
+  assert config.beam_step_args(10) == in_memory
+  assert config.beam_step_args(None) == processes
+  assert fixed.beam_step_args(10) == []
+
+
+def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):
+  """The pipeline-wide arguments come first and a step's own last: Beam's last flag wins."""
+  from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+  from pipeline.pipeline import create_pipeline, evaluation_set_examples, transform_images
+  small = PipelineConfig(output_dir=str(tmp_path), beam_in_memory_max_examples=20000)
+  for component in create_pipeline(small).components:
+    args = getattr(component.executor_spec, "beam_pipeline_args", None)
+    if args is None:
+      continue
+    options = PipelineOptions(args).view_as(DirectOptions)
+    assert (options.direct_running_mode, options.direct_num_workers) == ("in_memory", 1), \
+        component.id
+  config = PipelineConfig(output_dir=str(tmp_path), examples_per_corruption=100)
+  clean = round(1797 * (0.15 + 0.15))  # The eval and test splits, by key hash.
+  assert evaluation_set_examples(config) == clean + 100 * 15 * 5
+  # The default: Transform makes 1,797 x (1 + 2 views x 4 view sets) images, the most.
+  assert transform_images(config) == 1797 * 9
+  modes = {c.id: PipelineOptions(c.executor_spec.beam_pipeline_args).view_as(
+      DirectOptions).direct_running_mode for c in create_pipeline(config).components
+           if hasattr(c.executor_spec, "beam_pipeline_args")}
+  assert modes == {"ImageDatasetExampleGen": "in_memory", "StatisticsGen": "in_memory",
+                   "ValidationGate": "in_memory", "Transform": "multi_processing",
+                   "Evaluator": "in_memory"}

@@ -34,7 +34,7 @@ from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config
-from trainer_module import preprocessing
+from trainer_module import preprocessing, reference_corruptions
 from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY, TRANSFORM_OPTIONS_KEY,
                                    WARM_START_FROM_PRODUCTION)
 
@@ -103,9 +103,28 @@ def transform_component(config: PipelineConfig, examples, schema, fingerprint: s
       disable_statistics=True)  # StatisticsGen already covers the raw data.
 
 
-def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipeline:
-  fingerprint = trainer_module_fingerprint()
+def evaluation_set_examples(config: PipelineConfig):
+  """The Evaluator's input size (clean eval and test, and the corrupted slices), when known."""
+  if config.input_examples is None:
+    return None
+  test = round(config.input_examples * config.test_fraction)
+  per_slice = min(config.examples_per_corruption, test) if config.examples_per_corruption else test
+  clean = round(config.input_examples * (config.eval_fraction + config.test_fraction))
+  return clean + per_slice * len(config.corruptions) * len(reference_corruptions.SEVERITIES)
 
+
+def transform_images(config: PipelineConfig):
+  """The images Transform makes, when known: each input image and its AugMix views (the view
+  sets it writes); AugMix is most of Transform's work (bench/beam_modes.py)."""
+  if config.input_examples is None:
+    return None
+  options = config.trainer.transform_options()
+  return config.input_examples * (1 + options["num_views"] * options["view_sets"])
+
+
+def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) -> tuple:
+  """ExampleGen, StatisticsGen, ImportSchemaGen, ExampleValidator, ValidationGate, Transform:
+  the steps over the input data, the Beam ones with the engine for its size."""
   examples = example_gen(config, parts)
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
   schema = tfx.components.ImportSchemaGen(schema_file=parts.schema_file)
@@ -113,10 +132,19 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
                                               schema=schema.outputs["schema"])
   gate = ValidationGate(examples=examples.outputs["examples"],
                         anomalies=validator.outputs["anomalies"])
-
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
   transform.add_upstream_node(gate)
+  for step in (examples, statistics, gate):
+    step.with_beam_pipeline_args(config.beam_step_args(config.input_examples))
+  transform.with_beam_pipeline_args(config.beam_step_args(transform_images(config)))
+  return examples, statistics, schema, validator, gate, transform
+
+
+def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipeline:
+  fingerprint = trainer_module_fingerprint()
+  examples, statistics, schema, validator, gate, transform = input_steps(config, parts,
+                                                                         fingerprint)
 
   # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
   # base model comes from an instance of its own, resolved before training.
@@ -139,7 +167,7 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       examples=examples.outputs["examples"], source=robustness_source(config.dataset),
       corruption_names=",".join(config.corruptions),
       examples_per_corruption=config.examples_per_corruption,
-      tfds_data_dir=config.tfds_data_dir or "")
+      tfds_data_dir=config.tfds_data_dir or "", workers=config.corruption_workers)
   eval_examples.add_upstream_node(gate)
 
   model_components = list(trainers)
@@ -160,7 +188,8 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       model=model,
       baseline_model=production.outputs["model"],
       example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
-      eval_config=eval_config(config))
+      eval_config=eval_config(config)).with_beam_pipeline_args(
+          config.beam_step_args(evaluation_set_examples(config)))
 
   pusher = tfx.components.Pusher(
       model=model,

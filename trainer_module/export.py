@@ -115,17 +115,24 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
     return {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1),
             UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+  # No AutoGraph: nothing here branches in Python on a tensor (tf.cond is explicit), and
+  # converting every Keras layer's call was most of the export's time.
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
+               autograph=False)
   def serve_tf_examples(serialized):
     with tf.control_dependencies([assert_parseable_examples(serialized, image_spec)]):
       serialized = tf.identity(serialized)
     return predict(tf.io.parse_example(serialized, image_spec)[IMAGE_KEY])
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
+               autograph=False)
   def serve_images(encoded_images):
     return predict(encoded_images)
 
-  model.save(export_dir, save_format="tf",
+  # Without per-layer traces: the network is built-in layers only, which Keras rebuilds from
+  # their configs on load (ensemble members, trainer_module/ensemble.py); tracing every layer's
+  # call for the SavedModel cost more than the rest of the export.
+  model.save(export_dir, save_format="tf", save_traces=False,
              signatures={"serving_default": serve_tf_examples, "serving_images": serve_images})
   if calibration:
     temperature_scaling.write_calibration_info(export_dir, calibration)

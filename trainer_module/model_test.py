@@ -1,11 +1,11 @@
-"""The Wide ResNet: the published size, the block structure, and per-group L2."""
+"""The Wide ResNet: the published size, the block structure, per-group L2, and its batch norm."""
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.config import TrainerConfig
-from trainer_module.model import wide_resnet
+from trainer_module.model import BatchNormalization, wide_resnet
 
 
 def test_wrn_28_10_has_the_published_parameter_count():
@@ -48,5 +48,56 @@ def test_under_mixed_bfloat16_convolutions_are_16_bit_and_logits_and_statistics_
   assert {conv.compute_dtype for conv in convs} == {"bfloat16"}
   assert model.get_layer("logits").compute_dtype == "float32"
   assert model(tf.zeros([2, 32, 32, 3]), training=True).dtype == tf.float32
-  # Weights and batch-norm moving statistics are float32 (the layer normalises in float32).
+  # Weights and batch-norm moving statistics are float32; the batch norm's output is bf16.
   assert {v.dtype for v in model.variables} == {tf.float32}
+  batch_norm = model.get_layer("final_bn")
+  assert batch_norm(tf.zeros([2, 8, 8, 64], tf.bfloat16), training=True).dtype == tf.bfloat16
+
+
+def _pair_of_batch_norms(shape):
+  """Ours and Keras' synchronized layer (the unfused kernel), with the same weights."""
+  ours = BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=True)
+  keras_own = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, synchronized=True)
+  ours.build(shape)
+  keras_own.build(shape)
+  keras_own.set_weights([np.full(shape[-1:], 0.5 + i, np.float32) for i in range(4)])
+  ours.set_weights(keras_own.get_weights())
+  return ours, keras_own
+
+
+def test_the_fused_batch_norm_computes_what_keras_synchronized_layer_computes_on_one_replica():
+  images = tf.random.stateless_normal([8, 6, 6, 5], seed=[1, 2], mean=2.0, stddev=3.0)
+  upstream = tf.random.stateless_normal(images.shape, seed=[5, 6])
+  results = []
+  for layer in _pair_of_batch_norms(images.shape):
+    with tf.GradientTape() as tape:
+      tape.watch(images)
+      outputs = layer(images, training=True)
+      loss = tf.reduce_sum(outputs * upstream)
+    gradients = tape.gradient(loss, [images] + layer.trainable_variables)
+    results.append([outputs, *gradients, layer.moving_mean, layer.moving_variance,
+                    layer(images, training=False)])
+  ours, keras_own = results
+  names = ["outputs", "d/images", "d/gamma", "d/beta", "moving mean", "moving variance "
+           "(no Bessel's correction)", "inference outputs"]
+  for name, mine, theirs in zip(names, ours, keras_own):
+    np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_keras_batch_norm_checkpoints_restore_into_the_fused_layer_and_back(tmp_path):
+  ours, keras_own = _pair_of_batch_norms(tf.TensorShape([2, 4, 4, 3]))
+  ours.set_weights([np.zeros(3, np.float32)] * 4)
+  path = tf.train.Checkpoint(layer=keras_own).save(str(tmp_path / "keras"))
+  tf.train.Checkpoint(layer=ours).restore(path).assert_consumed()
+  for mine, theirs in zip(ours.get_weights(), keras_own.get_weights()):
+    np.testing.assert_array_equal(mine, theirs)
+
+
+def test_a_saved_model_rebuilds_the_fused_layer_from_its_config(tmp_path):
+  model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
+  model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
+  loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
+  assert isinstance(loaded.get_layer("final_bn"), BatchNormalization)
+  images = tf.random.stateless_uniform([2, 32, 32, 3], seed=[3, 4])
+  np.testing.assert_allclose(loaded(images, training=False), model(images, training=False),
+                             rtol=1e-5, atol=1e-5)

@@ -12,20 +12,27 @@ severity constants. This module makes it usable on the pipeline's 32x32 RGB imag
 - motion blur and snow call ImageMagick's `convert`, and frost needs the frost textures (taken
   from the `imagecorruptions` package in the lock): `unavailable()` names what is missing, and
   the config refuses those corruptions on a machine without it.
+`corrupt_all` runs many requests, in a pool of processes when the slow corruptions (the three
+at 224x224, two of them a `convert` process per image) have enough images for the pool's start-up
+to pay; the output is the same as in one process, since each image's randomness comes from its
+request alone.
 Names are those of tfds' `cifar10_corrupted` configs (`frosted_glass_blur`, `elastic`), so a
 slice means the same corruption for every dataset.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import hashlib
 import importlib.util
+import multiprocessing
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -53,6 +60,13 @@ _AT_FULL_SIZE = ("frost", "snow", "motion_blur")
 _NEEDS_IMAGEMAGICK = ("snow", "motion_blur")
 _FROST_TEXTURE_COUNT = 5  # tfds' frost draws one of FROST_FILENAMES[0:5].
 _lock = threading.Lock()  # The corruptions share the global np.random state.
+# corrupt_all's pool pays for its start-up (a fresh interpreter per worker, ~5 s) from about
+# this many images under the slow corruptions (~40-300 ms each, against ~1 ms for the others;
+# ImageMagick itself runs on every core): bench/corruptions.py with ImageMagick, 150 slow
+# images 0.84x, 600 slow images 1.41x.
+POOL_MIN_SLOW_IMAGES = 300
+_POOL_CHUNK = 8  # Requests per task sent to a worker: small enough to balance the slow ones.
+Request = Tuple[np.ndarray, str, int, str]  # corrupt()'s arguments: image, name, severity, key.
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,6 +108,23 @@ def subsample(records: list, count: int) -> list:
   return sorted(ranked[:count])
 
 
+@functools.lru_cache(maxsize=None)
+def _uncompressed_frost_textures() -> Tuple[str, ...]:
+  """The frost textures tfds draws from, decoded once per process and kept as BMP files: tfds'
+  frost reads its texture from a file for every image, and decoding the PNG or JPEG (up to
+  900x600) was most of its time. cv2 reads the BMP back to the same pixels."""
+  import cv2
+  directory = tempfile.mkdtemp(prefix="frost-textures-")
+  atexit.register(shutil.rmtree, directory, ignore_errors=True)
+  paths = []
+  for index, source in enumerate(frost_textures()[:_FROST_TEXTURE_COUNT]):
+    path = os.path.join(directory, f"frost{index}.bmp")
+    if not cv2.imwrite(path, cv2.imread(source)):
+      raise OSError(f"Could not write the decoded frost texture {source} to {path}.")
+    paths.append(path)
+  return tuple(paths)
+
+
 def unavailable(names) -> Dict[str, str]:
   """For each of `names` that cannot run on this machine, why not."""
   missing = {}
@@ -132,7 +163,8 @@ def _seeded(seed: int) -> Iterator[None]:
     convert = imagemagick_convert()
     if convert:
       tfds_corruptions._imagemagick_bin = lambda: convert  # pylint: disable=protected-access
-    tfds_corruptions.FROST_FILENAMES = list(frost_textures()[:_FROST_TEXTURE_COUNT])
+    tfds_corruptions.FROST_FILENAMES = (list(_uncompressed_frost_textures())
+                                        if frost_textures() else [])
     try:
       yield
     finally:
@@ -190,3 +222,34 @@ def corrupt(image: np.ndarray, corruption: str, severity: int, key: str) -> np.n
     raise RuntimeError(f"Corruption {corruption!r} returned shape {corrupted.shape} for an "
                        f"image of shape {image.shape}.")
   return corrupted
+
+
+def _corrupt_request(request: Request) -> np.ndarray:
+  return corrupt(*request)
+
+
+def pool_size(requests: Sequence[Request], workers: int = 0) -> int:
+  """How many processes corrupt_all uses: `workers` when > 0; else (auto) one per CPU this process
+  may run on when at least POOL_MIN_SLOW_IMAGES requests are slow corruptions, and 1 otherwise
+  (a few cheap images do not pay for starting interpreters)."""
+  if workers < 0:
+    raise ValueError(f"workers must be >= 0 (0 = auto), got {workers}.")
+  if workers:
+    return workers
+  slow = sum(1 for request in requests if request[1] in _AT_FULL_SIZE)
+  return len(os.sched_getaffinity(0)) if slow >= POOL_MIN_SLOW_IMAGES else 1
+
+
+def corrupt_all(requests: Sequence[Request], workers: int = 0) -> Iterator[np.ndarray]:
+  """corrupt(*request) for each request, in order, with pool_size(requests, workers) processes.
+
+  The pool's processes are started with `spawn`: forking a process that has TensorFlow loaded
+  (the Trainer, TFX's executors) is unsafe. Every output is the one corrupt() gives in this
+  process: a request's randomness depends on its key, corruption and severity only."""
+  processes = min(pool_size(requests, workers), len(requests))
+  if processes <= 1:
+    for request in requests:
+      yield corrupt(*request)
+    return
+  with multiprocessing.get_context("spawn").Pool(processes) as pool:
+    yield from pool.imap(_corrupt_request, requests, chunksize=_POOL_CHUNK)

@@ -1,4 +1,6 @@
 """tfds' reference corruptions on 32x32x3 uint8 images: all 19 run, deterministic per key."""
+import os
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,43 @@ def test_a_corruption_without_its_dependency_fails_naming_it(monkeypatch, images
 def test_bad_requests_are_refused(name, severity, image, message):
   with pytest.raises(ValueError, match=message):
     corruptions.corrupt(image, name, severity, "k")
+
+
+def test_a_pool_of_processes_gives_byte_identical_images_in_request_order(images):
+  """Spawned workers (TF is loaded here, so no fork) reproduce the single-process output."""
+  requests = [(image, name, severity, f"k{index}")
+              for name in ("snow", "gaussian_noise", "frost", "contrast")
+              for severity in (1, 5) for index, image in enumerate(images)]
+  alone = list(corruptions.corrupt_all(requests, workers=1))
+  pooled = list(corruptions.corrupt_all(requests, workers=2))
+  assert len(pooled) == len(requests)
+  for one, other in zip(alone, pooled):
+    assert one.dtype == other.dtype and one.tobytes() == other.tobytes()
+
+
+def test_a_bad_request_in_the_pool_fails_with_its_own_error(images):
+  requests = [(images[0], "contrast", 1, "k")] * 3 + [(images[0], "contrast", 6, "k")]
+  with pytest.raises(ValueError, match="Severity 6"):
+    list(corruptions.corrupt_all(requests, workers=2))
+
+
+def test_the_pool_starts_only_when_enough_slow_corruptions_pay_for_it(images):
+  cheap = [(images[0], "gaussian_noise", 1, f"k{i}") for i in range(1000)]
+  slow = [(images[0], "motion_blur", 1, f"k{i}") for i in range(corruptions.POOL_MIN_SLOW_IMAGES)]
+  assert corruptions.pool_size(cheap) == 1
+  assert corruptions.pool_size(cheap + slow[1:]) == 1
+  assert corruptions.pool_size(cheap + slow) == len(os.sched_getaffinity(0))
+  assert corruptions.pool_size(cheap, workers=3) == 3
+  with pytest.raises(ValueError, match="workers must be >= 0"):
+    corruptions.pool_size(cheap, workers=-1)
+
+
+def test_frost_from_the_decoded_textures_is_frost_from_the_shipped_files(images, monkeypatch):
+  """Textures are decoded once per process (BMP); the frost images stay the same pixels."""
+  cached = [corruptions.corrupt(images[-1], "frost", severity, f"k{severity}")
+            for severity in corruptions.SEVERITIES]
+  shipped = corruptions.frost_textures()[:5]
+  monkeypatch.setattr(corruptions, "_uncompressed_frost_textures", lambda: shipped)
+  for severity, image in zip(corruptions.SEVERITIES, cached):
+    np.testing.assert_array_equal(
+        image, corruptions.corrupt(images[-1], "frost", severity, f"k{severity}"))

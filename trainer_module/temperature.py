@@ -424,13 +424,13 @@ def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std
   keys = [hashlib.sha256(image.tobytes()).hexdigest() for image in images]
   chosen = reference_corruptions.subsample(
       [(key, index, int(labels[index])) for index, key in enumerate(keys)], per_slice)
-  corrupted, corrupted_labels, slices = [], [], []
-  for name in VALIDATION_CORRUPTIONS:
-    for severity in reference_corruptions.SEVERITIES:
-      for key, index, label in chosen:
-        corrupted.append(reference_corruptions.corrupt(images[index], name, severity, key))
-        corrupted_labels.append(label)
-        slices.append(f"{name}_{severity}")
+  slices = [(name, severity) for name in VALIDATION_CORRUPTIONS
+            for severity in reference_corruptions.SEVERITIES]
+  corrupted = list(reference_corruptions.corrupt_all(
+      [(images[index], name, severity, key) for name, severity in slices
+       for key, index, _ in chosen]))
+  corrupted_labels = [label for _ in slices for _, _, label in chosen]
+  slices = [f"{name}_{severity}" for name, severity in slices for _ in chosen]
   images01 = tf.constant(np.stack(corrupted), tf.float32) / 255.0
   return ShiftedSet(tf.data.Dataset.from_tensor_slices(
       (normalize(images01, mean, std), np.asarray(corrupted_labels, np.int64))).batch(batch_size),

@@ -1,0 +1,90 @@
+"""Beam steps over the input data in_memory (one process) against multi_processing (a worker
+process per core), in one run, alternating, on the pipeline's own components.
+
+Runs ExampleGen -> ImportSchemaGen -> StatisticsGen -> ExampleValidator -> ValidationGate ->
+Transform (the default config: the digits, AugMix views) with LocalDagRunner `--repeats` times
+per running mode, and prints each Beam step's wall time from MLMD (best of the repeats) for
+both modes, their ratio, and the CPU seconds each whole run used (this process and its Beam
+worker processes): on a shared machine the CPU seconds say what a mode costs, the wall times
+what it buys.
+
+  .venv/bin/python bench/beam_modes.py                  # --repeats 1
+  .venv/bin/python bench/beam_modes.py --repeats 2
+"""
+import argparse
+import os
+import resource
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
+from ml_metadata.metadata_store import metadata_store  # noqa: E402
+from tfx import v1 as tfx  # noqa: E402
+
+from pipeline.config import from_preset  # noqa: E402
+from pipeline.local_runner import local_parts  # noqa: E402
+from pipeline.pipeline import input_steps, trainer_module_fingerprint  # noqa: E402
+
+BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "ValidationGate", "Transform")
+MODES = ("in_memory", "multi_processing")
+
+
+def _cpu_seconds() -> float:
+  usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+  return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+def run_steps(mode: str, work_dir: str) -> tuple:
+  """({step: wall seconds}, CPU seconds, wall seconds) of the input steps under `mode`."""
+  config = from_preset().replace(output_dir=work_dir, beam_running_mode=mode,
+                                 enable_cache=False)
+  parts = local_parts(config)
+  components = input_steps(config, parts, trainer_module_fingerprint())
+  connection = parts.metadata_connection_config
+  os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
+  cpu, wall = _cpu_seconds(), time.perf_counter()
+  tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
+      pipeline_name=config.pipeline_name, pipeline_root=config.pipeline_root,
+      components=components, enable_cache=False, metadata_connection_config=connection))
+  cpu, wall = _cpu_seconds() - cpu, time.perf_counter() - wall
+  store = metadata_store.MetadataStore(connection)
+  seconds = {}
+  for execution in store.get_executions():
+    name = store.get_execution_types_by_id([execution.type_id])[0].name.split(".")[-1]
+    seconds[name] = (execution.last_update_time_since_epoch -
+                     execution.create_time_since_epoch) / 1000.0
+  return {step: seconds[step] for step in BEAM_STEPS if step in seconds}, cpu, wall
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--repeats", type=int, default=1)
+  args = parser.parse_args(argv)
+  best = {mode: {} for mode in MODES}
+  cpu = {mode: [] for mode in MODES}
+  wall = {mode: [] for mode in MODES}
+  loads = [os.getloadavg()[0]]
+  for repeat in range(args.repeats):
+    for mode in MODES if repeat % 2 == 0 else reversed(MODES):
+      steps, cpu_s, wall_s = run_steps(mode, tempfile.mkdtemp(prefix=f"bench-beam-{mode}-"))
+      for step, seconds in steps.items():
+        best[mode][step] = min(seconds, best[mode].get(step, float("inf")))
+      cpu[mode].append(cpu_s)
+      wall[mode].append(wall_s)
+      loads.append(os.getloadavg()[0])
+  print(f"load average {min(loads):.1f}-{max(loads):.1f}; wall seconds per step (best of "
+        f"{args.repeats}), the digits (1,797 examples):")
+  print(f"  {'step':24s} {'in_memory':>10s} {'multi_processing':>17s} {'ratio':>7s}")
+  for step in BEAM_STEPS:
+    one, many = best["in_memory"].get(step), best["multi_processing"].get(step)
+    if one is not None and many is not None:
+      print(f"  {step:24s} {one:10.1f} {many:17.1f} {many / one:6.2f}x")
+  for mode in MODES:
+    print(f"  {mode}: whole run {min(wall[mode]):.1f} s wall, {min(cpu[mode]):.1f} CPU s")
+
+
+if __name__ == "__main__":
+  main()
