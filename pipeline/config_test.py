@@ -282,8 +282,8 @@ def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
 
 
 def test_auto_beam_runs_small_steps_in_memory_and_big_or_uncounted_ones_on_every_core(tmp_path):
-  config = PipelineConfig(output_dir=str(tmp_path), beam_in_memory_max_examples=2000)
-  assert PipelineConfig(output_dir=str(tmp_path)).beam_in_memory_max_examples == 10000
+  config = from_preset().replace(output_dir=str(tmp_path), beam_in_memory_max_examples=2000)
+  assert from_preset().beam_in_memory_max_examples == 10000
   cores = os.cpu_count()
   in_memory = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
   processes = ["--direct_running_mode=multi_processing", f"--direct_num_workers={cores}"]
@@ -304,21 +304,22 @@ def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):
   """The pipeline-wide arguments come first and a step's own last: Beam's last flag wins."""
   from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
   from pipeline.pipeline import create_pipeline, evaluation_set_examples, transform_images
-  small = PipelineConfig(output_dir=str(tmp_path), beam_in_memory_max_examples=20000)
-  for component in create_pipeline(small).components:
+  small = from_preset().replace(output_dir=str(tmp_path), beam_in_memory_max_examples=20000)
+  for component in create_pipeline(small, local_runner.local_parts(small)).components:
     args = getattr(component.executor_spec, "beam_pipeline_args", None)
     if args is None:
       continue
     options = PipelineOptions(args).view_as(DirectOptions)
     assert (options.direct_running_mode, options.direct_num_workers) == ("in_memory", 1), \
         component.id
-  config = PipelineConfig(output_dir=str(tmp_path), examples_per_corruption=100)
+  config = from_preset().replace(output_dir=str(tmp_path), examples_per_corruption=100)
   clean = round(1797 * (0.15 + 0.15))  # The eval and test splits, by key hash.
   assert evaluation_set_examples(config) == clean + 100 * 15 * 5
   # The default: Transform makes 1,797 x (1 + 2 views x 4 view sets) images, the most.
   assert transform_images(config) == 1797 * 9
   modes = {c.id: PipelineOptions(c.executor_spec.beam_pipeline_args).view_as(
-      DirectOptions).direct_running_mode for c in create_pipeline(config).components
+      DirectOptions).direct_running_mode
+           for c in create_pipeline(config, local_runner.local_parts(config)).components
            if hasattr(c.executor_spec, "beam_pipeline_args")}
   assert modes == {"ImageDatasetExampleGen": "in_memory", "StatisticsGen": "in_memory",
                    "ValidationGate": "in_memory", "Transform": "multi_processing",
