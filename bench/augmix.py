@@ -299,6 +299,7 @@ def robustness(args) -> None:
   AugMix source in args.robustness, in one output directory (so everything but Transform,
   Trainer and what follows them is cached), printing each run's figures as it ends."""
   output_dir = args.output_dir or tempfile.mkdtemp(prefix="bench-augmix-robustness-")
+  os.makedirs(output_dir, exist_ok=True)
   print(f"AugMix sources, default pipeline model, outputs in {output_dir}; "
         f"{os.cpu_count()} cores", flush=True)
   for source in args.robustness.split(","):
