@@ -28,6 +28,7 @@ measures the rounding's effect on training.
   make bench-augmix                                    # 50,000 images, the defaults
   make bench-augmix ARGS="--images 5000 --aug_count 1 --augmix_view_sets 1 --repeats 2"
   make bench-augmix ARGS="--robustness online,15,4,2,1"
+  make bench-augmix ARGS="--robustness online,6,1 --pipeline_flags=--train_epochs=6"
 """
 import argparse
 import glob
@@ -339,7 +340,8 @@ def main(argv=None) -> None:
   parser.add_argument("--robustness", default="",
                       help="instead: train the default pipeline once per AugMix source, e.g. "
                       "'online,15,4,2,1' (online AugMix, or that many view sets)")
-  parser.add_argument("--pipeline_flags", default="", help="more flags for --robustness runs")
+  parser.add_argument("--pipeline_flags", default="",
+                      help="more flags for --robustness runs: --pipeline_flags=--train_epochs=6")
   parser.add_argument("--output_dir", default="", help="--robustness runs' output directory")
   args = parser.parse_args(argv)
   if args.aug_count < 1 or args.augmix_view_sets < 1 or args.repeats < 1:
