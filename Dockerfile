@@ -1,12 +1,12 @@
 # The pipeline's image: TFX 1.16's official image plus this project. Every Kubeflow component
-# and every Vertex AI training replica runs it. Build from the repository root (README,
+# and every Vertex AI training replica runs it. Build from the repository root (docs/kubeflow.md,
 # "Running on Kubeflow Pipelines"):
 #   docker build -t gcr.io/PROJECT/wrn-pipeline:TAG . && docker push gcr.io/PROJECT/wrn-pipeline:TAG
 FROM gcr.io/tfx-oss-public/tfx:1.16.0
 
 # TFX 1.16, TFT and TFMA need Keras 2 (tf_keras) in every process.
 ENV TF_USE_LEGACY_KERAS=1 PYTHONDONTWRITEBYTECODE=1
-# kubeflow.config.IMAGE_PROJECT_DIR: the compiled pipeline reads the schema from here.
+# pipeline.cluster_config.IMAGE_PROJECT_DIR: the compiled pipeline reads the schema from here.
 WORKDIR /pipeline
 
 # requirements.lock is resolved for Python 3.10, the image's Python. --no-deps installs exactly
@@ -24,9 +24,11 @@ COPY pipeline/ pipeline/
 COPY components/ components/
 COPY trainer_module/ trainer_module/
 COPY kubeflow/ kubeflow/
+COPY storage/ storage/
+COPY configs/ configs/
 RUN python -m pip install --no-cache-dir --no-deps . \
  && cd / && python -c "import pipeline.pipeline, kubeflow.cluster, kubeflow.kfp_entrypoint, \
-                        trainer_module.trainer" \
- && python -c "from kubeflow import object_storage; object_storage.register_tensorflow_s3()"
+                        trainer_module.tfx_trainer, configs.kubeflow" \
+ && python -c "from storage import object_storage; object_storage.register_tensorflow_s3()"
 # No ENTRYPOINT here: the TFX image's, Beam's SDK harness boot program, makes this image the
-# SDK container of Dataflow and portable runners (README, "Beam beyond one pod").
+# SDK container of Dataflow and portable runners (docs/kubeflow.md, "Beam beyond one pod").

@@ -10,6 +10,7 @@ export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
+	bench-calibration bench-ensemble \
 	kubeflow-compile kubeflow-image kubeflow-local
 
 setup: $(STAMP)
@@ -65,16 +66,24 @@ bench-trainer: $(STAMP)
 bench-evaluator: $(STAMP)
 	$(VENV_PY) bench/evaluator.py $(ARGS)
 
-# Kubeflow Pipelines (README, "Running on Kubeflow Pipelines"):
+# Each way of choosing the temperature, measured on a finished run (default: outputs/).
+bench-calibration: $(STAMP)
+	$(VENV_PY) bench/calibration.py $(ARGS)
+
+# An ensemble run (--ensemble_size=K --hyper_trials=N) against its best single member.
+bench-ensemble: $(STAMP)
+	$(VENV_PY) bench/ensemble.py $(ARGS)
+
+# Kubeflow Pipelines (docs/kubeflow.md):
 #   make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG
 #   make kubeflow-compile ARGS="--image=gcr.io/PROJECT/wrn-pipeline:TAG --output_dir=gs://BUCKET/wrn"
 kubeflow-compile: $(STAMP)
 	$(VENV_PY) -m kubeflow compile $(ARGS)
 
 # The compiled kfp spec of the tiny e2e config, executed as an open-source KFP backend would
-# (tests/kfp_harness.py) on a local S3 server; prints where the pushed model is.
+# (testing/kfp_harness.py) on a local S3 server; prints where the pushed model is.
 kubeflow-local: system-packages $(STAMP)
-	$(VENV_PY) -m tests.kfp_harness $(ARGS)
+	$(VENV_PY) -m testing.kfp_harness $(ARGS)
 
 kubeflow-image:
 	@[ -n "$(IMAGE)" ] || { echo "IMAGE is required: make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG"; exit 2; }

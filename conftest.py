@@ -1,3 +1,3 @@
-"""Shared by every test directory: one moto S3 server per session (tests/s3_server.py)."""
-from tests.s3_server import (  # noqa: F401  (pytest finds them by name)
+"""Shared by every test directory: one moto S3 server per session (testing/s3_server.py)."""
+from testing.s3_server import (  # noqa: F401  (pytest finds them by name)
     pytest_sessionfinish, pytest_unconfigure, s3, s3_server)

@@ -50,15 +50,15 @@ from tfx import v1 as tfx  # noqa: E402
 
 from components import image_sources  # noqa: E402
 from components.calibration_metrics import NLL_NAME  # noqa: E402
-from pipeline import gate_report, run_report  # noqa: E402
-from pipeline.config import PipelineConfig, from_flags  # noqa: E402
+from pipeline import run_report, tfma_results  # noqa: E402
+from pipeline.config import PipelineConfig, from_flags, from_preset  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
-from pipeline.report import RunRecord  # noqa: E402
+from pipeline.run_record import RunRecord  # noqa: E402
 from trainer_module import augmix, data, preprocessing  # noqa: E402
 from trainer_module.features import (EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE,  # noqa: E402
                                      PROBABILITIES_KEY)
-from trainer_module.train import Training  # noqa: E402
+from trainer_module.training_loop import Training  # noqa: E402
 
 _BYTES_SAMPLE = 2000  # Images whose views are written both ways to compare sizes.
 
@@ -233,10 +233,10 @@ def speed(args) -> None:
   """Items 1-4 of the module docstring, printed."""
   work_dir = tempfile.mkdtemp(prefix="bench-augmix-")
   data_dir = os.path.join(work_dir, "data")
-  config = PipelineConfig(output_dir=work_dir, pipeline_name="bench_augmix",
-                          beam_running_mode=args.beam_running_mode).replace(
-                              augmix=True, augmix_online=False, aug_count=args.aug_count,
-                              augmix_view_sets=args.augmix_view_sets)
+  config = from_preset().replace(
+      output_dir=work_dir, pipeline_name="bench_augmix",
+      beam_running_mode=args.beam_running_mode, augmix=True, augmix_online=False,
+      aug_count=args.aug_count, augmix_view_sets=args.augmix_view_sets)
   options = config.trainer.transform_options()
   train_file = write_images(data_dir, args.images)
   images, keys = decoded_images(train_file)
@@ -314,9 +314,9 @@ def robustness(args) -> None:
       subprocess.run([sys.executable, "-m", "pipeline", *flags], check=True, stdout=log,
                      stderr=subprocess.STDOUT)
     run = RunRecord(config)
-    values = gate_report.load_metrics(run.latest_output("evaluation").uri)
+    values = tfma_results.load_metrics(run.latest_output("evaluation").uri)
     means = run_report.corrupted_means(values, PROBABILITIES_KEY, config.corruptions)
-    accuracy = gate_report.metric(values, run_report.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
+    accuracy = tfma_results.metric(values, run_report.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
     examples = run.latest_output("transformed_examples").uri
     name = "online" if source == "online" else f"{source} view set(s)"
     print(f"  {name}: eval accuracy {accuracy:.4f}, cA {means[ACCURACY_NAME]:.4f}, cNLL "
@@ -327,7 +327,7 @@ def robustness(args) -> None:
 
 
 def main(argv=None) -> None:
-  defaults = PipelineConfig().trainer
+  defaults = from_preset().trainer
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=int, default=50_000)
   parser.add_argument("--aug_count", type=int, default=max(defaults.aug_count, 1))

@@ -7,7 +7,7 @@ SavedModel (the run's latest Trainer output) and the pipeline's own metrics and 
   with the pipeline's EvalConfig (no baseline); its time is the execution's wall time in MLMD
   (Beam start-up, reading, inference, metrics and writing included).
 - direct: the serving signature called on batches of serialized examples in this process, then
-  accuracy, NLL, ECE and Brier score in numpy (tests/numpy_metrics.py) on the same slices and
+  accuracy, NLL, ECE and Brier score in numpy (testing/reference_metrics.py) on the same slices and
   both outputs (temperature-scaled and raw probabilities).
 Prints examples/s of each, their ratio, and the clean eval metrics of both as a cross-check.
 
@@ -31,11 +31,11 @@ from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from components import evaluation_set  # noqa: E402
-from pipeline import gate_report  # noqa: E402
-from pipeline.config import PipelineConfig, robustness_source  # noqa: E402
+from pipeline import tfma_results  # noqa: E402
+from pipeline.config import PipelineConfig, from_preset, robustness_source  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
-from pipeline.report import RunRecord  # noqa: E402
-from tests import numpy_metrics  # noqa: E402
+from pipeline.run_record import RunRecord  # noqa: E402
+from testing import reference_metrics  # noqa: E402
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,  # noqa: E402
                                      UNCALIBRATED_PROBABILITIES_KEY)
 
@@ -120,7 +120,7 @@ def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
   for output, batches in outputs.items():
     probabilities = np.concatenate(batches)
     for slice_, mask in _slice_masks(features).items():
-      metrics[(output, slice_)] = numpy_metrics.metrics(probabilities[mask],
+      metrics[(output, slice_)] = reference_metrics.metrics(probabilities[mask],
                                                         features["label"][mask], num_bins)
   return time.time() - start, len(features["label"]), metrics
 
@@ -134,7 +134,8 @@ def main():
                       help="the Evaluator's Beam DirectRunner mode (multi_processing: one "
                            "worker process per core; in_memory: this process)")
   args = parser.parse_args()
-  config = PipelineConfig(output_dir=args.output_dir, beam_running_mode=args.beam_running_mode)
+  config = from_preset().replace(output_dir=args.output_dir,
+                                        beam_running_mode=args.beam_running_mode)
   model = RunRecord(config).candidate_model()
   if model is None:
     raise SystemExit(f"No trained model in {config.metadata_path}; run `make run` first.")
@@ -146,13 +147,13 @@ def main():
     direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
                                                        config.trainer.num_bins)
     evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work)
-    tfma_values = gate_report.load_metrics(evaluation_uri)
+    tfma_values = tfma_results.load_metrics(evaluation_uri)
   assert direct_count == count
   clean = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
   mine = direct[(PROBABILITIES_KEY, ("eval_set", evaluation_set.EVAL))]
   print(f"\nclean eval, temperature-scaled: TFMA accuracy "
-        f"{gate_report.metric(tfma_values, clean, PROBABILITIES_KEY, ACCURACY_NAME):.6f} "
-        f"ECE {gate_report.metric(tfma_values, clean, PROBABILITIES_KEY, 'ece'):.6f} | numpy "
+        f"{tfma_results.metric(tfma_values, clean, PROBABILITIES_KEY, ACCURACY_NAME):.6f} "
+        f"ECE {tfma_results.metric(tfma_values, clean, PROBABILITIES_KEY, 'ece'):.6f} | numpy "
         f"accuracy {mine['accuracy']:.6f} ECE {mine['ece']:.6f}")
   print(f"Evaluator component (TFMA, Beam): {evaluator_time:7.1f} s  "
         f"{count / evaluator_time:8.1f} examples/s")

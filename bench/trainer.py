@@ -40,12 +40,12 @@ import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
 
 from components import image_sources  # noqa: E402
-from pipeline.config import PipelineConfig  # noqa: E402
+from pipeline.config import from_preset  # noqa: E402
 from trainer_module import data, distribution, preprocessing  # noqa: E402
 from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY  # noqa: E402
 from trainer_module.model import wide_resnet  # noqa: E402
-from trainer_module.train import Training, fit, make_optimizer  # noqa: E402
+from trainer_module.training_loop import Training, fit, make_optimizer  # noqa: E402
 
 FEATURE_SPEC = {IMAGE_KEY: tf.io.FixedLenFeature(IMAGE_SHAPE, tf.float32),
                 LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
@@ -174,7 +174,7 @@ def bare_loop_seconds(config: TrainerConfig, files, warmup: int, steps: int) -> 
 def write_digits(directory: str) -> tuple:
   """The pipeline's digits train and eval splits, normalised as Transform does (train-split
   mean and std per channel), as gzipped transformed records; returns (train, eval) files."""
-  config = PipelineConfig()
+  config = from_preset()
   splits = {}
   for split in ("train", "eval"):
     records = list(image_sources.digits_records(split, config.eval_fraction,

@@ -32,7 +32,7 @@ import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before Tensor
 import tensorflow as tf  # noqa: E402
 
 from components.image_sources import digits_records  # noqa: E402
-from tests.transform_runs import run_transform  # noqa: E402
+from testing.transform_runs import run_transform  # noqa: E402
 from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import LABEL_KEY  # noqa: E402
 

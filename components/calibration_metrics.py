@@ -15,7 +15,8 @@ imports this module by name (`MetricConfig.module`), in every Beam worker.
 Definitions (as in Uncertainty Baselines):
 - accuracy: the fraction of examples whose most probable class is the label.
 - ECE: top-label, `num_bins` equal-width confidence bins over [0, 1]; the bin-count-weighted
-  mean of |accuracy - mean confidence| per bin. A confidence of exactly 1 falls in the last bin.
+  mean of |accuracy - mean confidence| per bin, binned by the project's one rule
+  (trainer_module.metrics.confidence_bins).
 - NLL: mean of -log p(true class), with p clipped below at PROBABILITY_FLOOR.
 - Brier score: mean over examples of sum over classes of (p_k - 1[k = true class])^2.
 """
@@ -26,6 +27,8 @@ import numpy as np
 from tensorflow_model_analysis.metrics import metric_types, metric_util
 from tensorflow_model_analysis.proto import config_pb2
 
+from trainer_module.metrics import confidence_bins
+
 ACCURACY_NAME = "accuracy"
 ECE_NAME = "ece"
 RELIABILITY_NAME = "reliability_diagram"  # [num_bins, 3]: count, mean confidence, accuracy.
@@ -35,11 +38,6 @@ DEFAULT_NUM_BINS = 15
 PROBABILITY_FLOOR = 1e-12  # Keeps -log p finite when a float32 softmax rounds p to 0.
 # One leading underscore: TFMA computes the statistics but drops them from its output.
 _STATISTICS_NAME = "_calibration_statistics"
-
-
-def confidence_bin(confidence: float, num_bins: int) -> int:
-  """Bin i holds confidences in (i/num_bins, (i+1)/num_bins]; 0 goes to bin 0."""
-  return min(max(int(np.ceil(confidence * num_bins)) - 1, 0), num_bins - 1)
 
 
 class _Accumulator:
@@ -97,7 +95,7 @@ class _StatisticsCombiner(beam.CombineFn):
       accumulator.count += weight
       accumulator.nll_sum -= weight * np.log(max(probabilities[true_class], PROBABILITY_FLOOR))
       accumulator.brier_sum += weight * float(np.sum((probabilities - one_hot) ** 2))
-      b = confidence_bin(confidence, self._num_bins)
+      b = int(confidence_bins(confidence, self._num_bins))
       accumulator.bin_count[b] += weight
       accumulator.bin_confidence[b] += weight * confidence
       accumulator.bin_correct[b] += weight * float(predicted == true_class)

@@ -92,7 +92,9 @@ class EnsembleSelectorExecutor(base_executor.BaseExecutor):
     record = ensemble.build_ensemble(
         members, eval_files, transform_output, export_dir,
         ensemble_size=exec_properties["ensemble_size"], objective=exec_properties["objective"],
-        eval_batch_size=exec_properties["eval_batch_size"], num_bins=num_bins)
+        eval_batch_size=exec_properties["eval_batch_size"], num_bins=num_bins,
+        temperature_fit=exec_properties["temperature_fit"],
+        validation_corruption_examples=exec_properties["validation_corruption_examples"])
     evaluation_uri = artifact_utils.get_single_uri(input_dict["evaluation_set"])
     best = ensemble.best_single(record)
     record["comparison"] = {
@@ -116,6 +118,8 @@ def _spec_class(num_members: int):
                      "objective": ExecutionParameter(type=str),
                      "eval_batch_size": ExecutionParameter(type=int),
                      "num_bins": ExecutionParameter(type=int),
+                     "temperature_fit": ExecutionParameter(type=str),
+                     "validation_corruption_examples": ExecutionParameter(type=int),
                      # trainer_module's code hash: TFX's cache key does not cover imported code.
                      "trainer_module_fingerprint": ExecutionParameter(type=str)},
       "INPUTS": inputs,
@@ -124,7 +128,8 @@ def _spec_class(num_members: int):
 
 def EnsembleSelector(trainers, examples, transform_graph, evaluation_set_channel,  # noqa: N802
                      ensemble_size: int, objective: str, eval_batch_size: int,
-                     num_bins: int, fingerprint: str) -> base_component.BaseComponent:
+                     num_bins: int, temperature_fit: str, validation_corruption_examples: int,
+                     fingerprint: str) -> base_component.BaseComponent:
   """The selector over these trial Trainers (their `model` outputs, in order)."""
   spec_class = _spec_class(len(trainers))
   component_class = type("EnsembleSelector", (base_component.BaseComponent,), {
@@ -136,5 +141,7 @@ def EnsembleSelector(trainers, examples, transform_graph, evaluation_set_channel
       model=types.Channel(type=standard_artifacts.Model),
       member_names=json.dumps([trainer.id for trainer in trainers]),
       ensemble_size=ensemble_size, objective=objective, eval_batch_size=eval_batch_size,
-      num_bins=num_bins, trainer_module_fingerprint=fingerprint)
+      num_bins=num_bins, temperature_fit=temperature_fit,
+      validation_corruption_examples=validation_corruption_examples,
+      trainer_module_fingerprint=fingerprint)
   return component_class(spec=spec)

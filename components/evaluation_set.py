@@ -11,13 +11,12 @@ The corrupted images are:
 - `source="cifar10_corrupted"`: tensorflow-datasets' CIFAR-10-C (corruptions of CIFAR-10's
   test images), config `<corruption>_<severity>`;
 - `source="generated"`: the reference corruption code of tensorflow-datasets
-  (components/reference_corruptions.py) applied to the input's `test` split (the embedded
+  (trainer_module/reference_corruptions.py) applied to the input's `test` split (the embedded
   digits, TFRecord inputs), deterministic per example key.
 With `examples_per_corruption` > 0, each corruption x severity slice holds that many images
 (the same test images in every slice), so CI stays fast; every slice has the same count, so
 accuracy over the whole corrupted set is the mean corrupted accuracy (cA).
 """
-import hashlib
 import logging
 import os
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -27,7 +26,8 @@ from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArti
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact_utils, standard_artifacts
 
-from components import image_sources, reference_corruptions as corruptions
+from components import image_sources
+from trainer_module import reference_corruptions as corruptions
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, LABEL_KEY
 
 log = logging.getLogger(__name__)
@@ -54,14 +54,6 @@ def _read_split(examples_uri: str, split: str) -> List[Record]:
   return sorted(records)
 
 
-def subsample(records: List[Record], count: int) -> List[Record]:
-  """`count` records chosen by a hash of their key (all when count is 0), in key order."""
-  if count <= 0 or count >= len(records):
-    return records
-  ranked = sorted(records, key=lambda r: hashlib.sha256(r[0].encode("utf-8")).digest())
-  return sorted(ranked[:count])
-
-
 def make_example(key: str, png: bytes, label: int, eval_set: str,
                  corruption: Optional[str] = None, severity: Optional[int] = None):
   example = image_sources.make_example(key, png, label)
@@ -77,7 +69,7 @@ def make_example(key: str, png: bytes, label: int, eval_set: str,
 
 def generated_corruptions(test_records: List[Record], names: List[str],
                           per_corruption: int) -> Iterator[tf.train.Example]:
-  chosen = subsample(test_records, per_corruption)
+  chosen = corruptions.subsample(test_records, per_corruption)
   for name in names:
     for severity in corruptions.SEVERITIES:
       for key, png, label in chosen:

@@ -11,7 +11,7 @@ latest version's is not pushed again.
   of its own and renames it to a number no other version holds (rename(2) never overwrites).
 - Object storage (s3://, gs://), where a rename is a copy and delete: a push first claims its
   number by creating `<base>/.version-claims/<number>.json` with the store's conditional
-  create (kubeflow/object_storage.py); a loser takes the next number. The claim holder alone
+  create (storage/object_storage.py); a loser takes the next number. The claim holder alone
   writes `<base>/<number>/`, `saved_model.pb` last: TF Serving loads a version only once that
   file exists (it checks with TensorFlow's MaybeSavedModelDirectory), so a poller never loads
   a partial copy. A push killed mid-copy leaves a version without `saved_model.pb`, which is
@@ -35,12 +35,12 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
-from kubeflow import object_storage
-from kubeflow.config import is_object_store_uri
+from storage import object_storage
+from storage.object_storage import is_object_store_uri
+from trainer_module.features import PUSH_INFO_PATH
 
 log = logging.getLogger(__name__)
 
-PUSH_INFO_PATH = os.path.join("assets.extra", "push_info.json")
 ALREADY_SERVING_KEY = "already_serving"
 _INCOMPLETE_PREFIX = ".incomplete-"
 CLAIMS_DIR = ".version-claims"

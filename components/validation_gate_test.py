@@ -8,7 +8,7 @@ from PIL import Image
 
 from components.image_sources import encode_png, make_example
 from components.validation_gate import example_key, format_problems, image_problem, key_problem
-from tests.tfrecord_inputs import png_bomb
+from testing.tfrecord_inputs import png_bomb
 from trainer_module import image_format
 
 

@@ -3,11 +3,9 @@ import os
 import sys
 from typing import Dict, List, Sequence, Tuple
 
-from kubeflow import config as kubeflow_config
+from configs.flags import name_value_pairs, parse_value
 from kubeflow import cron
 from pipeline import config as config_lib
-from trainer_module.config import TrainerConfig
-from trainer_module.flags import name_value_pairs, parse_value
 
 DEFAULT_PACKAGE_DIR = os.path.join("outputs", "kubeflow")
 CONNECTION_FLAGS = ("endpoint", "token", "namespace")
@@ -57,11 +55,7 @@ def split_flags(argv: Sequence[str], names: Sequence[str]) -> Tuple[Dict[str, st
   return ours, rest
 
 
-def cluster_base() -> config_lib.PipelineConfig:
-  """Cluster defaults: a KFP-legal name and the original WRN-28-10 recipe (GPU/TPU scale), with
-  the pipeline's AugMix."""
-  return config_lib.PipelineConfig(pipeline_name=kubeflow_config.KUBEFLOW_PIPELINE_NAME,
-                                   trainer=TrainerConfig(**config_lib.PIPELINE_AUGMIX))
+CLUSTER_PRESET = "kubeflow"  # What compile starts from without --config (configs/kubeflow.py).
 
 
 def _required(flags: dict, name: str, example: str) -> str:
@@ -72,7 +66,8 @@ def _required(flags: dict, name: str, example: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
   if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
-    print(USAGE + config_lib.usage(cluster_base(), "python -m kubeflow compile", cluster=True))
+    print(USAGE + config_lib.usage(CLUSTER_PRESET,
+                                   "python -m kubeflow compile", cluster=True))
     return 0
   command, args = argv[0], argv[1:]
   if command not in COMMAND_FLAGS:
@@ -90,7 +85,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _compile(flags: dict, rest: List[str]) -> int:
-  config = config_lib.from_flags(rest, base=cluster_base())
+  config = config_lib.from_flags(rest, base=config_lib.from_preset(CLUSTER_PRESET))
   if config.kubeflow is None:
     raise ValueError("Invalid config value image='': is required on Kubeflow (e.g. "
                      "--image=gcr.io/my-project/wrn-pipeline:1), with an object-storage "

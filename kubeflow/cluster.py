@@ -1,73 +1,51 @@
-"""The parts of the pipeline graph that differ in a cluster, chosen from the config.
+"""The Kubeflow runner's parts of the graph (pipeline.pipeline.RunnerParts).
 
-create_pipeline builds one graph for every runner; where a cluster run needs something else
-(a runtime parameter instead of a constant, the Vertex AI Trainer, the schema inside the
-image, KFP's own metadata store), it asks here. A local config gets what it always had.
+Where a cluster run differs from a local one: the input base is a runtime parameter, so a run
+can read new data; the schema is the copy inside the image; each trial Trainer's custom_config
+is a runtime parameter (and, with worker pools, the Trainer is Vertex AI's); KFP brings its
+own metadata store.
 """
 import json
-from typing import Any, Optional, Union
+from typing import Any
 
 from tfx import v1 as tfx
 
-from kubeflow.config import (DATA_ROOT_PARAMETER, TRAINER_CONFIG_KEY, TRAINER_CONFIG_PARAMETER,
-                             image_path)
+from kubeflow.parameters import DATA_ROOT_PARAMETER, trainer_config_parameter
+from pipeline.cluster_config import image_path
+from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
 
 Parameter = tfx.dsl.experimental.RuntimeParameter
 
 
-def tfrecord_input_base(config) -> Union[str, Parameter]:
-  """The TFRecord directory; in a cluster a runtime parameter, so a run can read new data."""
-  if config.kubeflow is None:
-    return config.tfrecord_dir
-  return Parameter(name=DATA_ROOT_PARAMETER, ptype=str, default=config.tfrecord_dir)
-
-
-def schema_file(config) -> str:
-  """The curated schema: in a cluster, its copy inside the image (or its object-store URI)."""
-  return config.schema_path if config.kubeflow is None else image_path(config.schema_path)
-
-
-def trainer_config_parameter(trial: int) -> str:
-  """The runtime parameter holding a trial Trainer's custom_config (trial 0: the usual one)."""
-  return TRAINER_CONFIG_PARAMETER if trial == 0 else f"{TRAINER_CONFIG_PARAMETER}_trial_{trial}"
-
-
-def trainer_custom_config(config, fingerprint: str, trial: int = 0) -> dict:
-  """What the Trainer's executor gets: the trial's trainer config for run_fn and, for Vertex
-  training, the CustomJob's worker pools (each running the pipeline image, which calls run_fn)."""
-  custom_config = {TRAINER_CONFIG_KEY: config.trials[trial].to_dict(),
-                   "trainer_module_fingerprint": fingerprint}
+def cluster_parts(config) -> RunnerParts:
+  """The graph's runner parts in the cluster `config.kubeflow` describes."""
   kubeflow = config.kubeflow
-  if kubeflow is not None and kubeflow.uses_vertex_training:
-    vertex = tfx.extensions.google_cloud_ai_platform
-    custom_config.update({
-        vertex.ENABLE_VERTEX_KEY: True,
-        vertex.VERTEX_REGION_KEY: kubeflow.vertex_region,
-        vertex.TRAINING_ARGS_KEY: {
-            "project": kubeflow.vertex_project,
-            "job_spec": {"worker_pool_specs": kubeflow.worker_pool_specs()},
-        },
-    })
-  return custom_config
 
-
-def trainer(config, fingerprint: str, trial: int = 0, **inputs: Any):
-  """TFX's Trainer, or its Vertex AI version when the config asks for worker pools, for one
-  trial (config.trials). In a cluster its custom_config is a runtime parameter (default: this
-  trial's config): `trainer_config`, and `trainer_config_trial_<i>` for the other trials."""
-  custom_config: Any = trainer_custom_config(config, fingerprint, trial)
-  trainer_class = tfx.components.Trainer
-  if config.kubeflow is not None:
-    custom_config = Parameter(name=trainer_config_parameter(trial), ptype=str,
-                              default=json.dumps(custom_config, sort_keys=True))
-    if config.kubeflow.uses_vertex_training:
+  def make_trainer(trial: int, custom_config: dict, **inputs: Any):
+    """TFX's Trainer, or Vertex AI's when the config asks for worker pools, whose
+    custom_config is the runtime parameter `trainer_config` (`trainer_config_trial_<i>` for
+    the other trials), defaulting to this trial's config."""
+    trainer_class = tfx.components.Trainer
+    if kubeflow.uses_vertex_training:
       trainer_class = tfx.extensions.google_cloud_ai_platform.Trainer
-  return trainer_class(run_fn="trainer_module.trainer.run_fn", custom_config=custom_config,
-                       **inputs)
+      custom_config = {**custom_config, **vertex_training_config(kubeflow)}
+    parameter = Parameter(name=trainer_config_parameter(trial), ptype=str,
+                          default=json.dumps(custom_config, sort_keys=True))
+    return trainer_class(run_fn=TRAINER_RUN_FN, custom_config=parameter, **inputs)
+
+  return RunnerParts(
+      schema_file=image_path(config.schema_path),
+      tfrecord_input_base=Parameter(name=DATA_ROOT_PARAMETER, ptype=str,
+                                    default=config.tfrecord_dir),
+      tfrecord_splits=("train", "eval"),  # A test split is only scored locally.
+      make_trainer=make_trainer, metadata_connection_config=None)
 
 
-def metadata_connection(config) -> Optional[Any]:
-  """SQLite MLMD for a local run; Kubeflow Pipelines brings its own metadata store."""
-  if config.kubeflow is not None:
-    return None
-  return tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)
+def vertex_training_config(kubeflow) -> dict:
+  """The Vertex Trainer's keys: its CustomJob's worker pools, each running the pipeline image
+  (which calls run_fn)."""
+  vertex = tfx.extensions.google_cloud_ai_platform
+  return {vertex.ENABLE_VERTEX_KEY: True, vertex.VERTEX_REGION_KEY: kubeflow.vertex_region,
+          vertex.TRAINING_ARGS_KEY: {"project": kubeflow.vertex_project,
+                                     "job_spec": {"worker_pool_specs":
+                                                  kubeflow.worker_pool_specs()}}}

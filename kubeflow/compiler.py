@@ -23,6 +23,7 @@ from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
 from kubeflow import kfp_entrypoint
 from pipeline.config import PipelineConfig
+from kubeflow.cluster import cluster_parts
 from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
 
 # What backend/src/v2/compiler/argocompiler/dag.go (kubeflow/pipelines) turns into a workflow;
@@ -54,7 +55,7 @@ def pipeline_job(config: PipelineConfig) -> dict:
   if config.kubeflow is None:
     raise ValueError("A Kubeflow pipeline needs cluster settings: pass --image and an "
                      "object-storage --output_dir (gs:// or s3://).")
-  pipeline = create_pipeline(config)
+  pipeline = create_pipeline(config, cluster_parts(config))
   defaults = runtime_parameter_defaults(pipeline)
   runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
       kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(

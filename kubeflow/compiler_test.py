@@ -11,8 +11,9 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import cli, compiler, kfp_entrypoint
 from kubeflow.conftest import VERTEX_FLAGS
-from kubeflow import config as kubeflow_config
-from pipeline.config import PipelineConfig, from_flags
+from pipeline import cluster_config as kubeflow_config
+from pipeline import local_runner
+from pipeline.config import PipelineConfig, from_flags, from_preset
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
@@ -27,9 +28,14 @@ def _compiled_edges(spec):
           for upstream in task_spec.dependent_tasks}
 
 
+def _local_pipeline():
+  config = PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1))
+  return create_pipeline(config, local_runner.local_parts(config))
+
+
 def test_the_spec_has_every_component_and_the_local_pipelines_edges(compiled):
   config, package = compiled["vertex"]
-  local = create_pipeline(PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1)))
+  local = _local_pipeline()
   local_edges = {(upstream.id, component.id) for component in local.components
                  for upstream in component.upstream_nodes}
   spec = _spec(package)
@@ -43,7 +49,7 @@ def test_every_container_runs_the_pipeline_image(compiled):
   _, package = compiled["vertex"]
   executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
   containers = {name: e["container"] for name, e in executors.items() if "container" in e}
-  local = create_pipeline(PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1)))
+  local = _local_pipeline()
   # Every component is a container: none is a resolver, which an open-source KFP server refuses.
   assert len(containers) == len(executors) == len(local.components)
   assert {c["image"] for c in containers.values()} == {"gcr.io/proj/wrn-pipeline:7"}
@@ -155,7 +161,7 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
 
 def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_path):
   from kubeflow.conftest import TFRECORD_FLAGS
-  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=cli.cluster_base())
+  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=from_preset("kubeflow"))
   spec = _spec(compiler.compile_pipeline(config, str(tmp_path)))
   tasks = spec.root.dag.tasks
   base_model = tasks["Trainer"].inputs.artifacts["base_model"].task_output_artifact
@@ -238,13 +244,13 @@ BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "Transform", "Evaluatio
       "--beam_job_endpoint=flink-jobserver.flink:8099"],
      ["--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099",
       "--environment_type=DOCKER", "--environment_config=gcr.io/proj/wrn-pipeline:7",
-      "--beam_plugin=kubeflow.beam_worker"]),
+      "--beam_plugin=storage.beam_worker"]),
 ])
 def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flags, engine,
                                                                             monkeypatch):
   monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "compile-me-not")
   monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://minio-service.kubeflow:9000")
-  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=cli.cluster_base())
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=from_preset("kubeflow"))
   job = compiler.pipeline_job(config)
   executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
   for step in BEAM_STEPS:
@@ -256,8 +262,9 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
 
 def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):
   from kubeflow import compiler, submit
-  config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"],
-                      base=cli.cluster_base())
+  config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3",
+                                     "--temperature_fit=validation_corruptions"],
+                      base=from_preset("kubeflow"))
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)
   tasks = spec.root.dag.tasks

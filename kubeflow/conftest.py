@@ -1,7 +1,6 @@
 import pytest
 
-from kubeflow import cli
-from pipeline.config import from_flags
+from pipeline.config import from_flags, from_preset
 
 # A Vertex multi-worker GPU pipeline on the embedded digits, and a TFRecord one without Vertex.
 VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn",
@@ -20,6 +19,6 @@ def compiled(tmp_path_factory):
   from kubeflow import compiler
   result = {}
   for name, flags in (("vertex", VERTEX_FLAGS), ("tfrecord", TFRECORD_FLAGS)):
-    config = from_flags(flags, base=cli.cluster_base())
+    config = from_flags(flags, base=from_preset("kubeflow"))
     result[name] = (config, compiler.compile_pipeline(config, str(tmp_path_factory.mktemp(name))))
   return result

@@ -7,7 +7,7 @@ import re
 
 import tfx
 
-from kubeflow.config import IMAGE_PACKAGES, IMAGE_PROJECT_DIR, PROJECT_DIR
+from pipeline.cluster_config import IMAGE_PACKAGES, IMAGE_PROJECT_DIR, PROJECT_DIR
 
 
 def _instructions():

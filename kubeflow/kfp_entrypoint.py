@@ -20,7 +20,7 @@ open-source backend (kubeflow/pipelines, backend/src/v2) passes something else:
 The compiler puts each component's own artifact types into the command; this entrypoint
 repairs the executor input from them, runs the ExampleGen driver when asked, and then hands
 everything to TFX's entrypoint exactly as Vertex would. It also sets up s3:// (MinIO) for the
-step from the pod's environment (kubeflow/object_storage.py): TensorFlow's filesystem, Beam's
+step from the pod's environment (storage/object_storage.py): TensorFlow's filesystem, Beam's
 S3 options, and an exit that tensorflow-io's S3 filesystem cannot turn into a crash.
 """
 import json
@@ -40,7 +40,7 @@ from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
 from tfx.utils import import_utils
 
-from kubeflow import object_storage
+from storage import object_storage
 
 COMMAND = ("python", "-m", "kubeflow.kfp_entrypoint")
 ARTIFACT_TYPES_FLAG = "--artifact_types"  # JSON: {"input": {name: title}, "output": {...}}.

@@ -4,8 +4,8 @@ Everything a request needs is checked first (the package, the parameters, the cr
 expression, the endpoint), so bad input fails before any network call.
 
 One run at a time per pipeline root: a one-off run is refused while a run of the pipeline on
-the same pipeline root has not ended (README, "Safety"); a recurring run gets KFP's own
-`max_concurrency=1`. Every run records its pipeline root (runtime_config.pipeline_root), which
+the same pipeline root has not ended (docs/pipeline.md, "One run at a time"); a recurring run
+gets KFP's own `max_concurrency=1`. Every run records its pipeline root (runtime_config.pipeline_root), which
 is how the check tells runs on another root apart.
 """
 import dataclasses
@@ -16,10 +16,11 @@ from typing import Mapping, Optional, Sequence
 
 import yaml
 
-from kubeflow.config import (DATA_ROOT_PARAMETER, TRAINER_CONFIG_KEY, TRAINER_CONFIG_PARAMETER,
-                             KubeflowConfig, is_object_store_uri)
+from kubeflow.parameters import DATA_ROOT_PARAMETER, TRAINER_CONFIG_PARAMETER
 from pipeline import config as config_lib
-from trainer_module.config import HYPER_L2_GROUPS, TrainerConfig
+from pipeline.cluster_config import KubeflowConfig
+from storage.object_storage import is_object_store_uri
+from trainer_module.config import HYPER_L2_GROUPS, TRAINER_CONFIG_KEY, TrainerConfig
 
 ENDPOINT_ENV = "KFP_ENDPOINT"
 TOKEN_ENV = "KFP_TOKEN"

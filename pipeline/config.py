@@ -1,8 +1,10 @@
-"""One configuration object per run: defaults, plus overrides from flags, validated up front.
+"""One configuration object per run: a preset (configs/), plus overrides from flags, validated
+up front.
 
 The local runner, the Kubeflow runner and the standalone trainer all take their values from
-here (the trainer's part is `trainer_module.config.TrainerConfig`). Every flag is a field
-name: `--dataset cifar10 --depth 28 --width_multiplier 10`.
+here (the trainer's part is `trainer_module.config.TrainerConfig`, the cluster's
+`pipeline.cluster_config.KubeflowConfig`). Every flag is a field name:
+`--config=wrn28_10_cifar10 --train_epochs=50`.
 """
 from __future__ import annotations
 
@@ -10,13 +12,17 @@ import dataclasses
 import os
 import re
 import typing
-from typing import Any, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
-from components import reference_corruptions
-from kubeflow import object_storage
-from kubeflow.config import KubeflowConfig, check_cluster_config, is_object_store_uri
-from trainer_module.config import ENSEMBLE_OBJECTIVES, TrainerConfig, hyper_trials
-from trainer_module.flags import parse_flags
+import configs
+from trainer_module import reference_corruptions
+from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
+                           parse_flags)
+from pipeline.cluster_config import KubeflowConfig, check_cluster_config
+from storage import object_storage
+from storage.object_storage import is_object_store_uri
+from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS, TrainerConfig,
+                                   hyper_trials, require)
 
 DATASETS = ("digits", "cifar10", "tfrecord")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
@@ -28,122 +34,119 @@ MAX_PIPELINE_NAME_LENGTH = 100
 PIPELINE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,%d}" %
                                    (MAX_PIPELINE_NAME_LENGTH - 1))
 
-
-# AugMix in every pipeline preset (local and Kubeflow), in the configuration measured most
-# robust within the time budget (README, AugMix). The standalone trainer keeps the original
-# script's default: off.
-PIPELINE_AUGMIX = {"augmix": True, "aug_count": 2, "augmix_view_sets": 4}
-
-
-def _local_trainer() -> TrainerConfig:
-  """A WRN-16-2 that trains on the embedded digits in a few minutes on two CPU cores."""
-  return TrainerConfig(depth=16, width_multiplier=2, train_epochs=15, **PIPELINE_AUGMIX)
+CONFIG_FLAG = "config"  # --config=NAME picks the preset (configs/) the other flags override.
 
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
-  pipeline_name: str = "wrn_image_classifier"
-  output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
+  # Every field is a flag; its trailing comment is its --help (configs.flags.field_help).
+  pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
   # On Kubeflow (with `kubeflow` set) output_dir is on object storage: gs:// or s3://.
+  output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
   dataset: str = "digits"  # digits (embedded), cifar10 (tensorflow-datasets) or tfrecord.
   tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: holds train/, eval/ [, test/].
   tfds_data_dir: Optional[str] = None  # tensorflow-datasets cache; None is tfds' default.
   eval_fraction: float = 0.15  # Share of keys held out for evaluation (model selection).
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
-  schema_path: str = DEFAULT_SCHEMA_PATH
+  schema_path: str = DEFAULT_SCHEMA_PATH  # The curated schema (label domain, features).
   min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
   max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
   # The rest of the gate (evaluation branch): calibrated eval ECE and NLL, mean corrupted
   # accuracy, each bounded and allowed to regress at most this much against the last blessed.
   # 0.10: the default model is under-confident on clean images (raw ECE 0.07-0.08), and the
   # default temperature fit will not sharpen it at the cost of calibration under shift.
-  max_eval_ece: float = 0.10
-  max_ece_increase: float = 0.02
-  max_eval_nll: float = 0.3
-  max_nll_increase: float = 0.1
-  min_corrupted_accuracy: float = 0.5
-  max_corrupted_accuracy_drop: float = 0.03
+  max_eval_ece: float = 0.10  # Upper bound of the calibrated eval ECE.
+  max_ece_increase: float = 0.02  # Largest eval ECE rise allowed against production.
+  max_eval_nll: float = 0.3  # Upper bound of the calibrated eval NLL.
+  max_nll_increase: float = 0.1  # Largest eval NLL rise allowed against production.
+  min_corrupted_accuracy: float = 0.5  # Lower bound of cA, the mean corrupted accuracy.
+  max_corrupted_accuracy_drop: float = 0.03  # Largest cA drop allowed against production.
   # Calibration under shift (calibrated probabilities, the whole corrupted set): NLL (equal
   # slices make it cNLL) and ECE, bounded and allowed to regress at most this much. The bounds
   # hold the default model with a margin (two runs on the digits with the 15 reference
   # corruptions, T = 1 from temperature_fit=validation_corruptions: cNLL 1.48 and 1.56, ECE of
   # the corrupted set 0.083 and 0.065).
-  max_corrupted_nll: float = 2.0
-  max_corrupted_nll_increase: float = 0.2
-  max_corrupted_ece: float = 0.15
-  max_corrupted_ece_increase: float = 0.03
+  max_corrupted_nll: float = 2.0  # Upper bound of cNLL.
+  max_corrupted_nll_increase: float = 0.2  # Largest cNLL rise allowed against production.
+  max_corrupted_ece: float = 0.15  # Upper bound of the corrupted set's ECE.
+  max_corrupted_ece_increase: float = 0.03  # Largest rise of it allowed against production.
   # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
   # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
-  # corruptions. Empty: none. Each corruption x severity slice holds examples_per_corruption
-  # test images (the same ones in every slice; 0: all of them).
-  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS
-  examples_per_corruption: int = 100
+  # corruptions. Empty: none.
+  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS  # Comma list.
+  examples_per_corruption: int = 100  # Test images per corruption x severity (0: all).
   # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
   # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
   # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
-  ensemble_size: int = 1
-  hyper_trials: int = 1
+  ensemble_size: int = 1  # Most distinct members the ensemble keeps (1: no ensemble).
+  hyper_trials: int = 1  # Trial Trainers to select the members from (>= ensemble_size).
   ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
-  enable_cache: bool = True
+  enable_cache: bool = True  # Reuse a step's result when its inputs and code are unchanged.
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
-  beam_running_mode: str = "multi_processing"
-  trainer: TrainerConfig = dataclasses.field(default_factory=_local_trainer)
+  beam_running_mode: str = "multi_processing"  # DirectRunner: or multi_threading, in_memory.
+  # The presets in configs/ choose the model; bare, it is the original script's recipe.
+  trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # Its own flags.
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
-    _require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
+    require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
     if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
-    _require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
-    _require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
-             self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
-             "'-' or '.', starting with a letter or digit (it names directories and MLMD "
-             "contexts)")
-    _require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
-             "must be in (0, 1)")
-    _require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
-             self.test_fraction, "must be in [0, 1 - eval_fraction)")
-    _require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
-             "must be in [0, 1]")
+    require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
+    require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
+            self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
+            "'-' or '.', starting with a letter or digit (it names directories and MLMD "
+            "contexts)")
+    require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
+            "must be in (0, 1)")
+    require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
+            self.test_fraction, "must be in [0, 1 - eval_fraction)")
+    require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
+            "must be in [0, 1]")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
                  "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
                  "max_corrupted_nll_increase", "max_corrupted_ece", "max_corrupted_ece_increase"):
-      _require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
-    _require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
-             self.min_corrupted_accuracy, "must be in [0, 1]")
-    _require(self.examples_per_corruption >= 0, "examples_per_corruption",
-             self.examples_per_corruption, "must be >= 0 (0 = every test image)")
-    _require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
-    _require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
-             f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
-             "chosen among the trials")
-    _require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
-             self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
-    _require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
-             "must be >= 0 (0 = one per CPU core)")
-    _require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
-             self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
+      require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
+    require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
+            self.min_corrupted_accuracy, "must be in [0, 1]")
+    require(self.examples_per_corruption >= 0, "examples_per_corruption",
+            self.examples_per_corruption, "must be >= 0 (0 = every test image)")
+    require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
+    require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
+            f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
+            "chosen among the trials")
+    require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
+            self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
+    require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
+            "must be >= 0 (0 = one per CPU core)")
+    require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
+            self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
     if self.dataset != "tfrecord":
-      _require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
-               "is only used with dataset=tfrecord")
+      require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
+              "is only used with dataset=tfrecord")
     if self.kubeflow is not None:
-      _require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
-               self.tfrecord_dir, "is required with dataset=tfrecord")
+      require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
+              self.tfrecord_dir, "is required with dataset=tfrecord")
       check_cluster_config(self)  # Paths on object storage are not read here.
     elif self.dataset == "tfrecord":
       _check_tfrecord_dir(self.tfrecord_dir)
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
-    if self.trainer.temperature_fit == "validation_corruptions":
+    fit = self.trainer.temperature_fit
+    if fit in ("validation_corruptions", "in_support"):
       tuning = [name for name in self.corruptions
                 if name in reference_corruptions.EXTRA_CORRUPTIONS]
-      _require(not tuning, "corruptions", ",".join(self.corruptions),
-               f"{tuning} choose the temperature (temperature_fit=validation_corruptions), so "
-               "they cannot also be evaluated; leave them out or pick another temperature_fit")
-    _require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
-             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
-             "`python -m trainer_module`)")
+      require(not tuning, "corruptions", ",".join(self.corruptions),
+              f"{tuning} choose the temperature (temperature_fit={fit}), so "
+              "they cannot also be evaluated; leave them out or pick another temperature_fit")
+    require(self.hyper_trials == 1 or fit in ENSEMBLE_TEMPERATURE_FITS, "temperature_fit", fit,
+            "is for single models: an ensemble's members and the ensemble itself are each "
+            f"calibrated with one temperature, fitted one of {ENSEMBLE_TEMPERATURE_FITS} (with "
+            "hyper_trials > 1, pass --temperature_fit=validation_corruptions)")
+    require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
+            "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
+            "`python -m trainer_module`)")
 
   def check_output_dir(self) -> None:
     """For a local run: output_dir must be a directory this user can create files in, or be
@@ -151,18 +154,18 @@ class PipelineConfig:
     not the constructor: it depends on who runs where, and a config built only to compile for
     a cluster writes nothing locally."""
     path = self.output_dir
-    _require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
-             "is a file, not a directory")
+    require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
+            "is a file, not a directory")
     existing = path
     while not os.path.exists(existing):
       existing = os.path.dirname(existing)
-    _require(os.path.isdir(existing), "output_dir", path,
-             f"cannot be created: {existing} is a file")
+    require(os.path.isdir(existing), "output_dir", path,
+            f"cannot be created: {existing} is a file")
     if os.statvfs(existing).f_flag & os.ST_RDONLY:
-      _require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
-               "system")
-    _require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
-             f"is not writable: this user may not create files in {existing}")
+      require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
+              "system")
+    require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
+            f"is not writable: this user may not create files in {existing}")
 
   @property
   def trials(self) -> Tuple[TrainerConfig, ...]:
@@ -227,39 +230,55 @@ def _flag_fields() -> dict:
   return fields
 
 
-def usage(base: Optional[PipelineConfig] = None,
-          command: str = 'python -m pipeline [--flag=value ...]   (or: make run ARGS="--flag=value")',
+def usage(preset: str = configs.DEFAULT_PRESET,
+          command: str = "python -m pipeline [--flag=value ...]   (or: make run ARGS=...)",
           cluster: bool = False) -> str:
-  """Every flag with its default (trainer defaults are the base's; cluster flags on request)."""
-  defaults = base or PipelineConfig()
-  cluster_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
-  lines = [f"usage: {command}", ""]
+  """Every flag, grouped, with its default (the preset's) and what it means (the comments of
+  its field); cluster flags on request."""
+  config = from_preset(preset)
+  helps = {**field_help(PipelineConfig), **field_help(TrainerConfig),
+           **field_help(KubeflowConfig), CONFIG_FLAG: f"{CONFIG_HELP} {configs.PRESETS}"}
+  defaults = {CONFIG_FLAG: preset}
+  kubeflow_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
   for name in _flag_fields():
-    if name in cluster_defaults:
+    if name in kubeflow_defaults:
       if cluster:
-        lines.append(f"  --{name:<22} default: {cluster_defaults[name]!r}")
-      continue
-    source = defaults.trainer if hasattr(defaults.trainer, name) else defaults
-    lines.append(f"  --{name:<22} default: {getattr(source, name)!r}")
-  return "\n".join(lines)
+        defaults[name] = getattr(config.kubeflow, name, kubeflow_defaults[name])
+    else:
+      defaults[name] = getattr(config.trainer if hasattr(config.trainer, name) else config, name)
+  return f"usage: {command}\n" + describe_flags(grouped(helps, defaults))
+
+
+def from_preset(name: str = configs.DEFAULT_PRESET) -> PipelineConfig:
+  """The config of a preset in configs/ (its fields over the dataclasses' defaults)."""
+  return PipelineConfig().replace(**configs.get_config(name))
 
 
 def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
-  """Builds the run's config from `--field value` / `--field=value` flags over the defaults."""
+  """The run's config: `--config=NAME`'s preset (else `base`, else configs.DEFAULT_PRESET)
+  with `--field value` / `--field=value` flags over it."""
   hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig),
            **typing.get_type_hints(KubeflowConfig)}
   hints = {name: hints[name] for name in _flag_fields()}
-  return (base or PipelineConfig()).replace(**parse_flags(argv, hints))
+  pairs = name_value_pairs(argv)
+  presets = [value for name, value in pairs if name == CONFIG_FLAG]
+  require(len(presets) <= 1, CONFIG_FLAG, ",".join(presets), "is given more than once")
+  if presets:
+    base = from_preset(presets[0])
+  elif base is None:
+    base = from_preset(configs.DEFAULT_PRESET)
+  rest = [f"--{name}={value}" for name, value in pairs if name != CONFIG_FLAG]
+  return base.replace(**parse_flags(rest, hints))
 
 
 def _check_tfrecord_dir(path: Optional[str]) -> None:
-  _require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
-  _require(os.path.isdir(path), "tfrecord_dir", path, "is not a directory")
+  require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
+  require(os.path.isdir(path), "tfrecord_dir", path, "is not a directory")
   for split in TFRECORD_SPLITS_REQUIRED:
     split_dir = os.path.join(path, split)
-    _require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
-             f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
-             " and optionally test/ subdirectories)")
+    require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
+            f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
+            " and optionally test/ subdirectories)")
 
 
 def robustness_source(dataset: str) -> str:
@@ -270,14 +289,14 @@ def robustness_source(dataset: str) -> str:
 def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optional[str]) -> None:
   known = reference_corruptions.ALL_CORRUPTIONS
   unknown = [name for name in names if name not in known]
-  _require(not unknown, "corruptions", ",".join(names),
-           f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
-  _require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
+  require(not unknown, "corruptions", ",".join(names),
+          f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
+  require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
 
   if names and dataset == "tfrecord" and tfrecord_dir and os.path.isdir(tfrecord_dir):
-    _require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
-             f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
-             "or pass --corruptions= (no robustness set)")
+    require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
+            f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
+            "or pass --corruptions= (no robustness set)")
 
 
 def check_runs_here(config: PipelineConfig) -> None:
@@ -286,16 +305,16 @@ def check_runs_here(config: PipelineConfig) -> None:
   if robustness_source(config.dataset) != "generated":
     return
   missing = reference_corruptions.unavailable(config.corruptions)
-  _require(not missing, "corruptions", ",".join(config.corruptions), "; ".join(
+  require(not missing, "corruptions", ",".join(config.corruptions), "; ".join(
       f"{name} cannot run on this machine: it {reason}" for name, reason in missing.items())
-           + " (or leave it out of --corruptions)")
+          + " (or leave it out of --corruptions)")
 
 
 def _check_schema(path: str, num_classes: int) -> None:
   """The curated schema must exist and bound the label to [0, num_classes)."""
   from google.protobuf import text_format
   from tensorflow_metadata.proto.v0 import schema_pb2
-  _require(os.path.isfile(path), "schema_path", path, "does not exist")
+  require(os.path.isfile(path), "schema_path", path, "does not exist")
   schema = schema_pb2.Schema()
   with open(path) as f:
     try:
@@ -303,13 +322,8 @@ def _check_schema(path: str, num_classes: int) -> None:
     except text_format.ParseError as error:
       raise ValueError(f"Invalid config value schema_path={path!r}: not a schema: {error}") from None
   label = next((f for f in schema.feature if f.name == "label"), None)
-  _require(label is not None and label.HasField("int_domain"), "schema_path", path,
-           "must give the 'label' feature an int_domain")
-  _require(label.int_domain.min == 0 and label.int_domain.max == num_classes - 1, "num_classes",
-           num_classes, f"disagrees with the label domain [{label.int_domain.min}, "
-           f"{label.int_domain.max}] of {path}")
-
-
-def _require(condition: bool, name: str, value: Any, rule: str) -> None:
-  if not condition:
-    raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")
+  require(label is not None and label.HasField("int_domain"), "schema_path", path,
+          "must give the 'label' feature an int_domain")
+  require(label.int_domain.min == 0 and label.int_domain.max == num_classes - 1, "num_classes",
+          num_classes, f"disagrees with the label domain [{label.int_domain.min}, "
+          f"{label.int_domain.max}] of {path}")

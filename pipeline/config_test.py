@@ -11,16 +11,17 @@ import tempfile
 
 import pytest
 
-from components import reference_corruptions
+from trainer_module import reference_corruptions
 from pipeline import local_runner
-from pipeline.config import PIPELINE_AUGMIX, PipelineConfig, check_runs_here, from_flags
+from configs.shared import PIPELINE_AUGMIX
+from pipeline.config import check_runs_here, from_flags, from_preset
 from trainer_module.config import TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_defaults_are_a_small_local_wrn_on_the_embedded_digits():
-  config = PipelineConfig()
+  config = from_preset()
   assert config.dataset == "digits"
   assert (config.trainer.depth, config.trainer.width_multiplier) == (16, 2)
   assert os.path.isabs(config.output_dir)
@@ -40,7 +41,7 @@ def test_flags_override_pipeline_and_trainer_fields_by_name():
   assert (config.trainer.depth, config.trainer.width_multiplier) == (28, 10)
   assert config.trainer.lr_decay_epochs == (30, 60)
   assert config.trainer.bn_l2 is None and config.enable_cache is False
-  assert config.trainer.train_epochs == PipelineConfig().trainer.train_epochs
+  assert config.trainer.train_epochs == from_preset().trainer.train_epochs
 
 
 def test_trainer_config_survives_the_trip_through_tfx_custom_config():
@@ -77,6 +78,10 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--ensemble_size=0"], "ensemble_size=0"),
     (["--ensemble_size=4", "--hyper_trials=3"], "hyper_trials=3: must be >= ensemble_size (4)"),
     (["--ensemble_objective=brier"], "ensemble_objective='brier'"),
+    (["--temperature_fit=in_support", "--hyper_trials=2"],
+     "temperature_fit='in_support': is for single models"),
+    (["--temperature_fit=clean_and_augmix", "--hyper_trials=2"],
+     "temperature_fit='clean_and_augmix': is for single models"),
 ])
 def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:
@@ -98,19 +103,23 @@ def test_cifar10_takes_every_cifar10_c_corruption_and_no_corruptions_means_no_ro
 
 
 def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_families():
-  names = PipelineConfig().corruptions
+  names = from_preset().corruptions
   assert len(names) == 15
   assert {reference_corruptions.FAMILY_OF[name] for name in names} == {
       "noise", "blur", "weather", "digital"}
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  assert PipelineConfig().trainer.temperature_fit == "validation_corruptions"
+  assert from_preset().trainer.temperature_fit == "in_support"  # Every pipeline preset's.
+  assert TrainerConfig().temperature_fit == "validation_corruptions"  # The standalone trainer's.
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
     from_flags(["--corruptions=contrast,spatter"])
   assert from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"]).corruptions == (
       "contrast", "spatter")
+  with pytest.raises(ValueError, match=r"\['spatter'\] choose the temperature "
+                                       r"\(temperature_fit=in_support\)"):
+    from_flags(["--corruptions=contrast,spatter", "--temperature_fit=in_support"])
 
 
 def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(monkeypatch):
@@ -159,12 +168,12 @@ def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_def
 
 
 def test_augmix_is_on_in_the_local_and_kubeflow_presets():
-  from kubeflow.cli import cluster_base
-  for trainer in (from_flags([]).trainer, cluster_base().trainer):
+  cluster = from_preset("kubeflow")
+  for trainer in (from_flags([]).trainer, cluster.trainer):
     assert (trainer.augmix, trainer.aug_count, trainer.augmix_view_sets,
             trainer.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
                                        PIPELINE_AUGMIX["augmix_view_sets"], False)
-  assert cluster_base().trainer.depth == 28  # The cluster keeps the original recipe otherwise.
+  assert cluster.trainer.depth == 28  # The cluster keeps the original recipe otherwise.
 
 
 def test_transform_options_ignore_training_only_fields():
@@ -262,7 +271,8 @@ def test_a_read_only_output_dir_exits_2_for_a_user_who_may_not_write_there():
 
 
 def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
-  assert PipelineConfig().trials == (PipelineConfig().trainer,)
-  config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5"])
+  assert from_preset().trials == (from_preset().trainer,)
+  config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5",
+                       "--temperature_fit=validation_corruptions"])
   assert len(config.trials) == 3 and config.trials[0] == config.trainer
   assert config.trials[1].l2_per_train_example and config.trials[1].seed != 5

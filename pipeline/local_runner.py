@@ -57,6 +57,25 @@ def configure_logging(log_dir: str, run_id: str) -> str:
   return log_path
 
 
+def local_parts(config: config_lib.PipelineConfig):
+  """The graph's runner parts on this machine: files as they are, TFX's Trainer, SQLite MLMD."""
+  from tfx import v1 as tfx
+  from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
+  splits = ("train", "eval")
+  if config.dataset == "tfrecord" and os.path.isdir(os.path.join(config.tfrecord_dir, "test")):
+    splits += ("test",)  # Scored locally after the run (the held-out test accuracy).
+
+  def make_trainer(trial: int, custom_config: dict, **inputs):
+    del trial  # Every trial runs the same Trainer; its config is in custom_config.
+    return tfx.components.Trainer(run_fn=TRAINER_RUN_FN, custom_config=custom_config, **inputs)
+
+  return RunnerParts(
+      schema_file=config.schema_path, tfrecord_input_base=config.tfrecord_dir,
+      tfrecord_splits=splits, make_trainer=make_trainer,
+      metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          config.metadata_path))
+
+
 def run(config: config_lib.PipelineConfig, run_id: str) -> None:
   """Runs the pipeline as MLMD's `pipeline_run` context named run_id.
 
@@ -70,7 +89,8 @@ def run(config: config_lib.PipelineConfig, run_id: str) -> None:
   from pipeline.pipeline import create_pipeline
   os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
   # The compile step LocalDagRunner.run takes (pip dependencies resolved, then compiled).
-  ir = tfx_runner._make_pipeline_proto(create_pipeline(config))  # pylint: disable=protected-access
+  ir = tfx_runner._make_pipeline_proto(  # pylint: disable=protected-access
+      create_pipeline(config, local_parts(config)))
   runtime_parameter_utils.substitute_runtime_parameter(
       ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
   tfx.orchestration.LocalDagRunner().run_with_ir(ir)
@@ -115,7 +135,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optional[str]) -> int:
   from tfx import v1 as tfx  # noqa: F401  Imported first: it installs log handlers we replace.
-  from pipeline import interrupted_runs, report
+  from pipeline import interrupted_runs, run_summary
   log_path = configure_logging(os.path.join(config.output_dir, "logs"), run_id)
   log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s", config.pipeline_name,
            run_id, config.dataset, config.output_dir)
@@ -129,7 +149,7 @@ def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optio
     print(f"\nPipeline failed after {time.time() - start:.0f}s: "
           f"{failure_message(config, error)}\nFull log: {log_path}", file=sys.stderr)
     return 1
-  summary = report.summarize_run(config, run_id, elapsed_seconds=time.time() - start,
+  summary = run_summary.summarize_run(config, run_id, elapsed_seconds=time.time() - start,
                                  log_path=log_path)
   print(summary)
   with open(log_path, "a") as log_file:  # The log keeps the gate's decision and reasons too.

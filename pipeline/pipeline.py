@@ -9,11 +9,17 @@ Pusher.
 
 With warm_start=production, a second ProductionModel (WarmStartModel, no candidate) gives the
 Trainer the model in production as its base_model.
+
+What differs between runners (where the schema and the input data are, which Trainer runs,
+which metadata store) is not decided here: each runner builds its RunnerParts and hands them
+in, as the TFX templates' runners do (pipeline/local_runner.py, kubeflow/cluster.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+from typing import Any, Callable, Optional, Tuple
 
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
@@ -26,27 +32,46 @@ from components.evaluator import Evaluator
 from components.production_model import ProductionModel
 from components.pusher import VersionedPusherExecutor
 from components.validation_gate import ValidationGate
-from kubeflow import cluster
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config
 from trainer_module import preprocessing
-from trainer_module.config import WARM_START_FROM_PRODUCTION
+from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY, TRANSFORM_OPTIONS_KEY,
+                                   WARM_START_FROM_PRODUCTION)
 
 WARM_START_MODEL_ID = "WarmStartModel"
+TRAINER_RUN_FN = "trainer_module.tfx_trainer.run_fn"  # Every runner's Trainer runs this.
 _REPOSITORY_DIR = os.path.dirname(os.path.dirname(__file__))
 _TRAINER_MODULE_DIR = os.path.join(_REPOSITORY_DIR, "trainer_module")
-# What the Trainer imports from components/: the validation corruptions of its temperature fit.
-_TRAINER_COMPONENT_FILES = ("reference_corruptions.py", "evaluation_set.py")
+
+
+# (trial, the trial Trainer's custom_config, its inputs) -> the Trainer component.
+TrainerFactory = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerParts:
+  """What the graph needs that differs by where it runs, resolved by the runner."""
+  schema_file: str  # The curated schema ImportSchemaGen reads.
+  tfrecord_input_base: Any  # dataset=tfrecord: a directory, or a runtime parameter.
+  tfrecord_splits: Tuple[str, ...]  # dataset=tfrecord: the splits ImportExampleGen reads.
+  make_trainer: TrainerFactory
+  metadata_connection_config: Optional[Any]  # None: the orchestrator brings its own MLMD.
+
+
+def trainer_custom_config(config: PipelineConfig, fingerprint: str, trial: int = 0) -> dict:
+  """What run_fn reads: the trial's trainer config, and the code fingerprint for the cache."""
+  return {TRAINER_CONFIG_KEY: config.trials[trial].to_dict(), FINGERPRINT_KEY: fingerprint}
 
 
 def trainer_module_fingerprint() -> str:
-  """A hash of trainer_module's code (and the component modules it runs). Transform and Trainer
-  load it by import path, which TFX's cache key does not cover, so the fingerprint goes into
-  their config: edit the code, and they run again instead of reusing a stale cached result."""
+  """A hash of trainer_module's code (all that Transform and the Trainer run, not its CLI).
+  Transform and Trainer load it by import path, which TFX's cache key does not cover, so the
+  fingerprint goes into their config: edit the code, and they run again instead of reusing a
+  stale cached result."""
   digest = hashlib.sha256()
   paths = [os.path.join(_TRAINER_MODULE_DIR, name) for name in sorted(
-      os.listdir(_TRAINER_MODULE_DIR)) if name.endswith(".py") and not name.endswith("_test.py")]
-  paths += [os.path.join(_REPOSITORY_DIR, "components", name) for name in _TRAINER_COMPONENT_FILES]
+      os.listdir(_TRAINER_MODULE_DIR)) if name.endswith(".py")
+           and not name.endswith("_test.py") and name != "__main__.py"]  # Not the CLI.
   for path in paths:
     digest.update(os.path.relpath(path, _REPOSITORY_DIR).encode())
     with open(path, "rb") as f:
@@ -54,16 +79,12 @@ def trainer_module_fingerprint() -> str:
   return digest.hexdigest()[:16]
 
 
-def example_gen(config: PipelineConfig):
+def example_gen(config: PipelineConfig, parts: RunnerParts):
   if config.dataset == "tfrecord":
-    splits = ["train", "eval"]
-    # The optional test split is only scored locally; a cluster run reads train and eval.
-    if config.kubeflow is None and os.path.isdir(os.path.join(config.tfrecord_dir, "test")):
-      splits.append("test")
     return tfx.components.ImportExampleGen(
-        input_base=cluster.tfrecord_input_base(config),
-        input_config=tfx.proto.Input(
-            splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in splits]))
+        input_base=parts.tfrecord_input_base,
+        input_config=tfx.proto.Input(splits=[
+            tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in parts.tfrecord_splits]))
   return ImageDatasetExampleGen(source=config.dataset, eval_fraction=config.eval_fraction,
                                 test_fraction=config.test_fraction,
                                 tfds_data_dir=config.tfds_data_dir)
@@ -76,18 +97,18 @@ def transform_component(config: PipelineConfig, examples, schema, fingerprint: s
       schema=schema,
       preprocessing_fn="trainer_module.preprocessing.preprocessing_fn",
       splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
-      custom_config={"transform": config.trainer.transform_options(),
-                     "trainer_module_fingerprint": fingerprint},
+      custom_config={TRANSFORM_OPTIONS_KEY: config.trainer.transform_options(),
+                     FINGERPRINT_KEY: fingerprint},
       force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1,
       disable_statistics=True)  # StatisticsGen already covers the raw data.
 
 
-def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
+def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipeline:
   fingerprint = trainer_module_fingerprint()
 
-  examples = example_gen(config)
+  examples = example_gen(config, parts)
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
-  schema = tfx.components.ImportSchemaGen(schema_file=cluster.schema_file(config))
+  schema = tfx.components.ImportSchemaGen(schema_file=parts.schema_file)
   validator = tfx.components.ExampleValidator(statistics=statistics.outputs["statistics"],
                                               schema=schema.outputs["schema"])
   gate = ValidationGate(examples=examples.outputs["examples"],
@@ -103,8 +124,8 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
   if config.trainer.warm_start == WARM_START_FROM_PRODUCTION:
     warm_start_model = ProductionModel(
         serving_directory=config.serving_model_dir).with_id(WARM_START_MODEL_ID)
-  trainers = [cluster.trainer(
-      config, fingerprint, trial,
+  trainers = [parts.make_trainer(
+      trial, trainer_custom_config(config, fingerprint, trial),
       base_model=warm_start_model.outputs["model"] if warm_start_model else None,
       examples=transform.outputs["transformed_examples"],
       transform_graph=transform.outputs["transform_graph"],
@@ -127,7 +148,9 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
         trainers, transform.outputs["transformed_examples"], transform.outputs["transform_graph"],
         eval_examples.outputs["evaluation_set"], ensemble_size=config.ensemble_size,
         objective=config.ensemble_objective, eval_batch_size=config.trainer.eval_batch_size,
-        num_bins=config.trainer.num_bins, fingerprint=fingerprint))
+        num_bins=config.trainer.num_bins, temperature_fit=config.trainer.temperature_fit,
+        validation_corruption_examples=config.trainer.validation_corruption_examples,
+        fingerprint=fingerprint))
   model = model_components[-1].outputs["model"]
 
   production = ProductionModel(serving_directory=config.serving_model_dir, candidate=model)
@@ -154,5 +177,5 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
                   *([warm_start_model] if warm_start_model else []), *model_components,
                   production, evaluator, pusher],
       enable_cache=config.enable_cache,
-      metadata_connection_config=cluster.metadata_connection(config),
+      metadata_connection_config=parts.metadata_connection_config,
       beam_pipeline_args=config.beam_pipeline_args())

@@ -9,7 +9,7 @@ start time and run id for the message a second run gets, and a new holder logs w
 it took over from.
 
 A Kubeflow run has no process spanning the run to hold a lock: its pipeline root is guarded
-at submission instead (kubeflow/submit.py, `active_runs`; README, "One run at a time").
+at submission instead (kubeflow/submit.py, `active_runs`; docs/pipeline.md, "One run at a time").
 """
 from __future__ import annotations
 

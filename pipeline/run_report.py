@@ -15,11 +15,12 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow_model_analysis as tfma
 
-from components import evaluation_set, reference_corruptions as corruptions
+from components import evaluation_set
 from components.calibration_metrics import BRIER_NAME, ECE_NAME, NLL_NAME, RELIABILITY_NAME
-from pipeline import gate_report, plots
+from pipeline import plots, tfma_results
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
+from trainer_module import reference_corruptions as corruptions
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
@@ -43,7 +44,7 @@ def _mean(values) -> Optional[float]:
   return float(np.mean(present)) if present else None
 
 
-def _corruption_slice(name: str, severity: int) -> gate_report.Slice:
+def _corruption_slice(name: str, severity: int) -> tfma_results.Slice:
   return ((evaluation_set.CORRUPTION_KEY, name), (evaluation_set.SEVERITY_KEY, severity))
 
 
@@ -51,7 +52,7 @@ def corrupted_means(values: Dict, output: str, names) -> Dict[str, Optional[floa
   """cA, cNLL, cECE: each metric's mean over the corruption x severity slices (UB's tables)."""
   result = {}
   for name in (ACCURACY_NAME, NLL_NAME, ECE_NAME):
-    result[name] = _mean(gate_report.metric(values, _corruption_slice(c, s), output, name)
+    result[name] = _mean(tfma_results.metric(values, _corruption_slice(c, s), output, name)
                          for c in names for s in corruptions.SEVERITIES)
   return result
 
@@ -65,7 +66,7 @@ def family_means(values: Dict, output: str, names) -> Dict[str, Dict[str, Option
           for family, members in families.items()}
 
 
-def _bounds(config: PipelineConfig) -> List[Tuple[str, gate_report.Slice, str, bool, float,
+def _bounds(config: PipelineConfig) -> List[Tuple[str, tfma_results.Slice, str, bool, float,
                                                    float]]:
   """(label, slice, metric, higher is better, value bound, allowed change) of each gated metric."""
   bounds = [("accuracy", EVAL, ACCURACY_NAME, True, config.min_eval_accuracy,
@@ -85,19 +86,19 @@ def _bounds(config: PipelineConfig) -> List[Tuple[str, gate_report.Slice, str, b
 def _gate_section(config, values, blessed: bool, validation) -> List[str]:
   lines = ["## Gate", "", f"**{'BLESSED' if blessed else 'NOT BLESSED'}**"
            f"{'' if blessed else ': the Pusher pushes nothing.'}", ""]
-  failures = gate_report.failures(validation) if validation is not None else []
+  failures = tfma_results.failures(validation) if validation is not None else []
   if failures:
     lines += ["Failed:", ""] + [f"- {failure.describe()}" for failure in failures] + [""]
-  has_baseline = gate_report.metric(values, EVAL, CALIBRATED, ACCURACY_NAME,
-                                    model=gate_report.BASELINE) is not None
+  has_baseline = tfma_results.metric(values, EVAL, CALIBRATED, ACCURACY_NAME,
+                                    model=tfma_results.BASELINE) is not None
   lines += ["| bound | slice | candidate | needs | vs blessed baseline | allowed change |",
             "| --- | --- | --- | --- | --- | --- |"]
   for label, slice_, name, higher, bound, change in _bounds(config):
-    value = gate_report.metric(values, slice_, CALIBRATED, name)
-    diff = gate_report.metric(values, slice_, CALIBRATED, name, diff=True)
+    value = tfma_results.metric(values, slice_, CALIBRATED, name)
+    diff = tfma_results.metric(values, slice_, CALIBRATED, name, diff=True)
     needs = f"{'>=' if higher else '<='} {bound}"
     allowed = f"{'>=' if higher else '<='} {-change if higher else change:+}"
-    lines.append(f"| {label} | {gate_report.slice_name(slice_)} | {_fmt(value)} | {needs} | "
+    lines.append(f"| {label} | {tfma_results.slice_name(slice_)} | {_fmt(value)} | {needs} | "
                  f"{f'{diff:+.4f}' if diff is not None else 'no baseline'} | "
                  f"{allowed if has_baseline else 'n/a (first blessing)'} |")
   return lines + [""]
@@ -108,7 +109,7 @@ def _metric_table(config, values) -> List[str]:
            "| set | examples | accuracy | NLL | ECE | Brier |",
            "| --- | --- | --- | --- | --- | --- |"]
   for slice_ in (EVAL, TEST, CORRUPTED):
-    get = lambda name, s=slice_: gate_report.metric(values, s, CALIBRATED, name)  # noqa: E731
+    get = lambda name, s=slice_: tfma_results.metric(values, s, CALIBRATED, name)  # noqa: E731
     count = get(EXAMPLE_COUNT_NAME)
     if not count:
       continue
@@ -134,6 +135,20 @@ def _temperature_description(calibration: Optional[dict]) -> str:
     return "No calibration record in the model."
   fit = calibration.get("temperature_fit")
   clean_only = f"T = {calibration['clean_fit_temperature']:.4f}"
+  if fit == "in_support":
+    return (
+        f"T = {calibration['temperature']:.4f} for inputs whose penultimate features lie within "
+        f"Mahalanobis distance {calibration['support_radius']:.2f} of the nearest training "
+        "class mean (the farthest clean eval image's), the raw softmax (T = 1) beyond. T is "
+        f"chosen on {calibration['eval_examples']} clean eval examples and "
+        f"{calibration['validation_examples']} eval images under the validation corruptions "
+        f"({', '.join(calibration['validation_corruptions'])}; severities 1-5; "
+        f"{calibration['validation_inside_support']:.0%} of them within the radius), never on "
+        "test and never on an evaluated corruption: the clean NLL minimum among the "
+        "temperatures at which every validation slice's NLL, and the slices' mean ECE, are no "
+        "worse than the raw softmax's. The clean eval examples alone would give "
+        f"{clean_only}. The eval and validation-shift rows are in-sample; the test and "
+        "corrupted rows are not.")
   if fit == "validation_corruptions":
     return (
         f"T = {calibration['temperature']:.4f}, chosen on {calibration['eval_examples']} clean "
@@ -169,9 +184,9 @@ def _temperature_section(config, values, calibration: Optional[dict]) -> List[st
   lines += ["", "| set | NLL before | NLL after | ECE before | ECE after | Brier before | "
             "Brier after |", "| --- | --- | --- | --- | --- | --- | --- |"]
   for slice_ in (EVAL, TEST, CORRUPTED):
-    cells = [_fmt(gate_report.metric(values, slice_, output, name))
+    cells = [_fmt(tfma_results.metric(values, slice_, output, name))
              for name in (NLL_NAME, ECE_NAME, BRIER_NAME) for output in (RAW, CALIBRATED)]
-    if gate_report.metric(values, slice_, CALIBRATED, EXAMPLE_COUNT_NAME):
+    if tfma_results.metric(values, slice_, CALIBRATED, EXAMPLE_COUNT_NAME):
       lines.append(f"| {SET_NAMES[slice_]} | " + " | ".join(cells) + " |")
   if config.corruptions:
     raw, calibrated = (corrupted_means(values, output, config.corruptions)
@@ -179,7 +194,8 @@ def _temperature_section(config, values, calibration: Optional[dict]) -> List[st
     lines.append("| corrupted, mean over slices (cNLL, cECE) | " + " | ".join(
         _fmt(means[name]) for name in (NLL_NAME, ECE_NAME) for means in (raw, calibrated))
                  + " | | |")
-  if calibration and calibration.get("temperature_fit") == "validation_corruptions":
+  if calibration and calibration.get("temperature_fit") in ("validation_corruptions",
+                                                             "in_support"):
     lines.append("| validation shift (eval images, validation corruptions; chose T) | " +
                  " | ".join(_fmt(calibration[f"validation_{name}_{when}"]) for name in
                             ("nll", "ece") for when in ("before", "after")) + " | | |")
@@ -188,19 +204,19 @@ def _temperature_section(config, values, calibration: Optional[dict]) -> List[st
 
 def _baseline_section(config, values) -> List[str]:
   lines = ["## Against the blessed baseline", ""]
-  if gate_report.metric(values, EVAL, CALIBRATED, ACCURACY_NAME,
-                        model=gate_report.BASELINE) is None:
+  if tfma_results.metric(values, EVAL, CALIBRATED, ACCURACY_NAME,
+                        model=tfma_results.BASELINE) is None:
     return lines + ["No blessed model yet: this candidate is judged on the absolute bounds "
                     "alone.", ""]
   lines += ["| metric | slice | candidate | blessed baseline | change |",
             "| --- | --- | --- | --- | --- |"]
   for label, slice_, name, _, _, _ in _bounds(config) + [
       ("Brier", EVAL, BRIER_NAME, False, 0, 0), ("accuracy", TEST, ACCURACY_NAME, True, 0, 0)]:
-    candidate = gate_report.metric(values, slice_, CALIBRATED, name)
-    baseline = gate_report.metric(values, slice_, CALIBRATED, name, model=gate_report.BASELINE)
+    candidate = tfma_results.metric(values, slice_, CALIBRATED, name)
+    baseline = tfma_results.metric(values, slice_, CALIBRATED, name, model=tfma_results.BASELINE)
     if candidate is None or baseline is None:
       continue
-    lines.append(f"| {label} | {gate_report.slice_name(slice_)} | {_fmt(candidate)} | "
+    lines.append(f"| {label} | {tfma_results.slice_name(slice_)} | {_fmt(candidate)} | "
                  f"{_fmt(baseline)} | {candidate - baseline:+.4f} |")
   return lines + [""]
 
@@ -214,10 +230,10 @@ def _charts(report_dir, config, values) -> List[str]:
       (CORRUPTED, RAW, "reliability_corrupted_uncalibrated.png",
        "corrupted test, before temperature scaling"),
   ]:
-    bins = gate_report.metric(values, slice_, output, RELIABILITY_NAME)
+    bins = tfma_results.metric(values, slice_, output, RELIABILITY_NAME)
     if bins is None or not np.sum(bins[:, 0]):
       continue
-    ece = gate_report.metric(values, slice_, output, ECE_NAME)
+    ece = tfma_results.metric(values, slice_, output, ECE_NAME)
     plots.reliability_diagram(os.path.join(report_dir, file_name), bins,
                               f"Reliability: {title} (ECE {_fmt(ece)})")
     lines.append(f"![{title}]({file_name})")
@@ -225,7 +241,7 @@ def _charts(report_dir, config, values) -> List[str]:
   classes = list(range(config.trainer.num_classes))
   per_class = {}
   for slice_ in (EVAL, TEST, CORRUPTED):
-    accuracies = [gate_report.metric(values, slice_ + ((LABEL_KEY, k),),
+    accuracies = [tfma_results.metric(values, slice_ + ((LABEL_KEY, k),),
                                      CALIBRATED, ACCURACY_NAME) for k in classes]
     if any(a is not None for a in accuracies):
       per_class[SET_NAMES[slice_]] = accuracies
@@ -244,7 +260,7 @@ def _charts(report_dir, config, values) -> List[str]:
 
 def _corruption_chart(report_dir, config, values) -> List[str]:
   severities = list(corruptions.SEVERITIES)
-  metric = lambda name, s, output, metric_name: gate_report.metric(  # noqa: E731
+  metric = lambda name, s, output, metric_name: tfma_results.metric(  # noqa: E731
       values, _corruption_slice(name, s), output, metric_name)
   family_series = {}  # Each family's mean accuracy at each severity.
   for name in config.corruptions:
@@ -344,7 +360,7 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
                      blessed: bool, model_dir: Optional[str], pushed: Optional[str]) -> str:
   """Writes report.md and its PNGs into report_dir; returns the report's path."""
   os.makedirs(report_dir, exist_ok=True)
-  values = gate_report.load_metrics(evaluation_uri)
+  values = tfma_results.load_metrics(evaluation_uri)
   try:
     validation = tfma.load_validation_result(evaluation_uri)
   except Exception:  # No thresholds, no validation file: nothing to explain.

@@ -46,15 +46,19 @@ def test_the_warm_start_line_says_what_the_model_records(tmp_path):
   assert run_report.warm_start_summary(bare) == "not recorded"
 
 
+def _validation_fit(**overrides):
+  """temperature.json of a fit on the validation corruptions."""
+  return {"temperature_fit": "validation_corruptions", "temperature": 1.0,
+          "clean_fit_temperature": 0.39, "eval_examples": 270, "validation_examples": 1000,
+          "validation_corruptions": ["speckle_noise", "gaussian_blur", "spatter", "saturate"],
+          "validation_nll_before": 1.2, "validation_nll_after": 1.2,
+          "validation_ece_before": 0.15, "validation_ece_after": 0.15,
+          "validation_nll_clean_fit": 2.5, "validation_ece_clean_fit": 0.3, **overrides}
+
+
 def test_the_temperature_section_reports_the_validation_shift_apart_from_the_corrupted_set():
   from pipeline.config import PipelineConfig
-  calibration = {"temperature_fit": "validation_corruptions", "temperature": 1.0,
-                 "clean_fit_temperature": 0.39, "eval_examples": 270, "validation_examples": 1000,
-                 "validation_corruptions": ["speckle_noise", "gaussian_blur", "spatter",
-                                            "saturate"],
-                 "validation_nll_before": 1.2, "validation_nll_after": 1.2,
-                 "validation_ece_before": 0.15, "validation_ece_after": 0.15,
-                 "validation_nll_clean_fit": 2.5, "validation_ece_clean_fit": 0.3}
+  calibration = _validation_fit()
   section = run_report._temperature_section  # pylint: disable=protected-access
   lines = section(PipelineConfig(), {}, calibration)
   text = "\n".join(lines)
@@ -63,3 +67,20 @@ def test_the_temperature_section_reports_the_validation_shift_apart_from_the_cor
   assert ("| validation shift (eval images, validation corruptions; chose T) | 1.2000 | 1.2000 | "
           "0.1500 | 0.1500 | | |") in lines
   assert "| corrupted, mean over slices (cNLL, cECE) | n/a | n/a | n/a | n/a | | |" in lines
+
+
+def test_the_temperature_section_says_where_an_in_support_temperature_applies():
+  from pipeline.config import PipelineConfig
+  calibration = _validation_fit(
+      temperature_fit="in_support", temperature=0.39, support_radius=14.25,
+      validation_inside_support=0.41, validation_nll_before=0.6, validation_nll_after=0.56,
+      validation_ece_before=0.14, validation_ece_after=0.11)
+  lines = run_report._temperature_section(  # pylint: disable=protected-access
+      PipelineConfig(), {}, calibration)
+  text = "\n".join(lines)
+  assert "T = 0.3900 for inputs whose penultimate features lie within Mahalanobis distance " \
+         "14.25 of the nearest training class mean" in text
+  assert "the raw softmax (T = 1) beyond" in text
+  assert "41% of them within the radius" in text
+  assert ("| validation shift (eval images, validation corruptions; chose T) | 0.6000 | 0.5600 | "
+          "0.1400 | 0.1100 | | |") in lines

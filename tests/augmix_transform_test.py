@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from tests.graph_ops import augmix_or_random_ops, reachable_op_types
-from tests.transform_runs import raw_digit_examples, run_transform
+from testing.graph_ops import augmix_or_random_ops, reachable_op_types
+from testing.transform_runs import raw_digit_examples, run_transform
 from trainer_module.config import TrainerConfig
 from trainer_module.export import export_serving_model
 from trainer_module.model import wide_resnet

@@ -6,8 +6,8 @@ import pytest
 
 from components import image_sources
 from pipeline.config import from_flags
-from pipeline.report import RunRecord
-from tests.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
+from pipeline.run_record import RunRecord
+from testing.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
 
 
 def _not_a_png(example):

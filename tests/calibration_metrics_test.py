@@ -12,9 +12,9 @@ from tensorflow_model_analysis.metrics import metric_types
 from tfx_bsl.public import tfxio
 
 from components import calibration_metrics, evaluation_set
-from pipeline import evaluation, gate_report
+from pipeline import evaluation, tfma_results
 from pipeline.config import PipelineConfig
-from tests import numpy_metrics
+from testing import reference_metrics
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
 
 NUM_CLASSES = 10
@@ -62,7 +62,7 @@ def test_each_metric_matches_numpy_from_partial_results_merged_exactly():
   logits, labels = _random_predictions(rng, 300)
   probabilities = _softmax(logits)
   probabilities[0] = np.eye(NUM_CLASSES)[labels[0]]  # Confidence exactly 1: the last bin.
-  expected = numpy_metrics.metrics(probabilities, labels, num_bins=7)
+  expected = reference_metrics.metrics(probabilities, labels, num_bins=7)
   for metric, name in [(calibration_metrics.TopLabelAccuracy(num_bins=7), "accuracy"),
                        (calibration_metrics.ExpectedCalibrationError(num_bins=7), "ece"),
                        (calibration_metrics.NegativeLogLikelihood(num_bins=7), "nll"),
@@ -172,7 +172,7 @@ def evaluated(tmp_path_factory):
 
 def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
   rows, output, _ = evaluated
-  values = gate_report.load_metrics(output)
+  values = tfma_results.load_metrics(output)
   eval_set_of = np.array([r[0] for r in rows])
   corruption_of = np.array([r[1] or "" for r in rows])
   severity_of = np.array([r[2] or 0 for r in rows])
@@ -190,7 +190,7 @@ def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
   for slice_key, mask in slices.items():
     for output_name, temperature in ((PROBABILITIES_KEY, TEMPERATURE),
                                      (UNCALIBRATED_PROBABILITIES_KEY, 1.0)):
-      expected = numpy_metrics.metrics(_softmax(logits[mask], temperature), labels[mask])
+      expected = reference_metrics.metrics(_softmax(logits[mask], temperature), labels[mask])
       got = values[slice_key]
       assert got[("candidate", PROBABILITIES_KEY, "example_count", False)] == mask.sum()
       assert got[("candidate", output_name, evaluation.ACCURACY_NAME, False)] == \
@@ -198,7 +198,7 @@ def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
       for name in ("nll", "ece", "brier_score"):
         assert got[("candidate", output_name, name, False)] == pytest.approx(
             expected[name], abs=1e-4), (slice_key, output_name, name)
-  reliability = gate_report.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
+  reliability = tfma_results.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
                                    "reliability_diagram")
   assert reliability.shape == (PipelineConfig().trainer.num_bins, 3)
   assert reliability[:, 0].sum() == np.sum(eval_set_of == "eval")
@@ -208,7 +208,7 @@ def test_a_model_below_the_accuracy_bound_is_not_blessed_and_the_reason_names_it
   rows, output, config = evaluated
   result = tfma.load_validation_result(output)
   assert not result.validation_ok
-  failures = gate_report.failures(result)
+  failures = tfma_results.failures(result)
   eval_accuracy = np.mean([r[4] == r[3].argmax() for r in rows if r[0] == "eval"])
   assert [f.metric for f in failures] == ["accuracy"]
   (failure,) = failures
@@ -231,11 +231,11 @@ def test_a_model_whose_corrupted_ece_regresses_beyond_the_bound_is_not_blessed(t
   output = _evaluate(tmp_path, config, candidate, baseline)
   result = tfma.load_validation_result(output)
   assert not result.validation_ok
-  (failure,) = gate_report.failures(result)
+  (failure,) = tfma_results.failures(result)
   assert (failure.metric, failure.slice, failure.change) == ("ECE", "eval_set=corrupted", True)
   logits = np.stack([r[3] for r in rows if r[0] == "corrupted"])
   labels = np.array([r[4] for r in rows if r[0] == "corrupted"])
-  ece = {t: numpy_metrics.metrics(_softmax(logits, t), labels)["ece"] for t in (0.5, 2.5)}
+  ece = {t: reference_metrics.metrics(_softmax(logits, t), labels)["ece"] for t in (0.5, 2.5)}
   assert failure.value == pytest.approx(ece[2.5] - ece[0.5], abs=1e-4) and failure.value > 0.05
   assert failure.bound == 0.05 and not failure.lower
   assert failure.describe().startswith("ECE on eval_set=corrupted changed by +")

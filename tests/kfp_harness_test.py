@@ -1,4 +1,4 @@
-"""The compiled kfp spec, executed as an open-source KFP v2 backend would (tests/kfp_harness.py),
+"""The compiled kfp spec, executed as an open-source KFP v2 backend would (testing/kfp_harness.py),
 twice on s3:// of a local S3 server: a first model is blessed and pushed; the next run's
 Evaluator compares its (degraded) candidate with that pushed model and refuses it: nothing is
 pushed."""
@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from kubeflow import submit
-from tests import kfp_harness
-from tests.pipeline_e2e_test import SMALL_MODEL
+from testing import kfp_harness
+from testing.tiny_config import SMALL_MODEL
 
 UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform")

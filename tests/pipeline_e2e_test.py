@@ -10,22 +10,14 @@ import pytest
 import tensorflow as tf
 
 from pipeline.config import from_flags
-from pipeline.report import RunRecord
-from tests.graph_ops import augmix_or_random_ops, reachable_op_types
-from tests.tfrecord_inputs import write_digits_tfrecord_dir
+from pipeline.run_record import RunRecord
+from testing.graph_ops import augmix_or_random_ops, reachable_op_types
+from testing.tfrecord_inputs import write_digits_tfrecord_dir
+from testing.tiny_config import SMALL_MODEL
 from trainer_module.distribution import resolve_precision
 from trainer_module.export import PRECISION_FILE, read_record
+from trainer_module.temperature import read_calibration_info
 
-# A WRN-10-1 for a few epochs: enough to learn digits, fast enough for CI; gate bounds to match
-# (with AugMix it is very under-confident, raw eval ECE ~0.45, and the default temperature fit
-# does not sharpen it at the cost of calibration under shift),
-# 5 test images per corruption x severity (15 x 5 slices: 375 corrupted images), and 10 eval
-# images per validation corruption x severity for the temperature (4 x 5 slices: 200 images).
-SMALL_MODEL = ["--depth=10", "--width_multiplier=1", "--train_epochs=6",
-               "--lr_decay_epochs=120,160", "--min_eval_accuracy=0.5", "--max_eval_ece=0.6",
-               "--max_eval_nll=1.5", "--min_corrupted_accuracy=0.2", "--max_corrupted_nll=10",
-               "--max_corrupted_ece=0.6", "--examples_per_corruption=5",
-               "--validation_corruption_examples=10"]
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
                        "EvaluationSetGen", "Evaluator", "Pusher"}
@@ -87,9 +79,10 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   calibration = json.loads((tmp_path / "serving_model" / config.pipeline_name / versions[0] /
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
-  # Chosen on clean eval images and on eval images under the 4 validation corruptions x 5
-  # severities, where it is no worse calibrated than the raw softmax.
-  assert calibration["temperature_fit"] == "validation_corruptions"
+  # The preset's in_support: T within the eval images' feature distance, chosen on clean eval
+  # images and on eval images under the 4 validation corruptions x 5 severities, where it is
+  # no worse calibrated than the raw softmax.
+  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
   assert calibration["validation_examples"] == 4 * 5 * 10
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
@@ -142,11 +135,15 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
   report = open(_report_path(degraded.stdout)).read()
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
+  assert "penultimate features lie within Mahalanobis distance" in report  # Where T applies.
 
   # The same two steps warm-started from the model in production (the next run of a schedule)
   # keep what it learned: the accuracy bound the scratch run failed is met, the accuracy stays
-  # near production's, and the model records where it started from.
-  warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production")
+  # near production's, and the model records where it started from. This run calibrates with
+  # one T for every input (temperature_fit=validation_corruptions), which the Evaluator, gate
+  # and report then read from the served model like the preset's in_support.
+  warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production",
+                         "--temperature_fit=validation_corruptions")
   assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
   run = RunRecord(config)
   assert run.states["WarmStartModel"] == "COMPLETE" and run.states["Trainer"] == "COMPLETE"
@@ -164,6 +161,11 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert training["step"] == 2 and training["trainer_config"]["warm_start"] == "production"
   assert training["warm_start"]["source"].startswith("the model in production")
   assert training["warm_start"]["restored_variables"] > 0
+  calibration = read_calibration_info(os.path.join(model.uri, "Format-Serving"))
+  assert calibration["temperature_fit"] == "validation_corruptions"
+  assert "support_radius" not in calibration
+  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
+  assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
   assert "warm-started:    the model in production" in warm.stdout
   assert "- warm-started from: the model in production" in open(_report_path(warm.stdout)).read()
 
@@ -174,7 +176,8 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   gated and pushed like a single one."""
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
-           "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3", *SMALL_MODEL]
+           "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3",
+           "--temperature_fit=validation_corruptions", *SMALL_MODEL]
   result = pipeline_runner(*flags, timeout=2400)  # Three Trainers.
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   assert result.stdout.count("2 AugMix view(s) per image with JSD") == 3

@@ -12,9 +12,9 @@ from ml_metadata.proto import metadata_store_pb2
 
 from pipeline.config import from_flags
 from pipeline.interrupted_runs import ABANDONED_BY_KEY
-from pipeline.report import RunRecord
+from pipeline.run_record import RunRecord
 from tests.conftest import REPO
-from tests.tfrecord_inputs import write_digits_tfrecord_dir
+from testing.tfrecord_inputs import write_digits_tfrecord_dir
 
 
 def _wait_for(path, text, process, timeout=600):

@@ -11,8 +11,9 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from PIL import Image
 
-from tests.tfrecord_inputs import png_bomb
-from tests.transform_runs import raw_digit_examples, run_transform
+from testing.tfrecord_inputs import png_bomb
+from testing.transform_runs import raw_digit_examples, run_transform
+from trainer_module import temperature
 from trainer_module.config import TrainerConfig
 from trainer_module.export import PRECISION_FILE, export_serving_model, float32_model, read_record
 from trainer_module.model import wide_resnet
@@ -21,12 +22,17 @@ SERVED_TEMPERATURE = 2.5
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def transform_dir(tmp_path_factory):
+  _, output = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
+                            str(tmp_path_factory.mktemp("transform")),
+                            ["--direct_running_mode=in_memory"])
+  return output
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, transform_dir):
   """(export dir, the model as trained: under mixed_bfloat16)."""
   work = tmp_path_factory.mktemp("serving")
-  _, transform_dir = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
-                                   str(work / "transform"),
-                                   ["--direct_running_mode=in_memory"])
   config = TrainerConfig(depth=10, width_multiplier=1)
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
@@ -161,3 +167,30 @@ def test_an_empty_batch_gets_empty_outputs(served, signature):
   result = served.signatures[signature](**{_INPUT[signature]: tf.constant([], tf.string)})
   assert result["probabilities"].shape == (0, 10)
   assert result["class_ids"].shape == (0,)
+
+
+def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyond(
+    tmp_path, transform_dir):
+  keras.utils.set_random_seed(3)
+  model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
+  tft_output = tft.TFTransformOutput(transform_dir)
+  pngs = [raw["image"] for raw in raw_digit_examples(8)]
+  transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
+  features = temperature.penultimate_model(model)(transformed).numpy()
+  means, precision = temperature.class_statistics(features, np.arange(8) % 2)
+  distances = temperature.mahalanobis_distance(features, means, precision)
+  support = temperature.FeatureSupport(means, precision, float(np.median(distances)))
+  export_serving_model(model, tft_output, str(tmp_path), calibration={
+      "temperature_fit": "in_support", "temperature": SERVED_TEMPERATURE,
+      "feature_support": support, "support_radius": support.radius})
+  assert "feature_support" not in temperature.read_calibration_info(str(tmp_path))
+  served = tf.saved_model.load(str(tmp_path))
+  result = served.signatures["serving_images"](images=tf.constant(pngs))
+  inside = distances <= support.radius
+  assert 0 < inside.sum() < 8
+  log_raw = np.log(result["uncalibrated_probabilities"].numpy().astype(np.float64))
+  expected = np.exp(log_raw / np.where(inside, SERVED_TEMPERATURE, 1.0)[:, np.newaxis])
+  expected /= expected.sum(axis=1, keepdims=True)
+  np.testing.assert_allclose(result["probabilities"], expected, rtol=1e-4, atol=1e-6)
+  empty = served.signatures["serving_default"](examples=tf.constant([], tf.string))
+  assert empty["probabilities"].shape == (0, 10)

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
-from tests.transform_runs import transformed_digits
+from testing.transform_runs import transformed_digits
 
 TINY = ["--depth=10", "--width_multiplier=1", "--lr_warmup_epochs=0", "--log_every_steps=1"]
 
@@ -120,7 +120,7 @@ def test_mirrored_and_multi_worker_runs_match_one_device_with_the_same_global_ba
   run_trainer(inputs, tmp_path / "one", "--per_core_batch_size=32", *steps)
 
   process = subprocess.run(
-      [sys.executable, os.path.join("tests", "logical_cpus.py"), "2", *inputs,
+      [sys.executable, os.path.join("testing", "logical_cpus.py"), "2", *inputs,
        f"--output_dir={tmp_path / 'mirrored'}", *TINY, "--per_core_batch_size=16",
        "--distribution_strategy=mirrored", *steps],
       cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
@@ -229,7 +229,8 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
                 "--per_core_batch_size=32", timeout=900)
     members.append(str(tmp_path / f"member_{seed}" / "serving_model"))
   process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
-                                             "--ensemble_size=2"),
+                                             "--ensemble_size=2",
+                                             "--validation_corruption_examples=5"),
                            cwd=REPO, capture_output=True, text=True, timeout=600)
   assert process.returncode == 0, process.stderr[-3000:]
   assert "Ensemble of" in process.stderr
@@ -237,7 +238,8 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   record = json.loads((model_dir / "assets.extra" / "ensemble.json").read_text())
   assert [t["hyperparameters"]["seed"] for t in record["trials"]] == [1, 2]
   assert [t["name"] for t in record["trials"]] == members
-  assert (model_dir / "assets.extra" / "temperature.json").exists()
+  calibration = json.loads((model_dir / "assets.extra" / "temperature.json").read_text())
+  assert calibration["temperature_fit"] == "validation_corruptions"
   signatures = tf.saved_model.load(str(model_dir)).signatures
   assert {"serving_default", "serving_images"} <= set(signatures)
 

@@ -27,16 +27,16 @@ from trainer_module.checkpoints import Preempted
 from trainer_module import warm_start
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START, WARM_START_FROM_PRODUCTION,
                                    TrainerConfig)
-from trainer_module.flags import parse_flags
-from trainer_module.task import RunPaths, run
+from configs.flags import describe_flags, field_help, grouped, parse_flags
+from trainer_module.training_job import RunPaths, run
 
 
 @dataclasses.dataclass(frozen=True)
 class StandalonePaths:
   train_files: Tuple[str, ...] = ()  # Comma-separated file patterns of Transform's output.
-  eval_files: Tuple[str, ...] = ()
+  eval_files: Tuple[str, ...] = ()  # The same, of the eval split.
   transform_output: str = ""  # Transform's transform_graph directory.
-  output_dir: str = ""
+  output_dir: str = ""  # checkpoints/, logs/ and serving_model/ go here.
   checkpoint_dir: Optional[str] = None  # Default: <output_dir>/checkpoints.
 
   def run_paths(self, config: TrainerConfig) -> RunPaths:
@@ -55,6 +55,15 @@ class StandalonePaths:
                     export_dir=os.path.join(self.output_dir, "serving_model"),
                     warm_start_from=(None if config.warm_start == NO_WARM_START
                                      else config.warm_start))
+
+
+def usage() -> str:
+  """This module's docstring, then every flag, grouped, with its default and meaning."""
+  defaults = {f.name: f.default for f in dataclasses.fields(StandalonePaths)}
+  defaults.update({f.name: getattr(TrainerConfig(), f.name)
+                   for f in dataclasses.fields(TrainerConfig)})
+  helps = {**field_help(StandalonePaths), **field_help(TrainerConfig)}
+  return __doc__ + describe_flags(grouped(helps, defaults, ungrouped_title="paths"))
 
 
 def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
@@ -76,6 +85,8 @@ class EnsembleFlags:
   ensemble_objective: str = "nll"
   eval_batch_size: int = 256
   num_bins: int = 15
+  temperature_fit: str = "validation_corruptions"  # The ensemble's T: or clean.
+  validation_corruption_examples: int = 50  # Eval images per validation slice.
 
   def __post_init__(self):
     for name in ("members", "eval_files", "transform_output", "output_dir"):
@@ -100,7 +111,8 @@ def ensemble_main(argv) -> int:
     record = ensemble.build_ensemble(
         members, flags.eval_files, flags.transform_output,
         os.path.join(flags.output_dir, "serving_model"), flags.ensemble_size,
-        flags.ensemble_objective, flags.eval_batch_size, flags.num_bins)
+        flags.ensemble_objective, flags.eval_batch_size, flags.num_bins, flags.temperature_fit,
+        flags.validation_corruption_examples)
   except (FileNotFoundError, ValueError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
@@ -129,9 +141,7 @@ def main(argv) -> int:
       return 2
     return 0
   if "--help" in argv or "-h" in argv:
-    print(__doc__)
-    for field in dataclasses.fields(StandalonePaths) + dataclasses.fields(TrainerConfig):
-      print(f"  --{field.name:<30} default: {field.default!r}")
+    print(usage())
     return 0
   try:
     config, paths = parse(argv)

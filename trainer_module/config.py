@@ -10,63 +10,69 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+# Keys of the TFX custom_config the pipeline hands Transform and the Trainer (producers:
+# pipeline/, kubeflow/; consumers: trainer_module.preprocessing and trainer_module.tfx_trainer).
+TRAINER_CONFIG_KEY = "trainer"  # TrainerConfig.to_dict() of the Trainer (trial).
+TRANSFORM_OPTIONS_KEY = "transform"  # TrainerConfig.transform_options() for preprocessing_fn.
+FINGERPRINT_KEY = "trainer_module_fingerprint"  # Invalidates the cache when the code changes.
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainerConfig:
   # Model.
-  depth: int = 28
-  width_multiplier: int = 10
-  num_classes: int = 10
+  depth: int = 28  # Wide ResNet depth, 6n+4 (28 in WRN-28-10).
+  width_multiplier: int = 10  # Channel widening factor k (10 in WRN-28-10).
+  num_classes: int = 10  # Classes of the label (the schema's label domain).
   # Regularisation; each per-group L2 falls back to `l2` when None.
-  l2: float = 2e-4
-  bn_l2: Optional[float] = None
-  input_conv_l2: Optional[float] = None
-  group_1_conv_l2: Optional[float] = None
-  group_2_conv_l2: Optional[float] = None
-  group_3_conv_l2: Optional[float] = None
-  dense_kernel_l2: Optional[float] = None
-  dense_bias_l2: Optional[float] = None
-  label_smoothing: float = 0.0
+  l2: float = 2e-4  # L2 of every parameter group without its own.
+  bn_l2: Optional[float] = None  # L2 of batch-norm scales and offsets.
+  input_conv_l2: Optional[float] = None  # L2 of the first convolution.
+  group_1_conv_l2: Optional[float] = None  # L2 of the first block group's convolutions.
+  group_2_conv_l2: Optional[float] = None  # L2 of the second block group's convolutions.
+  group_3_conv_l2: Optional[float] = None  # L2 of the third block group's convolutions.
+  dense_kernel_l2: Optional[float] = None  # L2 of the logits layer's kernel.
+  dense_bias_l2: Optional[float] = None  # L2 of the logits layer's bias.
+  label_smoothing: float = 0.0  # Label smoothing of the cross-entropy.
   # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
   # train with c / n, n = the train split's example count (known only when the Trainer runs).
-  l2_per_train_example: bool = False
+  l2_per_train_example: bool = False  # L2s are c, trained as c / n.
   # Optimisation. The learning rate is given per 128 examples and scaled by the total batch.
-  base_learning_rate: float = 0.1
-  one_minus_momentum: float = 0.1
+  base_learning_rate: float = 0.1  # Learning rate per 128 examples.
+  one_minus_momentum: float = 0.1  # 1 - Nesterov momentum.
   lr_decay_epochs: Tuple[int, ...] = (60, 120, 160)  # For 200 epochs; rescaled to train_epochs.
-  lr_decay_ratio: float = 0.2
-  lr_warmup_epochs: int = 1
-  train_epochs: int = 200
+  lr_decay_ratio: float = 0.2  # Learning rate factor at each decay epoch.
+  lr_warmup_epochs: int = 1  # Epochs of linear warm-up.
+  train_epochs: int = 200  # Epochs the schedule spans.
   # Stops after this many steps when set (smoke runs); the schedule still spans train_epochs.
-  train_steps: Optional[int] = None
-  per_core_batch_size: int = 64
-  eval_batch_size: int = 256
-  seed: int = 42
+  train_steps: Optional[int] = None  # Stop after this many steps (smoke runs).
+  per_core_batch_size: int = 64  # Training batch per replica.
+  eval_batch_size: int = 256  # Evaluation batch.
+  seed: int = 42  # Seeds initialisation, shuffling and AugMix.
   num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
-  log_every_steps: int = 20
+  log_every_steps: int = 20  # Progress line every this many steps.
   # Checkpoints: every checkpoint_interval epochs as in the original (-1 never), also every
   # checkpoint_steps steps when > 0, and always when the process is told to stop (SIGTERM).
-  checkpoint_interval: int = 25
-  checkpoint_steps: int = 0
-  max_checkpoints_to_keep: int = 3
+  checkpoint_interval: int = 25  # Checkpoint every this many epochs (-1 never).
+  checkpoint_steps: int = 0  # Also every this many steps (0 never).
+  max_checkpoints_to_keep: int = 3  # Newest checkpoints kept.
   # Where and how to train: default (one device), mirrored (the local GPUs),
   # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
-  distribution_strategy: str = "default"
-  tpu: str = ""
+  distribution_strategy: str = "default"  # default, mirrored, multi_worker_mirrored or tpu.
+  tpu: str = ""  # TPU address for distribution_strategy=tpu.
   # auto: mixed_bfloat16 on TPUs and on CPUs with native bfloat16 units, mixed_float16 on
   # GPUs, float32 otherwise (distribution.resolve_precision_policy).
-  mixed_precision: str = "auto"
+  mixed_precision: str = "auto"  # auto, float32, mixed_float16 or mixed_bfloat16.
   # Training steps per host call (a tf.range loop inside one tf.function), cutting the host
   # round trip that dominates on TPUs; None: 1 on CPUs, 10 on GPUs, 100 on TPUs. Loops end at
   # each log, epoch and checkpoint step, so raise log_every_steps with it.
-  steps_per_loop: Optional[int] = None
+  steps_per_loop: Optional[int] = None  # Training steps per host call (None: by device).
   op_determinism: bool = False  # Bit-identical reruns (tf.config op determinism; slower).
   mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
   # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
-  continuous_eval_timeout_secs: int = 3600
+  continuous_eval_timeout_secs: int = 3600  # continuous_eval's wait for a new checkpoint.
   # AugMix (Hendrycks et al. 2020), named as in the original script, and off as there; the
-  # pipeline's presets turn it on (pipeline/config.py PIPELINE_AUGMIX).
-  augmix: bool = False
+  # pipeline's presets turn it on (configs/shared.py PIPELINE_AUGMIX).
+  augmix: bool = False  # Train on AugMix views (Hendrycks et al. 2020).
   aug_count: int = 1  # AugMix views per training image (1 for a single model).
   augmix_prob_coeff: float = 0.5  # Dirichlet and Beta concentration alpha.
   augmix_depth: int = -1  # Operations per chain; -1 samples it in [1, 3].
@@ -78,98 +84,100 @@ class TrainerConfig:
   # temperatures at which the eval images under the four validation corruptions (never the 15
   # evaluated ones) are no worse calibrated than the raw softmax, in NLL and ECE
   # ("validation_corruptions"); fitted on the clean eval split alone ("clean"); or on it and its
-  # training-time AugMix views, never worse than raw on either ("clean_and_augmix").
-  temperature_fit: str = "validation_corruptions"
+  # training-time AugMix views, never worse than raw on either ("clean_and_augmix"); or, by the
+  # first rule, a T that applies only to inputs no farther from the training data (feature
+  # space) than the eval images, the raw softmax beyond ("in_support"; single models only).
+  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support.
   # Eval images per validation corruption x severity (4 x 5 slices, the same images in each).
-  validation_corruption_examples: int = 50
+  validation_corruption_examples: int = 50  # Eval images per validation slice.
   # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
   # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
-  augmix_view_sets: int = 1
+  augmix_view_sets: int = 1  # View sets per image, one per epoch.
   # Warm start (trainer_module/warm_start.py): none, production (pipeline only: the model in
   # production, when there is one), or a checkpoint directory / exported SavedModel. Variables
   # named by a warm_start_exclude prefix ("head" = the logits layer) start freshly initialised.
   # A warm-started run trains warm_start_epochs (default: a quarter of train_epochs) on the
   # fine-tuning schedule (warm-up, cosine decay from base_learning_rate): restored variables at
   # warm_start_lr_ratio x that rate, freshly initialised ones (a new head) at the full rate.
-  warm_start: str = "none"
-  warm_start_exclude: Tuple[str, ...] = ()
-  warm_start_epochs: Optional[int] = None
-  warm_start_lr_ratio: float = 0.1
+  warm_start: str = "none"  # none, production, or a checkpoint/SavedModel path.
+  warm_start_exclude: Tuple[str, ...] = ()  # Variable prefixes left fresh (head = logits).
+  warm_start_epochs: Optional[int] = None  # Fine-tuning epochs (None: train_epochs / 4).
+  warm_start_lr_ratio: float = 0.1  # Restored variables' rate / the schedule's.
 
   def __post_init__(self):
-    _require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
-             "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
-    _require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")
-    _require(self.num_classes >= 2, "num_classes", self.num_classes, "must be >= 2")
+    require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
+            "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
+    require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")
+    require(self.num_classes >= 2, "num_classes", self.num_classes, "must be >= 2")
     for name in ("l2",) + L2_GROUPS:
       value = getattr(self, name)
-      _require(value is None or value >= 0, name, value, "must be >= 0")
+      require(value is None or value >= 0, name, value, "must be >= 0")
     if self.l2_per_train_example:
       unset = [name for name in HYPER_L2_GROUPS if getattr(self, name) is None]
-      _require(not unset, "l2_per_train_example", True,
-               f"needs every per-example L2 coefficient set; unset: {unset}")
-    _require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
-             "must be in [0, 1]")
-    _require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
-             "must be > 0")
-    _require(0.0 < self.one_minus_momentum <= 1.0, "one_minus_momentum",
-             self.one_minus_momentum, "must be in (0, 1]")
-    _require(list(self.lr_decay_epochs) == sorted(self.lr_decay_epochs)
-             and all(e > 0 for e in self.lr_decay_epochs), "lr_decay_epochs",
-             self.lr_decay_epochs, "must be increasing positive epochs")
-    _require(0.0 < self.lr_decay_ratio <= 1.0, "lr_decay_ratio", self.lr_decay_ratio,
-             "must be in (0, 1]")
-    _require(self.lr_warmup_epochs >= 0, "lr_warmup_epochs", self.lr_warmup_epochs,
-             "must be >= 0")
-    _require(self.train_epochs > 0, "train_epochs", self.train_epochs, "must be > 0")
-    _require(self.train_steps is None or self.train_steps > 0, "train_steps", self.train_steps,
-             "must be > 0 (or unset to train for train_epochs)")
-    _require(self.per_core_batch_size > 0, "per_core_batch_size", self.per_core_batch_size,
-             "must be > 0")
-    _require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
-    _require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
-    _require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
-    _require(self.checkpoint_interval == -1 or self.checkpoint_interval > 0,
-             "checkpoint_interval", self.checkpoint_interval, "must be > 0 epochs, or -1 (never)")
-    _require(self.checkpoint_steps >= 0, "checkpoint_steps", self.checkpoint_steps,
-             "must be >= 0 (0 = only every checkpoint_interval epochs)")
-    _require(self.max_checkpoints_to_keep >= 1, "max_checkpoints_to_keep",
-             self.max_checkpoints_to_keep, "must be >= 1")
-    _require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
-             self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
-    _require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
-             "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
-    _require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
-             f"must be one of {PRECISION_CHOICES}")
-    _require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
-             self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
-    _require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
-    _require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
-             self.continuous_eval_timeout_secs, "must be > 0")
-    _require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
-    _require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
-             "must be > 0")
-    _require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
-             self.augmix_depth, "must be in [1, 3], or -1 to sample it")
-    _require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
-    _require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
-             "must be in [1, 10]")
-    _require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
-             f"must be one of {TEMPERATURE_FITS}")
-    _require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
-             self.validation_corruption_examples, "must be >= 1")
-    _require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
-             "must be >= 1")
-    _require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
-             "must be >= 0")
-    _require(bool(self.warm_start.strip()), "warm_start", self.warm_start,
-             "must be none, production or a checkpoint / SavedModel path")
-    _require(all(prefix.strip() for prefix in self.warm_start_exclude), "warm_start_exclude",
-             self.warm_start_exclude, "must be variable-name prefixes or groups (head)")
-    _require(self.warm_start_epochs is None or self.warm_start_epochs > 0, "warm_start_epochs",
-             self.warm_start_epochs, "must be > 0 (or unset for a quarter of train_epochs)")
-    _require(0.0 < self.warm_start_lr_ratio <= 1.0, "warm_start_lr_ratio",
-             self.warm_start_lr_ratio, "must be in (0, 1]")
+      require(not unset, "l2_per_train_example", True,
+              f"needs every per-example L2 coefficient set; unset: {unset}")
+    require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
+            "must be in [0, 1]")
+    require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
+            "must be > 0")
+    require(0.0 < self.one_minus_momentum <= 1.0, "one_minus_momentum",
+            self.one_minus_momentum, "must be in (0, 1]")
+    require(list(self.lr_decay_epochs) == sorted(self.lr_decay_epochs)
+            and all(e > 0 for e in self.lr_decay_epochs), "lr_decay_epochs",
+            self.lr_decay_epochs, "must be increasing positive epochs")
+    require(0.0 < self.lr_decay_ratio <= 1.0, "lr_decay_ratio", self.lr_decay_ratio,
+            "must be in (0, 1]")
+    require(self.lr_warmup_epochs >= 0, "lr_warmup_epochs", self.lr_warmup_epochs,
+            "must be >= 0")
+    require(self.train_epochs > 0, "train_epochs", self.train_epochs, "must be > 0")
+    require(self.train_steps is None or self.train_steps > 0, "train_steps", self.train_steps,
+            "must be > 0 (or unset to train for train_epochs)")
+    require(self.per_core_batch_size > 0, "per_core_batch_size", self.per_core_batch_size,
+            "must be > 0")
+    require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
+    require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
+    require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
+    require(self.checkpoint_interval == -1 or self.checkpoint_interval > 0,
+            "checkpoint_interval", self.checkpoint_interval, "must be > 0 epochs, or -1 (never)")
+    require(self.checkpoint_steps >= 0, "checkpoint_steps", self.checkpoint_steps,
+            "must be >= 0 (0 = only every checkpoint_interval epochs)")
+    require(self.max_checkpoints_to_keep >= 1, "max_checkpoints_to_keep",
+            self.max_checkpoints_to_keep, "must be >= 1")
+    require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
+            self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
+    require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
+            "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
+    require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
+            f"must be one of {PRECISION_CHOICES}")
+    require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
+            self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
+    require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
+    require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
+            self.continuous_eval_timeout_secs, "must be > 0")
+    require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
+    require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
+            "must be > 0")
+    require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
+            self.augmix_depth, "must be in [1, 3], or -1 to sample it")
+    require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
+    require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
+            "must be in [1, 10]")
+    require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
+            f"must be one of {TEMPERATURE_FITS}")
+    require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
+            self.validation_corruption_examples, "must be >= 1")
+    require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
+            "must be >= 1")
+    require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
+            "must be >= 0")
+    require(bool(self.warm_start.strip()), "warm_start", self.warm_start,
+            "must be none, production or a checkpoint / SavedModel path")
+    require(all(prefix.strip() for prefix in self.warm_start_exclude), "warm_start_exclude",
+            self.warm_start_exclude, "must be variable-name prefixes or groups (head)")
+    require(self.warm_start_epochs is None or self.warm_start_epochs > 0, "warm_start_epochs",
+            self.warm_start_epochs, "must be > 0 (or unset for a quarter of train_epochs)")
+    require(0.0 < self.warm_start_lr_ratio <= 1.0, "warm_start_lr_ratio",
+            self.warm_start_lr_ratio, "must be in (0, 1]")
 
   @property
   def num_views(self) -> int:
@@ -223,14 +231,14 @@ class TrainerConfig:
 
 
 # trainer_module/temperature.py.
-TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix")
+TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix", "in_support")
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
 PRECISION_CHOICES = ("auto",) + PRECISION_POLICIES
 MODES = ("train", "eval", "train_and_eval", "continuous_eval")
 L2_GROUPS = ("bn_l2", "input_conv_l2", "group_1_conv_l2", "group_2_conv_l2",
-             "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")
+            "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2")
 # What hyper-deep ensemble trials draw (UB's cifar10_rand_search_sweep.py); bn_l2 stays fixed.
 HYPER_L2_GROUPS = L2_GROUPS[1:]
 HYPER_L2_RANGE = (1e-2, 1e2)  # Times 1/n: log-uniform in [1e-2/n, 1e2/n].
@@ -238,6 +246,9 @@ HYPER_LABEL_SMOOTHING_RANGE = (1e-5, 0.2)
 HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
 # What greedy member selection minimises: NLL, -accuracy, or NLL - accuracy.
 ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
+# How an ensemble's own temperature can be fitted (its network has no single feature layer
+# for in_support, nor one set of AugMix views for clean_and_augmix).
+ENSEMBLE_TEMPERATURE_FITS = ("validation_corruptions", "clean")
 
 
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:
@@ -259,6 +270,7 @@ def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:
   return trials
 
 
-def _require(condition: bool, name: str, value: Any, rule: str) -> None:
+def require(condition: bool, name: str, value: Any, rule: str) -> None:
+  """The one check behind every config rule: a ValueError that names the field and the value."""
   if not condition:
     raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")

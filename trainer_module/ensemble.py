@@ -26,7 +26,7 @@ import tensorflow_transform as tft
 import tf_keras as keras
 
 from trainer_module import data, temperature
-from trainer_module.config import ENSEMBLE_OBJECTIVES, L2_GROUPS
+from trainer_module.config import ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS, L2_GROUPS
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import IMAGE_SHAPE
@@ -165,6 +165,10 @@ class Member:
 def member_temperature(model_dir: str) -> float:
   """The T a member is served with (1 when it was exported without calibration)."""
   info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
+  if info and info.get("temperature_fit") == "in_support":
+    raise ValueError(f"Member {model_dir} was calibrated with temperature_fit=in_support (T "
+                     "only within its feature support); an ensemble combines members with one "
+                     "temperature each: train members with another temperature_fit.")
   return info["temperature"] if info else 1.0
 
 
@@ -187,11 +191,18 @@ def _sharpen(probabilities: np.ndarray, temperature_value: float) -> np.ndarray:
 
 def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transform_output: str,
                    export_dir: str, ensemble_size: int, objective: str = "nll",
-                   eval_batch_size: int = 256, num_bins: int = 15) -> dict:
+                   eval_batch_size: int = 256, num_bins: int = 15,
+                   temperature_fit: str = "validation_corruptions",
+                   validation_corruption_examples: int = 50) -> dict:
   """Selects members on the eval split, exports the temperature-scaled ensemble to export_dir
-  and returns (and records in its assets.extra/ensemble.json) what was chosen and why."""
+  and returns (and records in its assets.extra/ensemble.json) what was chosen and why. The
+  ensemble's T is fitted as a single model's (`temperature_fit`: clean, or with the validation
+  corruptions of the eval images, never worse than the raw mean under them)."""
   if not members:
     raise ValueError("An ensemble needs at least one member model.")
+  if temperature_fit not in ENSEMBLE_TEMPERATURE_FITS:
+    raise ValueError(f"Invalid config value temperature_fit={temperature_fit!r}: an ensemble's "
+                     f"temperature is fitted with one of {ENSEMBLE_TEMPERATURE_FITS}.")
   tft_output = tft.TFTransformOutput(transform_output)
   batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
   networks, probabilities, labels = [], [], None
@@ -211,7 +222,13 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
            [round(float(weights[i]), 4) for i in chosen])
   network = ensemble_network([networks[i] for i in chosen], weights[chosen],
                              [temperatures[i] for i in chosen])
-  calibration = temperature.calibrate(network, batches)
+  shift = None
+  if temperature_fit == "validation_corruptions":
+    mean, std = temperature.channel_statistics(tft_output)
+    shift = temperature.validation_corrupted_set(batches, mean, std,
+                                                 validation_corruption_examples, eval_batch_size)
+  calibration = temperature.calibrate(network, batches, validation_corrupted=shift,
+                                      num_bins=num_bins)
   mean = np.tensordot(weights, probabilities, axes=1)
   record = {
       "objective": objective, "ensemble_size": ensemble_size, "picks": picks,

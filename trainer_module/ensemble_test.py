@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from tests.transform_runs import transformed_digits
-from trainer_module import ensemble
+from testing.transform_runs import transformed_digits
+from trainer_module import ensemble, temperature
 from trainer_module.config import TrainerConfig
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
@@ -95,14 +95,15 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   work, flags, member_list = members
   export_dir = str(work / "ensemble")
   record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], export_dir, ensemble_size=3)
+                                   flags["transform_output"], export_dir, ensemble_size=3,
+                                   validation_corruption_examples=2)
   weights = {m["name"]: m["weight"] for m in record["members"]}
   assert sum(weights.values()) == pytest.approx(1.0)
   assert len(record["picks"]) >= 1 and len(record["trials"]) == 3
   assert record["trials"][2]["hyperparameters"]["label_smoothing"] == 0.02
   assert record["trials"][1]["temperature"] == 2.0
 
-  from tests.transform_runs import raw_digit_examples
+  from testing.transform_runs import raw_digit_examples
   images = [example["image"] for example in raw_digit_examples(16)]
   served = _serve(export_dir, images)
   # Members as served (each with its own T = 1, 2, 3), averaged with the selection's weights.
@@ -115,7 +116,19 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   sharpened = np.exp(np.log(expected) / calibration["temperature"])
   np.testing.assert_allclose(served[PROBABILITIES_KEY],
                              sharpened / sharpened.sum(axis=1, keepdims=True), atol=1e-5)
+  # Fitted as a single model's: never worse than the raw mean under the validation corruptions.
+  assert calibration["temperature_fit"] == "validation_corruptions"
+  assert calibration["validation_examples"] == 4 * 5 * 2
+  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert read_record(export_dir, ENSEMBLE_FILE)["picks"] == record["picks"]
+
+
+def test_an_ensemble_temperature_fit_that_needs_one_network_is_refused(members, tmp_path):
+  _, flags, member_list = members
+  with pytest.raises(ValueError, match="temperature_fit='in_support'"):
+    ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
+                            str(tmp_path / "out"), ensemble_size=1, temperature_fit="in_support")
+  assert not (tmp_path / "out").exists()
 
 
 def test_a_missing_member_model_is_named(members, tmp_path):
@@ -124,3 +137,13 @@ def test_a_missing_member_model_is_named(members, tmp_path):
   with pytest.raises(FileNotFoundError, match=str(tmp_path / "nothing")):
     ensemble.build_ensemble([missing], [flags["eval_files"]], flags["transform_output"],
                             str(tmp_path / "out"), ensemble_size=1)
+
+
+def test_a_member_served_with_t_only_within_its_feature_support_is_refused(tmp_path):
+  temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "in_support",
+                                                     "temperature": 0.4})
+  with pytest.raises(ValueError, match="temperature_fit=in_support"):
+    ensemble.member_temperature(str(tmp_path))
+  temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
+                                                     "corruptions", "temperature": 0.8})
+  assert ensemble.member_temperature(str(tmp_path)) == 0.8

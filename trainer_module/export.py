@@ -81,25 +81,37 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
                          records: Mapping[str, dict] = {}) -> None:
   """model maps transformed images to logits (an ensemble: to log mean probabilities) and must
   compute in float32 (see float32_model). calibration: `temperature.calibrate`'s result; its T
-  is baked into `probabilities` (T = 1 without it) and it is recorded in assets.extra, as is
+  is baked into `probabilities` (T = 1 without it; under in_support, for the inputs within the
+  feature support's radius only) and it is recorded in assets.extra, as is
   each of `records` ({file name: JSON value}), copied with the model and ignored by serving."""
   temperature = calibration["temperature"] if calibration else 1.0
+  # temperature_fit=in_support: T only within the eval images' feature distance, 1 beyond.
+  support = (calibration or {}).get("feature_support")
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
   num_classes = model.output_shape[-1]
+  network = (model if support is None else
+             keras.Model(model.inputs, [model.output,
+                                        temperature_scaling.penultimate_model(model).output]))
 
   def predict(encoded_images):
     with tf.control_dependencies([image_format.assert_png_headers(encoded_images)]):
       encoded_images = tf.identity(encoded_images)  # Nothing is decoded before the check.
 
-    def model_logits():
+    def logits_and_temperatures():
       transformed = model.tft_layer({IMAGE_KEY: encoded_images})
-      return tf.cast(model(transformed[IMAGE_KEY], training=False), tf.float32)
+      outputs = network(transformed[IMAGE_KEY], training=False)
+      if support is None:
+        logits = tf.cast(outputs, tf.float32)
+        return logits, tf.fill([tf.shape(logits)[0]], tf.constant(temperature, tf.float32))
+      return (tf.cast(outputs[0], tf.float32),
+              temperature_scaling.served_temperatures(outputs[1], support, temperature))
 
     # An empty batch gets empty outputs (the convolutions reject a batch of 0 images).
-    logits = tf.cond(tf.size(encoded_images) > 0, model_logits,
-                     lambda: tf.zeros([0, num_classes], tf.float32))
-    probabilities = tf.nn.softmax(logits / temperature)
+    logits, temperatures = tf.cond(
+        tf.size(encoded_images) > 0, logits_and_temperatures,
+        lambda: (tf.zeros([0, num_classes], tf.float32), tf.zeros([0], tf.float32)))
+    probabilities = tf.nn.softmax(logits / temperatures[:, tf.newaxis])
     return {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1),
             UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
 

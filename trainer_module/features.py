@@ -18,3 +18,7 @@ CLASS_IDS_KEY = "class_ids"
 AUGMIX_VIEWS_KEY = "augmix_views"
 CHANNEL_MEAN_KEY = "channel_mean"  # float32 [3]: the training split's per-channel mean ...
 CHANNEL_STD_KEY = "channel_std"  # ... and standard deviation, for AugMix in the Trainer.
+
+# Written into a model's copy when the Pusher publishes it (which version, which fingerprint);
+# read by the Trainer when it warm-starts from the model in production.
+PUSH_INFO_PATH = "assets.extra/push_info.json"

@@ -2,11 +2,25 @@
 
 Each replica adds its examples' sums to on-read variables; reading them in cross-replica
 context sums over replicas (and workers), so the numbers do not depend on how the batch was
-split. ECE is top-label with `num_bins` equal-width confidence bins, as in Uncertainty Baselines.
+split. ECE is top-label with `num_bins` equal-width confidence bins (confidence_bins), as in
+Uncertainty Baselines.
 """
 from typing import Dict
 
+import numpy as np
 import tensorflow as tf
+
+
+def confidence_bins(confidence, num_bins: int):
+  """The ECE bin of each top-label confidence, the project's one rule (the trainer's eval,
+  TFMA's metrics, the temperature fit): bin i holds [i/B, (i+1)/B) and a confidence of 1 the
+  last bin. It is tf.histogram_fixed_width_bins over [0, 1], which robustness_metrics' ECE uses
+  (robustness_metrics/metrics/uncertainty.py, _KerasECEMetric.update_state). Tensors give
+  int32 tensors (on device); anything else numpy int64."""
+  if tf.is_tensor(confidence):
+    return tf.minimum(tf.cast(confidence * num_bins, tf.int32), num_bins - 1)
+  return np.minimum((np.asarray(confidence, np.float64) * num_bins).astype(np.int64),
+                    num_bins - 1)
 
 
 class ClassificationMetrics(tf.Module):
@@ -38,7 +52,7 @@ class ClassificationMetrics(tf.Module):
     confidence = tf.reduce_max(probabilities, axis=-1)
     correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels),
                       tf.float64) * weights
-    bins = tf.minimum(tf.cast(confidence * self.num_bins, tf.int32), self.num_bins - 1)
+    bins = confidence_bins(confidence, self.num_bins)
     confidence = tf.cast(confidence, tf.float64) * weights
     self._count.assign_add(tf.reduce_sum(weights))
     self._nll.assign_add(tf.reduce_sum(tf.cast(nll, tf.float64) * weights))

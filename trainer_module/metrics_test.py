@@ -3,22 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from trainer_module.metrics import ClassificationMetrics
-
-
-def numpy_metrics(labels, logits, num_bins):
-  probabilities = np.exp(logits - logits.max(-1, keepdims=True))
-  probabilities /= probabilities.sum(-1, keepdims=True)
-  confidence, predicted = probabilities.max(-1), probabilities.argmax(-1)
-  correct = predicted == labels
-  ece = 0.0
-  edges = np.linspace(0, 1, num_bins + 1)
-  for low, high in zip(edges[:-1], edges[1:]):
-    in_bin = (confidence >= low) & ((confidence < high) | ((high == 1) & (confidence <= 1)))
-    if in_bin.any():
-      ece += in_bin.mean() * abs(correct[in_bin].mean() - confidence[in_bin].mean())
-  nll = -np.log(probabilities[np.arange(len(labels)), labels]).mean()
-  return {"accuracy": correct.mean(), "nll": nll, "ece": ece}
+from testing import reference_metrics
+from trainer_module.metrics import ClassificationMetrics, confidence_bins
 
 
 def test_batches_accumulate_to_the_numpy_metrics_and_padding_is_ignored():
@@ -33,7 +19,9 @@ def test_batches_accumulate_to_the_numpy_metrics_and_padding_is_ignored():
     metrics.update(tf.constant(np.pad(batch_labels, (0, pad), constant_values=-1)),
                    tf.constant(np.pad(batch_logits, ((0, pad), (0, 0)))),
                    tf.constant([1.0] * len(batch_labels) + [0.0] * pad))
-  expected = numpy_metrics(labels, logits, 15)
+  probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+  expected = reference_metrics.metrics(probabilities / probabilities.sum(-1, keepdims=True),
+                                       labels, 15)
   for name, value in metrics.result().items():
     assert value == pytest.approx(expected[name], abs=1e-6), name
 
@@ -46,3 +34,19 @@ def test_perfectly_confident_correct_predictions_are_calibrated_and_reset_clears
   metrics.reset()
   with pytest.raises(ValueError, match="No examples"):
     metrics.result()
+
+
+@pytest.mark.parametrize("confidence, expected_bin", [
+    (0.0, 0), (0.099, 0), (0.1, 1), (0.55, 5), (0.9, 9), (0.95, 9), (1.0, 9)])
+def test_a_bin_holds_its_lower_edge_not_its_upper_one_and_1_falls_in_the_last(confidence,
+                                                                              expected_bin):
+  assert int(confidence_bins(confidence, 10)) == expected_bin
+  assert int(confidence_bins(tf.constant(confidence, tf.float64), 10)) == expected_bin
+  counts, _ = np.histogram([confidence], bins=10, range=(0.0, 1.0))  # The reference's rule.
+  assert int(np.argmax(counts)) == expected_bin
+
+
+def test_on_device_and_numpy_bins_agree_on_many_confidences():
+  confidence = np.random.default_rng(3).uniform(size=5000).astype(np.float32)
+  np.testing.assert_array_equal(confidence_bins(tf.constant(confidence), 15).numpy(),
+                                confidence_bins(confidence, 15))

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from trainer_module import augmix
+from trainer_module.config import TRANSFORM_OPTIONS_KEY
 from trainer_module.features import (AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY,
                                      EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY)
 
@@ -66,12 +67,12 @@ def _train_view_sets(images, keys, options):
 def preprocessing_fn(inputs, custom_config=None):
   """Raw {image, label, key} -> {image, label[, augmix_views | key][, channel_mean, channel_std]}.
 
-  custom_config["transform"] is TrainerConfig.transform_options(): how many AugMix views to
-  write per set (`num_views`) and how many sets (`view_sets`, compact: see
+  custom_config[TRANSFORM_OPTIONS_KEY] is TrainerConfig.transform_options(): how many AugMix
+  views to write per set (`num_views`) and how many sets (`view_sets`, compact: see
   augmix.encode_view_sets), or whether to hand the Trainer the key to make them each epoch
   (`emit_augmix_inputs`).
   """
-  options = (custom_config or {}).get("transform", {})
+  options = (custom_config or {}).get(TRANSFORM_OPTIONS_KEY, {})
   images = decode_images(inputs[IMAGE_KEY])
   images01 = tf.cast(images, tf.float32) / 255.0
   # float64 sums, rounded once: the statistics (and every normalised value) do not depend on

@@ -13,6 +13,14 @@ so makes the corrupted set worse. Two fits also look at shifted copies of the ev
   kind or strength of shift. Per slice, not on average: a mild slice that welcomes sharpening
   must not outvote a strong one that it hurts, since the mix of strengths met in use is
   unknown (on the digits the 20 slices together are milder than the 75 evaluated ones).
+- `in_support`: the same rule, for a map richer than one T: T applies to inputs that lie no
+  farther from the training data than the eval images it is fitted on, the raw softmax to the
+  others. "Farther" is the Mahalanobis distance of the penultimate features to the nearest
+  training class mean under the classes' shared covariance (Lee et al., NeurIPS 2018); the
+  radius is the largest distance of an eval image. A clean fit that sharpens then reaches the
+  inputs it was fitted for, while the far-off shifted inputs on which sharpening hurts keep the
+  raw softmax; validation-shift examples inside the radius still bound T as above. The served
+  model computes the distance of each input (export.py).
 - `clean_and_augmix`: the eval images under the training-time AugMix augmentation. T minimises
   the mean of the two sets' NLLs, restricted to the temperatures at which neither set's NLL is
   above the raw softmax's. A model trained with AugMix is under-confident on AugMix views too,
@@ -31,7 +39,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from components import reference_corruptions
+from trainer_module import reference_corruptions
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +57,14 @@ class TemperatureFitError(ValueError):
   """The temperature cannot be fitted: no data, or non-finite logits."""
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
+def log_softmax(logits: np.ndarray) -> np.ndarray:
   shifted = logits - logits.max(axis=1, keepdims=True)
   return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
 def nll(logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0) -> float:
   """Mean negative log-likelihood of softmax(logits / temperature), in float64."""
-  log_p = _log_softmax(np.asarray(logits, np.float64) / temperature)
+  log_p = log_softmax(np.asarray(logits, np.float64) / temperature)
   return float(-log_p[np.arange(len(labels)), labels].mean())
 
 
@@ -96,7 +104,7 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray,
   true_logit = logits[np.arange(len(labels)), labels]
 
   def slope(inverse_t: float) -> float:  # d NLL / d(1/T) = E_p[logit] - logit of true class.
-    p = np.exp(_log_softmax(logits * inverse_t))
+    p = np.exp(log_softmax(logits * inverse_t))
     return float(np.average((p * logits).sum(axis=1) - true_logit, weights=weights))
 
   low, high = np.log(1.0 / MAX_TEMPERATURE), np.log(1.0 / MIN_TEMPERATURE)  # log(1/T).
@@ -166,10 +174,14 @@ def slice_means(logits: np.ndarray, labels: np.ndarray, slices: np.ndarray,
 
 def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.ndarray,
                                   shifted_logits: np.ndarray, shifted_labels: np.ndarray,
-                                  shifted_slices: np.ndarray, num_bins: int = 15) -> float:
+                                  shifted_slices: np.ndarray, num_bins: int = 15,
+                                  shifted_applies: Optional[np.ndarray] = None) -> float:
   """The T minimising the clean NLL among the temperatures at which each shifted slice's NLL,
   and the slices' mean ECE, are no worse than the raw softmax's.
 
+  shifted_applies: which shifted examples T applies to (all by default); the others keep the
+  raw softmax (`in_support`). Each slice's NLL is then its scaled examples' NLL plus a constant,
+  still convex in 1/T.
   Each slice's NLL bound is an interval of log(1/T) around 0 (`_no_worse_than_raw`), so all of
   them together are one (their intersection), and the clean NLL is convex: its restricted
   minimum is the clean fit clipped into that interval. ECE is not convex in T: from that point
@@ -182,18 +194,100 @@ def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.nd
   if len(shifted_slices) != len(shifted_labels):
     raise TemperatureFitError(f"{len(shifted_labels)} shifted examples but "
                               f"{len(shifted_slices)} slice names.")
-  bounds = [_no_worse_than_raw(shifted_logits[shifted_slices == name],
-                               shifted_labels[shifted_slices == name])
-            for name in np.unique(shifted_slices)]
+  applies = (np.ones(len(shifted_labels), bool) if shifted_applies is None
+             else np.asarray(shifted_applies, bool))
+  bounds = [_no_worse_than_raw(shifted_logits[(shifted_slices == name) & applies],
+                               shifted_labels[(shifted_slices == name) & applies])
+            for name in np.unique(shifted_slices[applies])] or [(-np.inf, np.inf)]
   low, high = max(bound[0] for bound in bounds), min(bound[1] for bound in bounds)
   target = float(np.clip(np.log(1.0 / fit_temperature(clean_logits, clean_labels)), low, high))
   raw_ece = slice_means(shifted_logits, shifted_labels, shifted_slices, 1.0, num_bins)[1]
   for step in range(_ECE_GRID_STEPS, 0, -1):
     candidate = float(np.exp(-target * step / _ECE_GRID_STEPS))
-    if slice_means(shifted_logits, shifted_labels, shifted_slices, candidate,
-                   num_bins)[1] <= raw_ece:
+    if slice_means(_per_example(shifted_logits, candidate, applies), shifted_labels,
+                   shifted_slices, 1.0, num_bins)[1] <= raw_ece:
       return candidate
   return 1.0
+
+
+class FeatureSupport(NamedTuple):
+  """Where the eval images lie in the network's penultimate feature space: the training
+  classes' feature means, the inverse of their shared covariance, and the largest Mahalanobis
+  distance of an eval image to its nearest class mean (Lee et al., NeurIPS 2018)."""
+  class_means: np.ndarray  # [classes, features]
+  precision: np.ndarray  # [features, features]
+  radius: float
+
+
+def class_statistics(features: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+  """The per-class feature means and the inverse of the shared (tied) covariance, with a ridge
+  of 1e-6 of its mean variance so that it is invertible."""
+  x = np.asarray(features, np.float64)
+  labels = np.asarray(labels).reshape(-1)
+  classes = np.unique(labels)
+  means = np.stack([x[labels == c].mean(axis=0) for c in classes])
+  centred = x - means[np.searchsorted(classes, labels)]
+  covariance = centred.T @ centred / len(x)
+  covariance += 1e-6 * np.trace(covariance) / len(covariance) * np.eye(len(covariance))
+  return means, np.linalg.inv(covariance)
+
+
+def mahalanobis_distance(features: np.ndarray, class_means: np.ndarray,
+                         precision: np.ndarray) -> np.ndarray:
+  """Each example's Mahalanobis distance to the nearest class mean."""
+  diff = np.asarray(features, np.float64)[:, np.newaxis, :] - class_means[np.newaxis]
+  return np.sqrt(np.maximum(np.einsum("ncd,de,nce->nc", diff, precision, diff), 0.0).min(axis=1))
+
+
+def served_temperatures(features: tf.Tensor, support: FeatureSupport,
+                        temperature: float) -> tf.Tensor:
+  """[batch] temperatures the served model divides logits by under `in_support`: T where an
+  input's feature distance is within the support's radius, 1 beyond (float64 distances, as the
+  fit computed them)."""
+  means = tf.constant(support.class_means, tf.float64)
+  diff = tf.cast(features, tf.float64)[:, tf.newaxis, :] - means[tf.newaxis]
+  squared = tf.einsum("ncd,de,nce->nc", diff, tf.constant(support.precision, tf.float64), diff)
+  distance = tf.sqrt(tf.maximum(tf.reduce_min(squared, axis=1), 0.0))
+  return tf.where(distance <= support.radius, tf.constant(temperature, tf.float32),
+                  tf.constant(1.0, tf.float32))
+
+
+def penultimate_model(model) -> "keras.Model":
+  """A model mapping `model`'s input to the features its logits layer reads (the output of its
+  one global average pooling), sharing its weights."""
+  import tf_keras as keras
+  pooling = [layer for layer in model.layers
+             if isinstance(layer, keras.layers.GlobalAveragePooling2D)]
+  if len(pooling) != 1:
+    raise TemperatureFitError(
+        f"temperature_fit=in_support needs a network with one global average pooling before its "
+        f"logits (a Wide ResNet); {model.name} has {len(pooling)}.")
+  return keras.Model(model.inputs, pooling[0].output)
+
+
+def support_from_features(train_features: np.ndarray, train_labels: np.ndarray,
+                          eval_features: np.ndarray) -> FeatureSupport:
+  """The training classes' feature statistics and the eval images' largest distance."""
+  means, precision = class_statistics(train_features, train_labels)
+  radius = float(mahalanobis_distance(eval_features, means, precision).max())
+  # A relative slack of 1e-6: the farthest eval image stays inside when serving recomputes its
+  # features and distance with other rounding.
+  return FeatureSupport(means, precision, radius * (1.0 + 1e-6))
+
+
+def feature_support(features_model, train_batches: tf.data.Dataset,
+                    eval_batches: tf.data.Dataset) -> FeatureSupport:
+  """support_from_features of the features `features_model` gives on the two splits."""
+  return support_from_features(*model_logits(features_model, train_batches),
+                               model_logits(features_model, eval_batches)[0])
+
+
+def _per_example(logits: np.ndarray, temperature: float,
+                 applies: Optional[np.ndarray]) -> np.ndarray:
+  """Logits divided by T where it applies (everywhere when `applies` is None), else by 1."""
+  if applies is None:
+    return logits / temperature
+  return logits / np.where(applies, temperature, 1.0)[:, np.newaxis]
 
 
 def model_logits(model, batches: tf.data.Dataset) -> Tuple[np.ndarray, np.ndarray]:
@@ -222,12 +316,16 @@ class ShiftedSet(NamedTuple):
 def calibrate(model, eval_batches: tf.data.Dataset,
               augmented_batches: Optional[tf.data.Dataset] = None,
               validation_corrupted: Optional[ShiftedSet] = None,
-              num_bins: int = 15) -> dict:
+              num_bins: int = 15, train_batches: Optional[tf.data.Dataset] = None) -> dict:
   """Fits T on the eval split; with its AugMix views (`select_temperature`) or its validation
-  corruptions (`select_temperature_under_shift`) when given (at most one of the two). Returns T
-  with the NLLs (and ECEs) before and after, and those of the clean-only fit, for the record."""
+  corruptions (`select_temperature_under_shift`) when given (at most one of the two); with the
+  validation corruptions and the train split's batches, `in_support` (the returned
+  "feature_support" is what serving needs). Returns T with the NLLs (and ECEs) before and
+  after, and those of the clean-only fit, for the record."""
   if augmented_batches is not None and validation_corrupted is not None:
     raise ValueError("Give AugMix views or validation corruptions, not both.")
+  if train_batches is not None and validation_corrupted is None:
+    raise ValueError("temperature_fit=in_support needs the validation corruptions.")
   logits, labels = model_logits(model, eval_batches)
   clean_fit = fit_temperature(logits, labels)
   info = {"temperature_fit": "clean", "clean_fit_temperature": clean_fit,
@@ -237,16 +335,26 @@ def calibrate(model, eval_batches: tf.data.Dataset,
   if validation_corrupted is not None:
     shifted_logits, shifted_labels = model_logits(model, validation_corrupted.batches)
     slices = validation_corrupted.slices
+    applies = None
+    info.update(temperature_fit="validation_corruptions")
+    if train_batches is not None:
+      features_model = penultimate_model(model)
+      support = feature_support(features_model, train_batches, eval_batches)
+      applies = mahalanobis_distance(model_logits(features_model,
+                                                  validation_corrupted.batches)[0],
+                                     support.class_means, support.precision) <= support.radius
+      info.update(temperature_fit="in_support", feature_support=support,
+                  support_radius=support.radius,
+                  validation_inside_support=float(np.mean(applies)))
     temperature = select_temperature_under_shift(logits, labels, shifted_logits, shifted_labels,
-                                                 slices, num_bins)
-    info.update(temperature_fit="validation_corruptions",
-                validation_corruptions=list(VALIDATION_CORRUPTIONS),
+                                                 slices, num_bins, applies)
+    info.update(validation_corruptions=list(VALIDATION_CORRUPTIONS),
                 validation_examples=int(len(shifted_labels)),
                 validation_accuracy=float(np.mean(shifted_logits.argmax(axis=1) ==
                                                   shifted_labels)))
     for name, value in (("before", 1.0), ("after", temperature), ("clean_fit", clean_fit)):
       (info[f"validation_nll_{name}"], info[f"validation_ece_{name}"]) = slice_means(
-          shifted_logits, shifted_labels, slices, value, num_bins)
+          _per_example(shifted_logits, value, applies), shifted_labels, slices, 1.0, num_bins)
   if augmented_batches is not None:
     augmented_logits, augmented_labels = model_logits(model, augmented_batches)
     temperature = select_temperature(logits, labels, augmented_logits, augmented_labels)
@@ -255,6 +363,7 @@ def calibrate(model, eval_batches: tf.data.Dataset,
                 augmented_nll_before=nll(augmented_logits, augmented_labels),
                 augmented_nll_after=nll(augmented_logits, augmented_labels, temperature),
                 augmented_nll_clean_fit=nll(augmented_logits, augmented_labels, clean_fit))
+  # Every eval image is within the support's radius: T applies to all of them.
   info.update(temperature=temperature, eval_nll_after=nll(logits, labels, temperature),
               eval_ece_after=ece(logits, labels, temperature, num_bins))
   log.info("Temperature scaling (%s) on %d eval examples: T = %.4f (clean-only fit %.4f), "
@@ -298,11 +407,10 @@ def augmented_eval_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: 
 def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: tf.Tensor,
                              per_slice: int, batch_size: int) -> ShiftedSet:
   """`per_slice` eval images (chosen by a hash of their key) under each validation corruption at
-  each severity, made by tfds' corruption code (components/reference_corruptions.py) and
+  each severity, made by tfds' corruption code (trainer_module/reference_corruptions.py) and
   normalised like the images, as (images, labels) batches with each example's slice name. An
   image's key is a hash of its pixels, so the same eval split gives the same set on every run,
   in any order."""
-  from components.evaluation_set import subsample
   from trainer_module.preprocessing import denormalize_to_uint8, normalize
   images, labels = [], []
   for batch in eval_batches:
@@ -314,8 +422,8 @@ def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std
                               "the temperature fit.")
   images, labels = np.concatenate(images), np.concatenate(labels)
   keys = [hashlib.sha256(image.tobytes()).hexdigest() for image in images]
-  chosen = subsample([(key, index, int(labels[index])) for index, key in enumerate(keys)],
-                     per_slice)
+  chosen = reference_corruptions.subsample(
+      [(key, index, int(labels[index])) for index, key in enumerate(keys)], per_slice)
   corrupted, corrupted_labels, slices = [], [], []
   for name in VALIDATION_CORRUPTIONS:
     for severity in reference_corruptions.SEVERITIES:
@@ -330,11 +438,13 @@ def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std
 
 
 def write_calibration_info(export_dir: str, info: dict) -> None:
-  """Records T beside the SavedModel (assets.extra is copied with it, ignored by serving)."""
+  """Records T beside the SavedModel (assets.extra is copied with it, ignored by serving); the
+  feature support's arrays are in the serving graph, not here."""
   path = os.path.join(export_dir, CALIBRATION_INFO_PATH)
   tf.io.gfile.makedirs(os.path.dirname(path))
   with tf.io.gfile.GFile(path, "w") as f:
-    json.dump(info, f, indent=2)
+    json.dump({key: value for key, value in info.items() if key != "feature_support"}, f,
+              indent=2)
 
 
 def read_calibration_info(model_dir: str) -> dict:

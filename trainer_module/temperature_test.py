@@ -168,7 +168,7 @@ def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_
 def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
   """From a real transform graph (TF1-traced, as Transform writes it), in eager mode."""
   import tensorflow_transform as tft
-  from tests.transform_runs import raw_digit_examples, run_transform
+  from testing.transform_runs import raw_digit_examples, run_transform
   from trainer_module.config import TrainerConfig
   from trainer_module.preprocessing import decode_images
   raw = raw_digit_examples(8)
@@ -276,7 +276,7 @@ def _normalised_batches(rng, count, batch_size, mean, std):
 
 
 def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_any_order():
-  from components import reference_corruptions
+  from trainer_module import reference_corruptions
   rng = np.random.default_rng(9)
   mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
   (images, labels, weights), batches = _normalised_batches(rng, 7, 3, mean, std)
@@ -328,3 +328,99 @@ def test_calibrate_with_validation_corruptions_records_the_shift_before_and_afte
   assert info["eval_nll_after"] <= info["eval_nll_before"]
   with pytest.raises(ValueError, match="not both"):
     temperature.calibrate(model, batches, batches, corrupted)
+
+
+def test_in_support_keeps_the_clean_fit_where_the_slice_that_forbids_it_lies_outside():
+  """The default model's case again: the strong slice that forbids sharpening is far from the
+  training data, so the T that applies only within the support is the clean fit; the mild
+  slice inside still bounds it, and far-off inputs keep the raw softmax."""
+  rng = np.random.default_rng(4)
+  clean = _miscalibrated(rng, 0.5)
+  mild, strong = _miscalibrated(rng, 0.4, count=1500), _miscalibrated(rng, 1.3, count=1500)
+  validation = (np.concatenate([mild[0], strong[0]]), np.concatenate([mild[1], strong[1]]),
+                np.repeat(["speckle_noise_1", "speckle_noise_5"], 1500))
+  inside = np.repeat([True, False], 1500)
+  assert temperature.select_temperature_under_shift(*clean, *validation) == 1.0
+  chosen = temperature.select_temperature_under_shift(*clean, *validation,
+                                                      shifted_applies=inside)
+  assert chosen == pytest.approx(temperature.fit_temperature(*clean), rel=1e-9)
+  assert temperature.nll(*clean, chosen) < temperature.nll(*clean) - 0.05
+  served = validation[0] / np.where(inside, chosen, 1.0)[:, np.newaxis]
+  for name in ("speckle_noise_1", "speckle_noise_5"):
+    mask = validation[2] == name
+    assert temperature.nll(served[mask], validation[1][mask]) <= temperature.nll(
+        validation[0][mask], validation[1][mask])
+  # Had the strong slice been inside, it would have bounded T as before.
+  assert temperature.select_temperature_under_shift(
+      *clean, *validation, shifted_applies=np.ones(3000, bool)) == 1.0
+
+
+def test_the_mahalanobis_distance_is_zero_at_a_class_mean_and_blind_to_linear_rescaling():
+  rng = np.random.default_rng(12)
+  labels = np.arange(600) % 3
+  features = rng.normal(size=(600, 4)) + labels[:, np.newaxis] * 3.0
+  means, precision = temperature.class_statistics(features, labels)
+  assert temperature.mahalanobis_distance(means, means, precision) == pytest.approx(0.0,
+                                                                                   abs=1e-6)
+  mixing = rng.normal(size=(4, 4)) + 4 * np.eye(4)
+  queries = rng.normal(size=(20, 4)) * 5
+  moved_means, moved_precision = temperature.class_statistics(features @ mixing, labels)
+  np.testing.assert_allclose(
+      temperature.mahalanobis_distance(queries @ mixing, moved_means, moved_precision),
+      temperature.mahalanobis_distance(queries, means, precision), rtol=1e-4)
+  far = temperature.mahalanobis_distance(means + 100.0, means, precision)
+  assert np.all(far > temperature.mahalanobis_distance(features, means, precision).max())
+
+
+def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temperatures():
+  rng = np.random.default_rng(13)
+  labels = np.arange(300) % 3
+  train = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
+  eval_features = rng.normal(size=(40, 5))
+  support = temperature.support_from_features(train, labels, eval_features)
+  distances = temperature.mahalanobis_distance(eval_features, support.class_means,
+                                               support.precision)
+  assert np.all(distances <= support.radius)
+  queries = np.concatenate([eval_features, rng.normal(size=(40, 5)) * 1.5]).astype(np.float32)
+  served = temperature.served_temperatures(tf.constant(queries), support, 0.4).numpy()
+  inside = temperature.mahalanobis_distance(queries, support.class_means,
+                                            support.precision) <= support.radius
+  assert 0 < inside[40:].sum() < 40
+  np.testing.assert_array_equal(served, np.where(inside, 0.4, 1.0).astype(np.float32))
+
+
+def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
+  keras.utils.set_random_seed(0)
+  inputs = keras.Input((32, 32, 3))
+  pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(6, 3)(inputs))
+  model = keras.Model(inputs, keras.layers.Dense(4)(pooled))
+  rng = np.random.default_rng(14)
+  mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
+  (images, labels, _), batches = _normalised_batches(rng, 12, 5, mean, std)
+  _, train_batches = _normalised_batches(rng, 40, 16, mean, std)
+  corrupted = temperature.validation_corrupted_set(batches, mean, std, 3, 16)
+  info = temperature.calibrate(model, batches, validation_corrupted=corrupted,
+                               train_batches=train_batches)
+  features = temperature.penultimate_model(model)
+  support = temperature.feature_support(features, train_batches, batches)
+  assert info["temperature_fit"] == "in_support"
+  assert info["support_radius"] == support.radius
+  np.testing.assert_allclose(info["feature_support"].precision, support.precision)
+  inside = temperature.mahalanobis_distance(
+      temperature.model_logits(features, corrupted.batches)[0], support.class_means,
+      support.precision) <= support.radius
+  assert info["validation_inside_support"] == pytest.approx(inside.mean())
+  shifted_logits, shifted_labels = temperature.model_logits(model, corrupted.batches)
+  assert info["temperature"] == temperature.select_temperature_under_shift(
+      model(images).numpy(), labels, shifted_logits, shifted_labels, corrupted.slices,
+      shifted_applies=inside)
+  assert info["validation_nll_after"] <= info["validation_nll_before"]
+  with pytest.raises(ValueError, match="needs the validation corruptions"):
+    temperature.calibrate(model, batches, train_batches=train_batches)
+
+
+def test_in_support_refuses_a_network_without_one_pooling_layer():
+  model = keras.Sequential([keras.layers.Flatten(input_shape=(32, 32, 3)),
+                            keras.layers.Dense(4)])
+  with pytest.raises(temperature.TemperatureFitError, match="one global average pooling"):
+    temperature.penultimate_model(model)

@@ -13,7 +13,7 @@ import tf_keras as keras
 from trainer_module import warm_start
 from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
-from trainer_module.train import Training, learning_rate_schedule
+from trainer_module.training_loop import Training, learning_rate_schedule
 
 TINY = dict(depth=10, width_multiplier=1, seed=1)
 
@@ -131,6 +131,7 @@ def test_a_resumed_run_continues_its_own_checkpoints_and_does_not_warm_start_aga
 
   resumed = Training(config, tf.distribute.get_strategy(), 10, str(tmp_path / "run"),
                      warm_start_from=source)
+  caplog.clear()  # Only what the resume logs (the first restore may have been captured).
   with caplog.at_level(logging.INFO):
     resumed.restore()
   assert resumed.step == 4

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from kubeflow import object_storage
-from kubeflow.object_storage import S3Settings
+from storage import object_storage
+from storage.object_storage import S3Settings
 from pipeline.config import from_flags
-from tests.s3_server import S3Server
+from testing.s3_server import S3Server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINIO = "http://minio-service.kubeflow:9000"
@@ -111,7 +111,7 @@ def test_explicit_beam_options_win_over_the_environment():
     ("raise KeyError('missing')", 1, "KeyError: 'missing'"),
 ])
 def test_exit_after_reports_the_status_python_would(body, status, stderr):
-  program = ("import atexit, sys\nfrom kubeflow import object_storage\n"
+  program = ("import atexit, sys\nfrom storage import object_storage\n"
              "atexit.register(print, 'exit work done')\n"
              f"def main():\n  print('done', flush=False)\n  {body}\n"
              "object_storage.exit_after(main)\n")
@@ -123,7 +123,7 @@ def test_exit_after_reports_the_status_python_would(body, status, stderr):
 
 _USES_S3 = """
 import sys
-from kubeflow import object_storage
+from storage import object_storage
 def main():
   object_storage.configure()
   import tensorflow as tf
@@ -149,7 +149,7 @@ def test_a_process_that_used_s3_ends_with_its_own_status(s3_server):
 @pytest.mark.parametrize("body, status", [("pass", 0), ("raise RuntimeError('bundle failed')", 1)])
 def test_a_beam_worker_that_used_s3_ends_with_its_own_status(s3_server, body, status):
   path = s3_server.create_bucket(f"worker-status-{status}") + "/file.txt"
-  program = ("import sys\nimport kubeflow.beam_worker\nimport tensorflow as tf\n"
+  program = ("import sys\nimport storage.beam_worker\nimport tensorflow as tf\n"
              "with tf.io.gfile.GFile(sys.argv[1], 'w') as f:\n  f.write('x')\n" + body + "\n")
   result = subprocess.run([sys.executable, "-c", program, path], cwd=REPO,
                           env={**os.environ, **s3_server.environ()}, capture_output=True,

@@ -49,7 +49,8 @@ class S3Server:
     self.ca_bundle = os.path.join(self._tls_dir.name, "ca.pem") if tls else None
 
   def environ(self) -> Dict[str, str]:
-    """The variables a pod reads its object-storage settings from (README, "Object storage")."""
+    """The variables a pod reads its object-storage settings from (docs/kubeflow.md,
+    "Object storage")."""
     environ = {"AWS_ENDPOINT_URL_S3": self.endpoint_url, "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
                "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY, "AWS_REGION": REGION}
     return {**environ, "AWS_CA_BUNDLE": self.ca_bundle} if self.tls else environ
@@ -171,7 +172,7 @@ def s3_server():
 def s3(s3_server, request, monkeypatch):
   """A fresh bucket for the test, as (s3://bucket, bucket); this process configured from the
   server's environment, as a pod is."""
-  from kubeflow import object_storage
+  from storage import object_storage
   some_settings = object_storage.S3Settings("http://127.0.0.1:1", "us-east-1", ca_bundle="ca.pem")
   for name in some_settings.environ():
     monkeypatch.delenv(name, raising=False)
@@ -191,7 +192,7 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
   """After a test used TensorFlow's S3 filesystem in-process, pytest would abort at exit
-  (kubeflow.object_storage.end_process says why): it ends with its own status instead."""
+  (storage.object_storage.end_process says why): it ends with its own status instead."""
   if "tensorflow_io" in sys.modules:
-    from kubeflow import object_storage
+    from storage import object_storage
     object_storage.end_process(_session_status.get("status", 1))

@@ -2,7 +2,9 @@
 
 A config that has them describes a run on Kubeflow Pipelines: the code comes from a container
 image, every location is on object storage (gs:// or s3://), and the Trainer can run on Vertex
-AI worker pools with GPUs or TPUs. Nothing here imports TFX: pipeline/config.py imports it.
+AI worker pools with GPUs or TPUs. They live beside the rest of the run's config, as the TFX
+templates keep their Vertex and Dataflow arguments in `pipeline/configs.py`; the Kubeflow
+runner (kubeflow/) reads them, the graph never does. Nothing here imports TFX.
 """
 from __future__ import annotations
 
@@ -10,24 +12,23 @@ import dataclasses
 import json
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
+from storage.object_storage import is_object_store_uri
+from trainer_module.config import require
+
+if TYPE_CHECKING:  # pipeline.config imports this module.
+  from pipeline.config import PipelineConfig
 
 # The Dockerfile's WORKDIR: the project's packages are copied there, and it is on sys.path.
 IMAGE_PROJECT_DIR = "/pipeline"
 # The packages the pipeline imports at run time; the image must hold every one.
-IMAGE_PACKAGES = ("pipeline", "components", "trainer_module", "kubeflow")
+IMAGE_PACKAGES = ("pipeline", "components", "trainer_module", "kubeflow", "storage", "configs")
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-OBJECT_STORE_URI = re.compile(r"(gs|s3)://[a-z0-9][a-z0-9._-]{1,221}(/.*)?")
 # Kubeflow V2 pipeline (and TFX KubeflowV2DagRunner) names.
 KFP_PIPELINE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
-KUBEFLOW_PIPELINE_NAME = "wrn-image-classifier"
-
-# Runtime parameters of the compiled pipeline: what a user may change per run without
-# recompiling. Each one is an execution property its component reads.
-TRAINER_CONFIG_PARAMETER = "trainer_config"  # The Trainer's custom_config, as JSON.
-DATA_ROOT_PARAMETER = "data_root"  # ImportExampleGen's input_base (dataset=tfrecord).
-TRAINER_CONFIG_KEY = "trainer"  # Where run_fn finds the TrainerConfig in custom_config.
 
 # Vertex AI AcceleratorType names (google.cloud.aiplatform_v1.types.AcceleratorType).
 GPU_TYPES = ("NVIDIA_TESLA_K80", "NVIDIA_TESLA_P100", "NVIDIA_TESLA_V100", "NVIDIA_TESLA_P4",
@@ -39,7 +40,7 @@ ACCELERATOR_TYPES = GPU_TYPES + TPU_TYPES
 # Pipelines (which also runs TFX's resolver, pre-cache-check and CustomJob extensions).
 KUBEFLOW_TARGETS = ("kfp", "vertex")
 
-# Beam engines of the Beam-powered steps (README, "Beam beyond one pod").
+# Beam engines of the Beam-powered steps (docs/kubeflow.md, "Beam beyond one pod").
 BEAM_RUNNERS = ("direct", "dataflow", "portable")
 BEAM_ENVIRONMENT_TYPES = ("DOCKER", "EXTERNAL", "PROCESS")
 # Beam's SDK harness boot program: the TFX image copies it from Beam's SDK image and makes it
@@ -54,58 +55,58 @@ class KubeflowConfig:
   image: str = ""  # The pipeline's container image (see Dockerfile); every component runs it.
   kubeflow_target: str = "kfp"  # kfp (open-source KFP v2 server) or vertex (Vertex AI).
   # Vertex AI training: with a project, the Trainer runs as a Vertex CustomJob on these pools.
-  vertex_project: str = ""
-  vertex_region: str = "us-central1"
-  machine_type: str = "n1-standard-8"
+  vertex_project: str = ""  # Google Cloud project of Vertex AI training.
+  vertex_region: str = "us-central1"  # Region of the Vertex AI training job.
+  machine_type: str = "n1-standard-8"  # Machine type of each training replica.
   accelerator_type: str = ""  # A Vertex AcceleratorType name; empty for CPU only.
   accelerator_count: int = 0  # Per replica.
   replica_count: int = 1  # Machines: one chief plus replica_count - 1 workers.
   # The Beam engine of every Beam-powered step: direct (DirectRunner inside the step's pod),
   # dataflow (Google Cloud Dataflow, the image as SDK container) or portable (a Flink or Spark
   # job server on the cluster, the image as SDK harness).
-  beam_runner: str = "direct"
-  dataflow_project: str = ""
-  dataflow_region: str = ""
+  beam_runner: str = "direct"  # direct, dataflow or portable.
+  dataflow_project: str = ""  # Google Cloud project of the Dataflow jobs.
+  dataflow_region: str = ""  # Region of the Dataflow jobs.
   dataflow_temp_location: str = ""  # gs://bucket/path for Dataflow's staging and temp files.
   beam_job_endpoint: str = ""  # host:port of the portable job server.
   beam_environment_type: str = "DOCKER"  # How the portable runner starts SDK harnesses.
   # DOCKER: the SDK harness image (default: image); EXTERNAL: host:port of a worker pool
   # (required); PROCESS: {"command": ...} JSON (default: the image's Beam boot program).
-  beam_environment_config: str = ""
+  beam_environment_config: str = ""  # Depends on beam_environment_type.
 
   def __post_init__(self):
-    _require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
-             self.image, "is required: the container image every component runs "
-             "(e.g. gcr.io/my-project/wrn-pipeline:1)")
-    _require(self.kubeflow_target in KUBEFLOW_TARGETS, "kubeflow_target", self.kubeflow_target,
-             f"must be one of {KUBEFLOW_TARGETS}")
-    _require(not (self.vertex_project and self.kubeflow_target == "kfp"), "vertex_project",
-             self.vertex_project, "needs --kubeflow_target=vertex: Vertex AI training runs as a "
-             "CustomJob, which an open-source Kubeflow Pipelines server does not run")
-    _require(self.accelerator_type in ("",) + ACCELERATOR_TYPES, "accelerator_type",
-             self.accelerator_type, f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
-    _require(self.accelerator_count >= 0, "accelerator_count", self.accelerator_count,
-             "must be >= 0")
-    _require((self.accelerator_count > 0) == bool(self.accelerator_type), "accelerator_count",
-             self.accelerator_count, "must be > 0 exactly when accelerator_type is set")
-    _require(self.replica_count >= 1, "replica_count", self.replica_count, "must be >= 1")
+    require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
+            self.image, "is required: the container image every component runs "
+            "(e.g. gcr.io/my-project/wrn-pipeline:1)")
+    require(self.kubeflow_target in KUBEFLOW_TARGETS, "kubeflow_target", self.kubeflow_target,
+            f"must be one of {KUBEFLOW_TARGETS}")
+    require(not (self.vertex_project and self.kubeflow_target == "kfp"), "vertex_project",
+            self.vertex_project, "needs --kubeflow_target=vertex: Vertex AI training runs as a "
+            "CustomJob, which an open-source Kubeflow Pipelines server does not run")
+    require(self.accelerator_type in ("",) + ACCELERATOR_TYPES, "accelerator_type",
+            self.accelerator_type, f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
+    require(self.accelerator_count >= 0, "accelerator_count", self.accelerator_count,
+            "must be >= 0")
+    require((self.accelerator_count > 0) == bool(self.accelerator_type), "accelerator_count",
+            self.accelerator_count, "must be > 0 exactly when accelerator_type is set")
+    require(self.replica_count >= 1, "replica_count", self.replica_count, "must be >= 1")
     if not self.vertex_project:
-      _require(not self.accelerator_type and self.replica_count == 1, "vertex_project",
-               self.vertex_project, "is required for accelerators or more than one replica "
-               "(the Trainer runs them as a Vertex AI training job)")
+      require(not self.accelerator_type and self.replica_count == 1, "vertex_project",
+              self.vertex_project, "is required for accelerators or more than one replica "
+              "(the Trainer runs them as a Vertex AI training job)")
     else:
-      _require(bool(self.vertex_region), "vertex_region", self.vertex_region,
-               "is required with vertex_project")
-      _require(bool(self.machine_type), "machine_type", self.machine_type,
-               "is required with vertex_project")
+      require(bool(self.vertex_region), "vertex_region", self.vertex_region,
+              "is required with vertex_project")
+      require(bool(self.machine_type), "machine_type", self.machine_type,
+              "is required with vertex_project")
     if self.accelerator_type in TPU_TYPES:
-      _require(self.replica_count == 1, "replica_count", self.replica_count,
-               "must be 1 with a TPU accelerator (one TPU host runs the TPUStrategy)")
+      require(self.replica_count == 1, "replica_count", self.replica_count,
+              "must be 1 with a TPU accelerator (one TPU host runs the TPUStrategy)")
     self._check_beam_engine()
 
   def _check_beam_engine(self) -> None:
-    _require(self.beam_runner in BEAM_RUNNERS, "beam_runner", self.beam_runner,
-             f"must be one of {BEAM_RUNNERS}")
+    require(self.beam_runner in BEAM_RUNNERS, "beam_runner", self.beam_runner,
+            f"must be one of {BEAM_RUNNERS}")
     dataflow = {"dataflow_project": self.dataflow_project,
                 "dataflow_region": self.dataflow_region,
                 "dataflow_temp_location": self.dataflow_temp_location}
@@ -114,31 +115,31 @@ class KubeflowConfig:
     unused = {"dataflow": portable, "portable": dataflow,
               "direct": {**dataflow, **portable}}[self.beam_runner]
     for name, value in unused.items():
-      _require(not value, name, value, f"is not used with beam_runner={self.beam_runner}")
+      require(not value, name, value, f"is not used with beam_runner={self.beam_runner}")
     if self.beam_runner == "dataflow":
-      _require(bool(self.dataflow_project), "dataflow_project", self.dataflow_project,
-               "is required with beam_runner=dataflow (the Google Cloud project of the jobs)")
-      _require(GCP_REGION.fullmatch(self.dataflow_region) is not None, "dataflow_region",
-               self.dataflow_region, "must be a Google Cloud region with beam_runner=dataflow "
-               "(e.g. us-central1)")
-      _require(self.dataflow_temp_location.startswith("gs://")
-               and is_object_store_uri(self.dataflow_temp_location), "dataflow_temp_location",
-               self.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
-               "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
+      require(bool(self.dataflow_project), "dataflow_project", self.dataflow_project,
+              "is required with beam_runner=dataflow (the Google Cloud project of the jobs)")
+      require(GCP_REGION.fullmatch(self.dataflow_region) is not None, "dataflow_region",
+              self.dataflow_region, "must be a Google Cloud region with beam_runner=dataflow "
+              "(e.g. us-central1)")
+      require(self.dataflow_temp_location.startswith("gs://")
+              and is_object_store_uri(self.dataflow_temp_location), "dataflow_temp_location",
+              self.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
+              "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
     elif self.beam_runner == "portable":
-      _require(HOST_PORT.fullmatch(self.beam_job_endpoint) is not None, "beam_job_endpoint",
-               self.beam_job_endpoint, "must be host:port of the job server with "
-               "beam_runner=portable (e.g. flink-jobserver.flink:8099)")
-      _require(self.beam_environment_type in BEAM_ENVIRONMENT_TYPES, "beam_environment_type",
-               self.beam_environment_type, f"must be one of {BEAM_ENVIRONMENT_TYPES}")
+      require(HOST_PORT.fullmatch(self.beam_job_endpoint) is not None, "beam_job_endpoint",
+              self.beam_job_endpoint, "must be host:port of the job server with "
+              "beam_runner=portable (e.g. flink-jobserver.flink:8099)")
+      require(self.beam_environment_type in BEAM_ENVIRONMENT_TYPES, "beam_environment_type",
+              self.beam_environment_type, f"must be one of {BEAM_ENVIRONMENT_TYPES}")
       if self.beam_environment_type == "EXTERNAL":
-        _require(HOST_PORT.fullmatch(self.beam_environment_config) is not None,
-                 "beam_environment_config", self.beam_environment_config,
-                 "must be host:port of the SDK worker pool with beam_environment_type=EXTERNAL")
+        require(HOST_PORT.fullmatch(self.beam_environment_config) is not None,
+                "beam_environment_config", self.beam_environment_config,
+                "must be host:port of the SDK worker pool with beam_environment_type=EXTERNAL")
       elif self.beam_environment_type == "PROCESS" and self.beam_environment_config:
-        _require(_is_process_config(self.beam_environment_config), "beam_environment_config",
-                 self.beam_environment_config, 'must be JSON with a "command" with '
-                 "beam_environment_type=PROCESS")
+        require(_is_process_config(self.beam_environment_config), "beam_environment_config",
+                self.beam_environment_config, 'must be JSON with a "command" with '
+                "beam_environment_type=PROCESS")
 
   def beam_runner_args(self) -> list:
     """Beam arguments choosing the engine; empty for direct (PipelineConfig adds its own)."""
@@ -185,52 +186,48 @@ class KubeflowConfig:
     return pools
 
 
-def is_object_store_uri(path) -> bool:
-  return isinstance(path, str) and OBJECT_STORE_URI.fullmatch(path) is not None
-
-
 def image_path(local_path: str) -> str:
   """Where a file of this project's packages lives inside the image; an object-store URI as is."""
   if is_object_store_uri(local_path):
     return local_path
   relative = os.path.relpath(os.path.abspath(local_path), PROJECT_DIR)
-  _require(relative.split(os.sep)[0] in IMAGE_PACKAGES, "schema_path", local_path,
-           "must be on object storage (gs://, s3://) or inside one of the packages the image "
-           f"holds {IMAGE_PACKAGES}")
+  require(relative.split(os.sep)[0] in IMAGE_PACKAGES, "schema_path", local_path,
+          "must be on object storage (gs://, s3://) or inside one of the packages the image "
+          f"holds {IMAGE_PACKAGES}")
   return "/".join([IMAGE_PROJECT_DIR] + relative.split(os.sep))
 
 
-def check_cluster_config(config: Any) -> None:
+def check_cluster_config(config: PipelineConfig) -> None:
   """What a PipelineConfig with cluster settings must satisfy on top of the local rules."""
   kubeflow = config.kubeflow
-  _require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",
-           config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
-           f"(e.g. {KUBEFLOW_PIPELINE_NAME})")
-  _require(is_object_store_uri(config.output_dir), "output_dir", config.output_dir,
-           "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
-           "the pipeline root and the serving models go under it")
+  require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",
+          config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
+          f"(e.g. {KUBEFLOW_PIPELINE_NAME})")
+  require(is_object_store_uri(config.output_dir), "output_dir", config.output_dir,
+          "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
+          "the pipeline root and the serving models go under it")
   for name in ("tfrecord_dir", "tfds_data_dir"):
     value = getattr(config, name)
-    _require(value is None or is_object_store_uri(value), name, value,
-             "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
-             "the cluster cannot read this machine's files")
+    require(value is None or is_object_store_uri(value), name, value,
+            "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
+            "the cluster cannot read this machine's files")
   image_path(config.schema_path)
   if kubeflow.beam_runner != "direct":
-    _require(config.beam_workers == 0, "beam_workers", config.beam_workers,
-             f"is for the direct runner; with beam_runner={kubeflow.beam_runner} the engine "
-             "scales its workers")
+    require(config.beam_workers == 0, "beam_workers", config.beam_workers,
+            f"is for the direct runner; with beam_runner={kubeflow.beam_runner} the engine "
+            "scales its workers")
   if kubeflow.beam_runner == "dataflow":
     for name in ("output_dir", "tfrecord_dir", "tfds_data_dir"):
       value = getattr(config, name)
-      _require(value is None or value.startswith("gs://"), name, value,
-               "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "
-               "workers read and write it without this cluster's S3 credentials")
+      require(value is None or value.startswith("gs://"), name, value,
+              "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "
+              "workers read and write it without this cluster's S3 credentials")
   strategy = config.trainer.distribution_strategy
   expected = kubeflow.expected_distribution_strategies()
-  _require(strategy in expected, "distribution_strategy", strategy,
-           f"must be one of {expected} with replica_count={kubeflow.replica_count}, "
-           f"accelerator_type={kubeflow.accelerator_type!r}, "
-           f"accelerator_count={kubeflow.accelerator_count}")
+  require(strategy in expected, "distribution_strategy", strategy,
+          f"must be one of {expected} with replica_count={kubeflow.replica_count}, "
+          f"accelerator_type={kubeflow.accelerator_type!r}, "
+          f"accelerator_count={kubeflow.accelerator_count}")
 
 
 def _is_process_config(text: str) -> bool:
@@ -239,8 +236,3 @@ def _is_process_config(text: str) -> bool:
   except ValueError:
     return False
   return isinstance(config, dict) and isinstance(config.get("command"), str)
-
-
-def _require(condition: bool, name: str, value: Any, rule: str) -> None:
-  if not condition:
-    raise ValueError(f"Invalid config value {name}={value!r}: {rule}.")

@@ -5,7 +5,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.config import TrainerConfig
-from trainer_module.train import (Training, WarmUpPiecewiseConstantSchedule, fit,
+from trainer_module.training_loop import (Training, WarmUpPiecewiseConstantSchedule, fit,
                                   jensen_shannon, learning_rate_schedule, make_optimizer)
 
 

@@ -1,6 +1,6 @@
 """The TFX Trainer entry point (`run_fn`): Transform's output in, serving SavedModel out.
 
-It runs the same code as `python -m trainer_module` (task.run). Checkpoints go to
+It runs the same code as `python -m trainer_module` (training_job.run). Checkpoints go to
 `<pipeline_root>/Trainer/checkpoints/<key>`, where the key hashes the run's inputs (Transform's
 output URIs, the base model) and trainer config: a retried Trainer execution (which gets a new
 output directory) finds the checkpoints of the attempt it replaces and resumes at the step it
@@ -18,9 +18,10 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from components.pusher import PUSH_INFO_PATH
-from trainer_module.config import NO_WARM_START, WARM_START_FROM_PRODUCTION, TrainerConfig
-from trainer_module.task import RunPaths, run
+from trainer_module.config import (NO_WARM_START, TRAINER_CONFIG_KEY, WARM_START_FROM_PRODUCTION,
+                                   TrainerConfig)
+from trainer_module.features import PUSH_INFO_PATH
+from trainer_module.training_job import RunPaths, run
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def warm_start_source(config: TrainerConfig, base_model: Optional[str]
 
 
 def run_fn(fn_args) -> None:
-  config = TrainerConfig.from_dict(fn_args.custom_config["trainer"])
+  config = TrainerConfig.from_dict(fn_args.custom_config[TRAINER_CONFIG_KEY])
   warm_start_from, warm_start_origin = warm_start_source(config, fn_args.base_model)
   run(config, RunPaths(train_files=fn_args.train_files, eval_files=fn_args.eval_files,
                        transform_output=fn_args.transform_output,

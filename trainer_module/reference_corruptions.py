@@ -85,6 +85,15 @@ def frost_textures() -> Tuple[str, ...]:
   return paths if all(os.path.isfile(path) for path in paths) else ()
 
 
+def subsample(records: list, count: int) -> list:
+  """`count` records (tuples whose first item is a string key) chosen by a hash of their key
+  (all when count is 0), in key order: the same images in every run and every slice."""
+  if count <= 0 or count >= len(records):
+    return records
+  ranked = sorted(records, key=lambda r: hashlib.sha256(r[0].encode("utf-8")).digest())
+  return sorted(ranked[:count])
+
+
 def unavailable(names) -> Dict[str, str]:
   """For each of `names` that cannot run on this machine, why not."""
   missing = {}

@@ -1,8 +1,8 @@
 """s3:// for every process of the pipeline, configured from the environment, never from source.
 
-A pod gets its object-storage settings as environment variables (README, "Object storage"):
-the standard AWS ones (credentials, region) plus the endpoint of MinIO or another S3-compatible
-store. Three clients read s3://, each with its own variable names:
+A pod gets its object-storage settings as environment variables (docs/kubeflow.md, "Object
+storage"): the standard AWS ones (credentials, region) plus the endpoint of MinIO or another
+S3-compatible store. Three clients read s3://, each with its own variable names:
 - TensorFlow (tf.io.gfile, hence TFX fileio, TFT, TFMA, the Trainer and our Pusher) through
   tensorflow-io's S3 filesystem plugin, registered by importing `tensorflow_io`. It reads
   S3_ENDPOINT (a URL: the scheme picks http or https), AWS_REGION, S3_VERIFY_SSL, S3_CA_FILE
@@ -18,7 +18,7 @@ in the environment (or the pod's IAM role): they never enter pipeline options or
 spec, which anyone who can read the pipeline can read.
 
 Beam workers in other processes configure themselves the same way: `--beam_plugin=`
-BEAM_PLUGIN (kubeflow/beam_worker.py) makes SDK workers import it at start.
+BEAM_PLUGIN (storage/beam_worker.py) makes SDK workers import it at start.
 
 `create_if_absent` is the one thing tf.io.gfile cannot do: create an object only if none of
 its name exists, decided by the store itself (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`),
@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 import sys
 import time
 import traceback
@@ -43,11 +44,16 @@ S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "S3_ENDPOINT")  # boto3's, tenso
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 VERIFY_TLS_VARIABLE = "S3_VERIFY_SSL"  # tensorflow-io's switch; only 1 (the default) is kept.
 CA_BUNDLE_VARIABLES = ("AWS_CA_BUNDLE", "S3_CA_FILE")  # The CA of a store's own certificate.
-BEAM_PLUGIN = "kubeflow.beam_worker"
+BEAM_PLUGIN = "storage.beam_worker"
+OBJECT_STORE_URI = re.compile(r"(gs|s3)://[a-z0-9][a-z0-9._-]{1,221}(/.*)?")
 # S3 answers 409 ConditionalRequestConflict while a concurrent write of the key is in flight;
 # the request is to be retried, after which one of the two gets 412.
 CONFLICT_RETRIES = 10
 CONFLICT_BACKOFF_SECONDS = 0.05
+
+
+def is_object_store_uri(path) -> bool:
+  return isinstance(path, str) and OBJECT_STORE_URI.fullmatch(path) is not None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""Imported by every Beam SDK worker at start (`--beam_plugin=kubeflow.beam_worker`, set by
+"""Imported by every Beam SDK worker at start (`--beam_plugin=storage.beam_worker`, set by
 PipelineConfig.beam_pipeline_args): configures s3:// in the worker from its environment, as
-kubeflow.object_storage.configure does in each step's own process.
+storage.object_storage.configure does in each step's own process.
 
 The worker (apache_beam.runners.worker.sdk_worker_main) ends by returning from main or by an
 uncaught exception, never by sys.exit; its status is kept the same way while the abort of
@@ -9,7 +9,7 @@ tensorflow-io at exit (object_storage.end_process) is skipped.
 import atexit
 import sys
 
-from kubeflow import object_storage
+from storage import object_storage
 
 _uncaught = []
 _report_uncaught = sys.excepthook

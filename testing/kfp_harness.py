@@ -465,9 +465,9 @@ PIPELINE_NAME = "wrn-kfp-harness"
 
 def compile_for_s3(server, package_dir: str, flags: List[str]):
   """The pipeline compiled for kfp with output_dir and schema in a bucket of `server`
-  (tests/s3_server.py); returns (config, CompiledPipeline)."""
-  from kubeflow import cli, compiler
-  from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags
+  (testing/s3_server.py); returns (config, CompiledPipeline)."""
+  from kubeflow import compiler
+  from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags, from_preset
   client = server.client()
   if BUCKET not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
     server.create_bucket(BUCKET)
@@ -475,7 +475,7 @@ def compile_for_s3(server, package_dir: str, flags: List[str]):
   config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out",
                        f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
                        f"--pipeline_name={PIPELINE_NAME}", "--beam_running_mode=in_memory",
-                       *flags], base=cli.cluster_base())
+                       *flags], base=from_preset("kubeflow"))
   return config, compiler.compile_pipeline(config, package_dir)
 
 
@@ -504,8 +504,8 @@ def download(server, uri: str, local_dir: str) -> None:
 
 def main(argv: List[str]) -> int:
   """One run of the compiled tiny pipeline on a local S3 server; prints where the model went."""
-  from tests.pipeline_e2e_test import SMALL_MODEL
-  from tests.s3_server import S3Server
+  from testing.tiny_config import SMALL_MODEL
+  from testing.s3_server import S3Server
   workdir = os.path.abspath(os.path.join("outputs", "kubeflow-local"))
   flags = [a for a in argv if not a.startswith("--workdir=")]
   workdir = next((a.split("=", 1)[1] for a in argv if a.startswith("--workdir=")), workdir)

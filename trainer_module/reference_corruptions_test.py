@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from components import reference_corruptions as corruptions
+from trainer_module import reference_corruptions as corruptions
 from components.image_sources import digits_to_images
 from trainer_module import augmix
 

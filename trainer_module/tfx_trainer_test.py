@@ -2,7 +2,7 @@
 import types
 
 from trainer_module.config import TrainerConfig
-from trainer_module.trainer import checkpoint_dir, warm_start_source
+from trainer_module.tfx_trainer import checkpoint_dir, warm_start_source
 
 ROOT = "gs://bucket/pipeline_root/wrn"
 

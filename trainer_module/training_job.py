@@ -18,7 +18,7 @@ from trainer_module.config import TrainerConfig
 from trainer_module.distribution import (Precision, is_chief, make_strategy,
                                          set_precision_policy)
 from trainer_module.export import PRECISION_FILE, TRAINING_FILE, export_serving_model, float32_model
-from trainer_module.train import Training, fit
+from trainer_module.training_loop import Training, fit
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +95,27 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
     serving_model = float32_model(training.model, config)
     calibration = _calibrate(serving_model, config, tft_output,
                              data.eval_batches(paths.eval_files, feature_spec,
+                                               config.eval_batch_size),
+                             data.eval_batches(paths.train_files, feature_spec,
                                                config.eval_batch_size))
     _export(training, serving_model, tft_output, paths.export_dir, chief, calibration, precision)
   return metrics
 
 
-def _calibrate(model, config: TrainerConfig, tft_output, eval_batches) -> dict:
+def _calibrate(model, config: TrainerConfig, tft_output, eval_batches, train_batches) -> dict:
   """Post-hoc temperature scaling on the eval split (never test), also looking at its images
-  under the validation corruptions or training-time AugMix, as temperature_fit says
-  (trainer_module/temperature.py)."""
+  under the validation corruptions (and, for in_support, at the train split's features) or
+  training-time AugMix, as temperature_fit says (trainer_module/temperature.py)."""
   if config.temperature_fit == "clean":
     return temperature.calibrate(model, eval_batches, num_bins=config.num_bins)
   mean, std = temperature.channel_statistics(tft_output)
-  if config.temperature_fit == "validation_corruptions":
+  if config.temperature_fit in ("validation_corruptions", "in_support"):
     return temperature.calibrate(
         model, eval_batches, num_bins=config.num_bins,
         validation_corrupted=temperature.validation_corrupted_set(
             eval_batches, mean, std, config.validation_corruption_examples,
-            config.eval_batch_size))
+            config.eval_batch_size),
+        train_batches=train_batches if config.temperature_fit == "in_support" else None)
   params = augmix.params_from_options(config.transform_options())
   return temperature.calibrate(model, eval_batches, temperature.augmented_eval_batches(
       eval_batches, mean, std, config.seed, params), num_bins=config.num_bins)

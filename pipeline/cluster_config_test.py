@@ -1,7 +1,7 @@
 """Cluster settings: one config from flags, and every bad value stopped with a clear error."""
 import pytest
 
-from kubeflow import config as kubeflow_config
+from pipeline import cluster_config as kubeflow_config
 from pipeline import local_runner
 from pipeline.config import from_flags
 
@@ -133,7 +133,7 @@ def test_a_portable_job_server_runs_the_pipeline_image_as_sdk_harness(flags, env
 
 
 def test_every_sdk_worker_sets_up_s3_when_a_path_is_on_s3():
-  plugin = "--beam_plugin=kubeflow.beam_worker"
+  plugin = "--beam_plugin=storage.beam_worker"
   assert plugin not in from_flags(CLUSTER).beam_pipeline_args()  # gs:// is built into TF.
   assert plugin in from_flags(CLUSTER + ["--output_dir=s3://bucket/wrn"]).beam_pipeline_args()
   assert plugin in from_flags(CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tf"]

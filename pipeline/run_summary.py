@@ -1,80 +1,26 @@
-"""What a run produced, read back from MLMD: metrics, blessing, where the model went."""
+"""The console summary of a finished local run: the gate's numbers, what was pushed, where
+the model, metrics and report are."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
-from collections import defaultdict
-from typing import Any, Dict, List, Optional, Tuple
-
-from ml_metadata.metadata_store import metadata_store
-from ml_metadata.proto import metadata_store_pb2
+from typing import List
 
 from components.calibration_metrics import ECE_NAME, NLL_NAME
 from components.pusher import ALREADY_SERVING_KEY
-from pipeline import gate_report, run_report
+from pipeline import run_report, tfma_results
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME
+from pipeline.run_record import RunRecord
 from trainer_module.features import PROBABILITIES_KEY
-
-
-class RunRecord:
-  """One pipeline run in MLMD (the `pipeline_run` context named run_id; None: the most recent,
-  for inspecting a finished output directory): its executions by component and its outputs."""
-
-  def __init__(self, config: PipelineConfig, run_id: Optional[str] = None):
-    from tfx.orchestration import metadata
-    store = metadata_store.MetadataStore(
-        metadata.sqlite_metadata_connection_config(config.metadata_path))
-    if run_id is None:
-      runs = store.get_contexts_by_type("pipeline_run")
-      run = max(runs, key=lambda c: c.id) if runs else None
-    else:
-      run = store.get_context_by_type_and_name("pipeline_run", run_id)
-    if run is None:
-      raise RuntimeError(f"No pipeline run {run_id or ''} recorded in {config.metadata_path}.")
-    self.run_id = run.name
-    executions = store.get_executions_by_context(run.id)
-    # Execution -> its node id (the component's id: "Trainer", "Trainer_trial_1",
-    # "WarmStartModel"), from the `node` contexts named "<pipeline>.<node id>".
-    in_run = {e.id for e in executions}
-    prefix = config.pipeline_name + "."
-    producers = {}
-    for node in store.get_contexts_by_type("node"):
-      if node.name.startswith(prefix):
-        for execution in store.get_executions_by_context(node.id):
-          if execution.id in in_run:
-            producers[execution.id] = node.name[len(prefix):]
-    state_names = metadata_store_pb2.Execution.State.Name
-    # Node id -> its execution's state (COMPLETE, CACHED, FAILED, ...).
-    self.states: Dict[str, str] = {producers[e.id]: state_names(e.last_known_state)
-                                   for e in executions if e.id in producers}
-    # Output key ("examples", "transformed_examples", "model", "blessing", ...) ->
-    # (producing node, artifact), oldest first.
-    events = [e for e in store.get_events_by_execution_ids([x.id for x in executions])
-              if e.type == metadata_store_pb2.Event.OUTPUT]
-    artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
-    self.outputs: Dict[str, List[Tuple[str, Any]]] = defaultdict(list)
-    for event in sorted(events, key=lambda e: e.artifact_id):
-      self.outputs[event.path.steps[0].key].append(
-          (producers[event.execution_id], artifacts[event.artifact_id]))
-
-  def candidate_model(self):
-    """The model this run evaluated: the ensemble when trials were selected, else the Trainer's."""
-    return (self.latest_output("model", producer="EnsembleSelector")
-            or self.latest_output("model", producer="Trainer"))
-
-  def latest_output(self, key: str, producer: Optional[str] = None):
-    """The newest artifact under an output key (of one component, when several use the key)."""
-    matching = [a for p, a in self.outputs.get(key, []) if producer in (None, p)]
-    return matching[-1] if matching else None
 
 
 def gate_summary(config: PipelineConfig, evaluation_uri: str) -> List[str]:
   """The gated numbers of the candidate: clean eval accuracy, ECE, NLL and cA."""
-  values = gate_report.load_metrics(evaluation_uri)
-  get = lambda slice_, name: gate_report.metric(values, slice_, PROBABILITIES_KEY, name)  # noqa
+  values = tfma_results.load_metrics(evaluation_uri)
+  get = lambda slice_, name: tfma_results.metric(values, slice_, PROBABILITIES_KEY, name)  # noqa
   fmt = lambda value: "not found" if value is None else f"{value:.4f}"  # noqa: E731
   lines = [f"  eval accuracy:   {fmt(get(run_report.EVAL, ACCURACY_NAME))}  (ECE "
            f"{fmt(get(run_report.EVAL, ECE_NAME))}, NLL {fmt(get(run_report.EVAL, NLL_NAME))},"
@@ -86,9 +32,9 @@ def gate_summary(config: PipelineConfig, evaluation_uri: str) -> List[str]:
   return lines
 
 
-def gate_failures(evaluation_uri: str) -> List[gate_report.Failure]:
+def gate_failures(evaluation_uri: str) -> List[tfma_results.Failure]:
   import tensorflow_model_analysis as tfma
-  return gate_report.failures(tfma.load_validation_result(evaluation_uri))
+  return tfma_results.failures(tfma.load_validation_result(evaluation_uri))
 
 
 def score_in_fresh_process(model_dir: str, examples_glob: str) -> dict:

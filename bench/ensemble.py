@@ -1,0 +1,223 @@
+"""A hyper-deep ensemble against its best single member, with paired bootstrap 95% intervals.
+
+From a finished ensemble run (`--ensemble_size=K --hyper_trials=N`) it scores the ensemble and
+every trial as they are served (each with its own temperature) on the clean held-out test split
+and the corrupted set, and gives ensemble - best member for accuracy, NLL, ECE, cA, cNLL and
+cECE. The best member is the one a plain sweep would deploy, as the selector sees it: the lowest
+served eval NLL (trainer_module.ensemble.best_single). The intervals resample whole test images
+(a corrupted image's slices go with its clean test image, as they share it): paired, since
+both models are scored on every resample, and seeded. It also splits each test NLL into what
+the correctly and wrongly classified images contribute, and shows the ensemble at T = 1. Last,
+the same comparison with every trial at T = 1 (selection run again on eval,
+trainer_module.ensemble.greedy_selection): what the sweep gives when members are not sharpened,
+as the validation_corruptions fit leaves AugMix members.
+
+  make bench-ensemble ARGS="--output_dir outputs"
+  .venv/bin/python bench/ensemble.py --output_dir /work/runs/ens48 --bootstrap 2000
+"""
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Dict, Sequence, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bench import run_outputs  # noqa: E402
+from bench.run_outputs import LabelledSet  # noqa: E402
+from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
+from trainer_module import ensemble, metrics, temperature  # noqa: E402
+from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+  """Per-example terms of one model's served probabilities: the NLL, whether the top class is
+  right, its confidence and its confidence bin (the trainer's ECE bins)."""
+  nll: np.ndarray
+  correct: np.ndarray
+  confidence: np.ndarray
+  bins: np.ndarray
+
+
+def scored(labelled: LabelledSet, num_bins: int) -> Scored:
+  """labelled.values: served logits (softmax gives the served probabilities)."""
+  log_p = temperature.log_softmax(np.asarray(labelled.values, np.float64))
+  confidence = np.exp(log_p.max(axis=1))
+  return Scored(-log_p[np.arange(len(labelled.labels)), labelled.labels],
+                (log_p.argmax(axis=1) == labelled.labels).astype(np.float64), confidence,
+                metrics.confidence_bins(confidence, num_bins))
+
+
+def weighted_metrics(s: Scored, slices: np.ndarray, weights: np.ndarray,
+                     num_bins: int) -> Dict[str, np.ndarray]:
+  """Accuracy, NLL and ECE under example weights [replicates, examples], each the mean over
+  slices of its weighted value on the slice (one slice: the plain value). Weights of 1 give
+  temperature.nll / ece / slice_means."""
+  out = {"accuracy": [], "nll": [], "ece": []}
+  for name in np.unique(slices):
+    mask = slices == name
+    w = weights[:, mask]
+    total = w.sum(axis=1)
+    out["accuracy"].append(w @ s.correct[mask] / total)
+    out["nll"].append(w @ s.nll[mask] / total)
+    gap = np.zeros((mask.sum(), num_bins))
+    gap[np.arange(mask.sum()), s.bins[mask]] = s.correct[mask] - s.confidence[mask]
+    out["ece"].append(np.abs(w @ gap).sum(axis=1) / total)
+  return {key: np.mean(values, axis=0) for key, values in out.items()}
+
+
+def bootstrap_weights(groups: np.ndarray, replicates: int, seed: int) -> np.ndarray:
+  """[replicates, examples]: each example's count in a resample of the groups (with
+  replacement, as many groups as there are); examples of a group are drawn together."""
+  names, index = np.unique(groups, return_inverse=True)
+  rng = np.random.default_rng(seed)
+  drawn = rng.integers(0, len(names), (replicates, len(names)))
+  counts = np.stack([np.bincount(row, minlength=len(names)) for row in drawn])
+  return counts[:, index].astype(np.float64)
+
+
+def paired_difference(a: Scored, b: Scored, slices: np.ndarray, groups: np.ndarray,
+                      num_bins: int, replicates: int, seed: int
+                      ) -> Dict[str, Tuple[float, float, float]]:
+  """metric(a) - metric(b): (value, 2.5% and 97.5% bootstrap percentiles) per metric."""
+  ones = np.ones((1, len(slices)))
+  weights = bootstrap_weights(groups, replicates, seed)
+  point = {k: weighted_metrics(a, slices, ones, num_bins)[k] -
+           weighted_metrics(b, slices, ones, num_bins)[k] for k in ("accuracy", "nll", "ece")}
+  a_boot = weighted_metrics(a, slices, weights, num_bins)
+  b_boot = weighted_metrics(b, slices, weights, num_bins)
+  return {k: (float(point[k][0]),) + tuple(float(q) for q in np.percentile(
+      a_boot[k] - b_boot[k], [2.5, 97.5])) for k in point}
+
+
+def nll_split(s: Scored) -> Tuple[float, float, int]:
+  """(NLL share of the right, NLL share of the wrong, number wrong): the two add to the NLL."""
+  n = len(s.nll)
+  return (float(s.nll[s.correct == 1].sum() / n), float(s.nll[s.correct == 0].sum() / n),
+          int((s.correct == 0).sum()))
+
+
+def mixture_logits(member_logits: Sequence[np.ndarray], weights: Sequence[float],
+                   temperatures: Sequence[float]) -> np.ndarray:
+  """The log of the weighted mean of softmax(logits / T) over members, as the ensemble network
+  computes it (trainer_module.ensemble.LogMeanProbability)."""
+  chosen = [i for i, w in enumerate(weights) if w > 0]
+  layer = ensemble.LogMeanProbability([weights[i] for i in chosen],
+                                      [temperatures[i] for i in chosen])
+  return layer([tf.constant(member_logits[i], tf.float32) for i in chosen]).numpy()
+
+
+def compare(label: str, a: Dict[str, LabelledSet], b: Dict[str, LabelledSet],
+            groups: Dict[str, np.ndarray], num_bins: int, replicates: int, seed: int) -> None:
+  """Prints metric(a) - metric(b) on test and the corrupted set with bootstrap intervals, and
+  how each test NLL splits between the right and the wrong images."""
+  print(f"\n{label}, paired bootstrap over test images ({replicates} replicates, seed {seed}): "
+        "value [95% interval]")
+  for split, names in ((TEST, ("accuracy", "NLL", "ECE")), (CORRUPTED, ("cA", "cNLL", "cECE"))):
+    difference = paired_difference(scored(a[split], num_bins), scored(b[split], num_bins),
+                                   a[split].slices, groups[split], num_bins, replicates, seed)
+    for name, key in zip(names, ("accuracy", "nll", "ece")):
+      value, low, high = difference[key]
+      verdict = "distinguishable from 0" if low > 0 or high < 0 else "includes 0"
+      print(f"  {split:9s} {name:8s} {value:+.4f} [{low:+.4f}, {high:+.4f}]  {verdict}")
+
+
+def _row(name: str, t: str, eval_nll: float, sets: Dict[str, LabelledSet],
+         num_bins: int) -> str:
+  test = weighted_metrics(scored(sets[TEST], num_bins), sets[TEST].slices,
+                          np.ones((1, len(sets[TEST].labels))), num_bins)
+  corrupted = weighted_metrics(scored(sets[CORRUPTED], num_bins), sets[CORRUPTED].slices,
+                               np.ones((1, len(sets[CORRUPTED].labels))), num_bins)
+  return (f"| {name} | {t} | {eval_nll:.4f} | {test['accuracy'][0]:.4f} | {test['nll'][0]:.4f} "
+          f"| {test['ece'][0]:.4f} | {corrupted['accuracy'][0]:.4f} | {corrupted['nll'][0]:.4f} "
+          f"| {corrupted['ece'][0]:.4f} |")
+
+
+def _divided(sets: Dict[str, LabelledSet], t: float) -> Dict[str, LabelledSet]:
+  return {split: dataclasses.replace(s, values=s.values / t) for split, s in sets.items()}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--output_dir", default="outputs", help="a finished ensemble run")
+  parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates")
+  parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+  args = parser.parse_args()
+  run = run_outputs.Run(args.output_dir)
+  ensemble_dir = run.model_dir("EnsembleSelector")
+  record = read_record(ensemble_dir, ENSEMBLE_FILE)
+  best = ensemble.best_single(record)
+  config = run.trainer_config(ensemble_dir)
+  num_bins = config.num_bins
+  tft_output = run.tft_output()
+  examples = run.evaluation_set()
+  batches = {name: (run_outputs.transformed_batches(
+      tft_output, examples.pngs[examples.eval_sets == name],
+      examples.labels[examples.eval_sets == name], config.eval_batch_size),
+                    examples.slices[examples.eval_sets == name]) for name in (TEST, CORRUPTED)}
+  batches["eval"] = (run.split_batches(tft_output, config.eval_batch_size), np.full(0, ""))
+  groups = {name: examples.source_keys[examples.eval_sets == name] for name in (TEST, CORRUPTED)}
+  models = {"ensemble": ensemble_dir}
+  models.update({trial["name"]: run_outputs.local_uri(trial["model_dir"], run.config)
+                 for trial in record["trials"]})
+  raw, temperatures = {}, {}  # Logits (an ensemble's: log mean probability) and served T.
+  for name, model_dir in models.items():
+    network = run_outputs.load_network(model_dir)
+    temperatures[name] = ensemble.member_temperature(model_dir)
+    raw[name] = {split: run_outputs.labelled(network, *batches[split]) for split in batches}
+    raw[name]["eval"] = dataclasses.replace(raw[name]["eval"],
+                                            slices=np.full(len(raw[name]["eval"].labels), ""))
+    print(f"scored {name} (T = {temperatures[name]:.3f})", flush=True)
+  served = {name: _divided(sets, temperatures[name]) for name, sets in raw.items()}
+
+  print(f"\nselected: {record['picks']} (weights "
+        f"{[(m['name'], m['weight']) for m in record['members']]}); best single on eval NLL: "
+        f"{best['name']}\n")
+  print("| model | T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
+  print("| --- |" + " ---: |" * 8)
+  for name in models:
+    print(_row(name, f"{temperatures[name]:.3f}", temperature.nll(
+        served[name]["eval"].values, served[name]["eval"].labels), served[name], num_bins))
+  compare(f"ensemble - {best['name']}, as served", served["ensemble"], served[best["name"]],
+          groups, num_bins, args.bootstrap, args.seed)
+  print("\ntest NLL = share of the right + share of the wrong (number wrong):")
+  for label, sets in (("ensemble, served", served["ensemble"]),
+                      ("ensemble, T = 1", raw["ensemble"]),
+                      (f"{best['name']}, served", served[best["name"]]),
+                      (f"{best['name']}, T = 1", raw[best["name"]])):
+    s = scored(sets[TEST], num_bins)
+    right, wrong, count = nll_split(s)
+    print(f"  {label:24s} {right + wrong:.4f} = {right:.4f} + {wrong:.4f} ({count}); mean "
+          f"confidence on the right {s.confidence[s.correct == 1].mean():.4f}")
+
+  # The same sweep with every member at T = 1 (what validation_corruptions chose for the
+  # members measured: under-confident AugMix models on clean images): selection again on eval.
+  trials = [trial["name"] for trial in record["trials"]]
+  eval_labels = raw[trials[0]]["eval"].labels
+  probabilities = np.stack([np.exp(temperature.log_softmax(raw[name]["eval"].values))
+                            for name in trials])
+  picks = ensemble.greedy_selection(probabilities, eval_labels, record["ensemble_size"],
+                                    record["objective"])
+  weights = ensemble.selection_weights(picks, len(trials))
+  mixture = {split: dataclasses.replace(raw[trials[0]][split], values=mixture_logits(
+      [raw[name][split].values for name in trials], weights, [1.0] * len(trials)))
+             for split in batches}
+  best_raw = min(trials, key=lambda name: temperature.nll(raw[name]["eval"].values,
+                                                           eval_labels))
+  print(f"\nmembers at T = 1: selection {[trials[i] for i in picks]}; best single on eval NLL: "
+        f"{best_raw}\n")
+  print("| model | T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
+  print("| --- |" + " ---: |" * 8)
+  for name, sets in (("ensemble of members at T = 1", mixture), (best_raw, raw[best_raw])):
+    print(_row(name, "1", temperature.nll(sets["eval"].values, eval_labels), sets, num_bins))
+  compare(f"ensemble - {best_raw}, members at T = 1", mixture, raw[best_raw], groups, num_bins,
+          args.bootstrap, args.seed)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,47 @@
+"""Presets: each builds a valid config; --config picks one and flags override it."""
+import pytest
+
+import configs
+from pipeline import local_runner
+from pipeline.config import PipelineConfig, from_flags, from_preset
+
+
+@pytest.mark.parametrize("name", configs.PRESETS)
+def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
+  fields = configs.get_config(name)
+  assert all(isinstance(value, (str, int, float, bool)) for value in fields.values())
+  config = from_preset(name)
+  assert config == from_flags([f"--config={name}"]) == PipelineConfig().replace(**fields)
+  assert config.trainer.augmix  # The pipeline's AugMix is on in every preset.
+
+
+def test_without_config_the_local_digits_preset_is_used():
+  config = from_flags([])
+  assert config == from_preset("local_digits")
+  assert (config.dataset, config.trainer.depth, config.trainer.width_multiplier) == (
+      "digits", 16, 2)
+
+
+def test_flags_override_the_chosen_preset_whatever_their_order():
+  config = from_flags(["--train_epochs=3", "--config=wrn28_10_cifar10", "--depth=16"])
+  assert config.dataset == "cifar10"
+  assert (config.trainer.depth, config.trainer.width_multiplier) == (16, 10)
+  assert config.trainer.train_epochs == 3
+
+
+def test_the_flagship_and_cluster_presets_keep_the_original_recipe():
+  for name in ("wrn28_10_cifar10", "kubeflow"):
+    trainer = from_preset(name).trainer
+    assert (trainer.depth, trainer.width_multiplier, trainer.train_epochs) == (28, 10, 200)
+  assert from_preset("kubeflow").pipeline_name == "wrn-image-classifier"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config=nope"], "config='nope': must be one of"),
+    (["--config=kubeflow", "--config=local_digits"], "is given more than once"),
+])
+def test_a_bad_config_flag_is_refused_by_name(argv, message, capsys):
+  with pytest.raises(ValueError, match=message):
+    from_flags(argv)
+  assert local_runner.main(argv) == 2
+  assert message.split(":")[0] in capsys.readouterr().err

@@ -1,0 +1,77 @@
+"""The flag parser and the --help every CLI prints."""
+import dataclasses
+import io
+import contextlib
+
+import pytest
+
+from configs.flags import FLAG_GROUPS, field_help, name_value_pairs, parse_flags
+from pipeline.cluster_config import KubeflowConfig
+from pipeline.config import CONFIG_FLAG, PipelineConfig, usage
+from trainer_module.config import TrainerConfig
+
+CONFIGS = (PipelineConfig, TrainerConfig, KubeflowConfig)
+NESTED = ("trainer", "kubeflow")  # Fields that are configs, not flags.
+
+
+def _flags():
+  return [f.name for cls in CONFIGS for f in dataclasses.fields(cls) if f.name not in NESTED]
+
+
+def test_every_flag_is_in_exactly_one_help_group():
+  grouped = [name for names in FLAG_GROUPS.values() for name in names]
+  assert len(grouped) == len(set(grouped))
+  assert set(grouped) == set(_flags()) | {CONFIG_FLAG}
+
+
+@pytest.mark.parametrize("cls", CONFIGS, ids=lambda cls: cls.__name__)
+def test_every_field_says_what_it_means_in_its_trailing_comment(cls):
+  helps = field_help(cls)
+  assert {f.name for f in dataclasses.fields(cls)} == set(helps)
+  assert not [name for name, text in helps.items() if len(text.split()) < 2], helps
+
+
+def test_help_is_the_trailing_comment_then_the_block_above_the_first_field():
+  @dataclasses.dataclass
+  class Example:
+    # Learning rate schedule: warm-up then decay.
+    rate: float = 0.1  # Peak learning rate.
+    decay: float = 0.2  # Factor at each decay epoch.
+    name: str = "#not a comment"  # Quoted hashes are values.
+
+  assert field_help(Example) == {
+      "rate": "Peak learning rate. Learning rate schedule: warm-up then decay.",
+      "decay": "Factor at each decay epoch.", "name": "Quoted hashes are values."}
+
+
+def test_pipeline_help_lists_every_flag_by_group_with_its_meaning():
+  text = usage(cluster=True)
+  for title in FLAG_GROUPS:
+    assert f"\n{title}:\n" in text
+  for name in _flags() + [CONFIG_FLAG]:
+    assert f"  --{name}  (default: " in text
+  assert "Wide ResNet depth, 6n+4" in text
+  assert "  --image  (default: " not in usage()  # Cluster flags only for the Kubeflow CLI.
+
+
+def test_the_standalone_trainer_help_lists_its_paths_and_every_trainer_flag():
+  from trainer_module.__main__ import main
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    assert main(["--help"]) == 0
+  text = out.getvalue()
+  assert "\npaths:\n  --train_files  (default: ())" in text
+  for field in dataclasses.fields(TrainerConfig):
+    assert f"  --{field.name}  (default: " in text
+
+
+def test_flags_parse_by_type_and_bad_values_are_named():
+  hints = {"depth": int, "lr_decay_epochs": tuple[int, ...], "augmix": bool}
+  assert parse_flags(["--depth", "16", "--lr_decay_epochs=3,6", "--augmix=yes"], hints) == {
+      "depth": 16, "lr_decay_epochs": (3, 6), "augmix": True}
+  with pytest.raises(ValueError, match="--depth: 'x' is not a valid int"):
+    parse_flags(["--depth=x"], hints)
+  with pytest.raises(ValueError, match="Unknown flag --dept"):
+    parse_flags(["--dept=1"], hints)
+  with pytest.raises(ValueError, match="needs a value"):
+    name_value_pairs(["--depth"])

@@ -1,0 +1,64 @@
+"""How the packages may depend on each other, checked on every import statement (also those
+inside functions). Lower layers never import higher ones; the graph never imports a runner.
+
+  configs, storage         plain data and the flag parser; object storage
+  trainer_module           what runs inside Transform and the Trainer
+  components               the custom TFX components
+  pipeline                 the config object, the graph, the local runner and its report
+  kubeflow                 the Kubeflow runner
+  testing                  references and stand-ins for tests and benches, never for the code
+"""
+import ast
+import os
+
+import pytest
+
+from tests.conftest import REPO
+
+MAY_IMPORT = {
+    "configs": {"configs"},
+    "storage": {"storage"},
+    "trainer_module": {"trainer_module", "configs"},
+    "components": {"components", "trainer_module", "storage"},
+    "pipeline": {"pipeline", "components", "trainer_module", "storage", "configs"},
+    "kubeflow": {"kubeflow", "pipeline", "components", "trainer_module", "storage", "configs"},
+}
+FIRST_PARTY = set(MAY_IMPORT) | {"testing", "tests", "bench"}
+
+
+def first_party_imports(path):
+  """(line, top-level package) of every absolute import of a first-party package in `path`."""
+  with open(path) as f:
+    tree = ast.parse(f.read(), path)
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      names = [node.module]
+    else:
+      continue
+    for name in names:
+      if name.split(".")[0] in FIRST_PARTY:
+        yield node.lineno, name.split(".")[0]
+
+
+def modules(package):
+  """The package's code modules (tests and pytest's conftest files may import `testing`)."""
+  for root, _, files in os.walk(os.path.join(REPO, package)):
+    for name in sorted(files):
+      if name.endswith(".py") and not name.endswith("_test.py") and name != "conftest.py":
+        yield os.path.join(root, name)
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_a_package_imports_only_the_layers_below_it(package):
+  wrong = [f"{os.path.relpath(path, REPO)}:{line} imports {imported}"
+           for path in modules(package) for line, imported in first_party_imports(path)
+           if imported not in MAY_IMPORT[package]]
+  assert not wrong, "\n".join(wrong)
+
+
+def test_the_check_sees_an_import_inside_a_function(tmp_path):
+  module = tmp_path / "module.py"
+  module.write_text("def f():\n  from kubeflow import cluster\n  import os\n")
+  assert list(first_party_imports(str(module))) == [(2, "kubeflow")]
