@@ -5,23 +5,36 @@ training set size), with the pipeline's default AugMix settings unless overridde
 
 1. The Transform component (LocalDagRunner, DirectRunner with one worker per core) with and
    without AugMix on the same data: AugMix's marginal cost in Transform is the difference of
-   the two executions' wall times from MLMD.
+   the two executions' wall times from MLMD, and of the runs' CPU seconds (this process and
+   Beam's workers). Wall times follow whatever else loads the machine; CPU seconds hardly do.
+   `--repeats` interleaves runs with and without and keeps the best of each.
 2. The same view-set function (trainer_module.augmix.encode_view_sets: AugMix, rounding,
-   raw bytes) as a parallel tf.data map over the same images, decoded beforehand: the map's
-   time is AugMix's marginal cost there. Ratio: tf.data marginal / Transform marginal.
+   PNG) as a parallel tf.data map over the same images, decoded beforehand: the map's wall
+   and CPU time are AugMix's marginal cost there. Ratio: tf.data marginal / Transform marginal.
 3. Bytes: the train split's gzipped transformed examples per example, with and without views;
-   and per view, the views feature alone written as Transform writes it now (uint8 raw bytes)
-   and as it did before (float32 values normalised), on the same images.
+   and per view, the views feature alone gzipped, as stored (PNG of channel planes), as uint8
+   raw bytes and as normalised float32 values, on the digits (grey) and on colour crops of
+   scikit-learn's two sample photographs (CIFAR-10's kind of image).
 4. The Trainer's input pipeline (trainer_module.data.training_batches over Transform's output:
    read, parse, select the epoch's view set, decode, normalise, batch) in examples/s, against
    the rate a training step of the default model consumes examples (with their views).
 
+`--robustness=online,15,4,2,1` instead trains the default pipeline once per AugMix source
+(online AugMix, or that many view sets; the same seed and config otherwise) and prints eval
+accuracy, cA and cNLL on the reference corruptions, Transform's time and bytes. With the
+default 15 epochs, 15 view sets are exactly online AugMix's views rounded to uint8: that pair
+measures the rounding's effect on training.
+
   make bench-augmix                                    # 50,000 images, the defaults
-  make bench-augmix ARGS="--images 5000 --aug_count 1 --augmix_view_sets 1"
+  make bench-augmix ARGS="--images 5000 --aug_count 1 --augmix_view_sets 1 --repeats 2"
+  make bench-augmix ARGS="--robustness online,15,4,2,1"
+  make bench-augmix ARGS="--robustness online,6,1 --pipeline_flags=--train_epochs=6"
 """
 import argparse
 import glob
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,10 +49,15 @@ from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from components import image_sources  # noqa: E402
-from pipeline.config import PipelineConfig, from_preset  # noqa: E402
+from components.calibration_metrics import NLL_NAME  # noqa: E402
+from pipeline import run_report, tfma_results  # noqa: E402
+from pipeline.config import PipelineConfig, from_flags, from_preset  # noqa: E402
+from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
+from pipeline.run_record import RunRecord  # noqa: E402
 from trainer_module import augmix, data, preprocessing  # noqa: E402
-from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE  # noqa: E402
+from trainer_module.features import (EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE,  # noqa: E402
+                                     PROBABILITIES_KEY)
 from trainer_module.training_loop import Training  # noqa: E402
 
 _BYTES_SAMPLE = 2000  # Images whose views are written both ways to compare sizes.
@@ -61,8 +79,19 @@ def write_images(data_dir: str, count: int) -> str:
   return os.path.join(data_dir, "train", "images.tfrecord")
 
 
+def cpu_seconds() -> float:
+  """User + system CPU seconds of this process and its finished children (Beam's SDK workers,
+  which each Beam run waits for): what a run costs whatever else loads the machine."""
+  return sum(usage.ru_utime + usage.ru_stime for usage in
+             (resource.getrusage(resource.RUSAGE_SELF),
+              resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def run_transform(config: PipelineConfig, data_dir: str) -> tuple:
-  """(wall seconds of the Transform execution, its transformed_examples URI, graph URI)."""
+  """(wall seconds of the Transform execution, CPU seconds of the run, its transformed_examples
+  URI, graph URI). The CPU seconds include ImportExampleGen's, the same work with and without
+  AugMix, so the difference of two runs is Transform's."""
+  cpu_start = cpu_seconds()
   examples = tfx.components.ImportExampleGen(
       input_base=data_dir,
       input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*")
@@ -76,6 +105,7 @@ def run_transform(config: PipelineConfig, data_dir: str) -> tuple:
       pipeline_name=config.pipeline_name, pipeline_root=config.pipeline_root,
       components=[examples, schema, transform], enable_cache=False,
       metadata_connection_config=connection, beam_pipeline_args=config.beam_pipeline_args()))
+  cpu = cpu_seconds() - cpu_start
   store = metadata_store.MetadataStore(connection)
   (execution,) = [e for e in store.get_executions()
                   if store.get_execution_types_by_id([e.type_id])[0].name.endswith("Transform")]
@@ -85,7 +115,7 @@ def run_transform(config: PipelineConfig, data_dir: str) -> tuple:
     if event.type == event.OUTPUT:
       (artifact,) = store.get_artifacts_by_id([event.artifact_id])
       outputs[event.path.steps[0].key] = artifact.uri
-  return seconds, outputs["transformed_examples"], outputs["transform_graph"]
+  return seconds, cpu, outputs["transformed_examples"], outputs["transform_graph"]
 
 
 def decoded_images(train_file: str) -> tuple:
@@ -100,46 +130,64 @@ def decoded_images(train_file: str) -> tuple:
   return np.concatenate(images), np.concatenate(keys)
 
 
-def tf_data_seconds(options: dict, images: np.ndarray, keys: np.ndarray) -> float:
-  """The view-set function as a parallel tf.data map over the decoded images."""
+def tf_data_seconds(options: dict, images: np.ndarray, keys: np.ndarray) -> tuple:
+  """(wall, CPU) seconds of the view-set function as a parallel tf.data map over the decoded
+  images."""
   params = augmix.params_from_options(options)
   dataset = (tf.data.Dataset.from_tensor_slices((images, keys)).batch(256)
              .map(lambda i, k: augmix.encode_view_sets(i, k, options["seed"],
                                                        options["num_views"],
                                                        options["view_sets"], params),
                   num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))
-  start = time.time()
+  start, cpu_start = time.time(), cpu_seconds()
   for _ in dataset:
     pass
-  return time.time() - start
+  return time.time() - start, cpu_seconds() - cpu_start
 
 
-def bytes_per_view(options: dict, images: np.ndarray, keys: np.ndarray, work_dir: str) -> tuple:
-  """(bytes per view as written now, as written before, images sampled): the views feature
-  alone, gzipped."""
-  images, keys = images[:_BYTES_SAMPLE], keys[:_BYTES_SAMPLE]
+def colour_images(count: int) -> np.ndarray:
+  """`count` 32x32 colour images (CIFAR's kind; the digits are grey): 96x96 crops of the two
+  photographs shipped in scikit-learn, area-downscaled, at seeded positions."""
+  from sklearn.datasets import load_sample_images
+  photos = load_sample_images().images
+  rng = np.random.default_rng(0)
+  crops = []
+  for _ in range(count):
+    photo = photos[rng.integers(len(photos))]
+    top, left = rng.integers(0, photo.shape[0] - 96), rng.integers(0, photo.shape[1] - 96)
+    crops.append(photo[top:top + 96, left:left + 96])
+  return tf.cast(tf.round(tf.image.resize(np.stack(crops), IMAGE_SHAPE[:2], method="area")),
+                 tf.uint8).numpy()
+
+
+def bytes_per_view(options: dict, images: np.ndarray, keys: np.ndarray, work_dir: str) -> dict:
+  """Bytes per view of the views feature alone, gzipped as Transform writes it, for the view
+  sets as stored (PNG of channel planes), as uint8 raw bytes in the images' layout (the
+  previous format) and as normalised float32 values (the first format): {format: bytes}."""
   count, sets = options["num_views"], options["view_sets"]
   params = augmix.params_from_options(options)
-  encoded = augmix.encode_view_sets(images, keys, options["seed"], count, sets, params).numpy()
-  # Before: the same views (set 0) unrounded, normalised, as float32 values.
-  views01 = augmix.augmix_views(images, keys, options["seed"], count, params,
-                                epochs=tf.zeros([len(images)], tf.int32)).numpy()
+  stored = tf.function(augmix.encode_view_sets)(images, keys, options["seed"], count, sets,
+                                                params).numpy()
+  views01 = tf.function(augmix.augmix_views)(images, keys, options["seed"], count, params,
+                                             epochs=tf.zeros([len(images)], tf.int32)).numpy()
+  rounded = np.clip(np.round(views01 * 255.0), 0, 255).astype(np.uint8)
   pixels = images.reshape(-1, 3).astype(np.float64) / 255.0
-  floats = (views01 - pixels.mean(axis=0)) / pixels.std(axis=0)
+  floats = ((views01 - pixels.mean(axis=0)) / pixels.std(axis=0)).astype(np.float32)
 
-  def size(name, features):
-    path = os.path.join(work_dir, name)
+  def size(features):
+    path = os.path.join(work_dir, "views.gz")
     with tf.io.TFRecordWriter(path, "GZIP") as writer:
       for feature in features:
         writer.write(tf.train.Example(features=tf.train.Features(
             feature={"augmix_views": feature})).SerializeToString())
     return os.path.getsize(path)
 
-  compact = size("compact.gz", (tf.train.Feature(bytes_list=tf.train.BytesList(value=list(v)))
-                                for v in encoded))
-  before = size("float32.gz", (tf.train.Feature(float_list=tf.train.FloatList(
-      value=v.astype(np.float32).ravel())) for v in floats))
-  return compact / (len(images) * count * sets), before / (len(images) * count), len(images)
+  as_bytes = lambda values: tf.train.Feature(bytes_list=tf.train.BytesList(value=values))  # noqa
+  return {
+      "png": size(as_bytes(list(v)) for v in stored) / (len(images) * count * sets),
+      "raw": size(as_bytes([v.tobytes()]) for v in rounded) / (len(images) * count),
+      "float32": size(tf.train.Feature(float_list=tf.train.FloatList(value=v.ravel()))
+                      for v in floats) / (len(images) * count)}
 
 
 def split_bytes(examples_uri: str) -> int:
@@ -181,18 +229,8 @@ def training_rate(config: PipelineConfig, steps: int, work_dir: str) -> float:
   return steps * batch / (time.time() - start)
 
 
-def main(argv=None) -> None:
-  defaults = from_preset().trainer
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--images", type=int, default=50_000)
-  parser.add_argument("--aug_count", type=int, default=max(defaults.aug_count, 1))
-  parser.add_argument("--augmix_view_sets", type=int, default=defaults.augmix_view_sets)
-  parser.add_argument("--beam_running_mode", default=PipelineConfig.beam_running_mode)
-  parser.add_argument("--train_steps", type=int, default=10)
-  parser.add_argument("--input_batches", type=int, default=200)
-  args = parser.parse_args(argv)
-  if args.aug_count < 1 or args.augmix_view_sets < 1:
-    parser.error("--aug_count and --augmix_view_sets must be >= 1")
+def speed(args) -> None:
+  """Items 1-4 of the module docstring, printed."""
   work_dir = tempfile.mkdtemp(prefix="bench-augmix-")
   data_dir = os.path.join(work_dir, "data")
   config = from_preset().replace(
@@ -203,35 +241,115 @@ def main(argv=None) -> None:
   train_file = write_images(data_dir, args.images)
   images, keys = decoded_images(train_file)
 
-  data_seconds = tf_data_seconds(options, images, keys)
-  with_seconds, with_uri, graph_uri = run_transform(config, data_dir)
-  without_seconds, without_uri, _ = run_transform(
-      config.replace(augmix=False, pipeline_name="bench_no_augmix"), data_dir)
-  compact_view, float_view, sample = bytes_per_view(options, images, keys, work_dir)
+  data_seconds, data_cpu = tf_data_seconds(options, images, keys)
+  runs = {True: [], False: []}
+  for repeat in range(args.repeats):  # Interleaved: a load change hits both alike.
+    for with_augmix in (True, False):
+      runs[with_augmix].append(run_transform(config.replace(
+          augmix=with_augmix, pipeline_name=f"bench_{'' if with_augmix else 'no_'}augmix_{repeat}"),
+          data_dir))
+  (with_seconds, with_cpu), (without_seconds, without_cpu) = (
+      (min(r[0] for r in runs[w]), min(r[1] for r in runs[w])) for w in (True, False))
+  _, _, with_uri, graph_uri = runs[True][0]
+  without_uri = runs[False][0][2]
+  sample = min(_BYTES_SAMPLE, len(images))
+  digit_bytes = bytes_per_view(options, images[:sample], keys[:sample], work_dir)
+  colour_bytes = bytes_per_view(options, colour_images(sample), keys[:sample], work_dir)
   input_rate = input_pipeline_rate(config, with_uri, graph_uri, args.input_batches)
   consumed_rate = training_rate(config, args.train_steps, work_dir)
 
   n, views = args.images, args.aug_count * args.augmix_view_sets
-  marginal = with_seconds - without_seconds
+  marginal, marginal_cpu = with_seconds - without_seconds, with_cpu - without_cpu
   trainer = config.trainer
   print(f"AugMix, {n} images, aug_count {args.aug_count} x {args.augmix_view_sets} view set(s), "
-        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, best of "
+        f"{args.repeats} interleaved run(s) each")
   print(f"  Transform component ({' '.join(config.beam_pipeline_args())}): with AugMix "
-        f"{with_seconds:.1f}s, without {without_seconds:.1f}s; marginal {marginal:.1f}s "
-        f"({n * views / marginal:.0f} views/s)")
-  print(f"  tf.data map of the same function: {data_seconds:.1f}s ({n * views / data_seconds:.0f} "
-        f"views/s)")
-  print(f"  marginal ratio tf.data / Transform: {data_seconds / marginal:.2f} (goal >= 0.8)")
+        f"{with_seconds:.1f}s wall / {with_cpu:.1f}s CPU, without {without_seconds:.1f}s / "
+        f"{without_cpu:.1f}s; marginal {marginal:.1f}s wall ({n * views / marginal:.0f} views/s)"
+        f" / {marginal_cpu:.1f}s CPU")
+  print(f"  tf.data map of the same function: {data_seconds:.1f}s wall "
+        f"({n * views / data_seconds:.0f} views/s) / {data_cpu:.1f}s CPU")
+  print(f"  marginal ratio tf.data / Transform: {data_seconds / marginal:.2f} wall, "
+        f"{data_cpu / marginal_cpu:.2f} CPU (goal >= 0.8)")
   with_bytes, without_bytes = split_bytes(with_uri) / n, split_bytes(without_uri) / n
   print(f"  train split, gzipped: {with_bytes:.0f} bytes/example with views, "
         f"{without_bytes:.0f} without ({(with_bytes - without_bytes) / views:.0f} per view)")
-  print(f"  views feature alone, gzipped, {sample} images: {compact_view:.0f} bytes/view "
-        f"as uint8, {float_view:.0f} as float32 before: {compact_view / float_view:.2f} "
-        f"(goal <= 0.33)")
+  for name, sizes in (("digits", digit_bytes), ("colour photo crops", colour_bytes)):
+    print(f"  views feature alone, gzipped, {sample} {name}: {sizes['png']:.0f} bytes/view as "
+          f"stored (PNG planes), {sizes['raw']:.0f} as uint8 raw bytes, {sizes['float32']:.0f} "
+          f"as float32: {sizes['png'] / sizes['float32']:.2f} of float32 (goal <= 0.33)")
   print(f"  Trainer input pipeline: {input_rate:.0f} examples/s; training step of WRN-"
         f"{trainer.depth}-{trainer.width_multiplier} (batch {trainer.per_core_batch_size}, "
         f"{trainer.num_views} view(s)) consumes {consumed_rate:.0f} examples/s: "
         f"{input_rate / consumed_rate:.1f}x (goal >= 3x)")
+
+
+def execution_seconds(config: PipelineConfig, component: str) -> float:
+  """Wall seconds of the newest execution of a component (by type) in config's MLMD."""
+  store = metadata_store.MetadataStore(
+      tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path))
+  latest = max((e for e in store.get_executions()
+                if store.get_execution_types_by_id([e.type_id])[0].name.endswith(component)),
+               key=lambda e: e.id)
+  return (latest.last_update_time_since_epoch - latest.create_time_since_epoch) / 1000.0
+
+
+def robustness(args) -> None:
+  """One default pipeline run (`python -m pipeline`, the default model on the digits) per
+  AugMix source in args.robustness, in one output directory (so everything but Transform,
+  Trainer and what follows them is cached), printing each run's figures as it ends."""
+  output_dir = args.output_dir or tempfile.mkdtemp(prefix="bench-augmix-robustness-")
+  os.makedirs(output_dir, exist_ok=True)
+  print(f"AugMix sources, default pipeline model, outputs in {output_dir}; "
+        f"{os.cpu_count()} cores", flush=True)
+  for source in args.robustness.split(","):
+    flags = [f"--output_dir={output_dir}", "--max_eval_ece=0",  # No run becomes a baseline.
+             f"--aug_count={args.aug_count}", *args.pipeline_flags.split()]
+    flags += (["--augmix_online=true"] if source == "online"
+              else [f"--augmix_view_sets={int(source)}"])
+    config = from_flags(flags)
+    start = time.time()
+    with open(os.path.join(output_dir, f"bench-{source}.log"), "w") as log:
+      subprocess.run([sys.executable, "-m", "pipeline", *flags], check=True, stdout=log,
+                     stderr=subprocess.STDOUT)
+    run = RunRecord(config)
+    values = tfma_results.load_metrics(run.latest_output("evaluation").uri)
+    means = run_report.corrupted_means(values, PROBABILITIES_KEY, config.corruptions)
+    accuracy = tfma_results.metric(values, run_report.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
+    examples = run.latest_output("transformed_examples").uri
+    name = "online" if source == "online" else f"{source} view set(s)"
+    print(f"  {name}: eval accuracy {accuracy:.4f}, cA {means[ACCURACY_NAME]:.4f}, cNLL "
+          f"{means[NLL_NAME]:.3f}; Transform {execution_seconds(config, 'Transform'):.0f}s, "
+          f"train split {split_bytes(examples) / 2**20:.1f} MiB; Trainer "
+          f"{execution_seconds(config, 'Trainer'):.0f}s; run {time.time() - start:.0f}s "
+          f"({' '.join(flags[1:])})", flush=True)
+
+
+def main(argv=None) -> None:
+  defaults = from_preset().trainer
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--images", type=int, default=50_000)
+  parser.add_argument("--aug_count", type=int, default=max(defaults.aug_count, 1))
+  parser.add_argument("--augmix_view_sets", type=int, default=defaults.augmix_view_sets)
+  parser.add_argument("--beam_running_mode", default=PipelineConfig.beam_running_mode)
+  parser.add_argument("--repeats", type=int, default=1,
+                      help="Transform runs with and without AugMix, interleaved; best of each")
+  parser.add_argument("--train_steps", type=int, default=10)
+  parser.add_argument("--input_batches", type=int, default=200)
+  parser.add_argument("--robustness", default="",
+                      help="instead: train the default pipeline once per AugMix source, e.g. "
+                      "'online,15,4,2,1' (online AugMix, or that many view sets)")
+  parser.add_argument("--pipeline_flags", default="",
+                      help="more flags for --robustness runs: --pipeline_flags=--train_epochs=6")
+  parser.add_argument("--output_dir", default="", help="--robustness runs' output directory")
+  args = parser.parse_args(argv)
+  if args.aug_count < 1 or args.augmix_view_sets < 1 or args.repeats < 1:
+    parser.error("--aug_count, --augmix_view_sets and --repeats must be >= 1")
+  sources = [s for s in args.robustness.split(",") if s]
+  if any(s != "online" and not (s.isdigit() and int(s) >= 1) for s in sources):
+    parser.error(f"--robustness={args.robustness}: each entry must be 'online' or a count >= 1")
+  (robustness if sources else speed)(args)
 
 
 if __name__ == "__main__":

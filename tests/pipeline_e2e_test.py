@@ -201,9 +201,10 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
                                       f"Split-{split}", "*")), compression_type="GZIP")
     return tf.train.Example.FromString(next(iter(transformed)).numpy())
 
-  # Compact view sets (uint8 bytes) for training examples only.
+  # Compact view sets (a PNG of uint8 channel planes each) for training examples only.
   view_sets = first_example("train").features.feature["augmix_views"].bytes_list.value
-  assert [len(views) for views in view_sets] == [2 * 32 * 32 * 3] * trainer.augmix_view_sets
+  assert [tuple(tf.io.decode_png(views).shape) for views in view_sets] == (
+      [(2 * 3 * 32, 32, 1)] * trainer.augmix_view_sets)
   eval_sets = first_example("eval").features.feature["augmix_views"].bytes_list.value
   assert list(eval_sets) == [b""] * trainer.augmix_view_sets
 

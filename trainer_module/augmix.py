@@ -274,36 +274,28 @@ def augmix_views(images, keys, seed, count, params: AugMixParams, epochs):
 
 # --- Compact view sets: what Transform writes and the Trainer reads. ----------------------------
 # A view set is the `count` views of one image for one epoch, rounded to uint8 (at most 0.5/255
-# from the float view in [0, 1]) and stored as raw bytes: a quarter of float32's size, read
-# back with one vectorised decode_raw.
-
-
-def _raw_bytes(rows):
-  """uint8 [n, length] -> string [n], row i's bytes.
-
-  TensorFlow has no op for this: serialize_tensor writes a uint8 tensor as a TensorProto whose
-  last field is its row-major bytes (tensor_content), so row i starts at
-  (size - n * length) + i * length. One copy; decode_raw inverts it (tested).
-  """
-  serialized = tf.io.serialize_tensor(rows)
-  n, length = tf.shape(rows)[0], tf.shape(rows)[1]
-  header = tf.strings.length(serialized) - n * length
-  return tf.strings.substr(serialized, header + tf.range(n) * length, tf.fill([n], length))
+# from the float view in [0, 1]) and stored as one greyscale PNG of the views' channel planes
+# stacked vertically: [count * channels * height, width]. Planes rather than interleaved
+# channels give PNG's row filters smooth rows, and deflate finds a grey image's equal planes;
+# bench/augmix.py measures it against raw bytes and float32 on grey and colour images.
 
 
 def encode_view_sets(images, keys, seed, count, sets, params: AugMixParams):
-  """View sets 0..sets-1 of each image: string [batch, sets], each `count * h * w * c` bytes.
+  """View sets 0..sets-1 of each image: string [batch, sets], each a PNG (decode_view_set).
 
   Set s holds the views online AugMix would make in epoch s, rounded to uint8.
   """
   images = tf.convert_to_tensor(images, tf.uint8)
   batch = tf.shape(images)[0]
+  height, width, channels = tf.unstack(tf.shape(images)[1:])
   set_indices = tf.tile(tf.range(sets), [batch])  # Example-major, like the views.
   views01 = augmix_views(tf.repeat(images, sets, axis=0), tf.repeat(tf.reshape(keys, [-1]), sets),
                          seed, count, params, epochs=set_indices)
   quantised = tf.cast(tf.clip_by_value(tf.round(views01 * 255.0), 0.0, 255.0), tf.uint8)
-  rows = tf.reshape(quantised, [batch * sets, count * tf.reduce_prod(tf.shape(images)[1:])])
-  return tf.reshape(_raw_bytes(rows), [batch, sets])
+  planes = tf.reshape(tf.transpose(quantised, [0, 1, 4, 2, 3]),  # [n, count, c, h, w]
+                      tf.stack([batch * sets, count * channels * height, width, 1]))
+  pngs = tf.map_fn(tf.io.encode_png, planes, fn_output_signature=tf.string)
+  return tf.reshape(pngs, tf.stack([batch, sets]))
 
 
 def decode_view_set(view_sets, epochs, count, image_shape):
@@ -311,12 +303,18 @@ def decode_view_set(view_sets, epochs, count, image_shape):
 
   view_sets: string [batch, sets] from encode_view_sets; epochs: int [batch].
   """
+  height, width, channels = image_shape
   sets = tf.shape(view_sets)[1]
   chosen = tf.gather(view_sets, tf.math.floormod(tf.cast(epochs, tf.int32), sets), batch_dims=1)
-  expected = count * math.prod(image_shape)
-  with tf.control_dependencies([tf.debugging.assert_equal(
-      tf.strings.length(chosen), expected,
-      message=f"AugMix view sets do not hold {count} view(s) per image: was Transform run with "
-      "this config's aug_count?")]):
-    values = tf.io.decode_raw(chosen, tf.uint8)
-  return tf.reshape(tf.cast(values, tf.float32) / 255.0, [-1, count, *image_shape])
+
+  def decode(png):
+    planes = tf.io.decode_png(png, channels=1)
+    with tf.control_dependencies([tf.debugging.assert_equal(
+        tf.shape(planes), [count * channels * height, width, 1],
+        message=f"AugMix view sets do not hold {count} view(s) of {list(image_shape)} per "
+        "image: was Transform run with this config's aug_count?")]):
+      return tf.reshape(planes, [count, channels, height, width])
+
+  planes = tf.map_fn(decode, chosen,
+                     fn_output_signature=tf.TensorSpec([count, channels, height, width], tf.uint8))
+  return tf.cast(tf.transpose(planes, [0, 1, 3, 4, 2]), tf.float32) / 255.0

@@ -16,9 +16,11 @@ def _float_feature(values):
 
 
 def _view_set(example, view_set, count):
-  """The bytes of a recognisable view set: view v of it is the constant _view_value(...)."""
-  return b"".join(bytes([_view_value(example, view_set, view)]) * 32 * 32 * 3
-                  for view in range(count))
+  """A recognisable view set as Transform stores it (augmix.encode_view_sets: one PNG of the
+  views' channel planes): view v of it is the constant _view_value(...)."""
+  planes = np.concatenate([np.full((3 * 32, 32, 1), _view_value(example, view_set, view),
+                                   np.uint8) for view in range(count)])
+  return tf.io.encode_png(planes).numpy()
 
 
 def _view_value(example, view_set, view):

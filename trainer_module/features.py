@@ -14,7 +14,7 @@ UNCALIBRATED_PROBABILITIES_KEY = "uncalibrated_probabilities"  # softmax(logits)
 CLASS_IDS_KEY = "class_ids"
 
 # Transform outputs besides IMAGE_KEY and LABEL_KEY.
-# string [augmix_view_sets]: set s is aug_count uint8 views as raw bytes (augmix.encode_view_sets).
+# string [augmix_view_sets]: set s is aug_count uint8 views in one PNG (augmix.encode_view_sets).
 AUGMIX_VIEWS_KEY = "augmix_views"
 CHANNEL_MEAN_KEY = "channel_mean"  # float32 [3]: the training split's per-channel mean ...
 CHANNEL_STD_KEY = "channel_std"  # ... and standard deviation, for AugMix in the Trainer.
