@@ -6,19 +6,23 @@ split: start empty, add the member that most improves the ensemble's objective, 
 
 Members enter as they are served: each with its own temperature, softmax(logits / T_m). A
 sweep whose members are calibrated would otherwise select on probabilities nobody serves, and
-could pick a member whose raw NLL is best but whose served NLL is not.
+could pick a member whose raw NLL is best but whose served NLL is not. A member calibrated
+`in_support` is the exception: its T holds only within its own feature support, so it enters
+raw (T = 1) and the ensemble's own map decides where sharpening applies.
 
 The ensemble network maps images to the log of the selection-weighted mean of its members'
 probabilities. Softmax of that is the mean itself, so the network is a "logits" model like a
-single one: temperature scaling (temperature.py) fits the ensemble's own T on it and the
-serving export (export.py) takes it as it is; the served model has the same signatures and
-outputs (`uncalibrated_probabilities` is then the members' mean before the ensemble's T).
+single one: temperature scaling (temperature.py) fits the ensemble's own T on it with the
+configured rule and the serving export (export.py) takes it as it is; the served model has the
+same signatures and outputs (`uncalibrated_probabilities` is then the members' mean before the
+ensemble's T). Under `in_support`, an input's distance from the training data is measured on
+the members' penultimate features side by side (the same single pass through each member).
 """
 import dataclasses
 import itertools
 import logging
 import os
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -135,18 +139,26 @@ class LogMeanProbability(keras.layers.Layer):
 
 
 def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
-                     temperatures: Sequence[float]) -> keras.Model:
-  """One network over the members (each used once, whatever its weight)."""
+                     temperatures: Sequence[float]) -> Tuple[keras.Model, keras.Model]:
+  """One network over the members (each used once, whatever its weight), and a model over the
+  same graph from the images to the members' penultimate features side by side, where an
+  `in_support` ensemble measures how far an input lies from the training data."""
   if not members or not len(members) == len(weights) == len(temperatures):
     raise ValueError(f"{len(members)} members but {len(weights)} weights and "
                      f"{len(temperatures)} temperatures.")
   images = keras.Input(shape=IMAGE_SHAPE, name="image")
-  member_logits = []
+  member_logits, member_features = [], []
   for index, member in enumerate(members):
-    member._name = f"member_{index}"  # pylint: disable=protected-access  # Unique layer names.
-    member_logits.append(member(images, training=False))
+    features = temperature.penultimate_model(member).output
+    with_features = keras.Model(member.inputs, [member.output, features], name=f"member_{index}")
+    logits, features = with_features(images, training=False)
+    member_logits.append(logits)
+    member_features.append(features)
   outputs = LogMeanProbability(weights, temperatures, name="log_mean_probability")(member_logits)
-  return keras.Model(images, outputs, name=f"ensemble_of_{len(members)}")
+  features = (member_features[0] if len(member_features) == 1 else
+              keras.layers.Concatenate(name="member_features")(member_features))
+  return (keras.Model(images, outputs, name=f"ensemble_of_{len(members)}"),
+          keras.Model(images, features, name="member_features"))
 
 
 def load_member(model_dir: str) -> keras.Model:
@@ -163,13 +175,12 @@ class Member:
 
 
 def member_temperature(model_dir: str) -> float:
-  """The T a member is served with (1 when it was exported without calibration)."""
+  """The T a member enters the ensemble with: the one it is served with (1 when it was exported
+  without calibration, or calibrated in_support: see the module docstring)."""
   info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
-  if info and info.get("temperature_fit") == "in_support":
-    raise ValueError(f"Member {model_dir} was calibrated with temperature_fit=in_support (T "
-                     "only within its feature support); an ensemble combines members with one "
-                     "temperature each: train members with another temperature_fit.")
-  return info["temperature"] if info else 1.0
+  if not info or info.get("temperature_fit") == "in_support":
+    return 1.0
+  return info["temperature"]
 
 
 def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
@@ -193,16 +204,21 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                    export_dir: str, ensemble_size: int, objective: str = "nll",
                    eval_batch_size: int = 256, num_bins: int = 15,
                    temperature_fit: str = "validation_corruptions",
-                   validation_corruption_examples: int = 50) -> dict:
+                   validation_corruption_examples: int = 50,
+                   train_files: Sequence[str] = ()) -> dict:
   """Selects members on the eval split, exports the temperature-scaled ensemble to export_dir
   and returns (and records in its assets.extra/ensemble.json) what was chosen and why. The
-  ensemble's T is fitted as a single model's (`temperature_fit`: clean, or with the validation
-  corruptions of the eval images, never worse than the raw mean under them)."""
+  ensemble's T is fitted as a single model's (`temperature_fit`: clean; with the validation
+  corruptions of the eval images, never worse than the raw mean under them; or in_support, the
+  same within the eval images' feature distance of the training split, `train_files`)."""
   if not members:
     raise ValueError("An ensemble needs at least one member model.")
   if temperature_fit not in ENSEMBLE_TEMPERATURE_FITS:
     raise ValueError(f"Invalid config value temperature_fit={temperature_fit!r}: an ensemble's "
                      f"temperature is fitted with one of {ENSEMBLE_TEMPERATURE_FITS}.")
+  if temperature_fit == "in_support" and not train_files:
+    raise ValueError("temperature_fit=in_support: the ensemble's feature support is measured "
+                     "on the training split; give its transformed files (train_files).")
   tft_output = tft.TFTransformOutput(transform_output)
   batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
   networks, probabilities, labels = [], [], None
@@ -220,15 +236,19 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
   chosen = [i for i in range(len(members)) if weights[i] > 0]
   log.info("Selected %s (picks %s, weights %s).", [members[i].name for i in chosen], picks,
            [round(float(weights[i]), 4) for i in chosen])
-  network = ensemble_network([networks[i] for i in chosen], weights[chosen],
-                             [temperatures[i] for i in chosen])
-  shift = None
-  if temperature_fit == "validation_corruptions":
+  network, features_model = ensemble_network([networks[i] for i in chosen], weights[chosen],
+                                             [temperatures[i] for i in chosen])
+  shift = train_batches = None
+  if temperature_fit in ("validation_corruptions", "in_support"):
     mean, std = temperature.channel_statistics(tft_output)
     shift = temperature.validation_corrupted_set(batches, mean, std,
                                                  validation_corruption_examples, eval_batch_size)
+  if temperature_fit == "in_support":
+    train_batches = data.eval_batches(train_files, tft_output.transformed_feature_spec(),
+                                      eval_batch_size)
   calibration = temperature.calibrate(network, batches, validation_corrupted=shift,
-                                      num_bins=num_bins)
+                                      num_bins=num_bins, train_batches=train_batches,
+                                      features_model=features_model)
   mean = np.tensordot(weights, probabilities, axes=1)
   record = {
       "objective": objective, "ensemble_size": ensemble_size, "picks": picks,
@@ -239,7 +259,7 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
       "eval": probability_metrics(_sharpen(mean, calibration["temperature"]), labels, num_bins),
       "objective_value": objective_value(mean, labels, objective)}
   export_serving_model(network, tft_output, export_dir, calibration,
-                       records={ENSEMBLE_FILE: record})
+                       records={ENSEMBLE_FILE: record}, features_model=features_model)
   return record
 
 
