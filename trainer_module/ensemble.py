@@ -52,25 +52,33 @@ def _accuracy(mean_probabilities: np.ndarray, labels: np.ndarray) -> float:
   return float((mean_probabilities.argmax(axis=1) == labels).mean())
 
 
-def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objective: str) -> float:
-  """What selection minimises: nll, -accuracy (acc), or nll - accuracy (nll-acc)."""
+def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objective: str,
+                    calibrated: bool = False) -> float:
+  """What selection minimises: nll, -accuracy (acc), or nll - accuracy (nll-acc). calibrated:
+  the NLL after the candidate's own clean temperature, as an ensemble whose T sharpens within
+  the support (in_support, clean) is served there."""
   if objective not in ENSEMBLE_OBJECTIVES:
     raise ValueError(f"Invalid config value ensemble_objective={objective!r}: must be one of "
                      f"{ENSEMBLE_OBJECTIVES}.")
   value = 0.0
   if objective in ("nll", "nll-acc"):
-    value += _nll(mean_probabilities, labels)
+    if calibrated:
+      logits = np.log(np.maximum(mean_probabilities, _PROBABILITY_FLOOR))
+      value += temperature.nll(logits, labels, temperature.fit_temperature(logits, labels))
+    else:
+      value += _nll(mean_probabilities, labels)
   if objective in ("acc", "nll-acc"):
     value -= _accuracy(mean_probabilities, labels)
   return value
 
 
 def greedy_selection(probabilities: np.ndarray, labels: np.ndarray, size: int,
-                     objective: str = "nll") -> List[int]:
+                     objective: str = "nll", calibrated: bool = False) -> List[int]:
   """The members picked, in order, repeats included.
 
   probabilities: [members, examples, classes], each member's softmax on the eval split.
-  Ties go to the lower member index, so the result is deterministic.
+  calibrated: see objective_value. Ties go to the lower member index, so the result is
+  deterministic.
   """
   probabilities = np.asarray(probabilities, np.float64)
   labels = np.asarray(labels, np.int64).reshape(-1)
@@ -83,7 +91,8 @@ def greedy_selection(probabilities: np.ndarray, labels: np.ndarray, size: int,
   total = np.zeros(probabilities.shape[1:])
   best = np.inf
   while len(set(picks)) < size:
-    value, member = min((objective_value((total + p) / (len(picks) + 1), labels, objective), m)
+    value, member = min((objective_value((total + p) / (len(picks) + 1), labels, objective,
+                                         calibrated), m)
                         for m, p in enumerate(probabilities))
     if not value < best:
       log.info("No member improves the ensemble's %s (%.4f): selection stops.", objective, best)
@@ -174,13 +183,20 @@ class Member:
   model_dir: str  # Its serving SavedModel.
 
 
-def member_temperature(model_dir: str) -> float:
-  """The T a member enters the ensemble with: the one it is served with (1 when it was exported
-  without calibration, or calibrated in_support: see the module docstring)."""
+def served_temperature(model_dir: str) -> float:
+  """The T a member is served with on its eval images (1 when exported without calibration;
+  under in_support every eval image lies within the support, so its T applies to them all)."""
   info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
-  if not info or info.get("temperature_fit") == "in_support":
+  return info["temperature"] if info else 1.0
+
+
+def member_temperature(model_dir: str) -> float:
+  """The T a member enters the ensemble with: the one it is served with, or 1 when it is
+  calibrated in_support (see the module docstring)."""
+  info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
+  if info and info.get("temperature_fit") == "in_support":
     return 1.0
-  return info["temperature"]
+  return served_temperature(model_dir)
 
 
 def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
@@ -221,17 +237,22 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                      "on the training split; give its transformed files (train_files).")
   tft_output = tft.TFTransformOutput(transform_output)
   batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
-  networks, probabilities, labels = [], [], None
+  networks, probabilities, served, labels = [], [], [], None
   temperatures = [member_temperature(member.model_dir) for member in members]
-  for member, member_t in zip(members, temperatures):
+  served_temperatures = [served_temperature(member.model_dir) for member in members]
+  for member, member_t, served_t in zip(members, temperatures, served_temperatures):
     network = load_member(member.model_dir)
     logits, labels = temperature.model_logits(network, batches)
     networks.append(network)
     probabilities.append(tf.nn.softmax(logits.astype(np.float64) / member_t).numpy())
-    log.info("Member %s: served eval NLL %.4f (T = %.4f).", member.name,
-             _nll(probabilities[-1], labels), member_t)
+    served.append(tf.nn.softmax(logits.astype(np.float64) / served_t).numpy())
+    log.info("Member %s: served eval NLL %.4f (T = %.4f; enters at T = %.4f).", member.name,
+             _nll(served[-1], labels), served_t, member_t)
   probabilities = np.stack(probabilities)
-  picks = greedy_selection(probabilities, labels, ensemble_size, objective)
+  # An ensemble T that sharpens within the support is served there after selection: judge
+  # each candidate after its own T, as a single member is judged after its own.
+  calibrated = temperature_fit in ("clean", "in_support")
+  picks = greedy_selection(probabilities, labels, ensemble_size, objective, calibrated)
   weights = selection_weights(picks, len(members))
   chosen = [i for i in range(len(members)) if weights[i] > 0]
   log.info("Selected %s (picks %s, weights %s).", [members[i].name for i in chosen], picks,
@@ -251,13 +272,14 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                                       features_model=features_model)
   mean = np.tensordot(weights, probabilities, axes=1)
   record = {
-      "objective": objective, "ensemble_size": ensemble_size, "picks": picks,
+      "objective": objective, "calibrated_selection": calibrated,
+      "ensemble_size": ensemble_size, "picks": picks,
       "members": [{"name": members[i].name, "weight": float(weights[i])} for i in chosen],
       "trials": [member_record(m, p, labels, t, num_bins)
-                 for m, p, t in zip(members, probabilities, temperatures)],
+                 for m, p, t in zip(members, served, served_temperatures)],
       "diversity": disagreement(probabilities[chosen]),
       "eval": probability_metrics(_sharpen(mean, calibration["temperature"]), labels, num_bins),
-      "objective_value": objective_value(mean, labels, objective)}
+      "objective_value": objective_value(mean, labels, objective, calibrated)}
   export_serving_model(network, tft_output, export_dir, calibration,
                        records={ENSEMBLE_FILE: record}, features_model=features_model)
   return record

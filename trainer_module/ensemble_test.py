@@ -46,6 +46,25 @@ def test_a_member_that_cannot_be_improved_on_is_an_ensemble_of_one():
   assert ensemble.greedy_selection(members, LABELS, size=2) == [0]
 
 
+# Raw, adding B makes the mean less confident and raises the NLL; after each candidate's own
+# temperature (the served ensemble's T sharpens within the support), it separates the classes
+# better: 6 images, class 0 true, p(class 0) per image.
+SHARP_A = _two_class([0.55, 0.6, 0.8, 0.9, 0.3, 0.9])
+SOFT_B = _two_class([0.6, 0.55, 0.7, 0.7, 0.4, 0.55])
+
+
+def test_calibrated_selection_judges_each_candidate_after_its_own_temperature():
+  members, labels = np.stack([SHARP_A, SOFT_B]), np.zeros(6, np.int64)
+  assert ensemble.greedy_selection(members, labels, size=2) == [0]
+  assert ensemble.greedy_selection(members, labels, size=2, calibrated=True) == [0, 1]
+  mean = (SHARP_A + SOFT_B) / 2
+  inverse_t = np.linspace(0.01, 10.0, 100_000)[:, None, None]  # A grid over 1/T.
+  grid = -np.log(np.exp(np.log(mean) * inverse_t) /
+                 np.exp(np.log(mean) * inverse_t).sum(axis=2, keepdims=True))[:, :, 0]
+  assert ensemble.objective_value(mean, labels, "nll", calibrated=True) == pytest.approx(
+      grid.mean(axis=1).min(), abs=1e-6)
+
+
 def test_the_acc_objective_maximises_accuracy():
   right, wrong = _two_class([0.6] * 4), _two_class([0.4] * 4)
   assert ensemble.greedy_selection(np.stack([wrong, right]), LABELS, 2, "acc") == [1]
@@ -153,6 +172,7 @@ def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(
   radius = temperature.mahalanobis_distance(split(flags["eval_files"])[0], means,
                                             precision).max()
   assert calibration["support_radius"] == pytest.approx(radius, rel=1e-4)
+  assert record["calibrated_selection"]
 
   from testing.transform_runs import encode_png, raw_digit_examples
   noise = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
@@ -199,6 +219,7 @@ def test_a_member_enters_with_its_served_t_or_raw_when_that_t_holds_only_in_its_
   temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "in_support",
                                                      "temperature": 0.4})
   assert ensemble.member_temperature(str(tmp_path)) == 1.0
+  assert ensemble.served_temperature(str(tmp_path)) == 0.4  # What its report row shows.
   temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
                                                      "corruptions", "temperature": 0.8})
   assert ensemble.member_temperature(str(tmp_path)) == 0.8
