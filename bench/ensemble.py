@@ -1,16 +1,15 @@
 """A hyper-deep ensemble against its best single member, with paired bootstrap 95% intervals.
 
 From a finished ensemble run (`--ensemble_size=K --hyper_trials=N`) it scores the ensemble and
-every trial as they are served (each with its own temperature) on the clean held-out test split
-and the corrupted set, and gives ensemble - best member for accuracy, NLL, ECE, cA, cNLL and
-cECE. The best member is the one a plain sweep would deploy, as the selector sees it: the lowest
-served eval NLL (trainer_module.ensemble.best_single). The intervals resample whole test images
-(a corrupted image's slices go with its clean test image, as they share it): paired, since
-both models are scored on every resample, and seeded. It also splits each test NLL into what
-the correctly and wrongly classified images contribute, and shows the ensemble at T = 1. Last,
-the same comparison with every trial at T = 1 (selection run again on eval,
-trainer_module.ensemble.greedy_selection): what the sweep gives when members are not sharpened,
-as the validation_corruptions fit leaves AugMix members.
+every trial through their served signatures (whatever their calibration map: one T, or T within
+a feature support) on the clean held-out test split and the corrupted set, and gives ensemble -
+best member for accuracy, NLL, ECE, cA, cNLL and cECE. The best member is the one a plain sweep
+would deploy, as the selector sees it: the lowest served eval NLL
+(trainer_module.ensemble.best_single). The intervals resample whole test images (a corrupted
+image's slices go with its clean test image, as they share it): paired, since both models are
+scored on every resample, and seeded. It also splits each test NLL into what the correctly and
+wrongly classified images contribute, served and uncalibrated. `--ensemble_dir` scores another
+ensemble of the same trials (e.g. `python -m trainer_module ensemble` with other settings).
 
   make bench-ensemble ARGS="--output_dir outputs"
   .venv/bin/python bench/ensemble.py --output_dir /work/runs/ens48 --bootstrap 2000
@@ -19,7 +18,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,6 +31,10 @@ from bench.run_outputs import LabelledSet  # noqa: E402
 from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
 from trainer_module import ensemble, metrics, temperature  # noqa: E402
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
+from trainer_module.features import (PROBABILITIES_KEY,  # noqa: E402
+                                     UNCALIBRATED_PROBABILITIES_KEY)
+
+_BATCH = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,16 +105,6 @@ def nll_split(s: Scored) -> Tuple[float, float, int]:
           int((s.correct == 0).sum()))
 
 
-def mixture_logits(member_logits: Sequence[np.ndarray], weights: Sequence[float],
-                   temperatures: Sequence[float]) -> np.ndarray:
-  """The log of the weighted mean of softmax(logits / T) over members, as the ensemble network
-  computes it (trainer_module.ensemble.LogMeanProbability)."""
-  chosen = [i for i, w in enumerate(weights) if w > 0]
-  layer = ensemble.LogMeanProbability([weights[i] for i in chosen],
-                                      [temperatures[i] for i in chosen])
-  return layer([tf.constant(member_logits[i], tf.float32) for i in chosen]).numpy()
-
-
 def compare(label: str, a: Dict[str, LabelledSet], b: Dict[str, LabelledSet],
             groups: Dict[str, np.ndarray], num_bins: int, replicates: int, seed: int) -> None:
   """Prints metric(a) - metric(b) on test and the corrupted set with bootstrap intervals, and
@@ -138,85 +131,72 @@ def _row(name: str, t: str, eval_nll: float, sets: Dict[str, LabelledSet],
           f"| {corrupted['ece'][0]:.4f} |")
 
 
-def _divided(sets: Dict[str, LabelledSet], t: float) -> Dict[str, LabelledSet]:
-  return {split: dataclasses.replace(s, values=s.values / t) for split, s in sets.items()}
+def served_sets(model_dir: str, examples: run_outputs.EvaluationSet,
+                batch_size: int) -> Tuple[Dict[str, LabelledSet], Dict[str, LabelledSet]]:
+  """A model's served and uncalibrated probabilities (as log probabilities) on the test and
+  corrupted sets, through its `serving_images` signature: whatever its calibration map (one
+  T, or T within a feature support), this is what users get."""
+  serve = tf.saved_model.load(model_dir).signatures["serving_images"]
+  served, raw = {}, {}
+  for split in (TEST, CORRUPTED):
+    rows = examples.eval_sets == split
+    pngs = examples.pngs[rows]
+    outputs = [serve(images=tf.constant(pngs[start:start + batch_size]))
+               for start in range(0, len(pngs), batch_size)]
+    for into, key in ((served, PROBABILITIES_KEY), (raw, UNCALIBRATED_PROBABILITIES_KEY)):
+      probabilities = np.concatenate([o[key].numpy() for o in outputs]).astype(np.float64)
+      into[split] = LabelledSet(np.log(np.maximum(probabilities, 1e-12)),
+                                examples.labels[rows], examples.slices[rows])
+  return served, raw
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--output_dir", default="outputs", help="a finished ensemble run")
+  parser.add_argument("--ensemble_dir", default="",
+                      help="an ensemble serving_model to score instead of the run's (e.g. from "
+                           "`python -m trainer_module ensemble` over the run's trials)")
   parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates")
   parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
   args = parser.parse_args()
   run = run_outputs.Run(args.output_dir)
-  ensemble_dir = run.model_dir("EnsembleSelector")
+  ensemble_dir = args.ensemble_dir or run.model_dir("EnsembleSelector")
   record = read_record(ensemble_dir, ENSEMBLE_FILE)
   best = ensemble.best_single(record)
-  config = run.trainer_config(ensemble_dir)
-  num_bins = config.num_bins
-  tft_output = run.tft_output()
+  num_bins = run.trainer_config(run.model_dir("EnsembleSelector")).num_bins
   examples = run.evaluation_set()
-  batches = {name: (run_outputs.transformed_batches(
-      tft_output, examples.pngs[examples.eval_sets == name],
-      examples.labels[examples.eval_sets == name], config.eval_batch_size),
-                    examples.slices[examples.eval_sets == name]) for name in (TEST, CORRUPTED)}
-  batches["eval"] = (run.split_batches(tft_output, config.eval_batch_size), np.full(0, ""))
   groups = {name: examples.source_keys[examples.eval_sets == name] for name in (TEST, CORRUPTED)}
   models = {"ensemble": ensemble_dir}
   models.update({trial["name"]: run_outputs.local_uri(trial["model_dir"], run.config)
                  for trial in record["trials"]})
-  raw, temperatures = {}, {}  # Logits (an ensemble's: log mean probability) and served T.
+  eval_nll = {"ensemble": record["eval"]["nll"]}
+  eval_nll.update({trial["name"]: trial["eval"]["nll"] for trial in record["trials"]})
+  served, raw, fits = {}, {}, {}
   for name, model_dir in models.items():
-    network = run_outputs.load_network(model_dir)
-    temperatures[name] = ensemble.member_temperature(model_dir)
-    raw[name] = {split: run_outputs.labelled(network, *batches[split]) for split in batches}
-    raw[name]["eval"] = dataclasses.replace(raw[name]["eval"],
-                                            slices=np.full(len(raw[name]["eval"].labels), ""))
-    print(f"scored {name} (T = {temperatures[name]:.3f})", flush=True)
-  served = {name: _divided(sets, temperatures[name]) for name, sets in raw.items()}
+    served[name], raw[name] = served_sets(model_dir, examples, _BATCH)
+    info = temperature.read_calibration_info(model_dir) or {}
+    fits[name] = f"{info.get('temperature_fit', 'none')} {info.get('temperature', 1.0):.3f}"
+    print(f"scored {name} ({fits[name]})", flush=True)
 
   print(f"\nselected: {record['picks']} (weights "
-        f"{[(m['name'], m['weight']) for m in record['members']]}); best single on eval NLL: "
+        f"{[(m['name'], m['weight']) for m in record['members']]}; calibrated selection "
+        f"{record.get('calibrated_selection', False)}); best single on served eval NLL: "
         f"{best['name']}\n")
-  print("| model | T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
+  print("| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
   print("| --- |" + " ---: |" * 8)
   for name in models:
-    print(_row(name, f"{temperatures[name]:.3f}", temperature.nll(
-        served[name]["eval"].values, served[name]["eval"].labels), served[name], num_bins))
+    print(_row(name, fits[name], eval_nll[name], served[name], num_bins))
   compare(f"ensemble - {best['name']}, as served", served["ensemble"], served[best["name"]],
           groups, num_bins, args.bootstrap, args.seed)
   print("\ntest NLL = share of the right + share of the wrong (number wrong):")
   for label, sets in (("ensemble, served", served["ensemble"]),
-                      ("ensemble, T = 1", raw["ensemble"]),
+                      ("ensemble, uncalibrated", raw["ensemble"]),
                       (f"{best['name']}, served", served[best["name"]]),
-                      (f"{best['name']}, T = 1", raw[best["name"]])):
-    s = scored(sets[TEST], num_bins)
-    right, wrong, count = nll_split(s)
-    print(f"  {label:24s} {right + wrong:.4f} = {right:.4f} + {wrong:.4f} ({count}); mean "
-          f"confidence on the right {s.confidence[s.correct == 1].mean():.4f}")
-
-  # The same sweep with every member at T = 1 (what validation_corruptions chose for the
-  # members measured: under-confident AugMix models on clean images): selection again on eval.
-  trials = [trial["name"] for trial in record["trials"]]
-  eval_labels = raw[trials[0]]["eval"].labels
-  probabilities = np.stack([np.exp(temperature.log_softmax(raw[name]["eval"].values))
-                            for name in trials])
-  picks = ensemble.greedy_selection(probabilities, eval_labels, record["ensemble_size"],
-                                    record["objective"])
-  weights = ensemble.selection_weights(picks, len(trials))
-  mixture = {split: dataclasses.replace(raw[trials[0]][split], values=mixture_logits(
-      [raw[name][split].values for name in trials], weights, [1.0] * len(trials)))
-             for split in batches}
-  best_raw = min(trials, key=lambda name: temperature.nll(raw[name]["eval"].values,
-                                                           eval_labels))
-  print(f"\nmembers at T = 1: selection {[trials[i] for i in picks]}; best single on eval NLL: "
-        f"{best_raw}\n")
-  print("| model | T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
-  print("| --- |" + " ---: |" * 8)
-  for name, sets in (("ensemble of members at T = 1", mixture), (best_raw, raw[best_raw])):
-    print(_row(name, "1", temperature.nll(sets["eval"].values, eval_labels), sets, num_bins))
-  compare(f"ensemble - {best_raw}, members at T = 1", mixture, raw[best_raw], groups, num_bins,
-          args.bootstrap, args.seed)
+                      (f"{best['name']}, uncalibrated", raw[best["name"]])):
+    s_ = scored(sets[TEST], num_bins)
+    right, wrong, count = nll_split(s_)
+    print(f"  {label:30s} {right + wrong:.4f} = {right:.4f} + {wrong:.4f} ({count}); mean "
+          f"confidence on the right {s_.confidence[s_.correct == 1].mean():.4f}")
 
 
 if __name__ == "__main__":

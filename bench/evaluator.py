@@ -3,9 +3,10 @@
 Both paths score the same evaluation set (the clean eval and test splits and the corrupted test
 images of a `make run` output, rebuilt here with --examples_per_corruption) with the same
 SavedModel (the run's latest Trainer output) and the pipeline's own metrics and slices:
-- Evaluator: the component, run by LocalDagRunner on the DirectRunner with one worker per core,
-  with the pipeline's EvalConfig (no baseline); its time is the execution's wall time in MLMD
-  (Beam start-up, reading, inference, metrics and writing included).
+- Evaluator: the pipeline's component (components/evaluator.py: TFX's, with the input batches
+  regrouped), run by LocalDagRunner on the DirectRunner in the Beam mode given, with the
+  pipeline's EvalConfig (no baseline); its time is the execution's wall time in MLMD (Beam
+  start-up, reading, inference, metrics and writing included).
 - direct: the serving signature called on batches of serialized examples in this process, then
   accuracy, NLL, ECE and Brier score in numpy (testing/reference_metrics.py) on the same slices and
   both outputs (temperature-scaled and raw probabilities).
@@ -31,6 +32,7 @@ from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from components import evaluation_set  # noqa: E402
+from components.evaluator import Evaluator  # noqa: E402
 from pipeline import tfma_results  # noqa: E402
 from pipeline.config import PipelineConfig, from_preset, robustness_source  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
@@ -61,9 +63,8 @@ def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
       properties={"split_names": '["' + '","'.join(SPLITS) + '"]'}).with_id("examples")
   model = tfx.dsl.Importer(source_uri=model_uri,
                            artifact_type=tfx.types.standard_artifacts.Model).with_id("model")
-  evaluator = tfx.components.Evaluator(examples=examples.outputs["result"],
-                                       model=model.outputs["result"], example_splits=SPLITS,
-                                       eval_config=eval_config(config))
+  evaluator = Evaluator(examples=examples.outputs["result"], model=model.outputs["result"],
+                        example_splits=SPLITS, eval_config=eval_config(config))
   metadata_path = os.path.join(work_dir, "metadata.sqlite")
   connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(

@@ -84,7 +84,8 @@ class EnsembleSelectorExecutor(base_executor.BaseExecutor):
         artifact_utils.get_single_uri(input_dict[member_key(i)])))
         for i, name in enumerate(names)]
     examples = artifact_utils.get_single_instance(input_dict["examples"])
-    eval_files = [os.path.join(artifact_utils.get_split_uri([examples], "eval"), "*")]
+    eval_files, train_files = ([os.path.join(artifact_utils.get_split_uri([examples], split), "*")]
+                               for split in ("eval", "train"))
     transform_output = artifact_utils.get_single_uri(input_dict["transform_graph"])
     export_dir = path_utils.serving_model_dir(
         artifact_utils.get_single_uri(output_dict["model"]))
@@ -94,7 +95,8 @@ class EnsembleSelectorExecutor(base_executor.BaseExecutor):
         ensemble_size=exec_properties["ensemble_size"], objective=exec_properties["objective"],
         eval_batch_size=exec_properties["eval_batch_size"], num_bins=num_bins,
         temperature_fit=exec_properties["temperature_fit"],
-        validation_corruption_examples=exec_properties["validation_corruption_examples"])
+        validation_corruption_examples=exec_properties["validation_corruption_examples"],
+        train_files=train_files)
     evaluation_uri = artifact_utils.get_single_uri(input_dict["evaluation_set"])
     best = ensemble.best_single(record)
     record["comparison"] = {

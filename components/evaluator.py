@@ -2,10 +2,19 @@
 
 A snapshot of nothing in production (the first run) is no baseline: TFMA then drops the change
 thresholds and judges the candidate on the absolute bounds alone, as it does without one.
+
+The Evaluator reads each split with Beam's adaptive batching (tfx_bsl's BeamSource without a
+batch size), which starts at one example per batch and grows; the model is called once per
+batch, so on a small evaluation set most calls see a handful of examples. `custom_extractors`
+(TFX's hook, this module being the Evaluator's `module_path`) regroups the input batches to
+the model spec's `inference_batch_size` before TFMA's own extractors (bench/evaluator.py).
 """
 import logging
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterable, List
 
+import apache_beam as beam
+import pyarrow as pa
+import tensorflow_model_analysis as tfma
 from tfx import types
 from tfx import v1 as tfx
 from tfx.components.evaluator import executor as evaluator_executor
@@ -32,5 +41,49 @@ class ProductionBaselineExecutor(evaluator_executor.Executor):
     super().Do(input_dict, output_dict, exec_properties)
 
 
+def _rows(extracts: dict) -> int:
+  return extracts[tfma.ARROW_RECORD_BATCH_KEY].num_rows
+
+
+def _concatenated(group: Iterable[dict]) -> List[dict]:
+  """The group's record batches as one per Arrow schema (splits whose examples carry other
+  features infer other schemas; they are not mixed)."""
+  by_schema: Dict[str, list] = {}
+  for extracts in group:
+    if set(extracts) != {tfma.ARROW_RECORD_BATCH_KEY}:
+      raise ValueError(f"Expected input extracts of one record batch, got {sorted(extracts)}.")
+    batch = extracts[tfma.ARROW_RECORD_BATCH_KEY]
+    by_schema.setdefault(str(batch.schema), []).append(batch)
+  return [{tfma.ARROW_RECORD_BATCH_KEY: pa.Table.from_batches(batches).combine_chunks()
+           .to_batches()[0]} for batches in by_schema.values()]
+
+
+def regrouped_inputs(rows: int) -> tfma.extractors.Extractor:
+  """An extractor that regroups input record batches to about `rows` rows (larger ones pass
+  whole), keeping every example once."""
+
+  @beam.ptransform_fn
+  def regroup(extracts):
+    return (extracts
+            | "Group" >> beam.BatchElements(min_batch_size=rows, max_batch_size=rows,
+                                            element_size_fn=_rows)
+            | "Concatenate" >> beam.FlatMap(_concatenated))
+
+  return tfma.extractors.Extractor(stage_name="RegroupInputBatches", ptransform=regroup())
+
+
+def custom_extractors(eval_shared_model, eval_config, tensor_adapter_config):
+  """TFX's Evaluator UDF: TFMA's default extractors, after regrouping to the first model
+  spec's inference_batch_size (when set)."""
+  rows = eval_config.model_specs[0].inference_batch_size
+  return [*([regrouped_inputs(rows)] if rows else []), *tfma.default_extractors(
+      eval_shared_model=eval_shared_model, eval_config=eval_config,
+      tensor_adapter_config=tensor_adapter_config)]
+
+
 class Evaluator(tfx.components.Evaluator):
+  """TFX's Evaluator with the production baseline and this module's extractors."""
   EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(ProductionBaselineExecutor)
+
+  def __init__(self, **kwargs):
+    super().__init__(module_path=__name__, **kwargs)

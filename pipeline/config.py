@@ -155,9 +155,8 @@ class PipelineConfig:
               f"{tuning} choose the temperature (temperature_fit={fit}), so "
               "they cannot also be evaluated; leave them out or pick another temperature_fit")
     require(self.hyper_trials == 1 or fit in ENSEMBLE_TEMPERATURE_FITS, "temperature_fit", fit,
-            "is for single models: an ensemble's members and the ensemble itself are each "
-            f"calibrated with one temperature, fitted one of {ENSEMBLE_TEMPERATURE_FITS} (with "
-            "hyper_trials > 1, pass --temperature_fit=validation_corruptions)")
+            "is for single models: an ensemble's members saw different AugMix views; with "
+            f"hyper_trials > 1, pass one of {ENSEMBLE_TEMPERATURE_FITS}")
     require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
             "`python -m trainer_module`)")

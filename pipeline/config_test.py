@@ -81,8 +81,6 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--ensemble_size=0"], "ensemble_size=0"),
     (["--ensemble_size=4", "--hyper_trials=3"], "hyper_trials=3: must be >= ensemble_size (4)"),
     (["--ensemble_objective=brier"], "ensemble_objective='brier'"),
-    (["--temperature_fit=in_support", "--hyper_trials=2"],
-     "temperature_fit='in_support': is for single models"),
     (["--temperature_fit=clean_and_augmix", "--hyper_trials=2"],
      "temperature_fit='clean_and_augmix': is for single models"),
 ])

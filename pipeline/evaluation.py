@@ -96,8 +96,10 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       # TF_GENERIC: the serving signature is all TFMA calls. Left unset, TFMA loads the model
       # with Keras once to guess its type and again to look for compiled metrics (it has none),
       # which cost more than scoring the evaluation set (bench/evaluator.py).
+      # inference_batch_size: what components/evaluator.py regroups the input batches to.
       model_specs=[tfma.ModelSpec(
           signature_name="serving_default", label_key=LABEL_KEY, model_type=tfma.TF_GENERIC,
+          inference_batch_size=config.trainer.eval_batch_size,
           prediction_keys={PROBABILITIES_KEY: PROBABILITIES_KEY,
                            UNCALIBRATED_PROBABILITIES_KEY: UNCALIBRATED_PROBABILITIES_KEY})],
       slicing_specs=SLICING_SPECS,

@@ -301,9 +301,11 @@ def _ensemble_section(record: dict) -> List[str]:
   """Hyper-deep ensemble: the trials, the selection, and the ensemble against the best single
   trial, both as served (each temperature-scaled), on the same examples."""
   weights = {m["name"]: m["weight"] for m in record["members"]}
+  after_t = (", each candidate after its own temperature"
+             if record.get("calibrated_selection") else "")
   lines = ["## Ensemble", "",
-           f"Greedy selection with replacement on the eval split ({record['objective']}): picks "
-           f"{record['picks']}, {len(weights)} distinct of at most {record['ensemble_size']}; "
+           f"Greedy selection with replacement on the eval split ({record['objective']}{after_t}): "
+           f"picks {record['picks']}, {len(weights)} distinct of at most {record['ensemble_size']}; "
            f"diversity (mean pairwise disagreement of the members on eval) "
            f"{_fmt(record['diversity'])}.", ""]
   comparison = record.get("comparison")

@@ -82,13 +82,3 @@ def test_the_nll_split_adds_up_and_counts_the_errors():
   assert count == 1
   assert right + wrong == pytest.approx(temperature.nll(logits, labels))
   assert wrong == pytest.approx(-temperature.log_softmax(logits)[2, 1] / 3)
-
-
-def test_the_mixture_is_the_log_of_the_weighted_mean_of_the_tempered_members():
-  rng = np.random.default_rng(4)
-  members = [rng.normal(size=(6, 3)) for _ in range(3)]
-  weights, temperatures = [0.75, 0.0, 0.25], [0.5, 1.0, 2.0]
-  expected = sum(w * np.exp(temperature.log_softmax(l / t))
-                 for l, w, t in zip(members, weights, temperatures))
-  np.testing.assert_allclose(bench.mixture_logits(members, weights, temperatures),
-                             np.log(expected), rtol=1e-5, atol=1e-6)

@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tensorflow_model_analysis.metrics import metric_types
 from tfx_bsl.public import tfxio
 
-from components import calibration_metrics, evaluation_set
+from components import calibration_metrics, evaluation_set, evaluator
 from pipeline import evaluation, tfma_results
 from pipeline.config import PipelineConfig
 from testing import reference_metrics
@@ -153,7 +153,9 @@ def _evaluate(work, config, candidate_dir, baseline_dir=None):
                                  raw_record_column_name=tfma.ARROW_INPUT_COLUMN).BeamSource()
          | tfma.ExtractEvaluateAndWriteResults(
              eval_shared_model=models[0] if len(models) == 1 else models,
-             eval_config=eval_config, output_path=output))
+             eval_config=eval_config, output_path=output,
+             extractors=evaluator.custom_extractors(  # The pipeline's (regrouped inputs).
+                 models[0] if len(models) == 1 else models, eval_config, None)))
   return output
 
 

@@ -173,11 +173,11 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
 def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it_without_them(
     tmp_path, pipeline_runner):
   """Also the hyper-deep ensemble path: three trial Trainers, two members at most, one model
-  gated and pushed like a single one."""
+  gated and pushed like a single one, calibrated with the preset's in_support."""
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
            "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3",
-           "--temperature_fit=validation_corruptions", *SMALL_MODEL]
+           *SMALL_MODEL]
   result = pipeline_runner(*flags, timeout=2400)  # Three Trainers.
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   assert result.stdout.count("2 AugMix view(s) per image with JSD") == 3
@@ -214,6 +214,8 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert [trial["name"] for trial in record["trials"]] == [f"Trainer_trial_{i}" for i in range(3)]
   assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3
   assert 1 <= len(record["members"]) <= 2
+  calibration = json.loads(open(os.path.join(pushed, "assets.extra", "temperature.json")).read())
+  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
   assert sum(member["weight"] for member in record["members"]) == pytest.approx(1.0)
   comparison = record["comparison"]
   assert {"eval", "test", "corrupted"} <= set(comparison["ensemble"])

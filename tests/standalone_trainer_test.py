@@ -228,9 +228,10 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
     run_trainer(inputs, tmp_path / f"member_{seed}", "--train_epochs=1", f"--seed={seed}",
                 "--per_core_batch_size=32", timeout=900)
     members.append(str(tmp_path / f"member_{seed}" / "serving_model"))
+  train_files = next(flag for flag in inputs if flag.startswith("--train_files="))
   process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
-                                             "--ensemble_size=2",
-                                             "--validation_corruption_examples=5"),
+                                             "--ensemble_size=2", "--temperature_fit=in_support",
+                                             train_files, "--validation_corruption_examples=5"),
                            cwd=REPO, capture_output=True, text=True, timeout=600)
   assert process.returncode == 0, process.stderr[-3000:]
   assert "Ensemble of" in process.stderr
@@ -239,7 +240,7 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   assert [t["hyperparameters"]["seed"] for t in record["trials"]] == [1, 2]
   assert [t["name"] for t in record["trials"]] == members
   calibration = json.loads((model_dir / "assets.extra" / "temperature.json").read_text())
-  assert calibration["temperature_fit"] == "validation_corruptions"
+  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
   signatures = tf.saved_model.load(str(model_dir)).signatures
   assert {"serving_default", "serving_images"} <= set(signatures)
 
@@ -251,6 +252,10 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
                                              "--ensemble_objective=brier"),
                            cwd=REPO, capture_output=True, text=True, timeout=600)
   assert process.returncode == 2 and "ensemble_objective='brier'" in process.stderr
+  process = subprocess.run(_ensemble_command(inputs, tmp_path / "bad", members,
+                                             "--temperature_fit=in_support"),
+                           cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert process.returncode == 2 and "train_files" in process.stderr
 
 
 def _inspect(path):

@@ -4,7 +4,8 @@ workers run it. Flags are TrainerConfig's fields (the original script's names) p
 Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard), /serving_model.
 
 `python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=... --transform_output=...
---output_dir=... [--ensemble_size=4] [--ensemble_objective=nll]`: the pipeline's hyper-deep
+--output_dir=... [--ensemble_size=4] [--ensemble_objective=nll] [--temperature_fit=in_support
+--train_files=...]`: the pipeline's hyper-deep
 ensemble selection and export over member models trained elsewhere (each DIR a serving_model
 this command wrote); the ensemble goes to <output_dir>/serving_model.
 --warm_start is a checkpoint directory or exported SavedModel here (production is the
@@ -79,13 +80,14 @@ def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
 class EnsembleFlags:
   members: Tuple[str, ...] = ()  # The members' serving_model directories.
   eval_files: Tuple[str, ...] = ()  # Transform's eval split: selection and temperature.
+  train_files: Tuple[str, ...] = ()  # Transform's train split (temperature_fit=in_support).
   transform_output: str = ""
   output_dir: str = ""
   ensemble_size: int = 4
   ensemble_objective: str = "nll"
   eval_batch_size: int = 256
   num_bins: int = 15
-  temperature_fit: str = "validation_corruptions"  # The ensemble's T: or clean.
+  temperature_fit: str = "validation_corruptions"  # The ensemble's T: or clean, in_support.
   validation_corruption_examples: int = 50  # Eval images per validation slice.
 
   def __post_init__(self):
@@ -112,7 +114,7 @@ def ensemble_main(argv) -> int:
         members, flags.eval_files, flags.transform_output,
         os.path.join(flags.output_dir, "serving_model"), flags.ensemble_size,
         flags.ensemble_objective, flags.eval_batch_size, flags.num_bins, flags.temperature_fit,
-        flags.validation_corruption_examples)
+        flags.validation_corruption_examples, flags.train_files)
   except (FileNotFoundError, ValueError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2

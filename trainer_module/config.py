@@ -86,7 +86,8 @@ class TrainerConfig:
   # ("validation_corruptions"); fitted on the clean eval split alone ("clean"); or on it and its
   # training-time AugMix views, never worse than raw on either ("clean_and_augmix"); or, by the
   # first rule, a T that applies only to inputs no farther from the training data (feature
-  # space) than the eval images, the raw softmax beyond ("in_support"; single models only).
+  # space) than the eval images, the raw softmax beyond ("in_support"; an ensemble measures
+  # that distance on its members' features).
   temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support.
   # Eval images per validation corruption x severity (4 x 5 slices, the same images in each).
   validation_corruption_examples: int = 50  # Eval images per validation slice.
@@ -246,9 +247,9 @@ HYPER_LABEL_SMOOTHING_RANGE = (1e-5, 0.2)
 HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
 # What greedy member selection minimises: NLL, -accuracy, or NLL - accuracy.
 ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
-# How an ensemble's own temperature can be fitted (its network has no single feature layer
-# for in_support, nor one set of AugMix views for clean_and_augmix).
-ENSEMBLE_TEMPERATURE_FITS = ("validation_corruptions", "clean")
+# How an ensemble's own temperature can be fitted (its members saw different AugMix views, so
+# there is no one set for clean_and_augmix).
+ENSEMBLE_TEMPERATURE_FITS = ("validation_corruptions", "clean", "in_support")
 
 
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:

@@ -6,19 +6,23 @@ split: start empty, add the member that most improves the ensemble's objective, 
 
 Members enter as they are served: each with its own temperature, softmax(logits / T_m). A
 sweep whose members are calibrated would otherwise select on probabilities nobody serves, and
-could pick a member whose raw NLL is best but whose served NLL is not.
+could pick a member whose raw NLL is best but whose served NLL is not. A member calibrated
+`in_support` is the exception: its T holds only within its own feature support, so it enters
+raw (T = 1) and the ensemble's own map decides where sharpening applies.
 
 The ensemble network maps images to the log of the selection-weighted mean of its members'
 probabilities. Softmax of that is the mean itself, so the network is a "logits" model like a
-single one: temperature scaling (temperature.py) fits the ensemble's own T on it and the
-serving export (export.py) takes it as it is; the served model has the same signatures and
-outputs (`uncalibrated_probabilities` is then the members' mean before the ensemble's T).
+single one: temperature scaling (temperature.py) fits the ensemble's own T on it with the
+configured rule and the serving export (export.py) takes it as it is; the served model has the
+same signatures and outputs (`uncalibrated_probabilities` is then the members' mean before the
+ensemble's T). Under `in_support`, an input's distance from the training data is measured on
+the members' penultimate features side by side (the same single pass through each member).
 """
 import dataclasses
 import itertools
 import logging
 import os
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -48,25 +52,33 @@ def _accuracy(mean_probabilities: np.ndarray, labels: np.ndarray) -> float:
   return float((mean_probabilities.argmax(axis=1) == labels).mean())
 
 
-def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objective: str) -> float:
-  """What selection minimises: nll, -accuracy (acc), or nll - accuracy (nll-acc)."""
+def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objective: str,
+                    calibrated: bool = False) -> float:
+  """What selection minimises: nll, -accuracy (acc), or nll - accuracy (nll-acc). calibrated:
+  the NLL after the candidate's own clean temperature, as an ensemble whose T sharpens within
+  the support (in_support, clean) is served there."""
   if objective not in ENSEMBLE_OBJECTIVES:
     raise ValueError(f"Invalid config value ensemble_objective={objective!r}: must be one of "
                      f"{ENSEMBLE_OBJECTIVES}.")
   value = 0.0
   if objective in ("nll", "nll-acc"):
-    value += _nll(mean_probabilities, labels)
+    if calibrated:
+      logits = np.log(np.maximum(mean_probabilities, _PROBABILITY_FLOOR))
+      value += temperature.nll(logits, labels, temperature.fit_temperature(logits, labels))
+    else:
+      value += _nll(mean_probabilities, labels)
   if objective in ("acc", "nll-acc"):
     value -= _accuracy(mean_probabilities, labels)
   return value
 
 
 def greedy_selection(probabilities: np.ndarray, labels: np.ndarray, size: int,
-                     objective: str = "nll") -> List[int]:
+                     objective: str = "nll", calibrated: bool = False) -> List[int]:
   """The members picked, in order, repeats included.
 
   probabilities: [members, examples, classes], each member's softmax on the eval split.
-  Ties go to the lower member index, so the result is deterministic.
+  calibrated: see objective_value. Ties go to the lower member index, so the result is
+  deterministic.
   """
   probabilities = np.asarray(probabilities, np.float64)
   labels = np.asarray(labels, np.int64).reshape(-1)
@@ -79,7 +91,8 @@ def greedy_selection(probabilities: np.ndarray, labels: np.ndarray, size: int,
   total = np.zeros(probabilities.shape[1:])
   best = np.inf
   while len(set(picks)) < size:
-    value, member = min((objective_value((total + p) / (len(picks) + 1), labels, objective), m)
+    value, member = min((objective_value((total + p) / (len(picks) + 1), labels, objective,
+                                         calibrated), m)
                         for m, p in enumerate(probabilities))
     if not value < best:
       log.info("No member improves the ensemble's %s (%.4f): selection stops.", objective, best)
@@ -135,18 +148,26 @@ class LogMeanProbability(keras.layers.Layer):
 
 
 def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
-                     temperatures: Sequence[float]) -> keras.Model:
-  """One network over the members (each used once, whatever its weight)."""
+                     temperatures: Sequence[float]) -> Tuple[keras.Model, keras.Model]:
+  """One network over the members (each used once, whatever its weight), and a model over the
+  same graph from the images to the members' penultimate features side by side, where an
+  `in_support` ensemble measures how far an input lies from the training data."""
   if not members or not len(members) == len(weights) == len(temperatures):
     raise ValueError(f"{len(members)} members but {len(weights)} weights and "
                      f"{len(temperatures)} temperatures.")
   images = keras.Input(shape=IMAGE_SHAPE, name="image")
-  member_logits = []
+  member_logits, member_features = [], []
   for index, member in enumerate(members):
-    member._name = f"member_{index}"  # pylint: disable=protected-access  # Unique layer names.
-    member_logits.append(member(images, training=False))
+    features = temperature.penultimate_model(member).output
+    with_features = keras.Model(member.inputs, [member.output, features], name=f"member_{index}")
+    logits, features = with_features(images, training=False)
+    member_logits.append(logits)
+    member_features.append(features)
   outputs = LogMeanProbability(weights, temperatures, name="log_mean_probability")(member_logits)
-  return keras.Model(images, outputs, name=f"ensemble_of_{len(members)}")
+  features = (member_features[0] if len(member_features) == 1 else
+              keras.layers.Concatenate(name="member_features")(member_features))
+  return (keras.Model(images, outputs, name=f"ensemble_of_{len(members)}"),
+          keras.Model(images, features, name="member_features"))
 
 
 def load_member(model_dir: str) -> keras.Model:
@@ -162,14 +183,20 @@ class Member:
   model_dir: str  # Its serving SavedModel.
 
 
+def served_temperature(model_dir: str) -> float:
+  """The T a member is served with on its eval images (1 when exported without calibration;
+  under in_support every eval image lies within the support, so its T applies to them all)."""
+  info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
+  return info["temperature"] if info else 1.0
+
+
 def member_temperature(model_dir: str) -> float:
-  """The T a member is served with (1 when it was exported without calibration)."""
+  """The T a member enters the ensemble with: the one it is served with, or 1 when it is
+  calibrated in_support (see the module docstring)."""
   info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
   if info and info.get("temperature_fit") == "in_support":
-    raise ValueError(f"Member {model_dir} was calibrated with temperature_fit=in_support (T "
-                     "only within its feature support); an ensemble combines members with one "
-                     "temperature each: train members with another temperature_fit.")
-  return info["temperature"] if info else 1.0
+    return 1.0
+  return served_temperature(model_dir)
 
 
 def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
@@ -193,53 +220,68 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                    export_dir: str, ensemble_size: int, objective: str = "nll",
                    eval_batch_size: int = 256, num_bins: int = 15,
                    temperature_fit: str = "validation_corruptions",
-                   validation_corruption_examples: int = 50) -> dict:
+                   validation_corruption_examples: int = 50,
+                   train_files: Sequence[str] = ()) -> dict:
   """Selects members on the eval split, exports the temperature-scaled ensemble to export_dir
   and returns (and records in its assets.extra/ensemble.json) what was chosen and why. The
-  ensemble's T is fitted as a single model's (`temperature_fit`: clean, or with the validation
-  corruptions of the eval images, never worse than the raw mean under them)."""
+  ensemble's T is fitted as a single model's (`temperature_fit`: clean; with the validation
+  corruptions of the eval images, never worse than the raw mean under them; or in_support, the
+  same within the eval images' feature distance of the training split, `train_files`)."""
   if not members:
     raise ValueError("An ensemble needs at least one member model.")
   if temperature_fit not in ENSEMBLE_TEMPERATURE_FITS:
     raise ValueError(f"Invalid config value temperature_fit={temperature_fit!r}: an ensemble's "
                      f"temperature is fitted with one of {ENSEMBLE_TEMPERATURE_FITS}.")
+  if temperature_fit == "in_support" and not train_files:
+    raise ValueError("temperature_fit=in_support: the ensemble's feature support is measured "
+                     "on the training split; give its transformed files (train_files).")
   tft_output = tft.TFTransformOutput(transform_output)
   batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
-  networks, probabilities, labels = [], [], None
+  networks, probabilities, served, labels = [], [], [], None
   temperatures = [member_temperature(member.model_dir) for member in members]
-  for member, member_t in zip(members, temperatures):
+  served_temperatures = [served_temperature(member.model_dir) for member in members]
+  for member, member_t, served_t in zip(members, temperatures, served_temperatures):
     network = load_member(member.model_dir)
     logits, labels = temperature.model_logits(network, batches)
     networks.append(network)
     probabilities.append(tf.nn.softmax(logits.astype(np.float64) / member_t).numpy())
-    log.info("Member %s: served eval NLL %.4f (T = %.4f).", member.name,
-             _nll(probabilities[-1], labels), member_t)
+    served.append(tf.nn.softmax(logits.astype(np.float64) / served_t).numpy())
+    log.info("Member %s: served eval NLL %.4f (T = %.4f; enters at T = %.4f).", member.name,
+             _nll(served[-1], labels), served_t, member_t)
   probabilities = np.stack(probabilities)
-  picks = greedy_selection(probabilities, labels, ensemble_size, objective)
+  # An ensemble T that sharpens within the support is served there after selection: judge
+  # each candidate after its own T, as a single member is judged after its own.
+  calibrated = temperature_fit in ("clean", "in_support")
+  picks = greedy_selection(probabilities, labels, ensemble_size, objective, calibrated)
   weights = selection_weights(picks, len(members))
   chosen = [i for i in range(len(members)) if weights[i] > 0]
   log.info("Selected %s (picks %s, weights %s).", [members[i].name for i in chosen], picks,
            [round(float(weights[i]), 4) for i in chosen])
-  network = ensemble_network([networks[i] for i in chosen], weights[chosen],
-                             [temperatures[i] for i in chosen])
-  shift = None
-  if temperature_fit == "validation_corruptions":
+  network, features_model = ensemble_network([networks[i] for i in chosen], weights[chosen],
+                                             [temperatures[i] for i in chosen])
+  shift = train_batches = None
+  if temperature_fit in ("validation_corruptions", "in_support"):
     mean, std = temperature.channel_statistics(tft_output)
     shift = temperature.validation_corrupted_set(batches, mean, std,
                                                  validation_corruption_examples, eval_batch_size)
+  if temperature_fit == "in_support":
+    train_batches = data.eval_batches(train_files, tft_output.transformed_feature_spec(),
+                                      eval_batch_size)
   calibration = temperature.calibrate(network, batches, validation_corrupted=shift,
-                                      num_bins=num_bins)
+                                      num_bins=num_bins, train_batches=train_batches,
+                                      features_model=features_model)
   mean = np.tensordot(weights, probabilities, axes=1)
   record = {
-      "objective": objective, "ensemble_size": ensemble_size, "picks": picks,
+      "objective": objective, "calibrated_selection": calibrated,
+      "ensemble_size": ensemble_size, "picks": picks,
       "members": [{"name": members[i].name, "weight": float(weights[i])} for i in chosen],
       "trials": [member_record(m, p, labels, t, num_bins)
-                 for m, p, t in zip(members, probabilities, temperatures)],
+                 for m, p, t in zip(members, served, served_temperatures)],
       "diversity": disagreement(probabilities[chosen]),
       "eval": probability_metrics(_sharpen(mean, calibration["temperature"]), labels, num_bins),
-      "objective_value": objective_value(mean, labels, objective)}
+      "objective_value": objective_value(mean, labels, objective, calibrated)}
   export_serving_model(network, tft_output, export_dir, calibration,
-                       records={ENSEMBLE_FILE: record})
+                       records={ENSEMBLE_FILE: record}, features_model=features_model)
   return record
 
 

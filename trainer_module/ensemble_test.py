@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from testing.transform_runs import transformed_digits
-from trainer_module import ensemble, temperature
+from trainer_module import data, ensemble, temperature
 from trainer_module.config import TrainerConfig
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
@@ -44,6 +44,25 @@ def test_greedy_selection_stops_at_ensemble_size_distinct_members():
 def test_a_member_that_cannot_be_improved_on_is_an_ensemble_of_one():
   members = np.stack([_two_class([0.9] * 4), _two_class([0.6] * 4)])
   assert ensemble.greedy_selection(members, LABELS, size=2) == [0]
+
+
+# Raw, adding B makes the mean less confident and raises the NLL; after each candidate's own
+# temperature (the served ensemble's T sharpens within the support), it separates the classes
+# better: 6 images, class 0 true, p(class 0) per image.
+SHARP_A = _two_class([0.55, 0.6, 0.8, 0.9, 0.3, 0.9])
+SOFT_B = _two_class([0.6, 0.55, 0.7, 0.7, 0.4, 0.55])
+
+
+def test_calibrated_selection_judges_each_candidate_after_its_own_temperature():
+  members, labels = np.stack([SHARP_A, SOFT_B]), np.zeros(6, np.int64)
+  assert ensemble.greedy_selection(members, labels, size=2) == [0]
+  assert ensemble.greedy_selection(members, labels, size=2, calibrated=True) == [0, 1]
+  mean = (SHARP_A + SOFT_B) / 2
+  inverse_t = np.linspace(0.01, 10.0, 100_000)[:, None, None]  # A grid over 1/T.
+  grid = -np.log(np.exp(np.log(mean) * inverse_t) /
+                 np.exp(np.log(mean) * inverse_t).sum(axis=2, keepdims=True))[:, :, 0]
+  assert ensemble.objective_value(mean, labels, "nll", calibrated=True) == pytest.approx(
+      grid.mean(axis=1).min(), abs=1e-6)
 
 
 def test_the_acc_objective_maximises_accuracy():
@@ -123,11 +142,66 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   assert read_record(export_dir, ENSEMBLE_FILE)["picks"] == record["picks"]
 
 
-def test_an_ensemble_temperature_fit_that_needs_one_network_is_refused(members, tmp_path):
+def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(members):
+  work, flags, member_list = members
+  export_dir = str(work / "ensemble_in_support")
+  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
+                                   flags["transform_output"], export_dir, ensemble_size=3,
+                                   validation_corruption_examples=2, temperature_fit="in_support",
+                                   train_files=[flags["train_files"]])
+  calibration = temperature.read_calibration_info(export_dir)
+  assert calibration["temperature_fit"] == "in_support"
+  # The support, recomputed here: the chosen members' penultimate features side by side, class
+  # statistics of the train split, the farthest eval image's distance as the radius.
+  chosen = {m["name"] for m in record["members"]}
+  networks = [ensemble.load_member(m.model_dir) for m in member_list if m.name in chosen]
+  tft_output = tft.TFTransformOutput(flags["transform_output"])
+  spec = tft_output.transformed_feature_spec()
+
+  def features(images):
+    return np.concatenate([temperature.penultimate_model(n)(images).numpy() for n in networks],
+                          axis=1)
+
+  def split(files):
+    batches = list(data.eval_batches([files], spec, 256))
+    keep = np.concatenate([b[2].numpy() > 0 for b in batches])
+    return (np.concatenate([features(b[0]) for b in batches])[keep],
+            np.concatenate([b[1].numpy() for b in batches])[keep])
+
+  means, precision = temperature.class_statistics(*split(flags["train_files"]))
+  radius = temperature.mahalanobis_distance(split(flags["eval_files"])[0], means,
+                                            precision).max()
+  assert calibration["support_radius"] == pytest.approx(radius, rel=1e-4)
+  assert record["calibrated_selection"]
+
+  from testing.transform_runs import encode_png, raw_digit_examples
+  noise = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
+  images = ([example["image"] for example in raw_digit_examples(12)] +
+            [encode_png(image) for image in noise])  # Digits, and inputs far from them.
+  transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
+  inside = temperature.mahalanobis_distance(features(transformed), means, precision) <= radius
+  assert inside.any() and not inside.all(), inside
+  served = _serve(export_dir, images)
+  log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
+  expected = np.exp(log_mean / np.where(inside, calibration["temperature"], 1.0)[:, np.newaxis])
+  np.testing.assert_allclose(served[PROBABILITIES_KEY],
+                             expected / expected.sum(axis=1, keepdims=True), atol=1e-5)
+
+
+def test_an_in_support_ensemble_needs_the_training_split(members, tmp_path):
   _, flags, member_list = members
-  with pytest.raises(ValueError, match="temperature_fit='in_support'"):
+  with pytest.raises(ValueError, match="train_files"):
     ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
                             str(tmp_path / "out"), ensemble_size=1, temperature_fit="in_support")
+  assert not (tmp_path / "out").exists()
+
+
+def test_an_ensemble_temperature_fit_on_one_set_of_augmix_views_is_refused(members, tmp_path):
+  _, flags, member_list = members
+  with pytest.raises(ValueError, match="temperature_fit='clean_and_augmix'"):
+    ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
+                            str(tmp_path / "out"), ensemble_size=1,
+                            temperature_fit="clean_and_augmix")
   assert not (tmp_path / "out").exists()
 
 
@@ -139,11 +213,13 @@ def test_a_missing_member_model_is_named(members, tmp_path):
                             str(tmp_path / "out"), ensemble_size=1)
 
 
-def test_a_member_served_with_t_only_within_its_feature_support_is_refused(tmp_path):
+def test_a_member_enters_with_its_served_t_or_raw_when_that_t_holds_only_in_its_support(
+    tmp_path):
+  assert ensemble.member_temperature(str(tmp_path)) == 1.0  # Exported without calibration.
   temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "in_support",
                                                      "temperature": 0.4})
-  with pytest.raises(ValueError, match="temperature_fit=in_support"):
-    ensemble.member_temperature(str(tmp_path))
+  assert ensemble.member_temperature(str(tmp_path)) == 1.0
+  assert ensemble.served_temperature(str(tmp_path)) == 0.4  # What its report row shows.
   temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
                                                      "corruptions", "temperature": 0.8})
   assert ensemble.member_temperature(str(tmp_path)) == 0.8

@@ -78,21 +78,24 @@ def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation
 
 def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
                          export_dir: str, calibration: Optional[dict] = None,
-                         records: Mapping[str, dict] = {}) -> None:
+                         records: Mapping[str, dict] = {}, features_model=None) -> None:
   """model maps transformed images to logits (an ensemble: to log mean probabilities) and must
   compute in float32 (see float32_model). calibration: `temperature.calibrate`'s result; its T
   is baked into `probabilities` (T = 1 without it; under in_support, for the inputs within the
-  feature support's radius only) and it is recorded in assets.extra, as is
-  each of `records` ({file name: JSON value}), copied with the model and ignored by serving."""
+  feature support's radius only, measured in the space of `features_model`, by default the
+  network's penultimate_model, which must share model's graph) and it is recorded in
+  assets.extra, as is each of `records` ({file name: JSON value}), copied with the model and
+  ignored by serving."""
   temperature = calibration["temperature"] if calibration else 1.0
   # temperature_fit=in_support: T only within the eval images' feature distance, 1 beyond.
   support = (calibration or {}).get("feature_support")
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
   num_classes = model.output_shape[-1]
+  if support is not None:
+    features_model = features_model or temperature_scaling.penultimate_model(model)
   network = (model if support is None else
-             keras.Model(model.inputs, [model.output,
-                                        temperature_scaling.penultimate_model(model).output]))
+             keras.Model(model.inputs, [model.output, features_model.output]))
 
   def predict(encoded_images):
     with tf.control_dependencies([image_format.assert_png_headers(encoded_images)]):

@@ -316,11 +316,13 @@ class ShiftedSet(NamedTuple):
 def calibrate(model, eval_batches: tf.data.Dataset,
               augmented_batches: Optional[tf.data.Dataset] = None,
               validation_corrupted: Optional[ShiftedSet] = None,
-              num_bins: int = 15, train_batches: Optional[tf.data.Dataset] = None) -> dict:
+              num_bins: int = 15, train_batches: Optional[tf.data.Dataset] = None,
+              features_model=None) -> dict:
   """Fits T on the eval split; with its AugMix views (`select_temperature`) or its validation
   corruptions (`select_temperature_under_shift`) when given (at most one of the two); with the
   validation corruptions and the train split's batches, `in_support` (the returned
-  "feature_support" is what serving needs). Returns T with the NLLs (and ECEs) before and
+  "feature_support" is what serving needs), in the feature space of `features_model` (by
+  default the network's penultimate_model). Returns T with the NLLs (and ECEs) before and
   after, and those of the clean-only fit, for the record."""
   if augmented_batches is not None and validation_corrupted is not None:
     raise ValueError("Give AugMix views or validation corruptions, not both.")
@@ -338,7 +340,7 @@ def calibrate(model, eval_batches: tf.data.Dataset,
     applies = None
     info.update(temperature_fit="validation_corruptions")
     if train_batches is not None:
-      features_model = penultimate_model(model)
+      features_model = features_model or penultimate_model(model)
       support = feature_support(features_model, train_batches, eval_batches)
       applies = mahalanobis_distance(model_logits(features_model,
                                                   validation_corrupted.batches)[0],
