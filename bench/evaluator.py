@@ -57,14 +57,16 @@ def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri
 
 
 def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
-                      work_dir: str, count: int) -> tuple:
+                      work_dir: str, count: int, inference_batch_size: int) -> tuple:
+  tfma_config = eval_config(config)
+  tfma_config.model_specs[0].inference_batch_size = inference_batch_size
   examples = tfx.dsl.Importer(
       source_uri=examples_uri, artifact_type=tfx.types.standard_artifacts.Examples,
       properties={"split_names": '["' + '","'.join(SPLITS) + '"]'}).with_id("examples")
   model = tfx.dsl.Importer(source_uri=model_uri,
                            artifact_type=tfx.types.standard_artifacts.Model).with_id("model")
   evaluator = Evaluator(examples=examples.outputs["result"], model=model.outputs["result"],
-                        example_splits=SPLITS, eval_config=eval_config(config))
+                        example_splits=SPLITS, eval_config=tfma_config)
   metadata_path = os.path.join(work_dir, "metadata.sqlite")
   connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(metadata_path)
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
@@ -136,6 +138,11 @@ def main():
                       help="the Evaluator's Beam DirectRunner mode (multi_processing: one "
                            "worker process per core; in_memory: this process; auto: by the "
                            "evaluation set's size, as the pipeline)")
+  parser.add_argument("--inference_batch_size", type=int,
+                      default=PipelineConfig().trainer.eval_batch_size,
+                      help="rows the Evaluator regroups its input batches to before calling "
+                           "the model (the pipeline's: the trainer's eval_batch_size); 0: "
+                           "Beam's own adaptive batches")
   args = parser.parse_args()
   config = from_preset().replace(output_dir=args.output_dir,
                                         beam_running_mode=args.beam_running_mode)
@@ -150,7 +157,7 @@ def main():
     direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
                                                        config.trainer.num_bins)
     evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work,
-                                                       count)
+                                                       count, args.inference_batch_size)
     tfma_values = tfma_results.load_metrics(evaluation_uri)
   assert direct_count == count
   clean = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
