@@ -183,20 +183,21 @@ class Member:
   model_dir: str  # Its serving SavedModel.
 
 
+def _calibration(model_dir: str) -> dict:
+  return read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH)) or {}
+
+
 def served_temperature(model_dir: str) -> float:
   """The T a member is served with on its eval images (1 when exported without calibration;
   under in_support every eval image lies within the support, so its T applies to them all)."""
-  info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
-  return info["temperature"] if info else 1.0
+  return _calibration(model_dir).get("temperature", 1.0)
 
 
 def member_temperature(model_dir: str) -> float:
   """The T a member enters the ensemble with: the one it is served with, or 1 when it is
   calibrated in_support (see the module docstring)."""
-  info = read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH))
-  if info and info.get("temperature_fit") == "in_support":
-    return 1.0
-  return served_temperature(model_dir)
+  info = _calibration(model_dir)
+  return 1.0 if info.get("temperature_fit") == "in_support" else info.get("temperature", 1.0)
 
 
 def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
