@@ -136,10 +136,16 @@ def _temperature_description(calibration: Optional[dict]) -> str:
   fit = calibration.get("temperature_fit")
   clean_only = f"T = {calibration['clean_fit_temperature']:.4f}"
   if fit == "in_support":
+    radius = calibration["support_radius"]
+    where = (f"whose penultimate features lie within Mahalanobis distance {radius:.2f} of the "
+             "nearest training class mean (the farthest clean eval image's)"
+             if not isinstance(radius, list) else
+             "whose penultimate features, in some member's own feature space, lie within that "
+             "member's Mahalanobis distance of its nearest training class mean (the farthest "
+             f"clean eval image's: {', '.join(f'{r:.2f}' for r in radius)})")
     return (
-        f"T = {calibration['temperature']:.4f} for inputs whose penultimate features lie within "
-        f"Mahalanobis distance {calibration['support_radius']:.2f} of the nearest training "
-        "class mean (the farthest clean eval image's), the raw softmax (T = 1) beyond. T is "
+        f"T = {calibration['temperature']:.4f} for inputs {where}, the raw softmax (T = 1) "
+        "beyond. T is "
         f"chosen on {calibration['eval_examples']} clean eval examples and "
         f"{calibration['validation_examples']} eval images under the validation corruptions "
         f"({', '.join(calibration['validation_corruptions'])}; severities 1-5; "

@@ -84,3 +84,17 @@ def test_the_temperature_section_says_where_an_in_support_temperature_applies():
   assert "41% of them within the radius" in text
   assert ("| validation shift (eval images, validation corruptions; chose T) | 0.6000 | 0.5600 | "
           "0.1400 | 0.1100 | | |") in lines
+
+
+def test_an_ensembles_in_support_temperature_is_described_as_its_members_union():
+  from pipeline.config import PipelineConfig
+  calibration = _validation_fit(
+      temperature_fit="in_support", temperature=0.39, support_radius=[14.25, 12.5],
+      validation_inside_support=0.41, validation_nll_before=0.6, validation_nll_after=0.56,
+      validation_ece_before=0.14, validation_ece_after=0.11)
+  text = "\n".join(run_report._temperature_section(  # pylint: disable=protected-access
+      PipelineConfig(), {}, calibration))
+  assert ("T = 0.3900 for inputs whose penultimate features, in some member's own feature "
+          "space, lie within that member's Mahalanobis distance of its nearest training class "
+          "mean (the farthest clean eval image's: 14.25, 12.50), the raw softmax (T = 1) "
+          "beyond") in text

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -215,7 +216,10 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3
   assert 1 <= len(record["members"]) <= 2
   calibration = json.loads(open(os.path.join(pushed, "assets.extra", "temperature.json")).read())
-  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
+  # The union of the members' supports: one radius per distinct member.
+  radii = np.atleast_1d(calibration["support_radius"])
+  assert calibration["temperature_fit"] == "in_support" and len(radii) == len(record["members"])
+  assert np.all(radii > 0)
   assert sum(member["weight"] for member in record["members"]) == pytest.approx(1.0)
   comparison = record["comparison"]
   assert {"eval", "test", "corrupted"} <= set(comparison["ensemble"])

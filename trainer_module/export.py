@@ -82,8 +82,9 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   """model maps transformed images to logits (an ensemble: to log mean probabilities) and must
   compute in float32 (see float32_model). calibration: `temperature.calibrate`'s result; its T
   is baked into `probabilities` (T = 1 without it; under in_support, for the inputs within the
-  feature support's radius only, measured in the space of `features_model`, by default the
-  network's penultimate_model, which must share model's graph) and it is recorded in
+  feature support only (an ensemble's: any member's), measured in the space of
+  `features_model`, by default the network's penultimate_model, which must share model's
+  graph) and it is recorded in
   assets.extra, as is each of `records` ({file name: JSON value}), copied with the model and
   ignored by serving."""
   temperature = calibration["temperature"] if calibration else 1.0

@@ -20,7 +20,9 @@ so makes the corrupted set worse. Two fits also look at shifted copies of the ev
   radius is the largest distance of an eval image. A clean fit that sharpens then reaches the
   inputs it was fitted for, while the far-off shifted inputs on which sharpening hurts keep the
   raw softmax; validation-shift examples inside the radius still bound T as above. The served
-  model computes the distance of each input (export.py).
+  model computes the distance of each input (export.py). An ensemble's support is the union of
+  its members': an input is inside when some member's features lie within that member's radius
+  (ensemble.py says why).
 - `clean_and_augmix`: the eval images under the training-time AugMix augmentation. T minimises
   the mean of the two sets' NLLs, restricted to the temperatures at which neither set's NLL is
   above the raw softmax's. A model trained with AugMix is under-confident on AugMix views too,
@@ -34,7 +36,7 @@ import hashlib
 import json
 import logging
 import os
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -213,10 +215,26 @@ def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.nd
 class FeatureSupport(NamedTuple):
   """Where the eval images lie in the network's penultimate feature space: the training
   classes' feature means, the inverse of their shared covariance, and the largest Mahalanobis
-  distance of an eval image to its nearest class mean (Lee et al., NeurIPS 2018)."""
+  distance of an eval image to its nearest class mean (Lee et al., NeurIPS 2018). `start`: the
+  first of the features' columns it reads (an ensemble member's block among the members'
+  features side by side); it reads as many as the means have."""
   class_means: np.ndarray  # [classes, features]
   precision: np.ndarray  # [features, features]
   radius: float
+  start: int = 0
+
+  def columns(self, features):
+    """This support's block of `features` ([batch, all features], numpy or tf)."""
+    return features[:, self.start:self.start + self.class_means.shape[1]]
+
+
+# An ensemble's support: the union of its members', each in its own feature space. One
+# FeatureSupport or a tuple of them, wherever a support is taken.
+Support = Union[FeatureSupport, Tuple[FeatureSupport, ...]]
+
+
+def _parts(support: Support) -> Tuple[FeatureSupport, ...]:
+  return (support,) if isinstance(support, FeatureSupport) else tuple(support)
 
 
 def class_statistics(features: np.ndarray, labels: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -239,16 +257,24 @@ def mahalanobis_distance(features: np.ndarray, class_means: np.ndarray,
   return np.sqrt(np.maximum(np.einsum("ncd,de,nce->nc", diff, precision, diff), 0.0).min(axis=1))
 
 
-def served_temperatures(features: tf.Tensor, support: FeatureSupport,
-                        temperature: float) -> tf.Tensor:
+def within_support(features: np.ndarray, support: Support) -> np.ndarray:
+  """[batch] whether each input's features lie within the support's radius (for a union,
+  within some part's radius in that part's own columns)."""
+  features = np.asarray(features)
+  return np.any([mahalanobis_distance(part.columns(features), part.class_means, part.precision)
+                 <= part.radius for part in _parts(support)], axis=0)
+
+
+def served_temperatures(features: tf.Tensor, support: Support, temperature: float) -> tf.Tensor:
   """[batch] temperatures the served model divides logits by under `in_support`: T where an
-  input's feature distance is within the support's radius, 1 beyond (float64 distances, as the
-  fit computed them)."""
-  means = tf.constant(support.class_means, tf.float64)
-  diff = tf.cast(features, tf.float64)[:, tf.newaxis, :] - means[tf.newaxis]
-  squared = tf.einsum("ncd,de,nce->nc", diff, tf.constant(support.precision, tf.float64), diff)
-  distance = tf.sqrt(tf.maximum(tf.reduce_min(squared, axis=1), 0.0))
-  return tf.where(distance <= support.radius, tf.constant(temperature, tf.float32),
+  input lies within_support, 1 beyond (float64 distances, as the fit computed them)."""
+  inside = []
+  for part in _parts(support):
+    means = tf.constant(part.class_means, tf.float64)
+    diff = tf.cast(part.columns(features), tf.float64)[:, tf.newaxis, :] - means[tf.newaxis]
+    squared = tf.einsum("ncd,de,nce->nc", diff, tf.constant(part.precision, tf.float64), diff)
+    inside.append(tf.sqrt(tf.maximum(tf.reduce_min(squared, axis=1), 0.0)) <= part.radius)
+  return tf.where(tf.reduce_any(tf.stack(inside), axis=0), tf.constant(temperature, tf.float32),
                   tf.constant(1.0, tf.float32))
 
 
@@ -266,20 +292,32 @@ def penultimate_model(model) -> "keras.Model":
 
 
 def support_from_features(train_features: np.ndarray, train_labels: np.ndarray,
-                          eval_features: np.ndarray) -> FeatureSupport:
+                          eval_features: np.ndarray, start: int = 0) -> FeatureSupport:
   """The training classes' feature statistics and the eval images' largest distance."""
   means, precision = class_statistics(train_features, train_labels)
   radius = float(mahalanobis_distance(eval_features, means, precision).max())
   # A relative slack of 1e-6: the farthest eval image stays inside when serving recomputes its
   # features and distance with other rounding.
-  return FeatureSupport(means, precision, radius * (1.0 + 1e-6))
+  return FeatureSupport(means, precision, radius * (1.0 + 1e-6), start)
 
 
 def feature_support(features_model, train_batches: tf.data.Dataset,
-                    eval_batches: tf.data.Dataset) -> FeatureSupport:
-  """support_from_features of the features `features_model` gives on the two splits."""
-  return support_from_features(*model_logits(features_model, train_batches),
-                               model_logits(features_model, eval_batches)[0])
+                    eval_batches: tf.data.Dataset,
+                    feature_widths: Optional[Sequence[int]] = None) -> Support:
+  """support_from_features of the features `features_model` gives on the two splits; with
+  `feature_widths` (an ensemble's members' features side by side), the union of each block's
+  own support."""
+  train_features, train_labels = model_logits(features_model, train_batches)
+  eval_features = model_logits(features_model, eval_batches)[0]
+  if not feature_widths or len(feature_widths) == 1:
+    return support_from_features(train_features, train_labels, eval_features)
+  if sum(feature_widths) != train_features.shape[1]:
+    raise ValueError(f"Feature blocks of widths {list(feature_widths)} do not cover the "
+                     f"{train_features.shape[1]} features.")
+  starts = np.cumsum([0] + list(feature_widths[:-1]))
+  return tuple(support_from_features(train_features[:, s:s + w], train_labels,
+                                     eval_features[:, s:s + w], int(s))
+               for s, w in zip(starts, feature_widths))
 
 
 def _per_example(logits: np.ndarray, temperature: float,
@@ -317,12 +355,13 @@ def calibrate(model, eval_batches: tf.data.Dataset,
               augmented_batches: Optional[tf.data.Dataset] = None,
               validation_corrupted: Optional[ShiftedSet] = None,
               num_bins: int = 15, train_batches: Optional[tf.data.Dataset] = None,
-              features_model=None) -> dict:
+              features_model=None, feature_widths: Optional[Sequence[int]] = None) -> dict:
   """Fits T on the eval split; with its AugMix views (`select_temperature`) or its validation
   corruptions (`select_temperature_under_shift`) when given (at most one of the two); with the
   validation corruptions and the train split's batches, `in_support` (the returned
   "feature_support" is what serving needs), in the feature space of `features_model` (by
-  default the network's penultimate_model). Returns T with the NLLs (and ECEs) before and
+  default the network's penultimate_model; with `feature_widths`, the union of the supports of
+  its blocks, see feature_support). Returns T with the NLLs (and ECEs) before and
   after, and those of the clean-only fit, for the record."""
   if augmented_batches is not None and validation_corrupted is not None:
     raise ValueError("Give AugMix views or validation corruptions, not both.")
@@ -341,12 +380,12 @@ def calibrate(model, eval_batches: tf.data.Dataset,
     info.update(temperature_fit="validation_corruptions")
     if train_batches is not None:
       features_model = features_model or penultimate_model(model)
-      support = feature_support(features_model, train_batches, eval_batches)
-      applies = mahalanobis_distance(model_logits(features_model,
-                                                  validation_corrupted.batches)[0],
-                                     support.class_means, support.precision) <= support.radius
+      support = feature_support(features_model, train_batches, eval_batches, feature_widths)
+      applies = within_support(model_logits(features_model, validation_corrupted.batches)[0],
+                               support)
+      radii = [part.radius for part in _parts(support)]
       info.update(temperature_fit="in_support", feature_support=support,
-                  support_radius=support.radius,
+                  support_radius=radii[0] if len(radii) == 1 else radii,
                   validation_inside_support=float(np.mean(applies)))
     temperature = select_temperature_under_shift(logits, labels, shifted_logits, shifted_labels,
                                                  slices, num_bins, applies)

@@ -389,6 +389,47 @@ def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temper
   np.testing.assert_array_equal(served, np.where(inside, 0.4, 1.0).astype(np.float32))
 
 
+def test_an_ensembles_support_is_the_union_of_its_members_each_in_its_own_columns():
+  rng = np.random.default_rng(15)
+  labels = np.arange(300) % 3
+  # Two members' features side by side: 5 columns, then 4.
+  member_a = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
+  member_b = rng.normal(size=(300, 4)) - labels[:, np.newaxis]
+  eval_a, eval_b = rng.normal(size=(40, 5)), rng.normal(size=(40, 4))
+  support = (temperature.support_from_features(member_a, labels, eval_a),
+             temperature.support_from_features(member_b, labels, eval_b, start=5))
+  a, b = support
+  far_a, far_b = a.class_means[:1] + 100.0, b.class_means[:1] + 100.0
+  near_a, near_b = eval_a[:1], eval_b[:1]
+  queries = np.concatenate([np.concatenate(pair, axis=1) for pair in
+                            ((near_a, near_b), (near_a, far_b), (far_a, near_b),
+                             (far_a, far_b))])
+  np.testing.assert_array_equal(temperature.within_support(queries, support),
+                                [True, True, True, False])
+  served = temperature.served_temperatures(tf.constant(queries, tf.float32), support, 0.4)
+  np.testing.assert_array_equal(served.numpy(), np.float32([0.4, 0.4, 0.4, 1.0]))
+
+
+def test_feature_support_over_blocks_fits_each_block_on_its_own():
+  inputs = keras.Input((9,))
+  features_model = keras.Model(inputs, inputs)
+  rng = np.random.default_rng(16)
+  labels = np.arange(60) % 3
+  train = rng.normal(size=(60, 9)).astype(np.float32) + labels[:, np.newaxis]
+  evaluated = rng.normal(size=(20, 9)).astype(np.float32)
+  batches = lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+  support = temperature.feature_support(features_model, batches(train, labels),
+                                        batches(evaluated, labels[:20]), feature_widths=[5, 4])
+  assert [part.start for part in support] == [0, 5]
+  for part, columns in zip(support, (slice(0, 5), slice(5, 9))):
+    alone = temperature.support_from_features(train[:, columns], labels, evaluated[:, columns])
+    np.testing.assert_allclose(part.precision, alone.precision, rtol=1e-5, atol=1e-7)
+    assert part.radius == pytest.approx(alone.radius, rel=1e-6)
+  with pytest.raises(ValueError, match=r"widths \[5, 5\] do not cover the 9 features"):
+    temperature.feature_support(features_model, batches(train, labels),
+                                batches(evaluated, labels[:20]), feature_widths=[5, 5])
+
+
 def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
   keras.utils.set_random_seed(0)
   inputs = keras.Input((32, 32, 3))
