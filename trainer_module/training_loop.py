@@ -297,20 +297,26 @@ class Training:
     self.state.examples_seen.assign_add(self.global_batch_size)
     return loss
 
+  # The steps are traced without AutoGraph: nothing in them branches in Python on a tensor,
+  # and converting the model's and the optimizer's code was most of the first step's time
+  # (digits WRN-16-2 with AugMix: 9.2 s -> 1.5 s; the same graph, the same losses).
   @functools.cached_property
   def train_step(self) -> Callable:
     """One step per call."""
-    return tf.function(self._train_step)
+    return tf.function(self._train_step, autograph=False)
 
   @functools.cached_property
   def train_loop(self) -> Callable:
     """train_loop(iterator, steps): `steps` (a tensor, so one trace) steps in one call;
-    returns the last step's loss."""
+    returns the last step's loss. AutoGraph makes the loop a graph loop; the step inside is
+    left as it is."""
+    step = tf.autograph.experimental.do_not_convert(self._train_step)
+
     @tf.function
     def train_loop(iterator, steps):
       loss = tf.zeros([], tf.float32)
       for _ in tf.range(steps):
-        loss = self._train_step(iterator)
+        loss = step(iterator)
       return loss
     return train_loop
 
@@ -326,8 +332,9 @@ class Training:
 
   @functools.cached_property
   def eval_step(self) -> Callable:
-    """Traced once per run, not once per evaluation (seconds each epoch)."""
-    @tf.function
+    """Traced once per run, not once per evaluation (seconds each epoch); no AutoGraph, as
+    the train step."""
+    @functools.partial(tf.function, autograph=False)
     def eval_step(batch):
       self.strategy.run(self._replica_eval_step, args=batch)
     return eval_step
