@@ -93,8 +93,8 @@ class _Accumulator:
     self.count += float(np.sum(w))
     self.nll_sum -= float(np.sum(w * np.log(np.maximum(p[examples, y], PROBABILITY_FLOOR))))
     self.brier_sum += float(np.sum(w * np.sum((p - one_hot) ** 2, axis=1)))
-    bins = confidence_bins(confidence, self.bin_count.size)
     num_bins = self.bin_count.size
+    bins = confidence_bins(confidence, num_bins)
     self.bin_count += np.bincount(bins, weights=w, minlength=num_bins)
     self.bin_confidence += np.bincount(bins, weights=w * confidence, minlength=num_bins)
     self.bin_correct += np.bincount(bins, weights=w * (predicted == y), minlength=num_bins)
