@@ -14,7 +14,8 @@ import pytest
 from trainer_module import reference_corruptions
 from pipeline import local_runner
 from configs.shared import PIPELINE_AUGMIX
-from pipeline.config import check_runs_here, from_flags, from_preset
+from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, check_runs_here, from_flags,
+                             from_preset)
 from trainer_module.config import TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -283,8 +284,10 @@ def test_auto_beam_runs_small_steps_in_memory_and_big_or_uncounted_ones_on_every
   config = from_preset().replace(output_dir=str(tmp_path), beam_in_memory_max_examples=2000)
   assert from_preset().beam_in_memory_max_examples == 10000
   cores = os.cpu_count()
-  in_memory = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-  processes = ["--direct_running_mode=multi_processing", f"--direct_num_workers={cores}"]
+  installed = f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}"  # TFX builds no sdist of itself.
+  in_memory = ["--direct_running_mode=in_memory", "--direct_num_workers=1", installed]
+  processes = ["--direct_running_mode=multi_processing", f"--direct_num_workers={cores}",
+               installed]
   assert config.beam_running_mode == "auto" and config.input_examples == 1797
   assert config.beam_pipeline_args(2000) == in_memory
   assert config.beam_pipeline_args(2001) == processes
@@ -293,9 +296,19 @@ def test_auto_beam_runs_small_steps_in_memory_and_big_or_uncounted_ones_on_every
   fixed = config.replace(beam_running_mode="multi_processing")
   assert fixed.beam_pipeline_args(10) == processes
   # A step's own arguments: the engine under auto, nothing when the pipeline's say it all.
-  assert config.beam_step_args(10) == in_memory
-  assert config.beam_step_args(None) == processes
+  assert config.beam_step_args(10) == in_memory[:2]
+  assert config.beam_step_args(None) == processes[:2]
   assert fixed.beam_step_args(10) == []
+
+
+def test_tfx_builds_no_sdist_of_itself_for_a_local_beam_step(tmp_path):
+  """TFX packages its install tree for remote workers unless a dependency flag is given; the
+  local DirectRunner stages nothing, so the step's arguments name what is installed here."""
+  from tfx.utils import dependency_utils
+  args = from_preset().replace(output_dir=str(tmp_path)).beam_pipeline_args(10)
+  assert LOCAL_BEAM_REQUIREMENTS == os.path.join(_REPO, "requirements.lock")
+  assert os.path.isfile(LOCAL_BEAM_REQUIREMENTS)
+  assert dependency_utils.make_beam_dependency_flags(args) == args  # No --extra_package.
 
 
 def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):

@@ -1,6 +1,7 @@
 """The Evaluator's metrics and gate: TFMA's numbers equal numpy's on the same predictions, on
 every slice; partial results merge exactly; a model below the bounds is not blessed."""
 import os
+import pickle
 
 import apache_beam as beam
 import numpy as np
@@ -83,6 +84,74 @@ def test_the_metrics_of_one_output_share_one_pass_over_the_examples():
       calibration_metrics.NegativeLogLikelihood, calibration_metrics.BrierScore)}
   assert len(statistics) == 1
   assert calibration_metrics.BrierScore(num_bins=7).computations()[0] not in statistics
+
+
+def _weighted_inputs(probabilities, labels, weights):
+  return [metric_types.StandardMetricInputs(labels=np.array([label]), predictions=p,
+                                            example_weights=np.array([weight]))
+          for p, label, weight in zip(probabilities, labels, weights)]
+
+
+def _statistics_combiner(flush_size, num_bins=15):
+  key = metric_types.MetricKey(name="_calibration_statistics", example_weighted=True)
+  return calibration_metrics._StatisticsCombiner(key, num_bins, None, "", "", True,
+                                                 flush_size=flush_size), key
+
+
+def test_buffered_statistics_equal_numpy_across_flushes_weights_and_merged_workers():
+  """Integer example weights count an example that many times, so the weighted metrics equal
+  numpy's on the examples repeated; the examples reach the statistics in batches of 7 (on add
+  and on merge), from uneven workers (one with nothing), some shipped pickled as Beam does."""
+  rng = np.random.default_rng(2)
+  logits, labels = _random_predictions(rng, 1000)
+  probabilities = _softmax(logits).astype(np.float32)  # The model's dtype.
+  probabilities[:3] = np.eye(NUM_CLASSES)[labels[:3]]  # Confidence exactly 1: the last bin.
+  weights = rng.integers(0, 4, len(labels))  # 0 drops an example.
+  combiner, key = _statistics_combiner(flush_size=7)
+  inputs = _weighted_inputs(probabilities, labels, weights.astype(np.float64))
+  parts = []
+  for worker, chunk in enumerate(np.split(np.arange(len(labels)), [0, 5, 333, 334, 700])):
+    accumulator = combiner.create_accumulator()
+    for index in chunk:
+      accumulator = combiner.add_input(accumulator, inputs[index])
+    assert len(accumulator.pending) < 7  # Added in batches, not one by one.
+    if worker % 2:
+      accumulator = pickle.loads(pickle.dumps(combiner.compact(accumulator)))
+    parts.append(accumulator)
+  statistics = combiner.extract_output(combiner.merge_accumulators(parts))[key]
+  repeated = np.repeat(np.arange(len(labels)), weights)
+  expected = reference_metrics.metrics(probabilities[repeated], labels[repeated], num_bins=15)
+  values = calibration_metrics._values(statistics)
+  assert statistics.count == weights.sum() and not statistics.pending
+  for name in ("accuracy", "ece", "nll", "brier_score"):
+    assert values[name] == pytest.approx(expected[name], rel=1e-12), name
+  assert values[calibration_metrics.RELIABILITY_NAME][:, 0].sum() == weights.sum()
+
+
+def test_statistics_of_nothing_are_nan_not_an_error():
+  combiner, key = _statistics_combiner(flush_size=7)
+  merged = combiner.merge_accumulators([combiner.create_accumulator() for _ in range(3)])
+  values = calibration_metrics._values(combiner.extract_output(merged)[key])
+  assert np.isnan(values["ece"]) and np.isnan(values["nll"])
+
+
+@pytest.mark.parametrize("label", [NUM_CLASSES, -1])
+def test_a_label_outside_the_classes_is_refused_with_the_label_named(label):
+  combiner, key = _statistics_combiner(flush_size=1024)
+  probabilities = _softmax(np.zeros((3, NUM_CLASSES)))
+  accumulator = combiner.create_accumulator()
+  for element in _inputs(probabilities, [0, label, 1]):
+    accumulator = combiner.add_input(accumulator, element)
+  with pytest.raises(ValueError, match=rf"Label {label} is outside \[0, {NUM_CLASSES}\)"):
+    combiner.extract_output(accumulator)
+
+
+def test_predictions_of_different_class_counts_in_one_slice_are_refused():
+  combiner, _ = _statistics_combiner(flush_size=2)
+  accumulator = combiner.add_input(combiner.create_accumulator(),
+                                   _inputs(_softmax(np.zeros((1, 3))), [0])[0])
+  with pytest.raises(ValueError, match=r"different numbers of class probabilities \[3, 4\]"):
+    combiner.add_input(accumulator, _inputs(_softmax(np.zeros((1, 4))), [0])[0])
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5])
