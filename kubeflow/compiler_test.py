@@ -61,9 +61,13 @@ def test_every_container_runs_the_pipeline_image(compiled):
           "components.production_model.ProductionModelExecutor",
           "components.evaluator.ProductionBaselineExecutor",
           "tfx.extensions.google_cloud_ai_platform.trainer.executor.GenericExecutor"} <= classes
-  # Beam components use the pod's cores.
-  assert all("--direct_num_workers=0" in c["args"] for name, c in containers.items()
-             if name.startswith(("ImageDatasetExampleGen", "ValidationGate", "Transform")))
+  # Beam components use the pod's cores, and name the image's installed requirements so that
+  # TFX builds no sdist of itself in the pod.
+  beam_steps = [c["args"] for name, c in containers.items()
+                if name.startswith(("ImageDatasetExampleGen", "ValidationGate", "Transform"))]
+  assert beam_steps and all("--direct_num_workers=0" in args and
+                            "--requirements_file=/pipeline/requirements.lock" in args
+                            for args in beam_steps)
 
 
 def test_runtime_parameters_have_defaults_and_feed_the_components(compiled):

@@ -20,6 +20,8 @@ def test_cluster_flags_make_one_config_with_everything_on_object_storage():
   # Beam uses the cores of the pod it runs in, not those of the machine that compiled it.
   assert "--direct_num_workers=0" in config.beam_pipeline_args()
   assert "--direct_running_mode=multi_processing" in config.beam_pipeline_args(100)
+  # The image's own requirements (Dockerfile: /pipeline), so TFX builds no sdist in each pod.
+  assert "--requirements_file=/pipeline/requirements.lock" in config.beam_pipeline_args()
   assert config.beam_step_args(100) == []  # Steps keep the pipeline's engine in a cluster.
   assert from_flags([]).kubeflow is None
 
