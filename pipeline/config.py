@@ -18,7 +18,8 @@ import configs
 from trainer_module import reference_corruptions
 from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
                            parse_flags)
-from pipeline.cluster_config import IMAGE_PROJECT_DIR, KubeflowConfig, check_cluster_config
+from pipeline.cluster_config import (IMAGE_PROJECT_DIR, PROJECT_DIR, KubeflowConfig,
+                                     check_cluster_config)
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS, TrainerConfig,
@@ -32,12 +33,11 @@ BEAM_RUNNING_MODES = ("auto", "multi_processing", "multi_threading", "in_memory"
 # What this environment (and the pipeline's image) was installed from. Given to a DirectRunner
 # step (which stages nothing: its SDK workers run beside it), it stops TFX from copying its own
 # install tree to a temporary directory and building an sdist of it at the start of every Beam
-# step, for an
-# --extra_package no worker would install (tfx/utils/dependency_utils.py,
+# step, for an --extra_package no worker would install (tfx/utils/dependency_utils.py,
 # make_beam_dependency_flags, skipped when a dependency flag is set): ~1-3 s per step, and
 # 52 MB of /tmp left behind each time.
-LOCAL_BEAM_REQUIREMENTS = os.path.join(os.path.dirname(os.path.dirname(__file__)),
-                                       "requirements.lock")
+REQUIREMENTS_FILE = "requirements.lock"
+LOCAL_BEAM_REQUIREMENTS = os.path.join(PROJECT_DIR, REQUIREMENTS_FILE)
 # Examples in the embedded and tfds datasets (tfrecord inputs are not counted ahead of the run).
 DATASET_EXAMPLES = {"digits": 1797, "cifar10": 60000}
 MAX_PIPELINE_NAME_LENGTH = 100
@@ -240,7 +240,7 @@ class PipelineConfig:
         self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1))
     # A compiled pipeline's steps run in the pipeline's image, which installs the same file
     # from its project directory (Dockerfile).
-    installed = (f"{IMAGE_PROJECT_DIR}/requirements.lock" if self.kubeflow
+    installed = (f"{IMAGE_PROJECT_DIR}/{REQUIREMENTS_FILE}" if self.kubeflow
                  else LOCAL_BEAM_REQUIREMENTS)
     return ([f"--direct_running_mode={mode}", f"--direct_num_workers={workers}",
              f"--requirements_file={installed}"] + s3_workers)

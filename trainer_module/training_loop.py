@@ -334,7 +334,7 @@ class Training:
   def eval_step(self) -> Callable:
     """Traced once per run, not once per evaluation (seconds each epoch); no AutoGraph, as
     the train step."""
-    @functools.partial(tf.function, autograph=False)
+    @tf.function(autograph=False)
     def eval_step(batch):
       self.strategy.run(self._replica_eval_step, args=batch)
     return eval_step
