@@ -13,7 +13,8 @@ WORKDIR /pipeline
 # the tested versions; pip skips what the image already has at those versions (TFX, TF, Beam).
 # protobuf is the compiled 4.25 line (requirements.overrides) on 3.10 too: ml-metadata 1.16
 # requires it there as well, and tensorflow-metadata and TFMA ship one py3 wheel for both.
-# The robustness set: ImageMagick (tfds' motion blur and snow call `convert`), opencv's libraries.
+# The robustness set: ImageMagick (its MagickWand library, which Wand loads for tfds' motion blur
+# and snow), opencv's libraries.
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       imagemagick libgl1 libglib2.0-0 && rm -rf /var/lib/apt/lists/*
 COPY requirements.lock ./

@@ -15,8 +15,9 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 setup: $(STAMP)
 
-# Debian packages the robustness set needs: ImageMagick (tfds' motion blur and snow corruptions
-# call its `convert`) and the libraries opencv-python loads. Needs root; skipped when installed.
+# Debian packages the robustness set needs: ImageMagick (its MagickWand library, which Wand loads
+# for tfds' motion blur and snow) and the libraries opencv-python loads. Needs root; skipped
+# when installed.
 SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0
 system-packages:
 	@dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { \

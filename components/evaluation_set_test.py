@@ -73,7 +73,7 @@ def test_without_a_test_split_the_generated_set_is_refused_before_writing(tmp_pa
 
 def test_a_corruption_that_cannot_run_here_is_refused_before_writing(tmp_path, monkeypatch):
   from trainer_module import reference_corruptions
-  monkeypatch.setattr(reference_corruptions, "imagemagick_convert", lambda: None)
+  monkeypatch.setattr(reference_corruptions, "magick_wand", lambda: None)
   examples = _example_gen_output(tmp_path / "examples", per_split=1)
   out = tmp_path / "out"
   with pytest.raises(ValueError, match="motion_blur needs ImageMagick"):

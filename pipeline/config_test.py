@@ -125,7 +125,7 @@ def test_the_validation_corruptions_that_choose_the_temperature_are_never_evalua
 
 
 def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(monkeypatch):
-  monkeypatch.setattr(reference_corruptions, "imagemagick_convert", lambda: None)
+  monkeypatch.setattr(reference_corruptions, "magick_wand", lambda: None)
   with pytest.raises(ValueError, match=r"corruptions='contrast,snow'.*snow cannot run on this "
                                        r"machine: it needs ImageMagick"):
     check_runs_here(from_flags(["--corruptions=contrast,snow"]))

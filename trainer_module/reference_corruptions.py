@@ -9,13 +9,14 @@ severity constants. This module makes it usable on the pipeline's 32x32 RGB imag
 - frost, snow and motion blur are written for 224x224 images (frost crops 224x224 from its
   texture, snow reshapes to 224x224, motion blur's grey-image check compares with (224, 224)):
   those three run on the image resized to 224x224 and are resized back; the rest run at 32x32;
-- motion blur and snow call ImageMagick's `convert`, and frost needs the frost textures (taken
-  from the `imagecorruptions` package in the lock): `unavailable()` names what is missing, and
-  the config refuses those corruptions on a machine without it.
+- motion blur and snow blur with ImageMagick: tfds starts a `convert` process per image for it;
+  here the same MagickCore operation runs in-process through ImageMagick's MagickWand library
+  (Wand, in the lock), on the same PNG files, to the same pixels. Frost needs the frost textures
+  (taken from the `imagecorruptions` package in the lock): `unavailable()` names what is
+  missing, and the config refuses those corruptions on a machine without it.
 `corrupt_all` runs many requests, in a pool of processes when the slow corruptions (the three
-at 224x224, two of them a `convert` process per image) have enough images for the pool's start-up
-to pay; the output is the same as in one process, since each image's randomness comes from its
-request alone.
+at 224x224) have enough images for the pool's start-up to pay; the output is the same as in one
+process, since each image's randomness comes from its request alone.
 Names are those of tfds' `cifar10_corrupted` configs (`frosted_glass_blur`, `elastic`), so a
 slice means the same corruption for every dataset.
 """
@@ -29,9 +30,9 @@ import importlib.util
 import multiprocessing
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
+import types
 from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
@@ -61,29 +62,46 @@ _NEEDS_IMAGEMAGICK = ("snow", "motion_blur")
 _FROST_TEXTURE_COUNT = 5  # tfds' frost draws one of FROST_FILENAMES[0:5].
 _lock = threading.Lock()  # The corruptions share the global np.random state.
 # corrupt_all's pool pays for its start-up (a fresh interpreter per worker, ~5 s) from about
-# this many images under the slow corruptions (~40-300 ms each, against ~1 ms for the others;
-# ImageMagick itself runs on every core): bench/corruptions.py with ImageMagick, 150 slow
-# images 0.84x, 600 slow images 1.41x.
+# this many images under the ImageMagick corruptions (~30-50 ms each in-process, against ~1-9 ms
+# for the others; ImageMagick's blur itself runs on every core): bench/corruptions.py on 2 cores,
+# 200 of them (and 1,300 others) 0.92x, 400 1.26x, 1,000 1.53x.
 POOL_MIN_SLOW_IMAGES = 300
 _POOL_CHUNK = 8  # Requests per task sent to a worker: small enough to balance the slow ones.
 Request = Tuple[np.ndarray, str, int, str]  # corrupt()'s arguments: image, name, severity, key.
 
 
 @functools.lru_cache(maxsize=None)
-def imagemagick_convert() -> Optional[str]:
-  """The path of a working ImageMagick `convert` (or IM7 `magick`), or None."""
-  for name in ("magick", "convert"):
-    path = shutil.which(name)
-    if not path:
-      continue
-    try:
-      version = subprocess.run([path, "-version"], capture_output=True, text=True, timeout=30,
-                               check=False).stdout
-    except OSError:
-      continue
-    if version.startswith("Version: ImageMagick"):
-      return path
-  return None
+def magick_wand() -> Optional[types.ModuleType]:
+  """`wand.image` when ImageMagick's MagickWand library loads in this process, or None."""
+  try:
+    from wand import image  # Loads libMagickWand (ImportError when it is not installed).
+  except ImportError:
+    return None
+  return image
+
+
+def _convert_in_process(args: Sequence[str]) -> bytes:
+  """Runs `convert INPUT -motion-blur RADIUSxSIGMA+ANGLE OUTPUT`, the only ImageMagick call tfds'
+  snow and motion blur make, as MagickWand's MotionBlurImage on the same files: the pixels
+  `convert` writes (tested), without a process per image (~110 ms an image here, ~30 in-process;
+  bench/corruptions.py)."""
+  try:
+    _, source, option, geometry, target = args
+    radius, sigma_angle = geometry.split("x", 1)
+    sigma, angle = sigma_angle.split("+", 1)
+    if option != "-motion-blur":
+      raise ValueError(option)
+    radius, sigma, angle = float(radius), float(sigma), float(angle)
+  except ValueError as error:
+    raise ValueError(f"tfds asked ImageMagick for {list(args)!r}; only "
+                     "`convert INPUT -motion-blur RxS+A OUTPUT` runs in-process") from error
+  with magick_wand().Image(filename=source) as picture:
+    picture.motion_blur(radius=radius, sigma=sigma, angle=angle)
+    picture.save(filename=target)
+  return b""
+
+
+_IN_PROCESS_IMAGEMAGICK = types.SimpleNamespace(check_output=_convert_in_process)
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,9 +147,9 @@ def unavailable(names) -> Dict[str, str]:
   """For each of `names` that cannot run on this machine, why not."""
   missing = {}
   for name in names:
-    if name in _NEEDS_IMAGEMAGICK and imagemagick_convert() is None:
-      missing[name] = ("needs ImageMagick's `convert` on PATH (Debian: apt-get install "
-                       "imagemagick)")
+    if name in _NEEDS_IMAGEMAGICK and magick_wand() is None:
+      missing[name] = ("needs ImageMagick's MagickWand library, which Wand loads (Debian: "
+                       "apt-get install imagemagick)")
     elif name == "frost" and not frost_textures():
       missing[name] = "needs the frost textures of the `imagecorruptions` package (in the lock)"
   return missing
@@ -149,20 +167,18 @@ def _seed(key: str, corruption: str, severity: int) -> int:
 
 @contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
-  """Global np.random seeded, skimage's random_noise seeded, tfds pointed at ImageMagick and the
-  frost textures; everything put back afterwards."""
+  """Global np.random seeded, skimage's random_noise seeded, tfds' ImageMagick calls run
+  in-process and its frost drawn from the decoded textures; everything put back afterwards."""
   import skimage.util
   tfds_corruptions = _tfds_module()
   with _lock:
     state = np.random.get_state()
     random_noise = skimage.util.random_noise
-    imagemagick_bin, frost_filenames = (tfds_corruptions._imagemagick_bin,  # pylint: disable=protected-access
-                                        tfds_corruptions.FROST_FILENAMES)
+    subprocess_module = tfds_corruptions.subprocess
+    frost_filenames = tfds_corruptions.FROST_FILENAMES
     np.random.seed(seed)
     skimage.util.random_noise = functools.partial(random_noise, rng=seed)
-    convert = imagemagick_convert()
-    if convert:
-      tfds_corruptions._imagemagick_bin = lambda: convert  # pylint: disable=protected-access
+    tfds_corruptions.subprocess = _IN_PROCESS_IMAGEMAGICK
     tfds_corruptions.FROST_FILENAMES = (list(_uncompressed_frost_textures())
                                         if frost_textures() else [])
     try:
@@ -170,7 +186,7 @@ def _seeded(seed: int) -> Iterator[None]:
     finally:
       np.random.set_state(state)
       skimage.util.random_noise = random_noise
-      tfds_corruptions._imagemagick_bin = imagemagick_bin  # pylint: disable=protected-access
+      tfds_corruptions.subprocess = subprocess_module
       tfds_corruptions.FROST_FILENAMES = frost_filenames
 
 
@@ -230,13 +246,13 @@ def _corrupt_request(request: Request) -> np.ndarray:
 
 def pool_size(requests: Sequence[Request], workers: int = 0) -> int:
   """How many processes corrupt_all uses: `workers` when > 0; else (auto) one per CPU this process
-  may run on when at least POOL_MIN_SLOW_IMAGES requests are slow corruptions, and 1 otherwise
+  may run on when at least POOL_MIN_SLOW_IMAGES requests are ImageMagick's, and 1 otherwise
   (a few cheap images do not pay for starting interpreters)."""
   if workers < 0:
     raise ValueError(f"workers must be >= 0 (0 = auto), got {workers}.")
   if workers:
     return workers
-  slow = sum(1 for request in requests if request[1] in _AT_FULL_SIZE)
+  slow = sum(1 for request in requests if request[1] in _NEEDS_IMAGEMAGICK)
   return len(os.sched_getaffinity(0)) if slow >= POOL_MIN_SLOW_IMAGES else 1
 
 

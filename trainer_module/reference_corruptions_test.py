@@ -1,5 +1,7 @@
 """tfds' reference corruptions on 32x32x3 uint8 images: all 19 run, deterministic per key."""
 import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -70,10 +72,38 @@ def test_augmix_operations_and_the_evaluation_corruptions_are_disjoint():
 
 
 def test_a_corruption_without_its_dependency_fails_naming_it(monkeypatch, images):
-  monkeypatch.setattr(corruptions, "imagemagick_convert", lambda: None)
+  monkeypatch.setattr(corruptions, "magick_wand", lambda: None)
   assert set(corruptions.unavailable(corruptions.ALL_CORRUPTIONS)) == {"motion_blur", "snow"}
   with pytest.raises(RuntimeError, match="'motion_blur' cannot run here: it needs ImageMagick"):
     corruptions.corrupt(images[0], "motion_blur", 1, "k")
+
+
+def test_motion_blur_and_snow_in_process_are_the_pixels_of_tfds_convert_process(images,
+                                                                                 monkeypatch):
+  """tfds runs `convert` per image; the same call through MagickWand gives the same images."""
+  in_process = [corruptions.corrupt(image, name, severity, f"k{index}")
+                for name in ("motion_blur", "snow") for severity in corruptions.SEVERITIES
+                for index, image in enumerate(images)]
+  convert = shutil.which("convert")
+  assert convert, "ImageMagick's convert (make system-packages) is the reference here"
+  monkeypatch.setattr(corruptions, "_IN_PROCESS_IMAGEMAGICK", subprocess)
+  monkeypatch.setattr(corruptions._tfds_module(), "_imagemagick_bin", lambda: convert)
+  by_process = [corruptions.corrupt(image, name, severity, f"k{index}")
+                for name in ("motion_blur", "snow") for severity in corruptions.SEVERITIES
+                for index, image in enumerate(images)]
+  for one, other in zip(in_process, by_process):
+    np.testing.assert_array_equal(one, other)
+
+
+@pytest.mark.parametrize("args", [
+    ["convert", "in.png", "-blur", "0x3", "out.png"],
+    ["convert", "in.png", "-motion-blur", "15x8", "out.png"],
+    ["convert", "in.png", "-motion-blur", "15x8+-45", "-strip", "out.png"],
+])
+def test_any_other_imagemagick_call_is_refused_naming_it(args):
+  with pytest.raises(ValueError, match="tfds asked ImageMagick for .*only `convert INPUT "
+                                       "-motion-blur RxS\\+A OUTPUT` runs in-process"):
+    corruptions._convert_in_process(args)
 
 
 @pytest.mark.parametrize("name, severity, image, message", [
@@ -104,8 +134,8 @@ def test_a_bad_request_in_the_pool_fails_with_its_own_error(images):
     list(corruptions.corrupt_all(requests, workers=2))
 
 
-def test_the_pool_starts_only_when_enough_slow_corruptions_pay_for_it(images):
-  cheap = [(images[0], "gaussian_noise", 1, f"k{i}") for i in range(1000)]
+def test_the_pool_starts_only_when_enough_imagemagick_corruptions_pay_for_it(images):
+  cheap = [(images[0], name, 1, f"k{i}") for i in range(500) for name in ("frost", "contrast")]
   slow = [(images[0], "motion_blur", 1, f"k{i}") for i in range(corruptions.POOL_MIN_SLOW_IMAGES)]
   assert corruptions.pool_size(cheap) == 1
   assert corruptions.pool_size(cheap + slow[1:]) == 1
