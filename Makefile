@@ -10,7 +10,7 @@ export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
-	bench-calibration bench-ensemble bench-corruptions bench-beam \
+	bench-calibration bench-ensemble bench-corruptions bench-beam bench-startup \
 	kubeflow-compile kubeflow-image kubeflow-local
 
 setup: $(STAMP)
@@ -77,6 +77,9 @@ bench-ensemble: $(STAMP)
 
 bench-corruptions: system-packages $(STAMP)
 	$(VENV_PY) bench/corruptions.py $(ARGS)
+
+bench-startup: $(STAMP)
+	$(VENV_PY) bench/startup.py $(ARGS)
 
 bench-beam: $(STAMP)
 	$(VENV_PY) bench/beam_modes.py $(ARGS)

@@ -1,0 +1,25 @@
+"""What every process that imports TFX pays before doing anything (bench/startup.py)."""
+import os
+import subprocess
+import sys
+
+_COUNT_SCANS = """
+import importlib.metadata as metadata
+scans = []
+scan = metadata.packages_distributions
+metadata.packages_distributions = lambda: scans.append(1) or scan()
+import tfx.v1  # noqa: F401
+print(len(scans))
+"""
+
+
+def test_importing_tfx_does_not_scan_every_installed_distribution_per_google_package():
+  """google-api-core 2.28-2.43 calls packages_distributions() (~0.2 s: every installed
+  distribution's file list) for each Google Cloud client TFX's imports load, 15 of them, ~4 s
+  a process; the lock keeps a google-api-core without that check."""
+  env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+  done = subprocess.run([sys.executable, "-W", "ignore", "-c", _COUNT_SCANS], env=env,
+                        capture_output=True, text=True, timeout=300, check=True)
+  scans = int(done.stdout.strip().splitlines()[-1])
+  assert scans <= 1, (f"importing TFX scanned the installed distributions {scans} times: "
+                      "is google-api-core in the lock 2.28-2.43 (requirements.in)?")
