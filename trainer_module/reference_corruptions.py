@@ -14,9 +14,9 @@ severity constants. This module makes it usable on the pipeline's 32x32 RGB imag
   (Wand, in the lock), on the same PNG files, to the same pixels. Frost needs the frost textures
   (taken from the `imagecorruptions` package in the lock): `unavailable()` names what is
   missing, and the config refuses those corruptions on a machine without it.
-`corrupt_all` runs many requests, in a pool of processes when the slow corruptions (the three
-at 224x224) have enough images for the pool's start-up to pay; the output is the same as in one
-process, since each image's randomness comes from its request alone.
+`corrupt_all` runs many requests, in a pool of processes when the slow corruptions (the two
+ImageMagick blurs, at 224x224) have enough images for the pool's start-up to pay; the output is
+the same as in one process, since each image's randomness comes from its request alone.
 Names are those of tfds' `cifar10_corrupted` configs (`frosted_glass_blur`, `elastic`), so a
 slice means the same corruption for every dataset.
 """
@@ -62,9 +62,9 @@ _NEEDS_IMAGEMAGICK = ("snow", "motion_blur")
 _FROST_TEXTURE_COUNT = 5  # tfds' frost draws one of FROST_FILENAMES[0:5].
 _lock = threading.Lock()  # The corruptions share the global np.random state.
 # corrupt_all's pool pays for its start-up (a fresh interpreter per worker, ~5 s) from about
-# this many images under the ImageMagick corruptions (~30-50 ms each in-process, against ~1-9 ms
-# for the others; ImageMagick's blur itself runs on every core): bench/corruptions.py on 2 cores,
-# 200 of them (and 1,300 others) 0.92x, 400 1.26x, 1,000 1.53x.
+# this many images under the ImageMagick corruptions (~30-40 ms each in-process, one core,
+# against ~0.1-9 ms for the others): bench/corruptions.py on 2 cores, 200 of them (and 1,300
+# others) 0.92x, 400 1.26x, 1,000 1.53x.
 POOL_MIN_SLOW_IMAGES = 300
 _POOL_CHUNK = 8  # Requests per task sent to a worker: small enough to balance the slow ones.
 Request = Tuple[np.ndarray, str, int, str]  # corrupt()'s arguments: image, name, severity, key.
