@@ -10,6 +10,7 @@ what it buys.
 
   .venv/bin/python bench/beam_modes.py                  # --repeats 1
   .venv/bin/python bench/beam_modes.py --repeats 2
+  .venv/bin/python bench/beam_modes.py --repeats 2 --augmix_view_sets 16   # 4x the views
 """
 import argparse
 import os
@@ -37,10 +38,10 @@ def _cpu_seconds() -> float:
   return sum(u.ru_utime + u.ru_stime for u in usage)
 
 
-def run_steps(mode: str, work_dir: str) -> tuple:
+def run_steps(mode: str, work_dir: str, **overrides) -> tuple:
   """({step: wall seconds}, CPU seconds, wall seconds) of the input steps under `mode`."""
   config = from_preset().replace(output_dir=work_dir, beam_running_mode=mode,
-                                 enable_cache=False)
+                                 enable_cache=False, **overrides)
   parts = local_parts(config)
   components = input_steps(config, parts, trainer_module_fingerprint())
   connection = parts.metadata_connection_config
@@ -48,7 +49,8 @@ def run_steps(mode: str, work_dir: str) -> tuple:
   cpu, wall = _cpu_seconds(), time.perf_counter()
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name, pipeline_root=config.pipeline_root,
-      components=components, enable_cache=False, metadata_connection_config=connection))
+      components=components, enable_cache=False, metadata_connection_config=connection,
+      beam_pipeline_args=config.beam_pipeline_args()))  # The running mode: as the pipeline.
   cpu, wall = _cpu_seconds() - cpu, time.perf_counter() - wall
   store = metadata_store.MetadataStore(connection)
   seconds = {}
@@ -62,21 +64,27 @@ def run_steps(mode: str, work_dir: str) -> tuple:
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=1)
+  parser.add_argument("--augmix_view_sets", type=int, default=0,
+                      help="AugMix view sets Transform writes (0: the preset's); more sets, "
+                           "more TensorFlow work for the same examples")
   args = parser.parse_args(argv)
+  overrides = {"augmix_view_sets": args.augmix_view_sets} if args.augmix_view_sets else {}
   best = {mode: {} for mode in MODES}
   cpu = {mode: [] for mode in MODES}
   wall = {mode: [] for mode in MODES}
   loads = [os.getloadavg()[0]]
   for repeat in range(args.repeats):
     for mode in MODES if repeat % 2 == 0 else reversed(MODES):
-      steps, cpu_s, wall_s = run_steps(mode, tempfile.mkdtemp(prefix=f"bench-beam-{mode}-"))
+      steps, cpu_s, wall_s = run_steps(mode, tempfile.mkdtemp(prefix=f"bench-beam-{mode}-"),
+                                       **overrides)
       for step, seconds in steps.items():
         best[mode][step] = min(seconds, best[mode].get(step, float("inf")))
       cpu[mode].append(cpu_s)
       wall[mode].append(wall_s)
       loads.append(os.getloadavg()[0])
   print(f"load average {min(loads):.1f}-{max(loads):.1f}; wall seconds per step (best of "
-        f"{args.repeats}), the digits (1,797 examples):")
+        f"{args.repeats}), the digits (1,797 examples), "
+        f"AugMix view sets: {overrides.get('augmix_view_sets', 'as the preset')}")
   print(f"  {'step':24s} {'in_memory':>10s} {'multi_processing':>17s} {'ratio':>7s}")
   for step in BEAM_STEPS:
     one, many = best["in_memory"].get(step), best["multi_processing"].get(step)

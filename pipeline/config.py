@@ -97,10 +97,10 @@ class PipelineConfig:
   ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
   enable_cache: bool = True  # Reuse a step's result when its inputs and code are unchanged.
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
-  # auto: a Beam step whose input has at most beam_in_memory_max_examples examples (Transform:
-  # images, AugMix views included) runs in_memory in one process (starting worker processes,
-  # each importing TensorFlow and TFX, costs more than they save on small data: measured with
-  # bench/beam_modes.py); bigger or uncounted inputs multi_processing.
+  # auto: a Beam step whose input has at most beam_in_memory_max_examples examples runs
+  # in_memory in one process (starting worker processes, each importing TensorFlow and TFX,
+  # costs more than they save on small data: measured with bench/beam_modes.py); bigger or
+  # uncounted inputs multi_processing.
   beam_running_mode: str = "auto"  # Or multi_processing, multi_threading, in_memory.
   beam_in_memory_max_examples: int = 10000  # auto: the largest input run in one process.
   # The presets in configs/ choose the model; bare, it is the original script's recipe.
