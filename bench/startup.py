@@ -17,8 +17,7 @@ import subprocess
 import sys
 import time
 
-_PROBE = ("import tfx.v1, google.api_core, importlib.metadata as m, sys; "
-          "print(google.api_core.__version__, file=sys.stderr)")
+_PROBE = "import tfx.v1, google.api_core, sys; print(google.api_core.__version__, file=sys.stderr)"
 
 
 def import_seconds(extra_path: str = "") -> tuple:
