@@ -268,7 +268,7 @@ def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_p
   from kubeflow import compiler, submit
   config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"],
                       base=from_preset("kubeflow"))
-  assert config.trainer.temperature_fit == "in_support"  # The preset's, for ensembles too.
+  assert config.trainer.temperature_fit == "distance_curve"  # The preset's, for ensembles too.
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)
   tasks = spec.root.dag.tasks

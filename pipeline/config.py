@@ -22,7 +22,8 @@ from pipeline.cluster_config import (IMAGE_PROJECT_DIR, PROJECT_DIR, KubeflowCon
                                      check_cluster_config)
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
-from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS, TrainerConfig,
+from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS,
+                                   FEATURE_DISTANCE_FITS, TrainerConfig,
                                    hyper_trials, require)
 
 DATASETS = ("digits", "cifar10", "tfrecord")
@@ -72,14 +73,17 @@ class PipelineConfig:
   max_nll_increase: float = 0.1  # Largest eval NLL rise allowed against production.
   min_corrupted_accuracy: float = 0.5  # Lower bound of cA, the mean corrupted accuracy.
   max_corrupted_accuracy_drop: float = 0.03  # Largest cA drop allowed against production.
-  # Calibration under shift (calibrated probabilities, the whole corrupted set): NLL (equal
-  # slices make it cNLL) and ECE, bounded and allowed to regress at most this much. The bounds
-  # hold the default model with a margin (two runs on the digits with the 15 reference
-  # corruptions, T = 1 from temperature_fit=validation_corruptions: cNLL 1.48 and 1.56, ECE of
-  # the corrupted set 0.083 and 0.065).
-  max_corrupted_nll: float = 2.0  # Upper bound of cNLL.
+  # Calibration under shift (calibrated probabilities on the corrupted set): cNLL (the NLL of
+  # the whole set: its slices are equal), cECE (the mean of the corruption x severity slices'
+  # ECEs, as Uncertainty Baselines reports it) and the ECE of the whole set, each bounded and
+  # allowed to regress at most this much against production. The bounds hold the default model
+  # (temperature_fit=distance_curve) with a margin and refuse the previous default's
+  # calibration under shift (docs/robustness.md, the gate).
+  max_corrupted_nll: float = 1.3  # Upper bound of cNLL.
   max_corrupted_nll_increase: float = 0.2  # Largest cNLL rise allowed against production.
-  max_corrupted_ece: float = 0.15  # Upper bound of the corrupted set's ECE.
+  max_corrupted_mean_ece: float = 0.2  # Upper bound of cECE, the slices' mean ECE.
+  max_corrupted_mean_ece_increase: float = 0.03  # Largest cECE rise allowed against production.
+  max_corrupted_ece: float = 0.06  # Upper bound of the ECE of the corrupted set as a whole.
   max_corrupted_ece_increase: float = 0.03  # Largest rise of it allowed against production.
   # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
   # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
@@ -124,7 +128,9 @@ class PipelineConfig:
             "must be in [0, 1]")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
                  "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
-                 "max_corrupted_nll_increase", "max_corrupted_ece", "max_corrupted_ece_increase"):
+                 "max_corrupted_nll_increase", "max_corrupted_mean_ece",
+                 "max_corrupted_mean_ece_increase", "max_corrupted_ece",
+                 "max_corrupted_ece_increase"):
       require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
     require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
             self.min_corrupted_accuracy, "must be in [0, 1]")
@@ -157,7 +163,7 @@ class PipelineConfig:
       _check_schema(self.schema_path, self.trainer.num_classes)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
     fit = self.trainer.temperature_fit
-    if fit in ("validation_corruptions", "in_support"):
+    if fit in ("validation_corruptions",) + FEATURE_DISTANCE_FITS:
       tuning = [name for name in self.corruptions
                 if name in reference_corruptions.EXTRA_CORRUPTIONS]
       require(not tuning, "corruptions", ",".join(self.corruptions),
