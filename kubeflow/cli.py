@@ -1,4 +1,5 @@
-"""`python -m kubeflow compile|upload|run|schedule|local-run`: the pipeline on Kubeflow Pipelines."""
+"""`python -m kubeflow compile|upload|run|schedule|local-run`: the pipeline on Kubeflow
+Pipelines, and the compiled spec run here by the KFP SDK's local orchestrator."""
 import os
 import sys
 from typing import Dict, List, Sequence, Tuple

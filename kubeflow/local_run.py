@@ -24,6 +24,7 @@ directory, schema and data stay where the spec names them (object storage).
 """
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -44,7 +45,7 @@ from kubeflow import compiler
 from kubeflow import kfp_entrypoint
 
 RUNNERS = ("subprocess", "docker")
-IMAGE_INTERPRETER = "python"  # What the compiled commands start with (kfp_entrypoint.COMMAND).
+IMAGE_INTERPRETER = kfp_entrypoint.COMMAND[0]  # The image's, which every compiled command runs.
 
 
 @dataclasses.dataclass
@@ -122,8 +123,9 @@ class _RecordedTask:
     try:
       task_status = run()
     finally:
-      self.runs.append(TaskRun(_task_directory(self.executor_input), command, self.executor_input,
-                               time.monotonic() - start, task_status == status.Status.SUCCESS))
+      self.runs.append(TaskRun(_task_directory(self.executor_input), command,
+                               self.executor_input, time.monotonic() - start,
+                               task_status == status.Status.SUCCESS))
     return task_status
 
 
@@ -170,18 +172,11 @@ def task_handlers(runs: List[TaskRun]) -> Iterator[None]:
   originals = [getattr(module, name) for module, name, _ in seams]
   try:
     for module, name, handler in seams:
-      setattr(module, name, _bound(handler, runs))
+      setattr(module, name, functools.partial(handler, runs=runs))
     yield
   finally:
     for (module, name, _), original in zip(seams, originals):
       setattr(module, name, original)
-
-
-def _bound(handler, runs: List[TaskRun]):
-  def make(image, full_command, pipeline_root, runner):
-    return handler(image=image, full_command=full_command, pipeline_root=pipeline_root,
-                   runner=runner, runs=runs)
-  return make
 
 
 def make_runner(name: str):

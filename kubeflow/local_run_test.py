@@ -80,10 +80,12 @@ def test_kfp_local_runs_each_container_command_here_and_passes_artifacts_downstr
 
 
 def test_kfp_local_own_handlers_are_back_after_a_run(tmp_path):
+  handlers = (subprocess_task_handler.SubprocessTaskHandler,
+              docker_task_handler.DockerTaskHandler)
   spec = local_run.load_pipeline_spec("counting.yaml", _spec())
   local_run.run(spec, local_run.make_runner("subprocess"), str(tmp_path), {})
-  assert subprocess_task_handler.SubprocessTaskHandler.__module__ == "kfp.local.subprocess_task_handler"
-  assert docker_task_handler.DockerTaskHandler.__module__ == "kfp.local.docker_task_handler"
+  assert (subprocess_task_handler.SubprocessTaskHandler,
+          docker_task_handler.DockerTaskHandler) == handlers
 
 
 def test_kfp_local_own_subprocess_handler_refuses_a_container_component():
