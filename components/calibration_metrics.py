@@ -177,6 +177,12 @@ def _values(accumulator: _Accumulator) -> dict:
           RELIABILITY_NAME: np.stack([accumulator.bin_count, mean_confidence, accuracy], 1)}
 
 
+def _check_full_vector(name: str, sub_key, aggregation_type, class_weights) -> None:
+  if sub_key is not None or aggregation_type is not None or class_weights:
+    raise ValueError(f"Metric {name!r} is computed over the full probability vector; "
+                     "binarization, top-k and aggregation options do not apply.")
+
+
 def _computations(value: str, extra_values: tuple = ()):
   """A per-key computation function: the shared statistics pass, and a derived computation
   that reports `value` under the metric's own key and each of `extra_values` under its own
@@ -188,9 +194,7 @@ def _computations(value: str, extra_values: tuple = ()):
                    aggregation_type: Optional[metric_types.AggregationType] = None,
                    class_weights: Optional[Dict[int, float]] = None,
                    example_weighted: bool = False) -> metric_types.MetricComputations:
-    if sub_key is not None or aggregation_type is not None or class_weights:
-      raise ValueError(f"Metric {name!r} is computed over the full probability vector; "
-                       "binarization, top-k and aggregation options do not apply.")
+    _check_full_vector(name, sub_key, aggregation_type, class_weights)
 
     def key(key_name: str) -> metric_types.MetricKey:
       return metric_types.MetricKey(name=key_name, model_name=model_name,
@@ -325,9 +329,7 @@ def _mean_slice_ece(name: str, num_bins: int = DEFAULT_NUM_BINS,
                     aggregation_type: Optional[metric_types.AggregationType] = None,
                     class_weights: Optional[Dict[int, float]] = None,
                     example_weighted: bool = False) -> metric_types.MetricComputations:
-  if sub_key is not None or aggregation_type is not None or class_weights:
-    raise ValueError(f"Metric {name!r} is computed over the full probability vector; "
-                     "binarization, top-k and aggregation options do not apply.")
+  _check_full_vector(name, sub_key, aggregation_type, class_weights)
   key = metric_types.MetricKey(name=name, model_name=model_name, output_name=output_name,
                                example_weighted=example_weighted)
   return [metric_types.MetricComputation(

@@ -105,6 +105,15 @@ def members(tmp_path_factory):
   return work, flags, result
 
 
+def _penultimate_features(network, spec, files):
+  """(penultimate features, labels) of a member on a transformed split, padding left out."""
+  batches = list(data.eval_batches([files], spec, 256))
+  keep = np.concatenate([b[2].numpy() > 0 for b in batches])
+  features = temperature.penultimate_model(network)
+  return (np.concatenate([features(b[0]).numpy() for b in batches])[keep],
+          np.concatenate([b[1].numpy() for b in batches])[keep])
+
+
 def _serve(model_dir, images):
   serve = tf.saved_model.load(model_dir).signatures["serving_images"]
   return {k: v.numpy() for k, v in serve(images=tf.constant(images)).items()}
@@ -159,18 +168,12 @@ def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   spec = tft_output.transformed_feature_spec()
 
-  def split(network, files):
-    batches = list(data.eval_batches([files], spec, 256))
-    keep = np.concatenate([b[2].numpy() > 0 for b in batches])
-    features = temperature.penultimate_model(network)
-    return (np.concatenate([features(b[0]).numpy() for b in batches])[keep],
-            np.concatenate([b[1].numpy() for b in batches])[keep])
-
   supports = []
   for network in networks:
-    means, precision = temperature.class_statistics(*split(network, flags["train_files"]))
-    radius = temperature.mahalanobis_distance(split(network, flags["eval_files"])[0], means,
-                                              precision).max()
+    means, precision = temperature.class_statistics(
+        *_penultimate_features(network, spec, flags["train_files"]))
+    radius = temperature.mahalanobis_distance(
+        _penultimate_features(network, spec, flags["eval_files"])[0], means, precision).max()
     supports.append((network, means, precision, radius))
   radii = [radius for *_, radius in supports]
   assert calibration["support_radius"] == pytest.approx(radii[0] if len(radii) == 1 else radii,
@@ -250,13 +253,6 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   spec = tft_output.transformed_feature_spec()
 
-  def split(network, files):
-    batches = list(data.eval_batches([files], spec, 256))
-    keep = np.concatenate([b[2].numpy() > 0 for b in batches])
-    features = temperature.penultimate_model(network)
-    return (np.concatenate([features(b[0]).numpy() for b in batches])[keep],
-            np.concatenate([b[1].numpy() for b in batches])[keep])
-
   from testing.transform_runs import encode_png, raw_digit_examples
   noise = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
   images = ([example["image"] for example in raw_digit_examples(12)] +
@@ -264,9 +260,10 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
   transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
   member_scores = []
   for network in networks:
-    means, precision = temperature.class_statistics(*split(network, flags["train_files"]))
-    eval_log = np.log(temperature.mahalanobis_distance(split(network, flags["eval_files"])[0],
-                                                       means, precision))
+    means, precision = temperature.class_statistics(
+        *_penultimate_features(network, spec, flags["train_files"]))
+    eval_log = np.log(temperature.mahalanobis_distance(
+        _penultimate_features(network, spec, flags["eval_files"])[0], means, precision))
     served_log = np.log(temperature.mahalanobis_distance(
         temperature.penultimate_model(network)(transformed).numpy(), means, precision))
     member_scores.append((served_log - eval_log.mean()) / eval_log.std())

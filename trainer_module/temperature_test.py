@@ -432,11 +432,16 @@ def test_feature_support_over_blocks_fits_each_block_on_its_own():
                                 batches(evaluated, labels[:20]), feature_widths=[5, 5])
 
 
-def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
+def _tiny_pooled_network():
+  """Images -> 4 logits through one global average pooling (a penultimate layer)."""
   keras.utils.set_random_seed(0)
   inputs = keras.Input((32, 32, 3))
   pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(6, 3)(inputs))
-  model = keras.Model(inputs, keras.layers.Dense(4)(pooled))
+  return keras.Model(inputs, keras.layers.Dense(4)(pooled))
+
+
+def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
+  model = _tiny_pooled_network()
   rng = np.random.default_rng(14)
   mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
   (images, labels, _), batches = _normalised_batches(rng, 12, 5, mean, std)
@@ -583,10 +588,7 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
     return corrupt_all(requests, *args, **kwargs)
 
   monkeypatch.setattr(reference_corruptions, "corrupt_all", spy)
-  keras.utils.set_random_seed(0)
-  inputs = keras.Input((32, 32, 3))
-  pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(6, 3)(inputs))
-  model = keras.Model(inputs, keras.layers.Dense(4)(pooled))
+  model = _tiny_pooled_network()
   rng = np.random.default_rng(15)
   mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
   _, batches = _normalised_batches(rng, 12, 5, mean, std)
