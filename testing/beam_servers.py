@@ -3,7 +3,8 @@
 They play the roles a Flink or Spark job server and its worker-pool sidecars play on a
 cluster: `PortableBeam` starts `apache_beam.runners.portability.local_job_service_main` and
 `apache_beam.runners.worker.worker_pool_main` on ephemeral ports, each in its own process,
-waits until both listen, and stops them on exit (bounded in time).
+waits until both listen, and stops them and their workers on exit (bounded in time). (The
+pool listens on every interface: worker_pool_main takes a port only.)
 
 The pool starts each SDK worker as its `--container_executable`, which Beam's SDK image runs
 as `/opt/apache/beam/boot --worker_pool` with boot itself as the executable
@@ -24,6 +25,7 @@ import glob
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -67,6 +69,7 @@ class PortableBeam:
 
   def __exit__(self, *exc_info) -> None:
     self.stop()
+    self._dir.cleanup()
 
   def _start(self) -> None:
     port_file = os.path.join(self._dir.name, "job_server.port")
@@ -99,9 +102,9 @@ class PortableBeam:
                          f"{START_TIMEOUT_SECONDS} s")
 
   def _spawn(self, name: str, args: List[str]) -> subprocess.Popen:
-    log = open(os.path.join(self._dir.name, f"{name}.log"), "wb")
-    process = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
-                               env=self._env, start_new_session=True)
+    with open(os.path.join(self._dir.name, f"{name}.log"), "wb") as log:
+      process = subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT,
+                                 env=self._env, start_new_session=True)
     self._processes.append(process)
     return process
 
@@ -129,15 +132,28 @@ class PortableBeam:
   def stop(self) -> None:
     """Ends the servers and the workers they started (each in its server's process group)."""
     for process in self._processes:
-      if process.poll() is None:
-        os.killpg(process.pid, 15)
+      _signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     for process in self._processes:
       try:
-        process.wait(timeout=STOP_TIMEOUT_SECONDS)
+        process.wait(timeout=max(0.0, deadline - time.monotonic()))
       except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        process.wait()
+        pass
+      while _signal_group(process.pid, 0) and time.monotonic() < deadline:
+        time.sleep(0.1)  # Its workers, which outlive it by a moment.
+      _signal_group(process.pid, signal.SIGKILL)
+      process.wait()
     self._processes = []
+
+
+def _signal_group(pid: int, signum: int) -> bool:
+  """Signals a server and the workers it started (its session's group, which outlives the
+  server); False if none is left."""
+  try:
+    os.killpg(pid, signum)
+    return True
+  except ProcessLookupError:
+    return False
 
 
 def _listens(port: int) -> bool:
