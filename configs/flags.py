@@ -84,12 +84,12 @@ FLAG_GROUPS = {
         "corruption_workers",
         "ensemble_size", "hyper_trials", "ensemble_objective"),
     "run": ("pipeline_name", "output_dir", "enable_cache", "beam_workers",
-            "beam_running_mode", "beam_in_memory_max_examples"),
+            "beam_running_mode", "beam_in_memory_max_examples", "beam_runner",
+            "beam_job_endpoint", "beam_environment_type", "beam_environment_config"),
     "cluster (Kubeflow)": (
         "image", "kubeflow_target", "vertex_project", "vertex_region", "machine_type",
-        "accelerator_type", "accelerator_count", "replica_count", "beam_runner",
-        "dataflow_project", "dataflow_region", "dataflow_temp_location", "beam_job_endpoint",
-        "beam_environment_type", "beam_environment_config"),
+        "accelerator_type", "accelerator_count", "replica_count", "dataflow_project",
+        "dataflow_region", "dataflow_temp_location"),
 }
 CONFIG_HELP = "the preset the other flags override: one of configs.PRESETS"
 

@@ -16,6 +16,7 @@ from typing import Optional, Sequence, Tuple
 
 import configs
 from trainer_module import reference_corruptions
+from pipeline import beam_engine
 from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
                            parse_flags)
 from pipeline.cluster_config import (IMAGE_PROJECT_DIR, PROJECT_DIR, KubeflowConfig,
@@ -107,6 +108,16 @@ class PipelineConfig:
   # uncounted inputs multi_processing.
   beam_running_mode: str = "auto"  # Or multi_processing, multi_threading, in_memory.
   beam_in_memory_max_examples: int = 10000  # auto: the largest input run in one process.
+  # The engine of every Beam step (pipeline/beam_engine.py; docs/kubeflow.md, "Beam engines"):
+  # direct (DirectRunner in the step's process), portable (Beam's portable runner: a Flink,
+  # Spark or Beam job server and its SDK harnesses) or dataflow (Kubeflow runs only).
+  beam_runner: str = "direct"  # direct, portable or dataflow.
+  beam_job_endpoint: str = ""  # host:port of the portable job server.
+  beam_environment_type: str = "DOCKER"  # How the portable runner starts SDK harnesses.
+  # DOCKER: the SDK harness image (on Kubeflow, default: image); EXTERNAL: host:port of a
+  # worker pool (required); PROCESS: {"command": ...} JSON (on Kubeflow, default: the image's
+  # Beam boot program).
+  beam_environment_config: str = ""  # Depends on beam_environment_type.
   # The presets in configs/ choose the model; bare, it is the original script's recipe.
   trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # Its own flags.
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
@@ -150,6 +161,7 @@ class PipelineConfig:
             self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
     require(self.beam_in_memory_max_examples >= 0, "beam_in_memory_max_examples",
             self.beam_in_memory_max_examples, "must be >= 0")
+    beam_engine.check(self)
     if self.dataset != "tfrecord":
       require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
               "is only used with dataset=tfrecord")
@@ -227,7 +239,8 @@ class PipelineConfig:
     """What a Beam step adds to beam_pipeline_args() for an input of `examples` (TFX puts a
     step's arguments after the pipeline's, and Beam keeps a repeated flag's last value): the
     engine auto picks for that size on a local run; nothing otherwise."""
-    if self.beam_running_mode != "auto" or self.kubeflow is not None:
+    if (self.beam_running_mode != "auto" or self.kubeflow is not None
+        or self.beam_runner != "direct"):
       return []
     return [arg for arg in self.beam_pipeline_args(examples) if arg.startswith("--direct_")]
 
@@ -235,8 +248,22 @@ class PipelineConfig:
     """A Beam step's arguments: the engine, and s3:// set up in each SDK worker. `examples`:
     the size of the step's input, when known (beam_running_mode=auto picks by it)."""
     s3_workers = [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
-    if self.kubeflow and self.kubeflow.beam_runner != "direct":
-      return self.kubeflow.beam_runner_args() + s3_workers
+    # A compiled pipeline's steps run in the pipeline's image, which installs the same file
+    # from its project directory (Dockerfile).
+    installed = (f"{IMAGE_PROJECT_DIR}/{REQUIREMENTS_FILE}" if self.kubeflow
+                 else LOCAL_BEAM_REQUIREMENTS)
+    if self.beam_runner == "dataflow":
+      return self.kubeflow.dataflow_args() + s3_workers
+    if self.beam_runner == "portable":
+      # What the harnesses have installed, which also stops TFX from building an sdist of
+      # itself for them to install (tfx/utils/dependency_utils.py, make_beam_dependency_flags):
+      # on Kubeflow, the image they run; locally, the requirements of this environment,
+      # staged without the download of every package (beam_engine.SKIP_REQUIREMENTS_DOWNLOAD).
+      installed_by = ([f"--sdk_container_image={self.kubeflow.image}"] if self.kubeflow else
+                      [f"--requirements_file={installed}",
+                       beam_engine.SKIP_REQUIREMENTS_DOWNLOAD])
+      return (beam_engine.portable_args(self, self.kubeflow.image if self.kubeflow else "")
+              + installed_by + s3_workers)
     mode = self.beam_running_mode
     if mode == "auto":
       small = examples is not None and examples <= self.beam_in_memory_max_examples
@@ -244,10 +271,6 @@ class PipelineConfig:
     # In a cluster, 0 tells Beam to use the cores of the machine the component runs on.
     workers = 1 if mode == "in_memory" else (
         self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1))
-    # A compiled pipeline's steps run in the pipeline's image, which installs the same file
-    # from its project directory (Dockerfile).
-    installed = (f"{IMAGE_PROJECT_DIR}/{REQUIREMENTS_FILE}" if self.kubeflow
-                 else LOCAL_BEAM_REQUIREMENTS)
     return ([f"--direct_running_mode={mode}", f"--direct_num_workers={workers}",
              f"--requirements_file={installed}"] + s3_workers)
 
