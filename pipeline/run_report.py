@@ -186,7 +186,8 @@ def _temperature_description(calibration: Optional[dict]) -> str:
   if fit == "distance_curve":
     curve = calibration["distance_curve"]
     where = ("its penultimate features" if not isinstance(calibration["support_radius"], list)
-             else "its nearest member's penultimate features (each member's own feature space)")
+             else "its members' penultimate features (each member's own feature space; "
+             "z is the mean of the members' scores)")
     return (
         f"A temperature per input: T(x) = exp({curve['log_temperature']:.4f} + "
         f"{curve['slope']:.4f} z(x)), where z(x) is how far the input lies from the training "

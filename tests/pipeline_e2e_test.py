@@ -223,7 +223,7 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3
   assert 1 <= len(record["members"]) <= 2
   calibration = json.loads(open(os.path.join(pushed, "assets.extra", "temperature.json")).read())
-  # The distance is the nearest member's: one support per distinct member.
+  # The distance score is the mean of the members': one support per distinct member.
   radii = np.atleast_1d(calibration["support_radius"])
   assert calibration["temperature_fit"] == "distance_curve"
   assert len(radii) == len(record["members"])

@@ -24,7 +24,8 @@ the tied covariance estimated there from the same training images places shifted
 farther out. On the digits (K=4 of N=8, members [3, 7, 3]) it held 40% of the corrupted test
 images, fewer than either member's own support (43%, 51%), and the ensemble then served the
 raw, under-confident mean on inputs its members would have sharpened. Under `distance_curve`
-the ensemble's distance score is likewise its nearest member's (temperature.distance_scores).
+the ensemble's distance score is the mean of its members' scores, each likewise in the member's
+own feature space (temperature.distance_scores).
 """
 import dataclasses
 import itertools

@@ -235,7 +235,7 @@ def test_a_member_enters_with_its_served_t_or_raw_when_its_t_depends_on_its_feat
 
 def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input(members):
   """Each chosen member's support recomputed here from its own features; the ensemble's score
-  is its nearest member's; the served probabilities are softmax(log mean / T(score))."""
+  is the mean of its members'; the served probabilities are softmax(log mean / T(score))."""
   work, flags, member_list = members
   export_dir = str(work / "ensemble_distance_curve")
   record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
@@ -267,7 +267,7 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
     served_log = np.log(temperature.mahalanobis_distance(
         temperature.penultimate_model(network)(transformed).numpy(), means, precision))
     member_scores.append((served_log - eval_log.mean()) / eval_log.std())
-  scores = np.min(member_scores, axis=0)
+  scores = np.mean(member_scores, axis=0)
   curve = calibration["distance_curve"]
   expected_t = np.clip(np.exp(curve["log_temperature"] + curve["slope"] * scores), 0.01, 100)
   served = _serve(export_dir, images)

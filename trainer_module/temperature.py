@@ -36,8 +36,8 @@ so makes the corrupted set worse. Two fits also look at shifted copies of the ev
   penultimate features orders the corrupted images by accuracy (99% in the nearest tenth, 17%
   in the farthest) and severe noise lies farthest of all; distances in earlier layers, the
   logits' entropy or margin, a kNN distance and the relative Mahalanobis distance each did no
-  better when held out one validation corruption at a time. An ensemble's z is its nearest
-  member's (each member's own feature space and eval statistics).
+  better when held out one validation corruption at a time. An ensemble's z is the mean of its
+  members' (each in its own feature space and eval statistics).
 - `clean_and_augmix`: the eval images under the training-time AugMix augmentation. T minimises
   the mean of the two sets' NLLs, restricted to the temperatures at which neither set's NLL is
   above the raw softmax's. A model trained with AugMix is under-confident on AugMix views too,
@@ -304,9 +304,11 @@ def served_temperatures(features: tf.Tensor, support: Support, temperature: floa
 def distance_scores(features: np.ndarray, support: Support) -> np.ndarray:
   """[batch] how far each input lies from the training data: the log of its Mahalanobis
   distance in standard deviations of the eval images' log distances above their mean (0: as far
-  as a typical eval image); for a union, its nearest part's."""
+  as a typical eval image); for an ensemble's parts, the mean of its members' scores (each in
+  its own feature space and units: chosen over the nearest member's on the validation shift,
+  docs/robustness.md)."""
   features = np.asarray(features)
-  return np.min([(np.log(np.maximum(mahalanobis_distance(
+  return np.mean([(np.log(np.maximum(mahalanobis_distance(
       part.columns(features), part.class_means, part.precision), _MIN_DISTANCE)) -
                   part.log_distance_mean) / part.log_distance_std
                  for part in _parts(support)], axis=0)
@@ -314,7 +316,7 @@ def distance_scores(features: np.ndarray, support: Support) -> np.ndarray:
 
 def served_distance_scores(features: tf.Tensor, support: Support) -> tf.Tensor:
   """distance_scores in the serving graph ([batch] float64)."""
-  return tf.reduce_min(tf.stack([
+  return tf.reduce_mean(tf.stack([
       (tf.math.log(tf.maximum(_served_distances(features, part), _MIN_DISTANCE)) -
        part.log_distance_mean) / part.log_distance_std for part in _parts(support)]), axis=0)
 
