@@ -1,4 +1,8 @@
-"""Finds the user's corrupted TFRecord file, and where in it, when reading the input failed.
+"""Finds the user's empty, unreadable or corrupted TFRecord files, and where in them.
+
+Before the run, every split the pipeline needs must have a readable file holding a record:
+ImportExampleGen, statistics and the validation gate all pass an empty split, and the Trainer
+then fails after minutes naming neither the split nor the directory.
 
 ImportExampleGen reads with Beam's ReadFromTFRecord, whose reader
 (apache_beam/io/tfrecordio.py) fails with "Not a valid TFRecord. Fewer than 12 bytes" or
@@ -46,3 +50,25 @@ def corrupted_files(input_dir: str) -> List[str]:
       if problem:
         problems.append(f"{path}: {problem}")
   return problems
+
+
+def split_problem(split_dir: str) -> Optional[str]:
+  """Why the split directory gives the pipeline no records (no files, an unreadable file, or
+  every file empty), or None when a file in it holds data. Reads at most one byte per file,
+  decompressed as ImportExampleGen reads it (Beam's compression, detected by extension)."""
+  from apache_beam.io.filesystem import CompressionTypes
+  from apache_beam.io.filesystems import FileSystems
+  files = [path for path in sorted(glob.glob(os.path.join(split_dir, "*")))
+           if os.path.isfile(path)]
+  if not files:
+    return f"{split_dir} holds no TFRecord files"
+  has_data = False
+  for path in files:
+    if not os.access(path, os.R_OK):
+      return f"{path} cannot be read (permission denied)"
+    try:
+      with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as f:
+        has_data = has_data or bool(f.read(1))
+    except Exception as error:  # The decompressors raise OSError, EOFError, zlib.error, ...
+      return f"{path} cannot be read: {type(error).__name__}: {str(error).splitlines()[0]}"
+  return None if has_data else f"every file in {split_dir} is empty: the split has no records"

@@ -1,4 +1,5 @@
 """Bad examples stop the pipeline before Transform and Trainer, name the problem, push nothing."""
+import gzip
 import os
 import re
 
@@ -7,6 +8,7 @@ import pytest
 from components import image_sources
 from pipeline.config import from_flags
 from pipeline.run_record import RunRecord
+from tests.conftest import run_pipeline
 from testing.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
 
 
@@ -88,3 +90,45 @@ def test_a_truncated_input_tfrecord_is_named_with_the_byte_offset(tmp_path, pipe
                    r"good records\)", result.stderr)
   assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) < 10
   assert RunRecord(from_flags(flags)).states["ImportExampleGen"] == "FAILED"
+
+
+@pytest.fixture(scope="module")
+def truncated_gzip_run(tmp_path_factory):
+  """A run on gzipped inputs, one cut in half, with Beam's worker processes (whose tracebacks
+  went to the console): (damaged file, completed process, run log text)."""
+  tmp_path = tmp_path_factory.mktemp("truncated_gzip")
+  data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=60)
+  for split in image_sources.SPLITS:
+    path = os.path.join(data_dir, split, "digits.tfrecord")
+    with open(path, "rb") as source, gzip.open(path + ".gz", "wb") as target:
+      target.write(source.read())
+    os.remove(path)
+  damaged = os.path.join(data_dir, "eval", "digits.tfrecord.gz")
+  with open(damaged, "r+b") as f:
+    f.truncate(os.path.getsize(damaged) // 2)
+  result = run_pipeline(f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord",
+                        f"--tfrecord_dir={data_dir}", "--beam_running_mode=multi_processing",
+                        "--beam_workers=2")
+  log_path = re.search(r"Full log: (\S+)", result.stderr).group(1)
+  with open(log_path) as f:
+    return damaged, result, f.read()
+
+
+def test_a_truncated_gzip_input_gives_one_message_and_its_traceback_goes_to_the_log(
+    truncated_gzip_run):
+  damaged, result, log_text = truncated_gzip_run
+  assert result.returncode == 1
+  assert re.search(rf"- {re.escape(damaged)}: truncated record at byte offset \d+",
+                   result.stderr), result.stderr[-3000:]
+  assert "Traceback" not in result.stderr + result.stdout, (result.stderr + result.stdout)[-3000:]
+  assert len(result.stderr.splitlines()) < 6
+  assert "Not a valid TFRecord" in log_text  # Beam's worker traceback, kept in the log.
+
+
+def test_the_run_log_holds_the_failure_and_its_traceback(truncated_gzip_run):
+  _, _, log_text = truncated_gzip_run
+  failure = log_text.find("ERROR pipeline: The run failed: ")
+  assert failure >= 0, log_text[-3000:]
+  # The runner's own traceback: from the frame that ran the pipeline down to the exception.
+  assert re.search(r'Traceback \(most recent call last\):\n  File ".*/pipeline/local_runner\.py", '
+                   r"line \d+, in _run_locked\n", log_text[failure:]), log_text[failure:][-3000:]
