@@ -15,7 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import List, Optional
+from typing import Dict, Iterable, List, Optional
 
 _OFFSET = re.compile(r"(truncated|corrupted) record at (\d+)")
 _DATA_LOSS_HINTS = ("Not a valid TFRecord", "DataLoss", "truncated record", "corrupted record")
@@ -44,11 +44,10 @@ def record_problem(path: str) -> Optional[str]:
 def corrupted_files(input_dir: str) -> List[str]:
   """One line per damaged file under input_dir's split directories (train/, eval/, test/)."""
   problems = []
-  for path in sorted(glob.glob(os.path.join(input_dir, "*", "*"))):
-    if os.path.isfile(path):
-      problem = record_problem(path)
-      if problem:
-        problems.append(f"{path}: {problem}")
+  for path in _input_files(input_dir):
+    problem = record_problem(path)
+    if problem:
+      problems.append(f"{path}: {problem}")
   return problems
 
 
@@ -72,3 +71,29 @@ def split_problem(split_dir: str) -> Optional[str]:
     except Exception as error:  # The decompressors raise OSError, EOFError, zlib.error, ...
       return f"{path} cannot be read: {type(error).__name__}: {str(error).splitlines()[0]}"
   return None if has_data else f"every file in {split_dir} is empty: the split has no records"
+
+
+def _input_files(input_dir: str) -> List[str]:
+  """The files ImportExampleGen reads: those of the split directories (pattern `<split>/*`)."""
+  return [path for path in sorted(glob.glob(os.path.join(input_dir, "*", "*")))
+          if os.path.isfile(path)]
+
+
+def files_holding(input_dir: str, keys: Iterable[str]) -> Dict[str, List[str]]:
+  """{example key: the input files under input_dir that hold an example with it}, for `keys`:
+  a second read of the user's data, made only to name the files of bad examples."""
+  import tensorflow as tf
+  from trainer_module.features import EXAMPLE_KEY
+  wanted, found = set(keys), {}
+  for path in _input_files(input_dir):
+    compression = "GZIP" if path.endswith(".gz") else ""
+    try:
+      for record in tf.data.TFRecordDataset(path, compression_type=compression):
+        example = tf.train.Example.FromString(record.numpy())
+        values = example.features.feature[EXAMPLE_KEY].bytes_list.value
+        key = values[0].decode("utf-8", "replace") if values else None
+        if key in wanted and path not in found.setdefault(key, []):
+          found[key].append(path)
+    except tf.errors.OpError:
+      continue  # Damaged: reported as such elsewhere; its good records were read.
+  return found
