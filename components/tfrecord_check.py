@@ -74,9 +74,11 @@ def split_problem(split_dir: str) -> Optional[str]:
 
 
 def _input_files(input_dir: str) -> List[str]:
-  """The files ImportExampleGen reads: those of the split directories (pattern `<split>/*`)."""
-  return [path for path in sorted(glob.glob(os.path.join(input_dir, "*", "*")))
-          if os.path.isfile(path)]
+  """The files ImportExampleGen reads: those of the split directories (pattern `<split>/*`),
+  local or on object storage."""
+  import tensorflow as tf
+  return [path for path in sorted(tf.io.gfile.glob(os.path.join(input_dir, "*", "*")))
+          if not tf.io.gfile.isdir(path)]
 
 
 def files_holding(input_dir: str, keys: Iterable[str]) -> Dict[str, List[str]]:
