@@ -345,8 +345,8 @@ def _check_local_paths(config: "PipelineConfig") -> None:
   if warm_start not in (NO_WARM_START, WARM_START_FROM_PRODUCTION) and not is_object_store_uri(
       warm_start):
     from trainer_module import warm_start as warm_start_lib
-    try:  # What the Trainer reads: a SavedModel, a checkpoint directory or prefix, with weights.
-      warm_start_lib.model_variables(warm_start_lib.locate(warm_start))
+    try:
+      warm_start_lib.check_source(warm_start)
     except warm_start_lib.WarmStartError as error:
       raise ValueError(f"Invalid config value {error}") from None
 
