@@ -7,9 +7,9 @@ component reads it where the Pusher writes it, the newest complete numeric versi
 serving directory (verified as the Pusher verifies its own copy; a damaged, partial, linked or
 foreign entry is skipped with a warning, and versions of which none is complete stop the run
 rather than pass for an empty directory), and copies that SavedModel into its `model` output
-(an immutable snapshot: a later push cannot change what this run compared against). With nothing in production the
-output holds only a marker file, and the Evaluator (components/evaluator.py) judges the
-candidate on the absolute bounds alone.
+(an immutable snapshot: a later push cannot change what this run compared against). With
+nothing in production the output holds only a marker file, and the Evaluator
+(components/evaluator.py) judges the candidate on the absolute bounds alone.
 
 Given the `candidate`, versions holding that very model (same content fingerprint) are passed
 over: a rerun whose cached Trainer produced the model already serving compares it with what it
