@@ -11,7 +11,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
 	bench-calibration bench-ensemble bench-corruptions bench-beam bench-startup \
-	kubeflow-compile kubeflow-image kubeflow-local
+	kubeflow-compile kubeflow-image kubeflow-local kubeflow-local-kfp
 
 setup: $(STAMP)
 
@@ -94,6 +94,11 @@ kubeflow-compile: $(STAMP)
 # (testing/kfp_harness.py) on a local S3 server; prints where the pushed model is.
 kubeflow-local: system-packages $(STAMP)
 	$(VENV_PY) -m testing.kfp_harness $(ARGS)
+
+# The same, run by the KFP SDK's own local orchestrator (kfp.local) through
+# `python -m kubeflow local-run --runner=subprocess`; artifacts under outputs/kubeflow-local-kfp.
+kubeflow-local-kfp: system-packages $(STAMP)
+	$(VENV_PY) -m testing.kfp_harness --orchestrator=kfp.local $(ARGS)
 
 kubeflow-image:
 	@[ -n "$(IMAGE)" ] || { echo "IMAGE is required: make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG"; exit 2; }

@@ -8,14 +8,12 @@ corruption x severity slices (slice means), and the NLL / ECE of the validation 
 images under the 4 validation corruptions, as the Trainer makes them; slice means):
 - `validation_corruptions` (the default fit), raw softmax (T = 1), `clean_and_augmix`, `clean`,
   and the validation slices pooled into one (the first version of the default fit);
-- two calibration maps richer than one T that depend on how far an input is from the training
-  data: the Mahalanobis distance d(x) of its penultimate features to the nearest training class
-  mean under the classes' shared covariance (Lee et al., NeurIPS 2018), both chosen by the
-  default fit's rule (the clean eval NLL minimum among the maps at which every validation
-  slice's NLL and the slices' mean ECE are no worse than the raw softmax's):
-  T(x) = exp(a + b z(x)), z the standardised log d(x), (a, b) on a grid (bench only); and
-  `in_support` (a temperature_fit): one T for inputs with d(x) no larger than the farthest eval
-  image's, the raw softmax beyond.
+- the two temperature_fits that depend on how far an input is from the training data: the
+  Mahalanobis distance d(x) of its penultimate features to the nearest training class mean
+  under the classes' shared covariance (Lee et al., NeurIPS 2018): `in_support`, one T for
+  inputs with d(x) no larger than the farthest eval image's, the raw softmax beyond (chosen by
+  the validation_corruptions rule); and `distance_curve` (the pipeline's default), T(x) =
+  exp(a + b z(x)), z the standardised log d(x), fitted by temperature.fit_distance_curve.
 The test split and the 15 benchmark corruptions are only measured, never used to choose.
 
   make bench-calibration ARGS="--output_dir outputs"
@@ -39,12 +37,6 @@ from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
 from trainer_module import augmix, temperature  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
-# The log-linear map's grid: log T at the clean eval's mean score, and its slope per standard
-# deviation of the score (validation slices lie up to ~10 of them away on the digits, so the
-# slopes that matter are small). (0, 0) is the raw softmax: the grid always has a map that
-# meets the rule.
-LOG_T_GRID = np.linspace(np.log(0.25), np.log(4.0), 41)
-SLOPE_GRID = np.linspace(-0.5, 0.5, 101)
 
 # Table columns: (header, metric key, decimals).
 COLUMNS = (("clean test acc.", "test_accuracy", 4), ("clean test NLL", "test_nll", 4),
@@ -104,51 +96,12 @@ def table(rows: Sequence[Tuple[str, str, Dict[str, float]]]) -> str:
   return "\n".join(lines)
 
 
-def shift_temperatures(z: np.ndarray, log_t: float, slope: float) -> np.ndarray:
-  """T(x) = exp(log_t + slope * z(x)), within temperature.py's range."""
-  return np.clip(np.exp(log_t + slope * np.asarray(z, np.float64)),
-                 temperature.MIN_TEMPERATURE, temperature.MAX_TEMPERATURE)
-
-
-def fit_shift_map(clean: LabelledSet, clean_z: np.ndarray, shifted: LabelledSet,
-                  shifted_z: np.ndarray, num_bins: int) -> Tuple[float, float]:
-  """(log_t, slope) on the grid minimising the clean NLL among the maps at which each shifted
-  slice's NLL, and the slices' mean ECE, are no worse than the raw softmax's: the default
-  fit's rule (temperature.select_temperature_under_shift) over a two-parameter family."""
-  names = np.unique(shifted.slices)
-  masks = [shifted.slices == name for name in names]
-  raw_nll = [temperature.nll(shifted.values[m], shifted.labels[m]) for m in masks]
-  raw_ece = temperature.slice_means(shifted.values, shifted.labels, shifted.slices, 1.0,
-                                    num_bins)[1]
-  admissible = []
-  for log_t in LOG_T_GRID:
-    for slope in SLOPE_GRID:
-      moved = scaled(shifted, shift_temperatures(shifted_z, log_t, slope)).values
-      if all(temperature.nll(moved[m], shifted.labels[m]) <= raw + 1e-12
-             for m, raw in zip(masks, raw_nll)):
-        clean_nll = temperature.nll(scaled(clean, shift_temperatures(clean_z, log_t,
-                                                                     slope)).values,
-                                    clean.labels)
-        admissible.append((clean_nll, abs(slope), float(log_t), float(slope)))
-  for _, _, log_t, slope in sorted(admissible):  # Best clean NLL first; ties: flatter map.
-    moved = scaled(shifted, shift_temperatures(shifted_z, log_t, slope))
-    if temperature.slice_means(moved.values, moved.labels, moved.slices, 1.0,
-                               num_bins)[1] <= raw_ece:
-      return log_t, slope
-  return 0.0, 0.0
-
-
-def standardised(scores: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-  """Each set's scores in standard deviations from the clean eval mean."""
-  mean, std = scores["eval"].mean(), scores["eval"].std() + 1e-12
-  return {name: (s - mean) / std for name, s in scores.items()}
-
-
 def scalar_rows(sets: ModelSets, num_bins: int) -> List[Tuple[str, float]]:
   """(name, T) of each scalar way of choosing T."""
   pooled = np.full(len(sets.validation.labels), "pooled")
   return [
-      ("`validation_corruptions` (default)", temperature.select_temperature_under_shift(
+      ("`validation_corruptions` (the standalone trainer's default)",
+       temperature.select_temperature_under_shift(
           sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
           sets.validation.slices, num_bins)),
       ("raw softmax", 1.0),
@@ -159,18 +112,6 @@ def scalar_rows(sets: ModelSets, num_bins: int) -> List[Tuple[str, float]]:
           sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
           pooled, num_bins)),
   ]
-
-
-def shift_map_row(name: str, sets: ModelSets, scores: Dict[str, np.ndarray],
-                  num_bins: int) -> Tuple[str, str, Dict[str, float]]:
-  z = standardised(scores)
-  log_t, slope = fit_shift_map(sets.eval, z["eval"], sets.validation, z["validation"],
-                               num_bins)
-  temperatures = {s: shift_temperatures(z[s], log_t, slope) for s in z}
-  t = temperatures["test"]
-  label = (f"exp({log_t:.3f} {slope:+.2f} z); test median {np.median(t):.3f}, corrupted "
-           f"median {np.median(temperatures['corrupted']):.3f}")
-  return name, label, row_metrics(sets, temperatures, num_bins)
 
 
 def feature_distances(features: Callable[[str], LabelledSet]
@@ -199,6 +140,22 @@ def in_support_row(sets: ModelSets, support: temperature.FeatureSupport,
   return ("`in_support`", label,
           row_metrics(sets, {name: np.where(inside[name], t, 1.0) for name in inside},
                       num_bins))
+
+
+def distance_curve_row(sets: ModelSets, support: temperature.FeatureSupport,
+                       features: Callable[[str], LabelledSet],
+                       num_bins: int) -> Tuple[str, str, Dict[str, float]]:
+  """`distance_curve`: T(x) = exp(a + b z(x)), fitted as the Trainer fits it."""
+  scores = {name: temperature.distance_scores(features(name).values, support)
+            for name in ("eval", "validation", TEST, CORRUPTED)}
+  curve = temperature.fit_distance_curve(
+      sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
+      sets.validation.labels, sets.validation.slices, scores["validation"], num_bins)
+  temperatures = {name: curve.temperatures(z) for name, z in scores.items()}
+  label = (f"exp({curve.log_temperature:.3f} + {curve.slope:.3f} z); median T: test "
+           f"{np.median(temperatures[TEST]):.3f}, corrupted "
+           f"{np.median(temperatures[CORRUPTED]):.3f}")
+  return "`distance_curve` (default)", label, row_metrics(sets, temperatures, num_bins)
 
 
 def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callable, dict]:
@@ -262,9 +219,8 @@ def main():
     print("The model has no single penultimate layer (an ensemble): no feature-distance rows.")
   else:
     support, distances = feature_distances(features)
-    rows.append(shift_map_row("T(feature distance) = exp(a + b z), bench only", sets,
-                              {name: np.log(d) for name, d in distances.items()}, num_bins))
     rows.append(in_support_row(sets, support, distances, num_bins))
+    rows.append(distance_curve_row(sets, support, features, num_bins))
   print(f"model: {model_dir}\n{len(sets.eval.labels)} eval, {len(sets.validation.labels)} "
         f"validation-shift, {len(sets.test.labels)} test, {len(sets.corrupted.labels)} corrupted "
         f"examples ({len(np.unique(sets.corrupted.slices))} slices)")

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
-from components import evaluation_set
+from components.evaluation_set import EvaluationSet, read_evaluation_set  # noqa: F401
 from pipeline.config import PipelineConfig
 from pipeline.run_record import RunRecord
 from trainer_module import data, temperature
@@ -45,40 +45,6 @@ class LabelledSet:
   values: np.ndarray
   labels: np.ndarray
   slices: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
-class EvaluationSet:
-  """EvaluationSetGen's examples: PNG bytes, labels, which set (eval/test/corrupted), the
-  corruption_severity slice of corrupted ones and the clean test image each was made from."""
-  pngs: np.ndarray
-  labels: np.ndarray
-  eval_sets: np.ndarray
-  slices: np.ndarray
-  source_keys: np.ndarray
-
-
-def read_evaluation_set(uri: str) -> EvaluationSet:
-  spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
-          LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
-          EXAMPLE_KEY: tf.io.FixedLenFeature([], tf.string),
-          evaluation_set.EVAL_SET_KEY: tf.io.FixedLenFeature([], tf.string),
-          evaluation_set.CORRUPTION_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
-          evaluation_set.SEVERITY_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0)}
-  files = sorted(tf.io.gfile.glob(os.path.join(uri, "Split-*", "*")))
-  if not files:
-    raise FileNotFoundError(f"No evaluation set examples under {uri}.")
-  columns = {key: [] for key in spec}
-  for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(1024):
-    for key, value in tf.io.parse_example(batch, spec).items():
-      columns[key].append(value.numpy())
-  c = {key: np.concatenate(value) for key, value in columns.items()}
-  corruption = c[evaluation_set.CORRUPTION_KEY].astype(str)
-  slices = np.where(corruption == "", "",
-                    np.char.add(np.char.add(corruption, "_"),
-                                c[evaluation_set.SEVERITY_KEY].astype(str)))
-  return EvaluationSet(c[IMAGE_KEY], c[LABEL_KEY], c[evaluation_set.EVAL_SET_KEY].astype(str),
-                       slices, np.char.partition(c[EXAMPLE_KEY].astype(str), "/")[:, 0])
 
 
 def load_network(model_dir: str) -> keras.Model:

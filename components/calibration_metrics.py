@@ -20,6 +20,11 @@ Definitions (as in Uncertainty Baselines):
   (trainer_module.metrics.confidence_bins).
 - NLL: mean of -log p(true class), with p clipped below at PROBABILITY_FLOOR.
 - Brier score: mean over examples of sum over classes of (p_k - 1[k = true class])^2.
+- cECE (`MeanSliceECE`): the mean over sub-slices (by default corruption x severity, read from
+  each example's features) of their ECE, as Uncertainty Baselines reports calibration under
+  shift: one number per slice of the evaluation set, so the gate can bound it and its change
+  against production like any other metric. Examples without the features (clean images) are
+  left out; a slice with none of them has no value (NaN).
 """
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -35,6 +40,9 @@ ECE_NAME = "ece"
 RELIABILITY_NAME = "reliability_diagram"  # [num_bins, 3]: count, mean confidence, accuracy.
 NLL_NAME = "nll"
 BRIER_NAME = "brier_score"
+MEAN_SLICE_ECE_NAME = "mean_slice_ece"
+# The features whose values make MeanSliceECE's sub-slices (components/evaluation_set.py).
+DEFAULT_SUB_SLICE_KEYS = ("corruption", "severity")
 DEFAULT_NUM_BINS = 15
 PROBABILITY_FLOOR = 1e-12  # Keeps -log p finite when a float32 softmax rounds p to 0.
 # One leading underscore: TFMA computes the statistics but drops them from its output.
@@ -169,6 +177,12 @@ def _values(accumulator: _Accumulator) -> dict:
           RELIABILITY_NAME: np.stack([accumulator.bin_count, mean_confidence, accuracy], 1)}
 
 
+def _check_full_vector(name: str, sub_key, aggregation_type, class_weights) -> None:
+  if sub_key is not None or aggregation_type is not None or class_weights:
+    raise ValueError(f"Metric {name!r} is computed over the full probability vector; "
+                     "binarization, top-k and aggregation options do not apply.")
+
+
 def _computations(value: str, extra_values: tuple = ()):
   """A per-key computation function: the shared statistics pass, and a derived computation
   that reports `value` under the metric's own key and each of `extra_values` under its own
@@ -180,9 +194,7 @@ def _computations(value: str, extra_values: tuple = ()):
                    aggregation_type: Optional[metric_types.AggregationType] = None,
                    class_weights: Optional[Dict[int, float]] = None,
                    example_weighted: bool = False) -> metric_types.MetricComputations:
-    if sub_key is not None or aggregation_type is not None or class_weights:
-      raise ValueError(f"Metric {name!r} is computed over the full probability vector; "
-                       "binarization, top-k and aggregation options do not apply.")
+    _check_full_vector(name, sub_key, aggregation_type, class_weights)
 
     def key(key_name: str) -> metric_types.MetricKey:
       return metric_types.MetricKey(name=key_name, model_name=model_name,
@@ -245,5 +257,98 @@ class BrierScore(_FromSharedStatistics):
   REPORTS = BRIER_NAME
 
 
-for _metric in (TopLabelAccuracy, ExpectedCalibrationError, NegativeLogLikelihood, BrierScore):
+def _feature_value(features, key: str):
+  """An example's one value of `key`, or None when it has none."""
+  value = None if features is None else features.get(key)
+  if value is None:
+    return None
+  value = np.ravel(value)
+  if not value.size:
+    return None
+  value = value[0]
+  return value.decode() if isinstance(value, bytes) else value.item() if hasattr(
+      value, "item") else value
+
+
+class _SubSliceCombiner(beam.CombineFn):
+  """One _Accumulator per sub-slice (the values of `sub_slice_keys`), merged exactly."""
+
+  def __init__(self, key: metric_types.MetricKey, num_bins: int, sub_slice_keys,
+               eval_config: Optional[config_pb2.EvalConfig], example_weighted: bool):
+    self._key = key
+    self._num_bins = num_bins
+    self._sub_slice_keys = tuple(sub_slice_keys)
+    self._eval_config = eval_config
+    self._example_weighted = example_weighted
+
+  def create_accumulator(self) -> Dict[tuple, _Accumulator]:
+    return {}
+
+  def add_input(self, accumulator: Dict[tuple, _Accumulator],
+                element: metric_types.StandardMetricInputs) -> Dict[tuple, _Accumulator]:
+    sub_slice = tuple(_feature_value(element.features, key) for key in self._sub_slice_keys)
+    if any(value is None for value in sub_slice):
+      return accumulator
+    statistics = accumulator.setdefault(sub_slice, _Accumulator(self._num_bins))
+    for label, prediction, weight in metric_util.to_label_prediction_example_weight(
+        element, eval_config=self._eval_config, model_name=self._key.model_name,
+        output_name=self._key.output_name, example_weighted=self._example_weighted,
+        flatten=False):
+      statistics.pending.append((int(np.ravel(label)[0]), np.ravel(prediction),
+                                 float(metric_util.safe_to_scalar(weight))))
+    if len(statistics.pending) >= FLUSH_SIZE:
+      statistics.flush()
+    return accumulator
+
+  def merge_accumulators(self, accumulators: Iterable[Dict[tuple, _Accumulator]]
+                         ) -> Dict[tuple, _Accumulator]:
+    result = {}
+    for accumulator in accumulators:
+      for sub_slice, statistics in accumulator.items():
+        if sub_slice in result:
+          result[sub_slice].merge(statistics)
+        else:
+          result[sub_slice] = statistics
+    return result
+
+  def compact(self, accumulator: Dict[tuple, _Accumulator]) -> Dict[tuple, _Accumulator]:
+    for statistics in accumulator.values():
+      statistics.flush()
+    return accumulator
+
+  def extract_output(self, accumulator: Dict[tuple, _Accumulator]
+                     ) -> Dict[metric_types.MetricKey, float]:
+    eces = [_values(self.compact({None: s})[None])[ECE_NAME] for s in accumulator.values()]
+    return {self._key: float(np.mean(eces)) if eces else float("nan")}
+
+
+def _mean_slice_ece(name: str, num_bins: int = DEFAULT_NUM_BINS,
+                    sub_slice_keys=DEFAULT_SUB_SLICE_KEYS,
+                    eval_config: Optional[config_pb2.EvalConfig] = None, model_name: str = "",
+                    output_name: str = "", sub_key: Optional[metric_types.SubKey] = None,
+                    aggregation_type: Optional[metric_types.AggregationType] = None,
+                    class_weights: Optional[Dict[int, float]] = None,
+                    example_weighted: bool = False) -> metric_types.MetricComputations:
+  _check_full_vector(name, sub_key, aggregation_type, class_weights)
+  key = metric_types.MetricKey(name=name, model_name=model_name, output_name=output_name,
+                               example_weighted=example_weighted)
+  return [metric_types.MetricComputation(
+      keys=[key],
+      preprocessors=[metric_types.FeaturePreprocessor(feature_keys=list(sub_slice_keys))],
+      combiner=_SubSliceCombiner(key, num_bins, sub_slice_keys, eval_config,
+                                 example_weighted))]
+
+
+class MeanSliceECE(metric_types.Metric):
+  """cECE: the mean over the sub-slices (corruption x severity) of their top-label ECE."""
+
+  def __init__(self, name: str = MEAN_SLICE_ECE_NAME, num_bins: int = DEFAULT_NUM_BINS,
+               sub_slice_keys=DEFAULT_SUB_SLICE_KEYS):
+    _check_num_bins(num_bins)
+    super().__init__(metric_util.merge_per_key_computations(_mean_slice_ece), name=name,
+                     num_bins=num_bins, sub_slice_keys=list(sub_slice_keys))
+
+
+for _metric in (TopLabelAccuracy, ExpectedCalibrationError, NegativeLogLikelihood, BrierScore,
+                MeanSliceECE):
   metric_types.register_metric(_metric)

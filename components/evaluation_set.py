@@ -17,10 +17,12 @@ With `examples_per_corruption` > 0, each corruption x severity slice holds that 
 (the same test images in every slice), so CI stays fast; every slice has the same count, so
 accuracy over the whole corrupted set is the mean corrupted accuracy (cA).
 """
+import dataclasses
 import logging
 import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
 from tfx.dsl.component.experimental.decorators import component
@@ -41,6 +43,40 @@ SOURCES = ("generated", "cifar10_corrupted")
 
 _FILE_NAME = "data_tfrecord-00000-of-00001.gz"
 Record = Tuple[str, bytes, int]  # key, PNG, label.
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationSet:
+  """EvaluationSetGen's examples: PNG bytes, labels, which set (eval/test/corrupted), the
+  corruption_severity slice of corrupted ones and the clean test image each was made from."""
+  pngs: np.ndarray
+  labels: np.ndarray
+  eval_sets: np.ndarray
+  slices: np.ndarray
+  source_keys: np.ndarray
+
+
+def read_evaluation_set(uri: str) -> EvaluationSet:
+  spec = {IMAGE_KEY: tf.io.FixedLenFeature([], tf.string),
+          LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+          EXAMPLE_KEY: tf.io.FixedLenFeature([], tf.string),
+          EVAL_SET_KEY: tf.io.FixedLenFeature([], tf.string),
+          CORRUPTION_KEY: tf.io.FixedLenFeature([], tf.string, default_value=""),
+          SEVERITY_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=0)}
+  files = sorted(tf.io.gfile.glob(os.path.join(uri, "Split-*", "*")))
+  if not files:
+    raise FileNotFoundError(f"No evaluation set examples under {uri}.")
+  columns = {key: [] for key in spec}
+  for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(1024):
+    for key, value in tf.io.parse_example(batch, spec).items():
+      columns[key].append(value.numpy())
+  c = {key: np.concatenate(value) for key, value in columns.items()}
+  corruption = c[CORRUPTION_KEY].astype(str)
+  slices = np.where(corruption == "", "",
+                    np.char.add(np.char.add(corruption, "_"),
+                                c[SEVERITY_KEY].astype(str)))
+  return EvaluationSet(c[IMAGE_KEY], c[LABEL_KEY], c[EVAL_SET_KEY].astype(str),
+                       slices, np.char.partition(c[EXAMPLE_KEY].astype(str), "/")[:, 0])
 
 
 def _read_split(examples_uri: str, split: str) -> List[Record]:

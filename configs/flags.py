@@ -78,17 +78,18 @@ FLAG_GROUPS = {
         "num_bins", "temperature_fit", "validation_corruption_examples", "min_eval_accuracy",
         "max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
         "max_nll_increase", "min_corrupted_accuracy", "max_corrupted_accuracy_drop",
-        "max_corrupted_nll", "max_corrupted_nll_increase", "max_corrupted_ece",
-        "max_corrupted_ece_increase", "corruptions", "examples_per_corruption",
+        "max_corrupted_nll", "max_corrupted_nll_increase", "max_corrupted_mean_ece",
+        "max_corrupted_mean_ece_increase", "max_corrupted_ece", "max_corrupted_ece_increase",
+        "corruptions", "examples_per_corruption",
         "corruption_workers",
         "ensemble_size", "hyper_trials", "ensemble_objective"),
     "run": ("pipeline_name", "output_dir", "enable_cache", "beam_workers",
-            "beam_running_mode", "beam_in_memory_max_examples"),
+            "beam_running_mode", "beam_in_memory_max_examples", "beam_runner",
+            "beam_job_endpoint", "beam_environment_type", "beam_environment_config"),
     "cluster (Kubeflow)": (
         "image", "kubeflow_target", "vertex_project", "vertex_region", "machine_type",
-        "accelerator_type", "accelerator_count", "replica_count", "beam_runner",
-        "dataflow_project", "dataflow_region", "dataflow_temp_location", "beam_job_endpoint",
-        "beam_environment_type", "beam_environment_config"),
+        "accelerator_type", "accelerator_count", "replica_count", "dataflow_project",
+        "dataflow_region", "dataflow_temp_location"),
 }
 CONFIG_HELP = "the preset the other flags override: one of configs.PRESETS"
 

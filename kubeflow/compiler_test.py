@@ -248,6 +248,7 @@ BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "Transform", "Evaluatio
       "--beam_job_endpoint=flink-jobserver.flink:8099"],
      ["--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099",
       "--environment_type=DOCKER", "--environment_config=gcr.io/proj/wrn-pipeline:7",
+      "--sdk_container_image=gcr.io/proj/wrn-pipeline:7",
       "--beam_plugin=storage.beam_worker"]),
 ])
 def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flags, engine,
@@ -268,7 +269,7 @@ def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_p
   from kubeflow import compiler, submit
   config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"],
                       base=from_preset("kubeflow"))
-  assert config.trainer.temperature_fit == "in_support"  # The preset's, for ensembles too.
+  assert config.trainer.temperature_fit == "distance_curve"  # The preset's, for ensembles too.
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)
   tasks = spec.root.dag.tasks

@@ -9,7 +9,6 @@ runner (kubeflow/) reads them, the graph never does. Nothing here imports TFX.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from typing import TYPE_CHECKING
@@ -40,13 +39,6 @@ ACCELERATOR_TYPES = GPU_TYPES + TPU_TYPES
 # Pipelines (which also runs TFX's resolver, pre-cache-check and CustomJob extensions).
 KUBEFLOW_TARGETS = ("kfp", "vertex")
 
-# Beam engines of the Beam-powered steps (docs/kubeflow.md, "Beam beyond one pod").
-BEAM_RUNNERS = ("direct", "dataflow", "portable")
-BEAM_ENVIRONMENT_TYPES = ("DOCKER", "EXTERNAL", "PROCESS")
-# Beam's SDK harness boot program: the TFX image copies it from Beam's SDK image and makes it
-# the ENTRYPOINT (tfx/tools/docker/Dockerfile, v1.16.0), so the pipeline image is a Beam worker.
-BEAM_BOOT = "/opt/apache/beam/boot"
-HOST_PORT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*:[0-9]{1,5}")
 GCP_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]")
 
 
@@ -61,18 +53,11 @@ class KubeflowConfig:
   accelerator_type: str = ""  # A Vertex AcceleratorType name; empty for CPU only.
   accelerator_count: int = 0  # Per replica.
   replica_count: int = 1  # Machines: one chief plus replica_count - 1 workers.
-  # The Beam engine of every Beam-powered step: direct (DirectRunner inside the step's pod),
-  # dataflow (Google Cloud Dataflow, the image as SDK container) or portable (a Flink or Spark
-  # job server on the cluster, the image as SDK harness).
-  beam_runner: str = "direct"  # direct, dataflow or portable.
+  # Dataflow, the Beam engine of a Kubeflow run's Beam steps with --beam_runner=dataflow
+  # (pipeline/beam_engine.py): the image as SDK container.
   dataflow_project: str = ""  # Google Cloud project of the Dataflow jobs.
   dataflow_region: str = ""  # Region of the Dataflow jobs.
   dataflow_temp_location: str = ""  # gs://bucket/path for Dataflow's staging and temp files.
-  beam_job_endpoint: str = ""  # host:port of the portable job server.
-  beam_environment_type: str = "DOCKER"  # How the portable runner starts SDK harnesses.
-  # DOCKER: the SDK harness image (default: image); EXTERNAL: host:port of a worker pool
-  # (required); PROCESS: {"command": ...} JSON (default: the image's Beam boot program).
-  beam_environment_config: str = ""  # Depends on beam_environment_type.
 
   def __post_init__(self):
     require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
@@ -102,62 +87,15 @@ class KubeflowConfig:
     if self.accelerator_type in TPU_TYPES:
       require(self.replica_count == 1, "replica_count", self.replica_count,
               "must be 1 with a TPU accelerator (one TPU host runs the TPUStrategy)")
-    self._check_beam_engine()
 
-  def _check_beam_engine(self) -> None:
-    require(self.beam_runner in BEAM_RUNNERS, "beam_runner", self.beam_runner,
-            f"must be one of {BEAM_RUNNERS}")
-    dataflow = {"dataflow_project": self.dataflow_project,
-                "dataflow_region": self.dataflow_region,
-                "dataflow_temp_location": self.dataflow_temp_location}
-    portable = {"beam_job_endpoint": self.beam_job_endpoint,
-                "beam_environment_config": self.beam_environment_config}
-    unused = {"dataflow": portable, "portable": dataflow,
-              "direct": {**dataflow, **portable}}[self.beam_runner]
-    for name, value in unused.items():
-      require(not value, name, value, f"is not used with beam_runner={self.beam_runner}")
-    if self.beam_runner == "dataflow":
-      require(bool(self.dataflow_project), "dataflow_project", self.dataflow_project,
-              "is required with beam_runner=dataflow (the Google Cloud project of the jobs)")
-      require(GCP_REGION.fullmatch(self.dataflow_region) is not None, "dataflow_region",
-              self.dataflow_region, "must be a Google Cloud region with beam_runner=dataflow "
-              "(e.g. us-central1)")
-      require(self.dataflow_temp_location.startswith("gs://")
-              and is_object_store_uri(self.dataflow_temp_location), "dataflow_temp_location",
-              self.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
-              "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
-    elif self.beam_runner == "portable":
-      require(HOST_PORT.fullmatch(self.beam_job_endpoint) is not None, "beam_job_endpoint",
-              self.beam_job_endpoint, "must be host:port of the job server with "
-              "beam_runner=portable (e.g. flink-jobserver.flink:8099)")
-      require(self.beam_environment_type in BEAM_ENVIRONMENT_TYPES, "beam_environment_type",
-              self.beam_environment_type, f"must be one of {BEAM_ENVIRONMENT_TYPES}")
-      if self.beam_environment_type == "EXTERNAL":
-        require(HOST_PORT.fullmatch(self.beam_environment_config) is not None,
-                "beam_environment_config", self.beam_environment_config,
-                "must be host:port of the SDK worker pool with beam_environment_type=EXTERNAL")
-      elif self.beam_environment_type == "PROCESS" and self.beam_environment_config:
-        require(_is_process_config(self.beam_environment_config), "beam_environment_config",
-                self.beam_environment_config, 'must be JSON with a "command" with '
-                "beam_environment_type=PROCESS")
-
-  def beam_runner_args(self) -> list:
-    """Beam arguments choosing the engine; empty for direct (PipelineConfig adds its own)."""
-    if self.beam_runner == "dataflow":
-      return ["--runner=DataflowRunner", f"--project={self.dataflow_project}",
-              f"--region={self.dataflow_region}",
-              f"--temp_location={self.dataflow_temp_location}",
-              # Workers run the pipeline image (Beam and TFX preinstalled: no SDK staging).
-              f"--sdk_container_image={self.image}", "--sdk_location=container",
-              "--experiments=use_runner_v2"]
-    if self.beam_runner == "portable":
-      config = self.beam_environment_config or {
-          "DOCKER": self.image, "PROCESS": json.dumps({"command": BEAM_BOOT})}[
-              self.beam_environment_type]
-      return ["--runner=PortableRunner", f"--job_endpoint={self.beam_job_endpoint}",
-              f"--environment_type={self.beam_environment_type}",
-              f"--environment_config={config}"]
-    return []
+  def dataflow_args(self) -> list:
+    """Beam arguments running a step on Dataflow."""
+    return ["--runner=DataflowRunner", f"--project={self.dataflow_project}",
+            f"--region={self.dataflow_region}",
+            f"--temp_location={self.dataflow_temp_location}",
+            # Workers run the pipeline image (Beam and TFX preinstalled: no SDK staging).
+            f"--sdk_container_image={self.image}", "--sdk_location=container",
+            "--experiments=use_runner_v2"]
 
   @property
   def uses_vertex_training(self) -> bool:
@@ -212,16 +150,7 @@ def check_cluster_config(config: PipelineConfig) -> None:
             "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
             "the cluster cannot read this machine's files")
   image_path(config.schema_path)
-  if kubeflow.beam_runner != "direct":
-    require(config.beam_workers == 0, "beam_workers", config.beam_workers,
-            f"is for the direct runner; with beam_runner={kubeflow.beam_runner} the engine "
-            "scales its workers")
-  if kubeflow.beam_runner == "dataflow":
-    for name in ("output_dir", "tfrecord_dir", "tfds_data_dir"):
-      value = getattr(config, name)
-      require(value is None or value.startswith("gs://"), name, value,
-              "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "
-              "workers read and write it without this cluster's S3 credentials")
+  _check_dataflow(config)
   strategy = config.trainer.distribution_strategy
   expected = kubeflow.expected_distribution_strategies()
   require(strategy in expected, "distribution_strategy", strategy,
@@ -230,9 +159,26 @@ def check_cluster_config(config: PipelineConfig) -> None:
           f"accelerator_count={kubeflow.accelerator_count}")
 
 
-def _is_process_config(text: str) -> bool:
-  try:
-    config = json.loads(text)
-  except ValueError:
-    return False
-  return isinstance(config, dict) and isinstance(config.get("command"), str)
+def _check_dataflow(config: PipelineConfig) -> None:
+  kubeflow = config.kubeflow
+  dataflow = {"dataflow_project": kubeflow.dataflow_project,
+              "dataflow_region": kubeflow.dataflow_region,
+              "dataflow_temp_location": kubeflow.dataflow_temp_location}
+  if config.beam_runner != "dataflow":
+    for name, value in dataflow.items():
+      require(not value, name, value, f"is not used with beam_runner={config.beam_runner}")
+    return
+  require(bool(kubeflow.dataflow_project), "dataflow_project", kubeflow.dataflow_project,
+          "is required with beam_runner=dataflow (the Google Cloud project of the jobs)")
+  require(GCP_REGION.fullmatch(kubeflow.dataflow_region) is not None, "dataflow_region",
+          kubeflow.dataflow_region, "must be a Google Cloud region with beam_runner=dataflow "
+          "(e.g. us-central1)")
+  require(kubeflow.dataflow_temp_location.startswith("gs://")
+          and is_object_store_uri(kubeflow.dataflow_temp_location), "dataflow_temp_location",
+          kubeflow.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
+          "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
+  for name in ("output_dir", "tfrecord_dir", "tfds_data_dir"):
+    value = getattr(config, name)
+    require(value is None or value.startswith("gs://"), name, value,
+            "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "
+            "workers read and write it without this cluster's S3 credentials")

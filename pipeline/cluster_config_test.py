@@ -132,8 +132,11 @@ def test_dataflow_runs_every_beam_step_on_the_pipeline_image():
      ["--environment_type=PROCESS", '--environment_config={"command": "/opt/apache/beam/boot"}']),
 ])
 def test_a_portable_job_server_runs_the_pipeline_image_as_sdk_harness(flags, environment):
+  # The harness runs the image, so TFX builds no sdist of itself for it to install
+  # (tfx/utils/dependency_utils.py) and nothing is staged.
   assert from_flags(PORTABLE + flags).beam_pipeline_args() == [
-      "--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099"] + environment
+      "--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099"] + environment + [
+          "--sdk_container_image=gcr.io/proj/wrn:1"]
 
 
 def test_every_sdk_worker_sets_up_s3_when_a_path_is_on_s3():

@@ -114,7 +114,7 @@ def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_fami
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  assert from_preset().trainer.temperature_fit == "in_support"  # Every pipeline preset's.
+  assert from_preset().trainer.temperature_fit == "distance_curve"  # Every pipeline preset's.
   assert TrainerConfig().temperature_fit == "validation_corruptions"  # The standalone trainer's.
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
@@ -124,6 +124,8 @@ def test_the_validation_corruptions_that_choose_the_temperature_are_never_evalua
   with pytest.raises(ValueError, match=r"\['spatter'\] choose the temperature "
                                        r"\(temperature_fit=in_support\)"):
     from_flags(["--corruptions=contrast,spatter", "--temperature_fit=in_support"])
+  with pytest.raises(ValueError, match=r"\(temperature_fit=distance_curve\)"):
+    from_flags(["--corruptions=contrast,spatter"])
 
 
 def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(monkeypatch):

@@ -14,7 +14,8 @@ from typing import List
 import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
-from components.calibration_metrics import ACCURACY_NAME, BRIER_NAME, ECE_NAME, NLL_NAME
+from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME,
+                                            MEAN_SLICE_ECE_NAME, NLL_NAME)
 from pipeline.config import PipelineConfig
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
@@ -61,10 +62,20 @@ def _accuracy_and_calibration_metrics(num_bins: int) -> List[tfma.MetricConfig]:
                        "BrierScore")]
 
 
+def _mean_slice_ece(num_bins: int) -> tfma.MetricConfig:
+  """cECE: the mean ECE of the corruption x severity slices, on every slice of corrupted
+  images (components/calibration_metrics.py)."""
+  return tfma.MetricConfig(class_name="MeanSliceECE", module=_CALIBRATION_MODULE,
+                           config=json.dumps({"num_bins": num_bins, "sub_slice_keys": [
+                               evaluation_set.CORRUPTION_KEY, evaluation_set.SEVERITY_KEY]}))
+
+
 def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
   """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds: on the
-  clean eval set, and on the corrupted set (cA, cNLL and the corrupted set's ECE)."""
+  clean eval set, and on the corrupted set (cA, cNLL, cECE and the corrupted set's ECE)."""
   metrics = {m.class_name: m for m in _accuracy_and_calibration_metrics(config.trainer.num_bins)}
+  if config.corruptions:
+    metrics["MeanSliceECE"] = _mean_slice_ece(config.trainer.num_bins)
   accuracy = metrics["TopLabelAccuracy"]
   accuracy.per_slice_thresholds.extend(_bounds(
       CLEAN_EVAL_SLICE, lower=config.min_eval_accuracy, max_change=config.max_accuracy_drop))
@@ -79,6 +90,8 @@ def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
       (CLEAN_EVAL_SLICE, "NegativeLogLikelihood", config.max_eval_nll, config.max_nll_increase)]
   if config.corruptions:
     calibration_bounds += [
+        (CORRUPTED_SLICE, "MeanSliceECE", config.max_corrupted_mean_ece,
+         config.max_corrupted_mean_ece_increase),
         (CORRUPTED_SLICE, "ExpectedCalibrationError", config.max_corrupted_ece,
          config.max_corrupted_ece_increase),
         (CORRUPTED_SLICE, "NegativeLogLikelihood", config.max_corrupted_nll,
@@ -112,4 +125,5 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
 
 # Names of the gated metrics as the report shows them.
 METRIC_LABELS = {ACCURACY_NAME: "accuracy", ECE_NAME: "ECE", NLL_NAME: "NLL",
-                 BRIER_NAME: "Brier", EXAMPLE_COUNT_NAME: "examples"}
+                 BRIER_NAME: "Brier", EXAMPLE_COUNT_NAME: "examples",
+                 MEAN_SLICE_ECE_NAME: "cECE"}

@@ -12,6 +12,7 @@ from typing import Iterator, Optional, Sequence
 from absl import logging as absl_logging
 
 from components import tfrecord_check
+from pipeline import beam_engine
 from pipeline import config as config_lib
 from pipeline import run_lock
 
@@ -146,6 +147,7 @@ def main(argv: Sequence[str]) -> int:
     if config.kubeflow is None:
       config.check_output_dir()
       config_lib.check_runs_here(config)
+      beam_engine.check_job_server_answers(config)
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2

@@ -1,9 +1,10 @@
 """The run report's PNG charts, drawn with matplotlib (headless: the Agg backend)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import matplotlib
+import matplotlib.ticker
 import numpy as np
 
 matplotlib.use("Agg")  # No display in a pipeline step or a CI job.
@@ -78,4 +79,32 @@ def line_chart(path: str, x: Sequence[float], series: Dict[str, List[Optional[fl
     axes.plot(x, [np.nan if v is None else v for v in values], marker="o", label=name)
   axes.set_xticks(list(x))
   axes.legend(fontsize=8)
+  _save(figure, path)
+
+
+def distance_chart(path: str, temperatures: Callable[[np.ndarray], np.ndarray],
+                   groups: Dict[str, np.ndarray], title: str) -> None:
+  """Top: temperatures(z) over the range of the groups' distance scores z (log scale, the line
+  T = 1 marked). Bottom: each group's histogram of z (as a fraction of the group)."""
+  everything = np.concatenate([g for g in groups.values() if len(g)])
+  low, high = np.floor(everything.min()), np.ceil(everything.max())
+  edges = np.linspace(low, high, 41)
+  figure, (top, bottom) = pyplot.subplots(2, 1, sharex=True, figsize=(_SIZE[0], 6.4), dpi=_DPI,
+                                          gridspec_kw={"height_ratios": [1, 1.4]})
+  z = np.linspace(low, high, 200)
+  top.plot(z, temperatures(z), color="#d62728")
+  top.axhline(1.0, color="#555555", linewidth=1, linestyle="--")
+  top.set_yscale("log")
+  top.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+  top.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+  top.set_title(title)
+  top.set_ylabel("temperature T")
+  top.grid(color="#e6e6e6")
+  for name, scores in groups.items():
+    if len(scores):
+      bottom.hist(scores, bins=edges, weights=np.full(len(scores), 1.0 / len(scores)),
+                  histtype="step", linewidth=1.5, label=name)
+  bottom.set_xlabel("distance score z (standard deviations of the clean eval log distances)")
+  bottom.set_ylabel("fraction of the set")
+  bottom.legend(fontsize=7)
   _save(figure, path)

@@ -4,7 +4,10 @@ It holds the gate decision and its reasons, the metric table (clean and corrupte
 Uncertainty Baselines reports them, and per corruption family as Hendrycks & Dietterich do),
 temperature scaling's effect on clean and corrupted data, the comparison with the blessed
 baseline, clean and corrupted reliability diagrams, per-class accuracy, and accuracy and ECE per
-corruption and severity. Everything comes from the Evaluator's TFMA output and the model's calibration record.
+corruption and severity, and, for a model calibrated by distance_curve, where its temperature
+sharpens and softens. Everything comes from the Evaluator's TFMA output and the model's
+calibration record, except the corrupted test images' distance scores, which the candidate
+serves for the report.
 """
 from __future__ import annotations
 
@@ -16,18 +19,22 @@ import numpy as np
 import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
-from components.calibration_metrics import BRIER_NAME, ECE_NAME, NLL_NAME, RELIABILITY_NAME
+from components.calibration_metrics import (BRIER_NAME, ECE_NAME, MEAN_SLICE_ECE_NAME, NLL_NAME,
+                                            RELIABILITY_NAME)
 from pipeline import plots, tfma_results
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
 from trainer_module import reference_corruptions as corruptions
-from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
+from trainer_module import temperature
+from trainer_module.features import (DISTANCE_SCORE_KEY, LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
 from trainer_module.temperature import read_calibration_info
 from trainer_module.warm_start import TRAINING_INFO_PATH
 
 REPORT_FILE = "report.md"
+DISTANCE_CHART = "temperature_by_distance.png"
+REPORT_IMAGES_PER_SLICE = 25  # Corrupted images per slice whose distance the report shows.
 CALIBRATED, RAW = PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
 EVAL = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
 TEST = ((evaluation_set.EVAL_SET_KEY, evaluation_set.TEST),)
@@ -57,12 +64,25 @@ def corrupted_means(values: Dict, output: str, names) -> Dict[str, Optional[floa
   return result
 
 
+def confidence_gap(values: Dict, slice_, output: str) -> Optional[float]:
+  """A slice's mean confidence minus its accuracy (> 0: over-confident), from its reliability
+  diagram's bins."""
+  bins = tfma_results.metric(values, slice_, output, RELIABILITY_NAME)
+  if bins is None or not np.sum(bins[:, 0]):
+    return None
+  count, confidence, accuracy = bins.T
+  return float(np.sum(count * (confidence - accuracy)) / np.sum(count))
+
+
 def family_means(values: Dict, output: str, names) -> Dict[str, Dict[str, Optional[float]]]:
-  """corrupted_means per corruption family (noise, blur, weather, digital) of `names`."""
+  """corrupted_means per corruption family (noise, blur, weather, digital) of `names`, and the
+  mean over its slices of confidence minus accuracy ("gap")."""
   families = {}
   for name in names:
     families.setdefault(corruptions.FAMILY_OF[name], []).append(name)
-  return {family: corrupted_means(values, output, members)
+  return {family: {**corrupted_means(values, output, members),
+                   "gap": _mean(confidence_gap(values, _corruption_slice(c, s), output)
+                                for c in members for s in corruptions.SEVERITIES)}
           for family, members in families.items()}
 
 
@@ -78,6 +98,9 @@ def _bounds(config: PipelineConfig) -> List[Tuple[str, tfma_results.Slice, str, 
                 config.min_corrupted_accuracy, config.max_corrupted_accuracy_drop),
                ("cNLL (corrupted NLL)", CORRUPTED, NLL_NAME, False, config.max_corrupted_nll,
                 config.max_corrupted_nll_increase),
+               ("cECE (mean ECE of the corruption x severity slices)", CORRUPTED,
+                MEAN_SLICE_ECE_NAME, False, config.max_corrupted_mean_ece,
+                config.max_corrupted_mean_ece_increase),
                ("ECE of the corrupted set", CORRUPTED, ECE_NAME, False, config.max_corrupted_ece,
                 config.max_corrupted_ece_increase)]
   return bounds
@@ -121,12 +144,17 @@ def _metric_table(config, values) -> List[str]:
               f"{len(corruptions.SEVERITIES)} severities, means over the slices as in "
               f"Uncertainty Baselines): **cA {_fmt(means[ACCURACY_NAME])}, cNLL "
               f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}**.", "",
-              "| corruption family | corruptions | cA | cNLL | cECE |",
-              "| --- | --- | --- | --- | --- |"]
+              "| corruption family | corruptions | cA | cNLL | cECE | confidence - accuracy |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for family, family_values in family_means(values, CALIBRATED, config.corruptions).items():
       members = [name for name in config.corruptions if corruptions.FAMILY_OF[name] == family]
+      gap = family_values["gap"]
       lines.append(f"| {family} | {', '.join(members)} | {_fmt(family_values[ACCURACY_NAME])} "
-                   f"| {_fmt(family_values[NLL_NAME])} | {_fmt(family_values[ECE_NAME])} |")
+                   f"| {_fmt(family_values[NLL_NAME])} | {_fmt(family_values[ECE_NAME])} | "
+                   f"{'n/a' if gap is None else f'{gap:+.4f}'} |")
+    lines += ["", "Confidence - accuracy: the mean over the family's slices of the mean "
+              "top-label probability minus the accuracy (> 0 over-confident, < 0 "
+              "under-confident)."]
   return lines + [""]
 
 
@@ -153,6 +181,25 @@ def _temperature_description(calibration: Optional[dict]) -> str:
         "test and never on an evaluated corruption: the clean NLL minimum among the "
         "temperatures at which every validation slice's NLL, and the slices' mean ECE, are no "
         "worse than the raw softmax's. The clean eval examples alone would give "
+        f"{clean_only}. The eval and validation-shift rows are in-sample; the test and "
+        "corrupted rows are not.")
+  if fit == "distance_curve":
+    curve = calibration["distance_curve"]
+    where = ("its penultimate features" if not isinstance(calibration["support_radius"], list)
+             else "its nearest member's penultimate features (each member's own feature space)")
+    return (
+        f"A temperature per input: T(x) = exp({curve['log_temperature']:.4f} + "
+        f"{curve['slope']:.4f} z(x)), where z(x) is how far the input lies from the training "
+        f"data: the log Mahalanobis distance of {where} to the nearest training class mean, in "
+        "standard deviations of the clean eval images' log distances above their mean. A "
+        f"typical eval image (z = 0) gets T = {calibration['temperature']:.4f}; T grows with "
+        "z, softening the inputs farthest from the data. The curve is fitted on "
+        f"{calibration['eval_examples']} clean eval examples and "
+        f"{calibration['validation_examples']} eval images under the validation corruptions "
+        f"({', '.join(calibration['validation_corruptions'])}; severities 1-5), never on test "
+        "and never on an evaluated corruption: the mean over the clean images and each "
+        "validation slice of its NLL, kept no worse than the raw softmax on the validation "
+        "slices' mean NLL and mean ECE. The clean eval examples alone would give one "
         f"{clean_only}. The eval and validation-shift rows are in-sample; the test and "
         "corrupted rows are not.")
   if fit == "validation_corruptions":
@@ -201,11 +248,69 @@ def _temperature_section(config, values, calibration: Optional[dict]) -> List[st
         _fmt(means[name]) for name in (NLL_NAME, ECE_NAME) for means in (raw, calibrated))
                  + " | | |")
   if calibration and calibration.get("temperature_fit") in ("validation_corruptions",
-                                                             "in_support"):
+                                                             "in_support", "distance_curve"):
     lines.append("| validation shift (eval images, validation corruptions; chose T) | " +
                  " | ".join(_fmt(calibration[f"validation_{name}_{when}"]) for name in
                             ("nll", "ece") for when in ("before", "after")) + " | | |")
   return lines + [""]
+
+
+def _distance_section(report_dir: str, calibration: Optional[dict],
+                      test_scores: Optional[Dict[str, np.ndarray]]) -> List[str]:
+  """Under distance_curve: the fitted T against the distance score, over histograms of the
+  scores of the clean eval images and the validation shift (recorded by the fit) and of the
+  clean and corrupted test images per family (served by the candidate)."""
+  if not calibration or calibration.get("temperature_fit") != "distance_curve":
+    return []
+  validation = np.asarray(calibration["validation_distance_scores"])
+  slices = np.asarray(calibration["validation_slices"])
+  groups = {"clean eval (fit)": np.asarray(calibration["eval_distance_scores"]),
+            "validation shift, severities 1-2 (fit)": validation[
+                np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2")],
+            "validation shift, severities 3-5 (fit)": validation[
+                ~(np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2"))],
+            **(test_scores or {})}
+  curve = temperature.DistanceCurve(**calibration["distance_curve"])
+  plots.distance_chart(os.path.join(report_dir, DISTANCE_CHART), curve.temperatures, groups,
+                       "Temperature against distance from the training data")
+  lines = ["## Where the calibrator sharpens and where it softens", "",
+           f"![temperature and distance]({DISTANCE_CHART})", "",
+           "Top: the fitted T (below 1 sharpens, above 1 softens). Bottom: how the distance "
+           "scores z of each set are distributed (the corrupted test images: the candidate's "
+           f"served `distance_score` on up to {REPORT_IMAGES_PER_SLICE} images per corruption x "
+           "severity slice).", "", "| set | images | median z | median T | T < 1 (sharpened) |",
+           "| --- | --- | --- | --- | --- |"]
+  for name, scores in groups.items():
+    if len(scores):
+      t = curve.temperatures(scores)
+      lines.append(f"| {name} | {len(scores)} | {np.median(scores):.2f} | {np.median(t):.3f} "
+                   f"| {np.mean(t < 1):.0%} |")
+  return lines + [""]
+
+
+def served_distance_scores(model_dir: str, evaluation_set_uri: str,
+                           per_slice: int = 0) -> Dict[str, np.ndarray]:
+  """The candidate's served distance scores of the clean test images and of the corrupted
+  ones by family (`per_slice` > 0: the first that many of each corruption x severity slice)."""
+  import tensorflow as tf
+  examples = evaluation_set.read_evaluation_set(evaluation_set_uri)
+  keep = examples.eval_sets == evaluation_set.TEST
+  if per_slice:
+    for name in np.unique(examples.slices[examples.eval_sets == evaluation_set.CORRUPTED]):
+      keep[np.flatnonzero(examples.slices == name)[:per_slice]] = True
+  else:
+    keep |= examples.eval_sets == evaluation_set.CORRUPTED
+  serve = tf.saved_model.load(model_dir).signatures["serving_images"]
+  pngs = examples.pngs[keep]
+  scores = np.concatenate([serve(images=tf.constant(pngs[start:start + 256]))[
+      DISTANCE_SCORE_KEY].numpy() for start in range(0, len(pngs), 256)])
+  groups = {"clean test": scores[examples.eval_sets[keep] == evaluation_set.TEST]}
+  families = np.array([corruptions.FAMILY_OF.get(name.rsplit("_", 1)[0], "")
+                       for name in examples.slices[keep]])
+  for family in corruptions.FAMILIES:
+    if np.any(families == family):
+      groups[f"corrupted test: {family}"] = scores[families == family]
+  return groups
 
 
 def _baseline_section(config, values) -> List[str]:
@@ -365,8 +470,11 @@ def warm_start_summary(model_dir: str) -> str:
 
 
 def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: str,
-                     blessed: bool, model_dir: Optional[str], pushed: Optional[str]) -> str:
-  """Writes report.md and its PNGs into report_dir; returns the report's path."""
+                     blessed: bool, model_dir: Optional[str], pushed: Optional[str],
+                     evaluation_set_uri: Optional[str] = None) -> str:
+  """Writes report.md and its PNGs into report_dir; returns the report's path.
+  evaluation_set_uri: EvaluationSetGen's examples, whose served distance scores the report
+  shows for a model calibrated by distance_curve."""
   os.makedirs(report_dir, exist_ok=True)
   values = tfma_results.load_metrics(evaluation_uri)
   try:
@@ -392,6 +500,9 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
   if ensemble:
     lines += _ensemble_section(ensemble)
   lines += _temperature_section(config, values, calibration)
+  if calibration and calibration.get("temperature_fit") == "distance_curve":
+    lines += _distance_section(report_dir, calibration, served_distance_scores(
+        model_dir, evaluation_set_uri, REPORT_IMAGES_PER_SLICE) if evaluation_set_uri else None)
   lines += _baseline_section(config, values)
   lines += _charts(report_dir, config, values)
   path = os.path.join(report_dir, REPORT_FILE)

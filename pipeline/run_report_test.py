@@ -1,4 +1,5 @@
 """The robustness numbers of the run report: means over corruption x severity slices, per family."""
+import numpy as np
 import pytest
 
 from pipeline import run_report
@@ -98,3 +99,39 @@ def test_an_ensembles_in_support_temperature_is_described_as_its_members_union()
           "space, lie within that member's Mahalanobis distance of its nearest training class "
           "mean (the farthest clean eval image's: 14.25, 12.50), the raw softmax (T = 1) "
           "beyond") in text
+
+
+def test_a_distance_curve_is_described_and_charted_where_it_sharpens_and_softens(tmp_path):
+  from pipeline.config import PipelineConfig
+  calibration = _validation_fit(
+      temperature_fit="distance_curve", temperature=float(np.exp(-1.0)), support_radius=14.25,
+      distance_curve={"log_temperature": -1.0, "slope": 0.2},
+      eval_distance_scores=[-1.0, 0.0, 1.0],
+      validation_distance_scores=[1.0, 2.0, 8.0, 9.0],
+      validation_slices=["spatter_1", "saturate_2", "spatter_5", "speckle_noise_4"])
+  text = "\n".join(run_report._temperature_section(  # pylint: disable=protected-access
+      PipelineConfig(), {}, calibration))
+  assert "T(x) = exp(-1.0000 + 0.2000 z(x))" in text
+  assert "A typical eval image (z = 0) gets T = 0.3679" in text
+  lines = run_report._distance_section(  # pylint: disable=protected-access
+      str(tmp_path), calibration, {"corrupted test: noise": np.array([10.0, 12.0])})
+  assert (tmp_path / run_report.DISTANCE_CHART).stat().st_size > 0
+  # Median z, median T (exp(-1 + 0.2 z)) and the share that is sharpened (T < 1: z < 5).
+  assert "| clean eval (fit) | 3 | 0.00 | 0.368 | 100% |" in lines
+  assert "| validation shift, severities 1-2 (fit) | 2 | 1.50 | 0.499 | 100% |" in lines
+  assert "| validation shift, severities 3-5 (fit) | 2 | 8.50 | 2.024 | 0% |" in lines
+  assert "| corrupted test: noise | 2 | 11.00 | 3.387 | 0% |" in lines
+  assert run_report._distance_section(  # pylint: disable=protected-access
+      str(tmp_path), _validation_fit(), None) == []
+
+
+def test_a_familys_confidence_gap_is_its_slices_mean_confidence_minus_accuracy():
+  from components.calibration_metrics import RELIABILITY_NAME
+  values = _values({"fog": 0.5})
+  for severity in range(1, 6):  # Two bins: 10 examples at confidence 0.9 (6 right), 10 at 0.3.
+    values[(("corruption", "fog"), ("severity", severity))][
+        ("candidate", PROBABILITIES_KEY, RELIABILITY_NAME, False)] = np.array(
+            [[10, 0.9, 0.6], [10, 0.3, 0.2 + severity / 100]])
+  gap = run_report.family_means(values, PROBABILITIES_KEY, ["fog"])["weather"]["gap"]
+  assert gap == pytest.approx(np.mean([(0.9 - 0.6 + 0.3 - 0.2 - s / 100) / 2
+                                       for s in range(1, 6)]))

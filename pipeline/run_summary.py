@@ -52,6 +52,7 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
   lines = ["", f"Pipeline {config.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
            f"({cached} of {len(run.states)} steps reused from cache)."]
   evaluation = run.latest_output("evaluation")
+  evaluation_set = run.latest_output("evaluation_set")
   if evaluation is not None:
     lines += gate_summary(config, evaluation.uri)
     lines.append(f"  metrics (TFMA):  {evaluation.uri}")
@@ -91,7 +92,7 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
         config, report_dir, evaluation.uri, blessed,
         os.path.join(model.uri, "Format-Serving") if model is not None else None,
         serving if pushed is not None and pushed.custom_properties["pushed"].int_value == 1
-        else None)
+        else None, evaluation_set.uri if evaluation_set is not None else None)
     lines.append(f"  run report:      {report_path}")
   lines.append(f"  serving models:  {config.serving_model_dir}")
   lines.append(f"  MLMD database:   {config.metadata_path}")

@@ -1,12 +1,14 @@
 """Imported by every Beam SDK worker at start (`--beam_plugin=storage.beam_worker`, set by
 PipelineConfig.beam_pipeline_args): configures s3:// in the worker from its environment, as
-storage.object_storage.configure does in each step's own process.
+storage.object_storage.configure does in each step's own process, completed by the S3Options
+of the pipeline (a worker pool's pod may be given only the credentials).
 
 The worker (apache_beam.runners.worker.sdk_worker_main) ends by returning from main or by an
 uncaught exception, never by sys.exit; its status is kept the same way while the abort of
 tensorflow-io at exit (object_storage.end_process) is skipped.
 """
 import atexit
+import os
 import sys
 
 from storage import object_storage
@@ -20,6 +22,8 @@ def _record_uncaught(*exc_info):
   _report_uncaught(*exc_info)
 
 
+# Beam's boot hands a worker its pipeline options in PIPELINE_OPTIONS.
+object_storage.adopt_beam_s3_options(os.environ.get("PIPELINE_OPTIONS"))
 object_storage.configure()
 sys.excepthook = _record_uncaught
 atexit.register(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import json
 import logging
 import os
 import re
@@ -120,6 +121,26 @@ def configure(environ: Optional[MutableMapping[str, str]] = None) -> S3Settings:
   environ.update(settings.environ())
   register_tensorflow_s3()
   return settings
+
+
+def adopt_beam_s3_options(options_json: Optional[str],
+                          environ: Optional[MutableMapping[str, str]] = None) -> None:
+  """Sets each S3 setting the environment lacks from Beam's S3Options in `options_json`, the
+  pipeline options an SDK worker gets from its runner (PIPELINE_OPTIONS, set by Beam's boot:
+  sdks/python/container/boot.go): what with_beam_s3_options gave the pipeline reaches
+  TensorFlow in a worker whose pod was given only credentials."""
+  environ = os.environ if environ is None else environ
+  if not options_json:
+    return
+  data = json.loads(options_json)
+  options = data.get("options") or {  # Portable: keys are beam:option:<name>:v1.
+      re.sub(r"^beam:option:(.*):v1$", r"\1", key): value for key, value in data.items()}
+  for names, name in ((ENDPOINT_VARIABLES, "s3_endpoint_url"),
+                      (REGION_VARIABLES, "s3_region_name"), (CA_BUNDLE_VARIABLES, "s3_verify")):
+    value = options.get(name)
+    if isinstance(value, str) and value and not any(
+        environ.get(variable, "").strip() for variable in names):
+      environ[names[0]] = value
 
 
 def register_tensorflow_s3() -> None:

@@ -158,6 +158,25 @@ def test_a_beam_worker_that_used_s3_ends_with_its_own_status(s3_server, body, st
   assert s3_server.keys(f"worker-status-{status}") == [("file.txt", 1)]
 
 
+def test_a_worker_given_only_credentials_takes_the_endpoint_from_its_pipeline_options(s3_server):
+  """A portable runner's SDK worker gets the pipeline's options from Beam's boot in
+  PIPELINE_OPTIONS (portable keys); its pod may hold nothing but the credentials."""
+  path = s3_server.create_bucket("worker-options") + "/file.txt"
+  options = {f"beam:option:{arg[2:].split('=')[0]}:v1": arg.split("=", 1)[1]
+             for arg in S3Settings.from_environ(s3_server.environ()).beam_args()}
+  credentials = {name: s3_server.environ()[name]
+                 for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+  unset = {name: "" for name in (*object_storage.ENDPOINT_VARIABLES,
+                                 *object_storage.REGION_VARIABLES)}
+  program = ("import sys\nimport storage.beam_worker\nimport tensorflow as tf\n"
+             "with tf.io.gfile.GFile(sys.argv[1], 'w') as f:\n  f.write('xy')\n")
+  result = subprocess.run([sys.executable, "-c", program, path], cwd=REPO, env={
+      **os.environ, **unset, **credentials, "PIPELINE_OPTIONS": json.dumps(options)},
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert s3_server.keys("worker-options") == [("file.txt", 2)]
+
+
 def test_a_store_with_a_private_ca_is_verified_by_tensorflow_and_beam_with_its_ca_bundle(
     monkeypatch):
   from apache_beam.io.aws.clients.s3 import boto3_client, messages

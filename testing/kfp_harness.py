@@ -14,6 +14,7 @@ What it follows, in kubeflow/pipelines (backend/src/v2):
   schema as type (GetOutputArtifactsByExecutionId, OutputArtifact.ToRuntimeArtifact,
   metadata/converter.go toRuntimeArtifact); recording turns metadata into custom properties
   (toMLMDArtifact, StructValueToMLMDValue: numbers as doubles, lists and structs wrapped).
+  Output artifacts are named after their output key (driver.go provisionOutputs, KFP 2.15 on).
 - driver/container.go: with log publishing the outputs include `executor-logs`
   (system.Artifact); cacheutils/cache.go: the cache key is the input artifact names, input
   parameter values, output specs without URIs, and the container's image and raw command line;
@@ -242,9 +243,33 @@ def cache_fingerprint(executor_input: dict, container: dict, output_parameter_ty
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
+EXECUTOR_INPUT_MAPS = ("artifacts", "parameters", "parameterValues")
+
+
+def _protojson_numbers(value):
+  """A JSON value as protojson.Marshal writes it: an integral number without a fraction."""
+  if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+    return int(value)
+  if isinstance(value, dict):
+    return {key: _protojson_numbers(inner) for key, inner in value.items()}
+  if isinstance(value, list):
+    return [_protojson_numbers(inner) for inner in value]
+  return value
+
+
+def protojson(executor_input: dict) -> dict:
+  """The executor input as protojson.Marshal writes it: empty maps of its inputs and outputs
+  left out, integral numbers without a fraction."""
+  return _protojson_numbers({
+      side: {key: value for key, value in fields.items()
+             if not (key in EXECUTOR_INPUT_MAPS and value == {})}
+      for side, fields in executor_input.items()})
+
+
 def placeholders(executor_input: dict) -> Dict[str, str]:
-  """launcher_v2.go getPlaceholders."""
-  values = {"{{$}}": json.dumps(executor_input, separators=(",", ":"))}
+  """launcher_v2.go getPlaceholders; {{$}} is the executor input as protojson.Marshal writes
+  it (launcher_v2.go, where the command line is compiled)."""
+  values = {"{{$}}": json.dumps(protojson(executor_input), separators=(",", ":"))}
   for name, artifacts in executor_input["inputs"].get("artifacts", {}).items():
     if artifacts["artifacts"]:
       uri = artifacts["artifacts"][0]["uri"]
@@ -401,11 +426,12 @@ class Harness:
         executor_output = json.load(f)
     outputs = {}
     for output_name, artifacts in executor_input["outputs"]["artifacts"].items():
-      artifact = artifacts["artifacts"][0]
+      artifact = dict(artifacts["artifacts"][0])  # The executor input stays as it was given.
       produced = executor_output.get("artifacts", {}).get(output_name, {}).get("artifacts", [])
       if produced:  # mergeRuntimeArtifacts.
         artifact["uri"] = produced[0].get("uri") or artifact["uri"]
-        artifact.setdefault("metadata", {}).update(produced[0].get("metadata", {}))
+        artifact["metadata"] = {**artifact.get("metadata", {}),
+                                **produced[0].get("metadata", {})}
       outputs[output_name] = self.metadata.record_artifact(output_name, artifact)
     parameters = dict(executor_output.get("parameterValues", {}))
     for param, spec in executor_input["outputs"]["parameters"].items():
@@ -419,15 +445,17 @@ class Harness:
 
   def _provision_outputs(self, run_root: str, task_name: str, component: dict,
                          task_dir: str) -> dict:
-    """driver/container.go provisionOutputs. The launcher's output file is
-    /tmp/kfp_outputs/output_metadata.json in its own pod; tasks here share one machine, so
-    each gets its own directory."""
+    """driver/driver.go provisionOutputs (KFP 2.15 on): each output named after its key (for
+    the SDK's Pythonic artifacts; before 2.15 it had no name), URIs under the task root. The
+    executor output file is output_metadata.json in the task root's local path
+    (/s3/<bucket>/...), or /tmp/kfp_outputs/ in its own pod before 2.15; tasks here share one
+    machine and cannot write /s3/, so each gets its own directory."""
     definitions = dict(component.get("outputDefinitions", {}).get("artifacts", {}))
     if self.publish_logs:
       definitions[EXECUTOR_LOGS] = {"artifactType": {"schemaTitle": "system.Artifact"}}
     salt = str(uuid.uuid4())
     artifacts = {
-        name: {"artifacts": [{"uri": join_uri(run_root, task_name, salt, name),
+        name: {"artifacts": [{"name": name, "uri": join_uri(run_root, task_name, salt, name),
                               "type": definition["artifactType"],
                               **({"metadata": definition["metadata"]}
                                  if "metadata" in definition else {})}]}
@@ -502,30 +530,58 @@ def download(server, uri: str, local_dir: str) -> None:
         client.download_file(bucket, item["Key"], target)
 
 
+ORCHESTRATORS = ("harness", "kfp.local")
+
+
+def _option(argv: List[str], name: str, default: str) -> str:
+  return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), default)
+
+
+def _run_on_kfp_local(spec_path: str, pipeline_root: str, env: Mapping[str, str]) -> None:
+  """`python -m kubeflow local-run` on the spec, as a user runs it (it prints each task's log,
+  then their times and the run directory); raises TaskFailed if it fails."""
+  result = subprocess.run(
+      [sys.executable, "-m", "kubeflow", "local-run", f"--package={spec_path}",
+       "--runner=subprocess", f"--pipeline_root={pipeline_root}"],
+      cwd=PROJECT_DIR, env=dict(os.environ, **env))
+  if result.returncode != 0:
+    raise TaskFailed(f"python -m kubeflow local-run exited with {result.returncode}")
+
+
 def main(argv: List[str]) -> int:
-  """One run of the compiled tiny pipeline on a local S3 server; prints where the model went."""
+  """One run of the compiled tiny pipeline on a local S3 server, by this harness or by the KFP
+  SDK's kfp.local (--orchestrator=kfp.local); prints where the model went."""
   from testing.tiny_config import SMALL_MODEL
   from testing.s3_server import S3Server
-  workdir = os.path.abspath(os.path.join("outputs", "kubeflow-local"))
-  flags = [a for a in argv if not a.startswith("--workdir=")]
-  workdir = next((a.split("=", 1)[1] for a in argv if a.startswith("--workdir=")), workdir)
+  orchestrator = _option(argv, "orchestrator", "harness")
+  if orchestrator not in ORCHESTRATORS:
+    print(f"error: Invalid --orchestrator {orchestrator!r}: expected one of "
+          f"{list(ORCHESTRATORS)}.", file=sys.stderr)
+    return 2
+  default_workdir = "kubeflow-local" if orchestrator == "harness" else "kubeflow-local-kfp"
+  workdir = os.path.abspath(_option(argv, "workdir", os.path.join("outputs", default_workdir)))
+  flags = [a for a in argv if not a.startswith(("--workdir=", "--orchestrator="))]
   start = time.monotonic()
   with S3Server() as server:
     config, compiled = compile_for_s3(server, os.path.join(workdir, "package"),
                                       SMALL_MODEL + flags)
     print(f"compiled for kubeflow_target=kfp: {compiled.spec_path}", flush=True)
-    harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
-                      env=server.environ())
     try:
-      run = harness.run()
+      if orchestrator == "harness":
+        harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
+                          env=server.environ())
+        run = harness.run()
+        for task in run.tasks.values():
+          print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}")
+        print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s")
+      else:
+        _run_on_kfp_local(compiled.spec_path, os.path.join(workdir, "pipeline_root"),
+                          server.environ())
     except TaskFailed as error:
       print(f"error: {error}", file=sys.stderr)
       return 1
-    for task in run.tasks.values():
-      print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}")
+    print(f"with compile and S3 server: {time.monotonic() - start:.0f} s")
     versions = pushed_versions(server, config.serving_model_dir)
-    print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s "
-          f"({time.monotonic() - start:.0f} s with compile and S3 server)")
     if not versions:
       print("pushed model:   none (the Evaluator did not bless the candidate)")
       return 1

@@ -9,5 +9,6 @@ severity for the temperature (4 x 5 slices: 200 images).
 SMALL_MODEL = ["--depth=10", "--width_multiplier=1", "--train_epochs=6",
                "--lr_decay_epochs=120,160", "--min_eval_accuracy=0.5", "--max_eval_ece=0.6",
                "--max_eval_nll=1.5", "--min_corrupted_accuracy=0.2", "--max_corrupted_nll=10",
-               "--max_corrupted_ece=0.6", "--examples_per_corruption=5",
+               "--max_corrupted_ece=0.6", "--max_corrupted_mean_ece=0.7",
+               "--examples_per_corruption=5",
                "--validation_corruption_examples=10"]

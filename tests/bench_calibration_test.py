@@ -1,4 +1,4 @@
-"""bench/calibration.py: the table it prints and the shift-dependent map it fits."""
+"""bench/calibration.py: the table it prints and the distance_curve row it fits."""
 import numpy as np
 import pytest
 
@@ -61,33 +61,27 @@ def test_the_table_has_a_row_per_way_of_choosing_with_every_column():
   assert all(line.count("|") == len(calibration.COLUMNS) + 3 for line in lines)
 
 
-def test_the_shift_map_sharpens_near_the_clean_data_and_softens_far_from_it():
+def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_input():
+  """The row is temperature.fit_distance_curve on the support's distance scores: under-
+  confident clean data near the training features, over-confident shifted data far away."""
   rng = np.random.default_rng(1)
   sets = _sets(rng)
-  clean_z = rng.normal(0.0, 1.0, len(sets.eval.labels))
-  shifted_z = rng.normal(6.0, 0.5, len(sets.validation.labels))
-  log_t, slope = calibration.fit_shift_map(sets.eval, clean_z, sets.validation, shifted_z, 15)
-  assert np.exp(log_t) < 0.8 and slope > 0
-  clean_t = calibration.shift_temperatures(clean_z, log_t, slope)
-  assert (temperature.nll(calibration.scaled(sets.eval, clean_t).values, sets.eval.labels) <
-          temperature.nll(sets.eval.values, sets.eval.labels) - 0.05)
-  moved = calibration.scaled(sets.validation, calibration.shift_temperatures(shifted_z, log_t,
-                                                                             slope))
-  for name in np.unique(sets.validation.slices):
-    mask = sets.validation.slices == name
-    assert temperature.nll(moved.values[mask], moved.labels[mask]) <= temperature.nll(
-        sets.validation.values[mask], sets.validation.labels[mask])
-
-
-def test_a_score_that_does_not_tell_shift_apart_cannot_sharpen_past_the_shifted_bound():
-  sets = _sets(np.random.default_rng(2))
-  z = np.zeros(len(sets.eval.labels)), np.zeros(len(sets.validation.labels))
-  log_t, slope = calibration.fit_shift_map(sets.eval, z[0], sets.validation, z[1], 15)
-  # With z = 0 the map is one T; the shifted slices want T > 1, so it cannot go below 1.
-  assert np.exp(log_t) >= 1.0
-
-
-def test_scores_are_standardised_on_the_clean_eval_set():
-  z = calibration.standardised({"eval": np.array([1.0, 3.0]), "test": np.array([5.0])})
-  assert z["eval"] == pytest.approx([-1.0, 1.0])
-  assert z["test"] == pytest.approx([3.0])
+  train = rng.normal(0.0, 1.0, (200, 4))
+  near = lambda n: rng.normal(0.0, 1.0, (n, 4))  # noqa: E731
+  far = lambda n: rng.normal(0.0, 6.0, (n, 4))  # noqa: E731
+  features = {"train": train, "eval": near(len(sets.eval.labels)),
+              "validation": far(len(sets.validation.labels)), "test": near(len(sets.test.labels)),
+              "corrupted": far(len(sets.corrupted.labels))}
+  support = temperature.support_from_features(train, np.arange(200) % 2, features["eval"])
+  get = lambda name: _labelled(features[name], np.zeros(len(features[name]), int))  # noqa: E731
+  name, label, metrics = calibration.distance_curve_row(sets, support, get, 15)
+  assert name.startswith("`distance_curve`") and label.startswith("exp(")
+  scores = {n: temperature.distance_scores(features[n], support) for n in features}
+  curve = temperature.fit_distance_curve(
+      sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
+      sets.validation.labels, sets.validation.slices, scores["validation"], 15)
+  assert curve.slope > 0 and curve.temperatures(np.zeros(1))[0] < 1
+  assert metrics == pytest.approx(calibration.row_metrics(
+      sets, {n: curve.temperatures(scores[n]) for n in ("test", "corrupted", "validation")}, 15))
+  raw = calibration.row_metrics(sets, {n: 1.0 for n in ("test", "corrupted", "validation")}, 15)
+  assert metrics["test_nll"] < raw["test_nll"] and metrics["cNLL"] < raw["cNLL"]

@@ -228,7 +228,8 @@ def _evaluate(work, config, candidate_dir, baseline_dir=None):
   return output
 
 
-_LOOSE_SHIFT_BOUNDS = dict(max_corrupted_nll=100.0, max_corrupted_ece=1.0)
+_LOOSE_SHIFT_BOUNDS = dict(max_corrupted_nll=100.0, max_corrupted_ece=1.0,
+                           max_corrupted_mean_ece=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -269,6 +270,19 @@ def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
       for name in ("nll", "ece", "brier_score"):
         assert got[("candidate", output_name, name, False)] == pytest.approx(
             expected[name], abs=1e-4), (slice_key, output_name, name)
+  # cECE: the mean over the corruption x severity slices of their ECE, on the corrupted slice.
+  corrupted = eval_set_of == "corrupted"
+  expected = np.mean([reference_metrics.metrics(
+      _softmax(logits[mask], TEMPERATURE), labels[mask])["ece"]
+      for mask in [(corruption_of == c) & (severity_of == v)
+                   for c in ("contrast", "gaussian_noise") for v in (1, 5)]])
+  got = values[(("eval_set", "corrupted"),)][("candidate", PROBABILITIES_KEY,
+                                             calibration_metrics.MEAN_SLICE_ECE_NAME, False)]
+  assert got == pytest.approx(expected, abs=1e-4)
+  assert abs(got - reference_metrics.metrics(_softmax(logits[corrupted], TEMPERATURE),
+                                             labels[corrupted])["ece"]) > 1e-3
+  assert np.isnan(values[(("eval_set", "eval"),)][(
+      "candidate", PROBABILITIES_KEY, calibration_metrics.MEAN_SLICE_ECE_NAME, False)])
   reliability = tfma_results.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
                                    "reliability_diagram")
   assert reliability.shape == (PipelineConfig().trainer.num_bins, 3)
@@ -296,7 +310,7 @@ def test_a_model_whose_corrupted_ece_regresses_beyond_the_bound_is_not_blessed(t
   rows = _write_evaluation_set(str(tmp_path / "data.tfrecord"), np.random.default_rng(1))
   config = PipelineConfig(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
                           min_corrupted_accuracy=0.0, max_corrupted_ece_increase=0.05,
-                          **_LOOSE_SHIFT_BOUNDS)
+                          max_corrupted_mean_ece_increase=1.0, **_LOOSE_SHIFT_BOUNDS)
   baseline = _save(_FakeModel(corrupted_temperature=0.5), str(tmp_path / "baseline"))
   candidate = _save(_FakeModel(corrupted_temperature=2.5), str(tmp_path / "candidate"))
   output = _evaluate(tmp_path, config, candidate, baseline)
@@ -310,3 +324,50 @@ def test_a_model_whose_corrupted_ece_regresses_beyond_the_bound_is_not_blessed(t
   assert failure.value == pytest.approx(ece[2.5] - ece[0.5], abs=1e-4) and failure.value > 0.05
   assert failure.bound == 0.05 and not failure.lower
   assert failure.describe().startswith("ECE on eval_set=corrupted changed by +")
+
+
+def test_a_model_whose_cece_regresses_beyond_the_bound_is_not_blessed(tmp_path):
+  """Far less confident on the corrupted images than its accuracy there (the blessed baseline
+  is not): the cECE change bound fails (the other shift bounds are left loose here, so cECE
+  alone is judged)."""
+  rows = _write_evaluation_set(str(tmp_path / "data.tfrecord"), np.random.default_rng(1))
+  config = PipelineConfig(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
+                          min_corrupted_accuracy=0.0, max_corrupted_nll=100.0,
+                          max_corrupted_ece=1.0, max_corrupted_ece_increase=1.0,
+                          max_corrupted_nll_increase=100.0, max_corrupted_mean_ece=1.0,
+                          max_corrupted_mean_ece_increase=0.05)
+  baseline = _save(_FakeModel(corrupted_temperature=1.0), str(tmp_path / "baseline"))
+  candidate = _save(_FakeModel(corrupted_temperature=5.0), str(tmp_path / "candidate"))
+  result = tfma.load_validation_result(_evaluate(tmp_path, config, candidate, baseline))
+  assert not result.validation_ok
+  (failure,) = tfma_results.failures(result)
+  assert (failure.metric, failure.slice, failure.change) == ("cECE", "eval_set=corrupted", True)
+  logits = np.stack([r[3] for r in rows if r[0] == "corrupted"])
+  labels = np.array([r[4] for r in rows if r[0] == "corrupted"])
+  slices = [(r[1], r[2]) for r in rows if r[0] == "corrupted"]
+
+  def cece(t):
+    return np.mean([reference_metrics.metrics(
+        _softmax(logits[[s == name for s in slices]], t),
+        labels[[s == name for s in slices]])["ece"] for name in sorted(set(slices))])
+
+  assert failure.value == pytest.approx(cece(5.0) - cece(1.0), abs=1e-4) and failure.value > 0.05
+  assert failure.describe().startswith("cECE on eval_set=corrupted changed by +")
+
+
+def test_a_model_above_the_cnll_and_cece_bounds_is_not_blessed_on_a_first_run(tmp_path):
+  """No baseline: the absolute bounds alone, and both calibration-under-shift bounds fail."""
+  rows = _write_evaluation_set(str(tmp_path / "data.tfrecord"), np.random.default_rng(1))
+  config = PipelineConfig(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
+                          min_corrupted_accuracy=0.0, max_corrupted_ece=1.0,
+                          max_corrupted_nll=1.0, max_corrupted_mean_ece=0.1)
+  candidate = _save(_FakeModel(corrupted_temperature=0.3), str(tmp_path / "candidate"))
+  result = tfma.load_validation_result(_evaluate(tmp_path, config, candidate))
+  assert not result.validation_ok
+  failures = {failure.metric: failure for failure in tfma_results.failures(result)}
+  assert set(failures) == {"NLL", "cECE"}
+  assert all(f.slice == "eval_set=corrupted" and not f.change for f in failures.values())
+  logits = np.stack([r[3] for r in rows if r[0] == "corrupted"])
+  labels = np.array([r[4] for r in rows if r[0] == "corrupted"])
+  assert failures["NLL"].value == pytest.approx(
+      reference_metrics.metrics(_softmax(logits, 0.3), labels)["nll"], abs=1e-4)

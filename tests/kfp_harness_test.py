@@ -40,6 +40,35 @@ def test_the_harness_refuses_what_the_backend_refuses(tmp_path):
     kfp_harness.Harness(str(path), str(tmp_path / "work"))
 
 
+def test_the_harness_hands_the_executor_input_over_as_the_launcher_marshals_it():
+  """launcher_v2.go: {{$}} is protojson.Marshal's output: no empty maps, integral numbers
+  without a fraction (what kfp.local's executor_input_to_dict writes too)."""
+  executor_input = {
+      "inputs": {"parameterValues": {"output_data_format": 6.0, "ratio": 0.5}, "artifacts": {}},
+      "outputs": {"artifacts": {}, "parameters": {}, "outputFile": "/tmp/out.json"}}
+  text = kfp_harness.placeholders(executor_input)["{{$}}"]
+  assert json.loads(text) == {"inputs": {"parameterValues": {"output_data_format": 6,
+                                                             "ratio": 0.5}},
+                              "outputs": {"outputFile": "/tmp/out.json"}}
+  assert '"output_data_format":6,' in text
+
+
+def test_the_harness_names_each_output_artifact_after_its_key(tmp_path):
+  """driver.go provisionOutputs (KFP 2.15 on), as kfp.local does."""
+  spec = {"pipelineInfo": {"name": "p"}, "defaultPipelineRoot": "s3://b/root",
+          "deploymentSpec": {"executors": {}}, "components": {}, "root": {"dag": {"tasks": {}}}}
+  path = tmp_path / "spec.yaml"
+  path.write_text(yaml.safe_dump(spec))
+  harness = kfp_harness.Harness(str(path), str(tmp_path / "work"), publish_logs=False)
+  component = {"outputDefinitions": {"artifacts": {"model": {
+      "artifactType": {"instanceSchema": "title: tfx.Model\ntype: object\n"}}}}}
+  outputs = harness._provision_outputs("s3://b/root/p/run", "Trainer", component,
+                                       str(tmp_path / "task"))
+  (model,) = outputs["artifacts"]["model"]["artifacts"]
+  assert model["name"] == "model"
+  assert model["uri"].startswith("s3://b/root/p/run/Trainer/") and model["uri"].endswith("/model")
+
+
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
     tmp_path, s3_server):
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pipeline import run_report
 from pipeline.config import from_flags
 from pipeline.run_record import RunRecord
 from testing.graph_ops import augmix_or_random_ops, reachable_op_types
@@ -80,10 +81,12 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   calibration = json.loads((tmp_path / "serving_model" / config.pipeline_name / versions[0] /
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
-  # The preset's in_support: T within the eval images' feature distance, chosen on clean eval
-  # images and on eval images under the 4 validation corruptions x 5 severities, where it is
-  # no worse calibrated than the raw softmax.
-  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
+  # The preset's distance_curve: a T per input that never falls with its feature distance,
+  # fitted on clean eval images and on eval images under the 4 validation corruptions x 5
+  # severities, where it is no worse calibrated than the raw softmax.
+  assert calibration["temperature_fit"] == "distance_curve"
+  assert calibration["distance_curve"]["slope"] >= 0
+  assert len(calibration["eval_distance_scores"]) == calibration["eval_examples"]
   assert calibration["validation_examples"] == 4 * 5 * 10
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
@@ -146,7 +149,11 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
   report = open(_report_path(degraded.stdout)).read()
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
-  assert "penultimate features lie within Mahalanobis distance" in report  # Where T applies.
+  assert "A temperature per input: T(x) = exp(" in report  # How T depends on the input.
+  assert "## Where the calibrator sharpens and where it softens" in report
+  assert os.path.getsize(os.path.join(os.path.dirname(_report_path(degraded.stdout)),
+                                      run_report.DISTANCE_CHART)) > 0
+  assert re.search(r"\| corrupted test: noise \| \d+ \| ", report), "served distance scores"
 
   # The same two steps warm-started from the model in production (the next run of a schedule)
   # keep what it learned: the accuracy bound the scratch run failed is met, the accuracy stays
@@ -226,9 +233,10 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3
   assert 1 <= len(record["members"]) <= 2
   calibration = json.loads(open(os.path.join(pushed, "assets.extra", "temperature.json")).read())
-  # The union of the members' supports: one radius per distinct member.
+  # The distance is the nearest member's: one support per distinct member.
   radii = np.atleast_1d(calibration["support_radius"])
-  assert calibration["temperature_fit"] == "in_support" and len(radii) == len(record["members"])
+  assert calibration["temperature_fit"] == "distance_curve"
+  assert len(radii) == len(record["members"])
   assert np.all(radii > 0)
   assert sum(member["weight"] for member in record["members"]) == pytest.approx(1.0)
   comparison = record["comparison"]

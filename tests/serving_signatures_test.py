@@ -194,3 +194,43 @@ def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyon
   np.testing.assert_allclose(result["probabilities"], expected, rtol=1e-4, atol=1e-6)
   empty = served.signatures["serving_default"](examples=tf.constant([], tf.string))
   assert empty["probabilities"].shape == (0, 10)
+
+
+def test_distance_curve_serves_each_inputs_own_t_as_the_numpy_calibrator_computes_it(
+    tmp_path, transform_dir):
+  """The exported graph's distance score and temperature equal temperature.py's numpy ones,
+  input by input; the support's arrays are written beside the model for numpy to read."""
+  keras.utils.set_random_seed(4)
+  model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
+  tft_output = tft.TFTransformOutput(transform_dir)
+  digits = raw_digit_examples(160)  # Enough to estimate the 64 features' covariance.
+  pngs = [raw["image"] for raw in digits]
+  noise = np.random.default_rng(1).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+  pngs += [tf.io.encode_png(image).numpy() for image in noise]
+  transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
+  features = temperature.penultimate_model(model)(transformed).numpy()
+  support = temperature.support_from_features(
+      features[:120], np.array([raw["label"] for raw in digits[:120]]), features[120:160])
+  pngs, features = pngs[150:], features[150:]  # Digits the support did not see, and noise.
+  info = {"temperature_fit": "distance_curve", "temperature": float(np.exp(-0.7)),
+          "feature_support": support, "support_radius": support.radius,
+          "distance_curve": {"log_temperature": -0.7, "slope": 0.4}}
+  export_serving_model(model, tft_output, str(tmp_path), calibration=info)
+  assert temperature.read_feature_support(str(tmp_path)).log_distance_std == pytest.approx(
+      support.log_distance_std)
+  result = tf.saved_model.load(str(tmp_path)).signatures["serving_images"](
+      images=tf.constant(pngs))
+  scores = temperature.distance_scores(features, support)
+  # The graph computes the features with other kernels than eager Keras: float32 rounding.
+  np.testing.assert_allclose(result["distance_score"], scores, rtol=1e-3, atol=2e-3)
+  expected_t = temperature.served_calibration(
+      temperature.read_calibration_info(str(tmp_path)),
+      temperature.read_feature_support(str(tmp_path)), features)
+  assert expected_t.min() < 1 < expected_t.max()  # Sharpened near, softened far.
+  log_raw = np.log(result["uncalibrated_probabilities"].numpy().astype(np.float64))
+  expected = np.exp(log_raw / expected_t[:, np.newaxis])
+  np.testing.assert_allclose(result["probabilities"], expected / expected.sum(1, keepdims=True),
+                             rtol=1e-3, atol=1e-5)
+  empty = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](
+      examples=tf.constant([], tf.string))
+  assert empty["distance_score"].shape == (0,)

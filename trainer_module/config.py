@@ -87,8 +87,10 @@ class TrainerConfig:
   # training-time AugMix views, never worse than raw on either ("clean_and_augmix"); or, by the
   # first rule, a T that applies only to inputs no farther from the training data (feature
   # space) than the eval images, the raw softmax beyond ("in_support"; an ensemble measures
-  # that distance on its members' features).
-  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support.
+  # that distance on its members' features); or a T per input that grows with that distance,
+  # never worse than raw on the validation corruptions ("distance_curve").
+  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support,
+  # distance_curve.
   # Eval images per validation corruption x severity (4 x 5 slices, the same images in each).
   validation_corruption_examples: int = 50  # Eval images per validation slice.
   # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
@@ -232,7 +234,10 @@ class TrainerConfig:
 
 
 # trainer_module/temperature.py.
-TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix", "in_support")
+TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix", "in_support",
+                    "distance_curve")
+# The fits that measure how far inputs lie from the training data (the train split's features).
+FEATURE_DISTANCE_FITS = ("in_support", "distance_curve")
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
@@ -249,7 +254,7 @@ HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
 ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
 # How an ensemble's own temperature can be fitted (its members saw different AugMix views, so
 # there is no one set for clean_and_augmix).
-ENSEMBLE_TEMPERATURE_FITS = ("validation_corruptions", "clean", "in_support")
+ENSEMBLE_TEMPERATURE_FITS = ("validation_corruptions", "clean", "in_support", "distance_curve")
 
 
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:

@@ -6,9 +6,10 @@ split: start empty, add the member that most improves the ensemble's objective, 
 
 Members enter as they are served: each with its own temperature, softmax(logits / T_m). A
 sweep whose members are calibrated would otherwise select on probabilities nobody serves, and
-could pick a member whose raw NLL is best but whose served NLL is not. A member calibrated
-`in_support` is the exception: its T holds only within its own feature support, so it enters
-raw (T = 1) and the ensemble's own map decides where sharpening applies.
+could pick a member whose raw NLL is best but whose served NLL is not. A member calibrated by
+its feature distance (`in_support`, `distance_curve`) is the exception: its T depends on where
+an input lies in its own feature space, so it enters raw (T = 1) and the ensemble's own map
+decides where sharpening and softening apply.
 
 The ensemble network maps images to the log of the selection-weighted mean of its members'
 probabilities. Softmax of that is the mean itself, so the network is a "logits" model like a
@@ -22,7 +23,8 @@ members' features side by side: with k members that space has k times the dimens
 the tied covariance estimated there from the same training images places shifted inputs
 farther out. On the digits (K=4 of N=8, members [3, 7, 3]) it held 40% of the corrupted test
 images, fewer than either member's own support (43%, 51%), and the ensemble then served the
-raw, under-confident mean on inputs its members would have sharpened.
+raw, under-confident mean on inputs its members would have sharpened. Under `distance_curve`
+the ensemble's distance score is likewise its nearest member's (temperature.distance_scores).
 """
 import dataclasses
 import itertools
@@ -36,7 +38,8 @@ import tensorflow_transform as tft
 import tf_keras as keras
 
 from trainer_module import data, temperature
-from trainer_module.config import ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS, L2_GROUPS
+from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS,
+                                   FEATURE_DISTANCE_FITS, L2_GROUPS)
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import IMAGE_SHAPE
@@ -194,17 +197,26 @@ def _calibration(model_dir: str) -> dict:
   return read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH)) or {}
 
 
-def served_temperature(model_dir: str) -> float:
-  """The T a member is served with on its eval images (1 when exported without calibration;
-  under in_support every eval image lies within the support, so its T applies to them all)."""
-  return _calibration(model_dir).get("temperature", 1.0)
+def served_temperatures(model_dir: str, network: keras.Model,
+                        batches: tf.data.Dataset) -> np.ndarray:
+  """[eval examples] the temperatures a member is served with on its eval images (1 when
+  exported without calibration; under a feature-distance fit, recomputed from its features
+  and the support it was exported with)."""
+  info = _calibration(model_dir)
+  if info.get("temperature_fit") not in FEATURE_DISTANCE_FITS:
+    return np.full(len(temperature.model_logits(network, batches)[1]),
+                   info.get("temperature", 1.0))
+  features = temperature.model_logits(temperature.penultimate_model(network), batches)[0]
+  return temperature.served_calibration(info, temperature.read_feature_support(model_dir),
+                                        features)
 
 
 def member_temperature(model_dir: str) -> float:
   """The T a member enters the ensemble with: the one it is served with, or 1 when it is
-  calibrated in_support (see the module docstring)."""
+  calibrated by its feature distance (see the module docstring)."""
   info = _calibration(model_dir)
-  return 1.0 if info.get("temperature_fit") == "in_support" else info.get("temperature", 1.0)
+  return 1.0 if info.get("temperature_fit") in FEATURE_DISTANCE_FITS else info.get(
+      "temperature", 1.0)
 
 
 def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
@@ -216,9 +228,12 @@ def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temper
           "temperature": temperature_value, "eval": probability_metrics(served, labels, num_bins)}
 
 
-def _sharpen(probabilities: np.ndarray, temperature_value: float) -> np.ndarray:
-  """softmax(log p / T): what temperature scaling serves for probabilities p."""
-  logits = np.log(np.maximum(probabilities, _PROBABILITY_FLOOR)) / temperature_value
+def _sharpen(probabilities: np.ndarray, temperatures) -> np.ndarray:
+  """softmax(log p / T): what temperature scaling serves for probabilities p (one T, or one per
+  example)."""
+  t = np.asarray(temperatures, np.float64)
+  logits = np.log(np.maximum(probabilities, _PROBABILITY_FLOOR)) / (t[:, np.newaxis] if t.ndim
+                                                                    else t)
   logits -= logits.max(axis=1, keepdims=True)
   exp = np.exp(logits)
   return exp / exp.sum(axis=1, keepdims=True)
@@ -240,26 +255,28 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
   if temperature_fit not in ENSEMBLE_TEMPERATURE_FITS:
     raise ValueError(f"Invalid config value temperature_fit={temperature_fit!r}: an ensemble's "
                      f"temperature is fitted with one of {ENSEMBLE_TEMPERATURE_FITS}.")
-  if temperature_fit == "in_support" and not train_files:
-    raise ValueError("temperature_fit=in_support: the ensemble's feature support is measured "
-                     "on the training split; give its transformed files (train_files).")
+  if temperature_fit in FEATURE_DISTANCE_FITS and not train_files:
+    raise ValueError(f"temperature_fit={temperature_fit}: the ensemble's feature support is "
+                     "measured on the training split; give its transformed files (train_files).")
   tft_output = tft.TFTransformOutput(transform_output)
   batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
   networks, probabilities, served, labels = [], [], [], None
   temperatures = [member_temperature(member.model_dir) for member in members]
-  served_temperatures = [served_temperature(member.model_dir) for member in members]
-  for member, member_t, served_t in zip(members, temperatures, served_temperatures):
+  typical_temperatures = [_calibration(member.model_dir).get("temperature", 1.0)
+                          for member in members]
+  for member, member_t in zip(members, temperatures):
     network = load_member(member.model_dir)
     logits, labels = temperature.model_logits(network, batches)
+    served_t = served_temperatures(member.model_dir, network, batches)
     networks.append(network)
     probabilities.append(tf.nn.softmax(logits.astype(np.float64) / member_t).numpy())
-    served.append(tf.nn.softmax(logits.astype(np.float64) / served_t).numpy())
-    log.info("Member %s: served eval NLL %.4f (T = %.4f; enters at T = %.4f).", member.name,
-             _nll(served[-1], labels), served_t, member_t)
+    served.append(tf.nn.softmax(logits.astype(np.float64) / served_t[:, np.newaxis]).numpy())
+    log.info("Member %s: served eval NLL %.4f (median T %.4f; enters at T = %.4f).",
+             member.name, _nll(served[-1], labels), float(np.median(served_t)), member_t)
   probabilities = np.stack(probabilities)
   # An ensemble T that sharpens within the support is served there after selection: judge
   # each candidate after its own T, as a single member is judged after its own.
-  calibrated = temperature_fit in ("clean", "in_support")
+  calibrated = temperature_fit in ("clean",) + FEATURE_DISTANCE_FITS
   picks = greedy_selection(probabilities, labels, ensemble_size, objective, calibrated)
   weights = selection_weights(picks, len(members))
   chosen = [i for i in range(len(members)) if weights[i] > 0]
@@ -268,27 +285,31 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
   network, features_model = ensemble_network([networks[i] for i in chosen], weights[chosen],
                                              [temperatures[i] for i in chosen])
   shift = train_batches = None
-  if temperature_fit in ("validation_corruptions", "in_support"):
+  if temperature_fit in ("validation_corruptions",) + FEATURE_DISTANCE_FITS:
     mean, std = temperature.channel_statistics(tft_output)
     shift = temperature.validation_corrupted_set(batches, mean, std,
                                                  validation_corruption_examples, eval_batch_size)
-  if temperature_fit == "in_support":
+  if temperature_fit in FEATURE_DISTANCE_FITS:
     train_batches = data.eval_batches(train_files, tft_output.transformed_feature_spec(),
                                       eval_batch_size)
   feature_widths = [temperature.penultimate_model(networks[i]).output_shape[-1] for i in chosen]
   calibration = temperature.calibrate(network, batches, validation_corrupted=shift,
                                       num_bins=num_bins, train_batches=train_batches,
                                       features_model=features_model,
-                                      feature_widths=feature_widths)
+                                      feature_widths=feature_widths,
+                                      distance_curve=temperature_fit == "distance_curve")
   mean = np.tensordot(weights, probabilities, axes=1)
+  eval_temperatures = (temperature.DistanceCurve(**calibration["distance_curve"]).temperatures(
+      calibration["eval_distance_scores"]) if "distance_curve" in calibration
+                       else calibration["temperature"])
   record = {
       "objective": objective, "calibrated_selection": calibrated,
       "ensemble_size": ensemble_size, "picks": picks,
       "members": [{"name": members[i].name, "weight": float(weights[i])} for i in chosen],
       "trials": [member_record(m, p, labels, t, num_bins)
-                 for m, p, t in zip(members, served, served_temperatures)],
+                 for m, p, t in zip(members, served, typical_temperatures)],
       "diversity": disagreement(probabilities[chosen]),
-      "eval": probability_metrics(_sharpen(mean, calibration["temperature"]), labels, num_bins),
+      "eval": probability_metrics(_sharpen(mean, eval_temperatures), labels, num_bins),
       "objective_value": objective_value(mean, labels, objective, calibrated)}
   export_serving_model(network, tft_output, export_dir, calibration,
                        records={ENSEMBLE_FILE: record}, features_model=features_model)

@@ -105,6 +105,15 @@ def members(tmp_path_factory):
   return work, flags, result
 
 
+def _penultimate_features(network, spec, files):
+  """(penultimate features, labels) of a member on a transformed split, padding left out."""
+  batches = list(data.eval_batches([files], spec, 256))
+  keep = np.concatenate([b[2].numpy() > 0 for b in batches])
+  features = temperature.penultimate_model(network)
+  return (np.concatenate([features(b[0]).numpy() for b in batches])[keep],
+          np.concatenate([b[1].numpy() for b in batches])[keep])
+
+
 def _serve(model_dir, images):
   serve = tf.saved_model.load(model_dir).signatures["serving_images"]
   return {k: v.numpy() for k, v in serve(images=tf.constant(images)).items()}
@@ -159,18 +168,12 @@ def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   spec = tft_output.transformed_feature_spec()
 
-  def split(network, files):
-    batches = list(data.eval_batches([files], spec, 256))
-    keep = np.concatenate([b[2].numpy() > 0 for b in batches])
-    features = temperature.penultimate_model(network)
-    return (np.concatenate([features(b[0]).numpy() for b in batches])[keep],
-            np.concatenate([b[1].numpy() for b in batches])[keep])
-
   supports = []
   for network in networks:
-    means, precision = temperature.class_statistics(*split(network, flags["train_files"]))
-    radius = temperature.mahalanobis_distance(split(network, flags["eval_files"])[0], means,
-                                              precision).max()
+    means, precision = temperature.class_statistics(
+        *_penultimate_features(network, spec, flags["train_files"]))
+    radius = temperature.mahalanobis_distance(
+        _penultimate_features(network, spec, flags["eval_files"])[0], means, precision).max()
     supports.append((network, means, precision, radius))
   radii = [radius for *_, radius in supports]
   assert calibration["support_radius"] == pytest.approx(radii[0] if len(radii) == 1 else radii,
@@ -218,13 +221,58 @@ def test_a_missing_member_model_is_named(members, tmp_path):
                             str(tmp_path / "out"), ensemble_size=1)
 
 
-def test_a_member_enters_with_its_served_t_or_raw_when_that_t_holds_only_in_its_support(
+def test_a_member_enters_with_its_served_t_or_raw_when_its_t_depends_on_its_features(
     tmp_path):
   assert ensemble.member_temperature(str(tmp_path)) == 1.0  # Exported without calibration.
-  temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "in_support",
-                                                     "temperature": 0.4})
-  assert ensemble.member_temperature(str(tmp_path)) == 1.0
-  assert ensemble.served_temperature(str(tmp_path)) == 0.4  # What its report row shows.
+  for fit in ("in_support", "distance_curve"):
+    temperature.write_calibration_info(str(tmp_path), {"temperature_fit": fit,
+                                                       "temperature": 0.4})
+    assert ensemble.member_temperature(str(tmp_path)) == 1.0
   temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
                                                      "corruptions", "temperature": 0.8})
   assert ensemble.member_temperature(str(tmp_path)) == 0.8
+
+
+def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input(members):
+  """Each chosen member's support recomputed here from its own features; the ensemble's score
+  is its nearest member's; the served probabilities are softmax(log mean / T(score))."""
+  work, flags, member_list = members
+  export_dir = str(work / "ensemble_distance_curve")
+  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
+                                   flags["transform_output"], export_dir, ensemble_size=3,
+                                   validation_corruption_examples=2,
+                                   temperature_fit="distance_curve",
+                                   train_files=[flags["train_files"]])
+  calibration = temperature.read_calibration_info(export_dir)
+  assert calibration["temperature_fit"] == "distance_curve" and record["calibrated_selection"]
+  assert calibration["distance_curve"]["slope"] >= 0
+  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
+  assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
+  chosen = {m["name"] for m in record["members"]}
+  networks = [ensemble.load_member(m.model_dir) for m in member_list if m.name in chosen]
+  tft_output = tft.TFTransformOutput(flags["transform_output"])
+  spec = tft_output.transformed_feature_spec()
+
+  from testing.transform_runs import encode_png, raw_digit_examples
+  noise = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
+  images = ([example["image"] for example in raw_digit_examples(12)] +
+            [encode_png(image) for image in noise])
+  transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
+  member_scores = []
+  for network in networks:
+    means, precision = temperature.class_statistics(
+        *_penultimate_features(network, spec, flags["train_files"]))
+    eval_log = np.log(temperature.mahalanobis_distance(
+        _penultimate_features(network, spec, flags["eval_files"])[0], means, precision))
+    served_log = np.log(temperature.mahalanobis_distance(
+        temperature.penultimate_model(network)(transformed).numpy(), means, precision))
+    member_scores.append((served_log - eval_log.mean()) / eval_log.std())
+  scores = np.min(member_scores, axis=0)
+  curve = calibration["distance_curve"]
+  expected_t = np.clip(np.exp(curve["log_temperature"] + curve["slope"] * scores), 0.01, 100)
+  served = _serve(export_dir, images)
+  np.testing.assert_allclose(served["distance_score"], scores, rtol=1e-4, atol=1e-4)
+  log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
+  expected = np.exp(log_mean / expected_t[:, np.newaxis])
+  np.testing.assert_allclose(served[PROBABILITIES_KEY],
+                             expected / expected.sum(axis=1, keepdims=True), atol=1e-5)

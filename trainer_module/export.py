@@ -27,8 +27,8 @@ import tf_keras as keras
 from trainer_module import image_format
 from trainer_module import temperature as temperature_scaling
 from trainer_module.config import TrainerConfig
-from trainer_module.features import (CLASS_IDS_KEY, IMAGE_KEY, PROBABILITIES_KEY,
-                                     UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.features import (CLASS_IDS_KEY, DISTANCE_SCORE_KEY, IMAGE_KEY,
+                                     PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.model import wide_resnet
 
 
@@ -88,8 +88,11 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   assets.extra, as is each of `records` ({file name: JSON value}), copied with the model and
   ignored by serving."""
   temperature = calibration["temperature"] if calibration else 1.0
-  # temperature_fit=in_support: T only within the eval images' feature distance, 1 beyond.
+  # temperature_fit=in_support: T only within the eval images' feature distance, 1 beyond;
+  # distance_curve: T of each input's distance (both also serve that distance's score).
   support = (calibration or {}).get("feature_support")
+  curve = (calibration or {}).get("distance_curve")
+  curve = curve and temperature_scaling.DistanceCurve(**curve)
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
   num_classes = model.output_shape[-1]
@@ -108,16 +111,22 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
       if support is None:
         logits = tf.cast(outputs, tf.float32)
         return logits, tf.fill([tf.shape(logits)[0]], tf.constant(temperature, tf.float32))
-      return (tf.cast(outputs[0], tf.float32),
-              temperature_scaling.served_temperatures(outputs[1], support, temperature))
+      scores = temperature_scaling.served_distance_scores(outputs[1], support)
+      temperatures = (curve.served_temperatures(scores) if curve else
+                      temperature_scaling.served_temperatures(outputs[1], support, temperature))
+      return tf.cast(outputs[0], tf.float32), temperatures, tf.cast(scores, tf.float32)
 
     # An empty batch gets empty outputs (the convolutions reject a batch of 0 images).
-    logits, temperatures = tf.cond(
-        tf.size(encoded_images) > 0, logits_and_temperatures,
-        lambda: (tf.zeros([0, num_classes], tf.float32), tf.zeros([0], tf.float32)))
+    empty = (tf.zeros([0, num_classes], tf.float32), tf.zeros([0], tf.float32))
+    outputs = tf.cond(tf.size(encoded_images) > 0, logits_and_temperatures,
+                      lambda: empty + (() if support is None else (tf.zeros([0], tf.float32),)))
+    logits, temperatures = outputs[:2]
     probabilities = tf.nn.softmax(logits / temperatures[:, tf.newaxis])
-    return {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1),
-            UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
+    served = {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1),
+              UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
+    if support is not None:
+      served[DISTANCE_SCORE_KEY] = outputs[2]
+    return served
 
   # No AutoGraph: nothing here branches in Python on a tensor (tf.cond is explicit), and
   # converting every Keras layer's call was most of the export's time.

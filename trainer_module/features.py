@@ -12,6 +12,9 @@ IMAGE_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, IMAGE_CHANNELS)
 PROBABILITIES_KEY = "probabilities"  # softmax(logits / T), T fitted on the eval split.
 UNCALIBRATED_PROBABILITIES_KEY = "uncalibrated_probabilities"  # softmax(logits).
 CLASS_IDS_KEY = "class_ids"
+# Models calibrated by feature distance (in_support, distance_curve) also serve how far each
+# input lies from the training data (temperature.distance_scores).
+DISTANCE_SCORE_KEY = "distance_score"
 
 # Transform outputs besides IMAGE_KEY and LABEL_KEY.
 # string [augmix_view_sets]: set s is aug_count uint8 views in one PNG (augmix.encode_view_sets).

@@ -23,6 +23,21 @@ so makes the corrupted set worse. Two fits also look at shifted copies of the ev
   model computes the distance of each input (export.py). An ensemble's support is the union of
   its members': an input is inside when some member's features lie within that member's radius
   (ensemble.py says why).
+- `distance_curve`: a temperature per input, T(x) = exp(a + b z(x)) with b >= 0, where z(x) is
+  how far the input lies from the training data: its log Mahalanobis distance (as in_support
+  measures it) in standard deviations of the clean eval images' log distances above their mean.
+  Near the data T sharpens an under-confident model as the clean fit does; farther out it
+  softens, continuously, as far as the input lies (the raw softmax of a network is
+  over-confident far from its data, Hein et al. 2019). (a, b) minimise the mean over the clean
+  eval images and each validation corruption x severity slice of the slice's NLL, and the curve
+  is then drawn towards the raw softmax (a, b) -> s (a, b), s from 1 down to 0 on a grid,
+  until the validation slices' mean NLL and mean ECE are no worse than the raw softmax's.
+  Measured on the digits before it was chosen (docs/robustness.md): the distance of the
+  penultimate features orders the corrupted images by accuracy (99% in the nearest tenth, 17%
+  in the farthest) and severe noise lies farthest of all; distances in earlier layers, the
+  logits' entropy or margin, a kNN distance and the relative Mahalanobis distance each did no
+  better when held out one validation corruption at a time. An ensemble's z is its nearest
+  member's (each member's own feature space and eval statistics).
 - `clean_and_augmix`: the eval images under the training-time AugMix augmentation. T minimises
   the mean of the two sets' NLLs, restricted to the temperatures at which neither set's NLL is
   above the raw softmax's. A model trained with AugMix is under-confident on AugMix views too,
@@ -33,6 +48,7 @@ intersection. Bisections and a fixed grid make every step deterministic. The tes
 used, nor any of the 15 benchmark corruptions.
 """
 import hashlib
+import io
 import json
 import logging
 import os
@@ -53,6 +69,7 @@ CALIBRATION_INFO_PATH = os.path.join("assets.extra", "temperature.json")
 VALIDATION_CORRUPTIONS = reference_corruptions.EXTRA_CORRUPTIONS
 _BISECTION_STEPS = 100
 _ECE_GRID_STEPS = 50  # Candidate temperatures between the NLL-chosen T and T = 1.
+_MIN_DISTANCE = 1e-12  # Keeps the log of a distance finite (an input on a class mean).
 
 
 class TemperatureFitError(ValueError):
@@ -222,6 +239,9 @@ class FeatureSupport(NamedTuple):
   precision: np.ndarray  # [features, features]
   radius: float
   start: int = 0
+  # The eval images' log distances: their mean and standard deviation (distance_scores' unit).
+  log_distance_mean: float = 0.0
+  log_distance_std: float = 1.0
 
   def columns(self, features):
     """This support's block of `features` ([batch, all features], numpy or tf)."""
@@ -265,17 +285,109 @@ def within_support(features: np.ndarray, support: Support) -> np.ndarray:
                  <= part.radius for part in _parts(support)], axis=0)
 
 
+def _served_distances(features: tf.Tensor, part: FeatureSupport) -> tf.Tensor:
+  """[batch] mahalanobis_distance in the serving graph (float64, as the fit computed it)."""
+  means = tf.constant(part.class_means, tf.float64)
+  diff = tf.cast(part.columns(features), tf.float64)[:, tf.newaxis, :] - means[tf.newaxis]
+  squared = tf.einsum("ncd,de,nce->nc", diff, tf.constant(part.precision, tf.float64), diff)
+  return tf.sqrt(tf.maximum(tf.reduce_min(squared, axis=1), 0.0))
+
+
 def served_temperatures(features: tf.Tensor, support: Support, temperature: float) -> tf.Tensor:
   """[batch] temperatures the served model divides logits by under `in_support`: T where an
-  input lies within_support, 1 beyond (float64 distances, as the fit computed them)."""
-  inside = []
-  for part in _parts(support):
-    means = tf.constant(part.class_means, tf.float64)
-    diff = tf.cast(part.columns(features), tf.float64)[:, tf.newaxis, :] - means[tf.newaxis]
-    squared = tf.einsum("ncd,de,nce->nc", diff, tf.constant(part.precision, tf.float64), diff)
-    inside.append(tf.sqrt(tf.maximum(tf.reduce_min(squared, axis=1), 0.0)) <= part.radius)
+  input lies within_support, 1 beyond."""
+  inside = [_served_distances(features, part) <= part.radius for part in _parts(support)]
   return tf.where(tf.reduce_any(tf.stack(inside), axis=0), tf.constant(temperature, tf.float32),
                   tf.constant(1.0, tf.float32))
+
+
+def distance_scores(features: np.ndarray, support: Support) -> np.ndarray:
+  """[batch] how far each input lies from the training data: the log of its Mahalanobis
+  distance in standard deviations of the eval images' log distances above their mean (0: as far
+  as a typical eval image); for a union, its nearest part's."""
+  features = np.asarray(features)
+  return np.min([(np.log(np.maximum(mahalanobis_distance(
+      part.columns(features), part.class_means, part.precision), _MIN_DISTANCE)) -
+                  part.log_distance_mean) / part.log_distance_std
+                 for part in _parts(support)], axis=0)
+
+
+def served_distance_scores(features: tf.Tensor, support: Support) -> tf.Tensor:
+  """distance_scores in the serving graph ([batch] float64)."""
+  return tf.reduce_min(tf.stack([
+      (tf.math.log(tf.maximum(_served_distances(features, part), _MIN_DISTANCE)) -
+       part.log_distance_mean) / part.log_distance_std for part in _parts(support)]), axis=0)
+
+
+class DistanceCurve(NamedTuple):
+  """`distance_curve`'s map: log T = log_temperature + slope * distance score, within
+  [MIN_TEMPERATURE, MAX_TEMPERATURE]. slope >= 0: never sharper farther from the data."""
+  log_temperature: float  # log T of an input as far from the data as a typical eval image.
+  slope: float  # d log T / d score.
+
+  def temperatures(self, scores: np.ndarray) -> np.ndarray:
+    return np.clip(np.exp(self.log_temperature + self.slope * np.asarray(scores, np.float64)),
+                   MIN_TEMPERATURE, MAX_TEMPERATURE)
+
+  def served_temperatures(self, scores: tf.Tensor) -> tf.Tensor:
+    """temperatures() in the serving graph: [batch] float32 from float64 scores."""
+    return tf.cast(tf.clip_by_value(
+        tf.exp(self.log_temperature + self.slope * tf.cast(scores, tf.float64)),
+        MIN_TEMPERATURE, MAX_TEMPERATURE), tf.float32)
+
+
+def _per_example_nll(logits: np.ndarray, labels: np.ndarray,
+                     temperatures: np.ndarray) -> np.ndarray:
+  log_p = log_softmax(logits / temperatures[:, np.newaxis])
+  return -log_p[np.arange(len(labels)), labels]
+
+
+def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
+                       clean_scores: np.ndarray, shifted_logits: np.ndarray,
+                       shifted_labels: np.ndarray, shifted_slices: np.ndarray,
+                       shifted_scores: np.ndarray, num_bins: int = 15) -> DistanceCurve:
+  """The curve minimising the mean, over the clean eval images and each shifted slice, of the
+  slice's NLL; then drawn towards the raw softmax until the shifted slices' mean NLL and mean
+  ECE are no worse than raw (see the module docstring). Deterministic: L-BFGS-B from the
+  clean fit, then a fixed grid."""
+  from scipy import optimize
+  clean_logits, shifted_logits = (np.asarray(x, np.float64) for x in (clean_logits,
+                                                                       shifted_logits))
+  clean_labels, shifted_labels = (np.asarray(y, np.int64).reshape(-1)
+                                  for y in (clean_labels, shifted_labels))
+  for logits, labels in ((clean_logits, clean_labels), (shifted_logits, shifted_labels)):
+    _check(logits, labels)
+  shifted_slices = np.asarray(shifted_slices)
+  if not len(shifted_slices) == len(shifted_scores) == len(shifted_labels):
+    raise TemperatureFitError(f"{len(shifted_labels)} shifted examples but "
+                              f"{len(shifted_slices)} slice names and {len(shifted_scores)} "
+                              "distance scores.")
+  logits = np.concatenate([clean_logits, shifted_logits])
+  labels = np.concatenate([clean_labels, shifted_labels])
+  scores = np.concatenate([np.asarray(clean_scores, np.float64),
+                           np.asarray(shifted_scores, np.float64)])
+  slices = np.concatenate([np.full(len(clean_labels), "\0clean"), shifted_slices.astype(str)])
+  names, index = np.unique(slices, return_inverse=True)
+  weights = 1.0 / (len(names) * np.bincount(index)[index])  # Each slice weighs the same.
+
+  def objective(params):
+    curve = DistanceCurve(*params)
+    return float(np.sum(weights * _per_example_nll(logits, labels,
+                                                   curve.temperatures(scores))))
+
+  start = [float(np.log(fit_temperature(clean_logits, clean_labels))), 0.0]
+  bounds = [(np.log(MIN_TEMPERATURE), np.log(MAX_TEMPERATURE)), (0.0, None)]
+  fitted = DistanceCurve(*optimize.minimize(objective, start, method="L-BFGS-B",
+                                            bounds=bounds).x)
+  raw_nll, raw_ece = slice_means(shifted_logits, shifted_labels, shifted_slices, 1.0, num_bins)
+  for step in range(_ECE_GRID_STEPS, 0, -1):
+    curve = DistanceCurve(fitted.log_temperature * step / _ECE_GRID_STEPS,
+                          fitted.slope * step / _ECE_GRID_STEPS)
+    moved = shifted_logits / curve.temperatures(shifted_scores)[:, np.newaxis]
+    shifted_nll, shifted_ece = slice_means(moved, shifted_labels, shifted_slices, 1.0, num_bins)
+    if shifted_nll <= raw_nll and shifted_ece <= raw_ece:
+      return DistanceCurve(float(curve.log_temperature), float(curve.slope))
+  return DistanceCurve(0.0, 0.0)
 
 
 def penultimate_model(model) -> "keras.Model":
@@ -295,10 +407,12 @@ def support_from_features(train_features: np.ndarray, train_labels: np.ndarray,
                           eval_features: np.ndarray, start: int = 0) -> FeatureSupport:
   """The training classes' feature statistics and the eval images' largest distance."""
   means, precision = class_statistics(train_features, train_labels)
-  radius = float(mahalanobis_distance(eval_features, means, precision).max())
+  distances = mahalanobis_distance(eval_features, means, precision)
+  log_distances = np.log(np.maximum(distances, _MIN_DISTANCE))
   # A relative slack of 1e-6: the farthest eval image stays inside when serving recomputes its
   # features and distance with other rounding.
-  return FeatureSupport(means, precision, radius * (1.0 + 1e-6), start)
+  return FeatureSupport(means, precision, float(distances.max()) * (1.0 + 1e-6), start,
+                        float(log_distances.mean()), float(max(log_distances.std(), 1e-6)))
 
 
 def feature_support(features_model, train_batches: tf.data.Dataset,
@@ -359,47 +473,73 @@ def calibrate(model, eval_batches: tf.data.Dataset,
               augmented_batches: Optional[tf.data.Dataset] = None,
               validation_corrupted: Optional[ShiftedSet] = None,
               num_bins: int = 15, train_batches: Optional[tf.data.Dataset] = None,
-              features_model=None, feature_widths: Optional[Sequence[int]] = None) -> dict:
+              features_model=None, feature_widths: Optional[Sequence[int]] = None,
+              distance_curve: bool = False) -> dict:
   """Fits T on the eval split; with its AugMix views (`select_temperature`) or its validation
   corruptions (`select_temperature_under_shift`) when given (at most one of the two); with the
-  validation corruptions and the train split's batches, `in_support` (the returned
-  "feature_support" is what serving needs), in the feature space of `features_model` (by
-  default the network's penultimate_model; with `feature_widths`, the union of the supports of
-  its blocks, see feature_support). Returns T with the NLLs (and ECEs) before and
-  after, and those of the clean-only fit, for the record."""
+  validation corruptions and the train split's batches, `in_support`, or with distance_curve a
+  T per input (`fit_distance_curve`; the returned "feature_support" and "distance_curve" are
+  what serving needs), in the feature space of `features_model` (by default the network's
+  penultimate_model; with `feature_widths`, the union of the supports of its blocks, see
+  feature_support). Returns T (under distance_curve, the T of a typical eval image) with the
+  NLLs (and ECEs) before and after, and those of the clean-only fit, for the record."""
   if augmented_batches is not None and validation_corrupted is not None:
     raise ValueError("Give AugMix views or validation corruptions, not both.")
   if train_batches is not None and validation_corrupted is None:
-    raise ValueError("temperature_fit=in_support needs the validation corruptions.")
+    raise ValueError("A fit by feature distance (in_support, distance_curve) needs the "
+                     "validation corruptions.")
+  if distance_curve and train_batches is None:
+    raise ValueError("temperature_fit=distance_curve needs the train split's batches.")
   logits, labels = model_logits(model, eval_batches)
   clean_fit = fit_temperature(logits, labels)
   info = {"temperature_fit": "clean", "clean_fit_temperature": clean_fit,
           "eval_examples": int(len(labels)), "eval_nll_before": nll(logits, labels),
           "eval_ece_before": ece(logits, labels, 1.0, num_bins)}
   temperature = clean_fit
+  eval_temperatures = None  # Per eval example, under distance_curve.
   if validation_corrupted is not None:
     shifted_logits, shifted_labels = model_logits(model, validation_corrupted.batches)
     slices = validation_corrupted.slices
     applies = None
+    shifted_temperatures = None
     info.update(temperature_fit="validation_corruptions")
     if train_batches is not None:
       features_model = features_model or penultimate_model(model)
       support = feature_support(features_model, train_batches, eval_batches, feature_widths)
-      applies = within_support(model_logits(features_model, validation_corrupted.batches)[0],
-                               support)
+      shifted_features = model_logits(features_model, validation_corrupted.batches)[0]
       radii = [part.radius for part in _parts(support)]
-      info.update(temperature_fit="in_support", feature_support=support,
-                  support_radius=radii[0] if len(radii) == 1 else radii,
-                  validation_inside_support=float(np.mean(applies)))
-    temperature = select_temperature_under_shift(logits, labels, shifted_logits, shifted_labels,
-                                                 slices, num_bins, applies)
+      info.update(feature_support=support,
+                  support_radius=radii[0] if len(radii) == 1 else radii)
+      if distance_curve:
+        eval_scores = distance_scores(model_logits(features_model, eval_batches)[0], support)
+        shifted_scores = distance_scores(shifted_features, support)
+        curve = fit_distance_curve(logits, labels, eval_scores, shifted_logits, shifted_labels,
+                                   slices, shifted_scores, num_bins)
+        eval_temperatures = curve.temperatures(eval_scores)
+        shifted_temperatures = curve.temperatures(shifted_scores)
+        temperature = float(np.exp(curve.log_temperature))
+        info.update(temperature_fit="distance_curve", distance_curve=curve._asdict(),
+                    eval_distance_scores=eval_scores.tolist(),
+                    validation_distance_scores=shifted_scores.tolist())
+      else:
+        applies = within_support(shifted_features, support)
+        info.update(temperature_fit="in_support",
+                    validation_inside_support=float(np.mean(applies)))
+    if shifted_temperatures is None:
+      temperature = select_temperature_under_shift(logits, labels, shifted_logits,
+                                                   shifted_labels, slices, num_bins, applies)
     info.update(validation_corruptions=list(VALIDATION_CORRUPTIONS),
                 validation_examples=int(len(shifted_labels)),
+                validation_slices=[str(name) for name in slices],
                 validation_accuracy=float(np.mean(shifted_logits.argmax(axis=1) ==
                                                   shifted_labels)))
-    for name, value in (("before", 1.0), ("after", temperature), ("clean_fit", clean_fit)):
+    after = (shifted_logits / shifted_temperatures[:, np.newaxis]
+             if shifted_temperatures is not None
+             else _per_example(shifted_logits, temperature, applies))
+    for name, moved in (("before", shifted_logits), ("after", after),
+                        ("clean_fit", _per_example(shifted_logits, clean_fit, applies))):
       (info[f"validation_nll_{name}"], info[f"validation_ece_{name}"]) = slice_means(
-          _per_example(shifted_logits, value, applies), shifted_labels, slices, 1.0, num_bins)
+          moved, shifted_labels, slices, 1.0, num_bins)
   if augmented_batches is not None:
     augmented_logits, augmented_labels = model_logits(model, augmented_batches)
     temperature = select_temperature(logits, labels, augmented_logits, augmented_labels)
@@ -408,9 +548,11 @@ def calibrate(model, eval_batches: tf.data.Dataset,
                 augmented_nll_before=nll(augmented_logits, augmented_labels),
                 augmented_nll_after=nll(augmented_logits, augmented_labels, temperature),
                 augmented_nll_clean_fit=nll(augmented_logits, augmented_labels, clean_fit))
-  # Every eval image is within the support's radius: T applies to all of them.
-  info.update(temperature=temperature, eval_nll_after=nll(logits, labels, temperature),
-              eval_ece_after=ece(logits, labels, temperature, num_bins))
+  # Every eval image is within the support's radius: under in_support T applies to all.
+  served_eval = logits / (temperature if eval_temperatures is None
+                          else eval_temperatures[:, np.newaxis])
+  info.update(temperature=temperature, eval_nll_after=nll(served_eval, labels),
+              eval_ece_after=ece(served_eval, labels, 1.0, num_bins))
   log.info("Temperature scaling (%s) on %d eval examples: T = %.4f (clean-only fit %.4f), "
            "eval NLL %.4f -> %.4f.", info["temperature_fit"], info["eval_examples"],
            temperature, clean_fit, info["eval_nll_before"], info["eval_nll_after"])
@@ -482,16 +624,53 @@ def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std
                     np.asarray(slices))
 
 
+FEATURE_SUPPORT_PATH = os.path.join("assets.extra", "feature_support.npz")
+
+
 def write_calibration_info(export_dir: str, info: dict) -> None:
-  """Records T beside the SavedModel (assets.extra is copied with it, ignored by serving); the
-  feature support's arrays are in the serving graph, not here."""
+  """Records T beside the SavedModel (assets.extra is copied with it, ignored by serving). A
+  feature support, a constant of the serving graph, is also written as arrays
+  (FEATURE_SUPPORT_PATH), so that numpy can recompute what the model serves (an ensemble's
+  members, the benches)."""
   path = os.path.join(export_dir, CALIBRATION_INFO_PATH)
   tf.io.gfile.makedirs(os.path.dirname(path))
   with tf.io.gfile.GFile(path, "w") as f:
     json.dump({key: value for key, value in info.items() if key != "feature_support"}, f,
               indent=2)
+  if info.get("feature_support") is not None:
+    parts = _parts(info["feature_support"])
+    arrays = {f"{field}_{index}": np.asarray(getattr(part, field))
+              for index, part in enumerate(parts) for field in FeatureSupport._fields}
+    buffer = io.BytesIO()  # numpy's zip writer seeks; object storage files do not.
+    np.savez(buffer, parts=len(parts), **arrays)
+    with tf.io.gfile.GFile(os.path.join(export_dir, FEATURE_SUPPORT_PATH), "wb") as f:
+      f.write(buffer.getvalue())
 
 
 def read_calibration_info(model_dir: str) -> dict:
   with tf.io.gfile.GFile(os.path.join(model_dir, CALIBRATION_INFO_PATH)) as f:
     return json.load(f)
+
+
+def read_feature_support(model_dir: str) -> Support:
+  """The feature support a model was exported with (write_calibration_info)."""
+  with tf.io.gfile.GFile(os.path.join(model_dir, FEATURE_SUPPORT_PATH), "rb") as f:
+    arrays = np.load(io.BytesIO(f.read()))
+    parts = tuple(FeatureSupport(*(arrays[f"{field}_{index}"] if field in ("class_means",
+                                                                          "precision")
+                                   else arrays[f"{field}_{index}"].item()
+                                   for field in FeatureSupport._fields))
+                  for index in range(int(arrays["parts"])))
+  return parts[0] if len(parts) == 1 else parts
+
+
+def served_calibration(info: dict, support: Support, features: np.ndarray) -> np.ndarray:
+  """[batch] the temperatures a model calibrated as `info` records serves inputs of these
+  penultimate `features` with (numpy; export.py serves the same in its graph)."""
+  fit = info.get("temperature_fit")
+  if fit == "distance_curve":
+    return DistanceCurve(**info["distance_curve"]).temperatures(distance_scores(features,
+                                                                                support))
+  if fit == "in_support":
+    return np.where(within_support(features, support), info["temperature"], 1.0)
+  return np.full(len(features), info.get("temperature", 1.0))

@@ -1,10 +1,13 @@
 """Temperature scaling: the fit finds the NLL minimum, deterministically, and fails loudly."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module import temperature
+from trainer_module import reference_corruptions
 
 
 def _overconfident(rng, count=4000, true_temperature=2.0, classes=10):
@@ -276,7 +279,6 @@ def _normalised_batches(rng, count, batch_size, mean, std):
 
 
 def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_any_order():
-  from trainer_module import reference_corruptions
   rng = np.random.default_rng(9)
   mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
   (images, labels, weights), batches = _normalised_batches(rng, 7, 3, mean, std)
@@ -430,11 +432,16 @@ def test_feature_support_over_blocks_fits_each_block_on_its_own():
                                 batches(evaluated, labels[:20]), feature_widths=[5, 5])
 
 
-def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
+def _tiny_pooled_network():
+  """Images -> 4 logits through one global average pooling (a penultimate layer)."""
   keras.utils.set_random_seed(0)
   inputs = keras.Input((32, 32, 3))
   pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(6, 3)(inputs))
-  model = keras.Model(inputs, keras.layers.Dense(4)(pooled))
+  return keras.Model(inputs, keras.layers.Dense(4)(pooled))
+
+
+def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
+  model = _tiny_pooled_network()
   rng = np.random.default_rng(14)
   mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
   (images, labels, _), batches = _normalised_batches(rng, 12, 5, mean, std)
@@ -465,3 +472,145 @@ def test_in_support_refuses_a_network_without_one_pooling_layer():
                             keras.layers.Dense(4)])
   with pytest.raises(temperature.TemperatureFitError, match="one global average pooling"):
     temperature.penultimate_model(model)
+
+
+def _labelled_logits(rng, count, margin, correct_fraction, classes=4):
+  """Logits whose top class is the label for `correct_fraction` of the examples, a random
+  other class otherwise, `margin` above the rest."""
+  labels = rng.integers(0, classes, count)
+  top = np.where(rng.random(count) < correct_fraction, labels,
+                 (labels + rng.integers(1, classes, count)) % classes)
+  logits = rng.normal(0.0, 0.1, (count, classes))
+  logits[np.arange(count), top] += margin
+  return logits, labels
+
+
+def test_distance_curve_sharpens_near_the_data_and_softens_far_from_it():
+  """Clean and mildly shifted inputs are right but under-confident (they ask for T < 1); far
+  inputs are confidently wrong (they ask for T > 1): the fitted T rises with the distance."""
+  rng = np.random.default_rng(25)
+  clean_logits, clean_labels = _labelled_logits(rng, 400, 1.0, 1.0)
+  clean_scores = rng.normal(0.0, 1.0, 400)
+  mild_logits, mild_labels = _labelled_logits(rng, 200, 1.0, 0.97)
+  far_logits, far_labels = _labelled_logits(rng, 200, 5.0, 0.25)
+  shifted_logits = np.concatenate([mild_logits, far_logits])
+  shifted_labels = np.concatenate([mild_labels, far_labels])
+  slices = np.array(["mild"] * 200 + ["far"] * 200)
+  shifted_scores = np.concatenate([rng.normal(3.0, 0.5, 200), rng.normal(10.0, 1.0, 200)])
+  curve = temperature.fit_distance_curve(clean_logits, clean_labels, clean_scores,
+                                         shifted_logits, shifted_labels, slices, shifted_scores)
+  assert curve.slope > 0
+  near, just_outside, far = curve.temperatures(np.array([0.0, 3.0, 10.0]))
+  assert near < just_outside < far and near < 1 and just_outside < 1 < far
+  served = shifted_logits / curve.temperatures(shifted_scores)[:, np.newaxis]
+  for name, sharper in (("mild", True), ("far", False)):
+    mask = slices == name
+    confidence = np.exp(temperature.log_softmax(served[mask])).max(axis=1).mean()
+    raw_confidence = np.exp(temperature.log_softmax(shifted_logits[mask])).max(axis=1).mean()
+    assert (confidence > raw_confidence) == sharper, name
+  raw = temperature.slice_means(shifted_logits, shifted_labels, slices)
+  after = temperature.slice_means(served, shifted_labels, slices)
+  assert after[0] < raw[0] and after[1] < raw[1]
+
+
+def test_distance_curve_is_never_sharper_farther_from_the_data():
+  """Far inputs that are right and under-confident would ask for a falling T: the curve stays
+  flat instead (slope >= 0), so no input is sharpened for lying far out."""
+  rng = np.random.default_rng(26)
+  clean_logits, clean_labels = _labelled_logits(rng, 300, 6.0, 0.6)  # Over-confident.
+  far_logits, far_labels = _labelled_logits(rng, 300, 0.5, 1.0)  # Right, under-confident.
+  curve = temperature.fit_distance_curve(clean_logits, clean_labels, rng.normal(0, 1, 300),
+                                         far_logits, far_labels, np.full(300, "far"),
+                                         rng.normal(8.0, 1.0, 300))
+  assert curve.slope == 0.0
+  t = curve.temperatures(np.linspace(-3, 20, 24))
+  assert np.all(np.diff(t) >= 0)
+
+
+def test_distance_curve_is_drawn_back_until_the_validation_shift_is_no_worse_than_raw():
+  """Clean images that ask for strong sharpening and a shift at the same distance that asks
+  for softening: the best curve for both together costs the shift, so the fit takes the
+  first curve on the way to the raw softmax at which the shift's NLL and ECE are no worse."""
+  rng = np.random.default_rng(27)
+  clean_logits, clean_labels = _labelled_logits(rng, 2000, 1.5, 1.0)
+  shifted_logits, shifted_labels = _labelled_logits(rng, 200, 1.5, 0.65)
+  scores = rng.normal(0.0, 0.1, 2200)
+  slices = np.full(200, "shift")
+  curve = temperature.fit_distance_curve(clean_logits, clean_labels, scores[:2000],
+                                         shifted_logits, shifted_labels, slices, scores[2000:])
+  raw_nll, raw_ece = temperature.slice_means(shifted_logits, shifted_labels, slices)
+  moved = shifted_logits / curve.temperatures(scores[2000:])[:, np.newaxis]
+  nll_after, ece_after = temperature.slice_means(moved, shifted_labels, slices)
+  assert nll_after <= raw_nll and ece_after <= raw_ece
+  unconstrained = shifted_logits / np.exp(np.log(temperature.fit_temperature(
+      np.concatenate([clean_logits, shifted_logits]),
+      np.concatenate([clean_labels, shifted_labels]),
+      np.r_[np.full(2000, 1 / 2000), np.full(200, 1 / 200)])))
+  assert temperature.nll(unconstrained, shifted_labels) > raw_nll, "the rule had work to do"
+  assert curve.log_temperature < 0, "still sharpens the clean images as far as allowed"
+  assert temperature.nll(clean_logits / curve.temperatures(scores[:2000])[:, np.newaxis],
+                         clean_labels) < temperature.nll(clean_logits, clean_labels)
+
+
+def test_distance_scores_are_the_nearest_parts_standardised_log_distance_in_numpy_and_tf():
+  rng = np.random.default_rng(28)
+  train = rng.normal(0, 1, (80, 6))
+  labels = np.arange(80) % 2
+  evaluated = rng.normal(0, 1, (30, 6))
+  parts = (temperature.support_from_features(train[:, :3], labels, evaluated[:, :3], 0),
+           temperature.support_from_features(train[:, 3:], labels, evaluated[:, 3:], 3))
+  inputs = np.concatenate([evaluated[:5], evaluated[5:10] + [[9, 9, 9, 0, 0, 0]]])
+  each = [(np.log(temperature.mahalanobis_distance(part.columns(inputs), part.class_means,
+                                                  part.precision)) - part.log_distance_mean)
+          / part.log_distance_std for part in parts]
+  expected = np.minimum(*each)
+  np.testing.assert_allclose(temperature.distance_scores(inputs, parts), expected)
+  np.testing.assert_allclose(temperature.served_distance_scores(tf.constant(inputs), parts),
+                             expected, rtol=1e-9)
+  own = temperature.distance_scores(evaluated[:, :3], parts[0])
+  assert abs(own.mean()) < 1e-9 and own.std() == pytest.approx(1.0)  # The eval images' unit.
+  curve = temperature.DistanceCurve(-0.5, 0.3)
+  np.testing.assert_allclose(curve.served_temperatures(tf.constant(expected)),
+                             curve.temperatures(expected), rtol=1e-6)
+
+
+def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corruptions_only(
+    monkeypatch):
+  """No leakage: the only corrupted images that reach the fit are eval images under the four
+  validation corruptions (never a benchmark corruption), and the pipeline transforms only the
+  train and eval splits for the Trainer, so no test image can reach it either."""
+  requested = []
+  corrupt_all = reference_corruptions.corrupt_all
+
+  def spy(requests, *args, **kwargs):
+    requests = list(requests)
+    requested.extend(name for _, name, _, _ in requests)
+    return corrupt_all(requests, *args, **kwargs)
+
+  monkeypatch.setattr(reference_corruptions, "corrupt_all", spy)
+  model = _tiny_pooled_network()
+  rng = np.random.default_rng(15)
+  mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
+  _, batches = _normalised_batches(rng, 12, 5, mean, std)
+  _, train_batches = _normalised_batches(rng, 40, 16, mean, std)
+  corrupted = temperature.validation_corrupted_set(batches, mean, std, 3, 16)
+  info = temperature.calibrate(model, batches, validation_corrupted=corrupted,
+                               train_batches=train_batches, distance_curve=True)
+  assert requested and set(requested) == set(temperature.VALIDATION_CORRUPTIONS)
+  assert not set(requested) & set(reference_corruptions.BENCHMARK_CORRUPTIONS)
+  assert info["temperature_fit"] == "distance_curve"
+  assert info["validation_examples"] == 4 * 5 * 3 == len(info["validation_distance_scores"])
+  assert len(info["eval_distance_scores"]) == info["eval_examples"] == 12
+  assert info["validation_nll_after"] <= info["validation_nll_before"]
+  assert info["validation_ece_after"] <= info["validation_ece_before"]
+  assert info["temperature"] == pytest.approx(np.exp(info["distance_curve"]["log_temperature"]))
+  from tfx.types import Channel, standard_artifacts
+  from pipeline import pipeline as pipeline_graph
+  from pipeline.config import PipelineConfig
+  transform = pipeline_graph.transform_component(
+      PipelineConfig(), Channel(type=standard_artifacts.Examples),
+      Channel(type=standard_artifacts.Schema), "")
+  splits = json.loads(transform.exec_properties["splits_config"])
+  assert splits["transform"] == ["train", "eval"]
+  with pytest.raises(ValueError, match="needs the train split"):
+    temperature.calibrate(model, batches, validation_corrupted=corrupted, distance_curve=True)

@@ -1,0 +1,219 @@
+"""`python -m kubeflow local-run`: the compiled pipeline spec executed by the KFP SDK's own local
+orchestrator, `kfp.local` (kfp 2.7), written by the KFP team.
+
+kfp.local walks the spec's DAG, joins runtime arguments with the defaults, builds each task's
+executor input (executor_input_utils.construct_executor_input), substitutes the placeholders
+(placeholder_utils), hands the command to a task handler, reads the executor output and passes
+artifacts and parameters downstream (executor_output_utils). All of that stays its code; this
+module chooses only the task handler:
+- `docker`: kfp.local's own DockerTaskHandler runs each task's image, as a pod would;
+- `subprocess`: each container task's exact command and arguments from the spec run as a local
+  process in this environment, the image's `python` being this venv's interpreter. kfp.local's
+  SubprocessTaskHandler cannot do it: it refuses any command without the KFP SDK's executor
+  module (`validate_not_container_component`), i.e. every TFX container, and it would replace
+  "python3" inside every argument.
+kfp.local 2.7 has no registry of handlers: task_dispatcher.run_single_task_implementation
+looks the handler of a SubprocessRunner up as `subprocess_task_handler.SubprocessTaskHandler`
+(of a DockerRunner, `docker_task_handler.DockerTaskHandler`) at each task, so the run puts its
+handler there for its duration.
+
+kfp.local reads and writes its pipeline root with local file operations (config.init makes it
+an absolute path; executor_output_utils.load_executor_output uses os.path.isfile and open;
+DockerTaskHandler bind-mounts it): the pipeline root is a local directory, while the serving
+directory, schema and data stay where the spec names them (object storage).
+"""
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import sys
+import time
+from typing import Callable, Dict, Iterator, List, Mapping, Optional
+
+from google.protobuf import json_format
+from kfp import local
+from kfp.local import docker_task_handler
+from kfp.local import executor_input_utils
+from kfp.local import pipeline_orchestrator
+from kfp.local import status
+from kfp.local import subprocess_task_handler
+from kfp.local import task_handler_interface
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from kubeflow import compiler
+from kubeflow import kfp_entrypoint
+
+RUNNERS = ("subprocess", "docker")
+IMAGE_INTERPRETER = kfp_entrypoint.COMMAND[0]  # The image's, which every compiled command runs.
+
+
+@dataclasses.dataclass
+class TaskRun:
+  name: str  # The task's name in the spec.
+  command: List[str]  # As run, placeholders substituted.
+  executor_input: Optional[dict]  # The --json_serialized_invocation_args the task received.
+  seconds: float
+  succeeded: bool
+
+
+@dataclasses.dataclass
+class LocalRun:
+  run_root: str  # <pipeline root>/<pipeline name>-<timestamp>: kfp.local's run directory.
+  tasks: Dict[str, TaskRun]
+  seconds: float
+
+
+def load_pipeline_spec(path: str, spec: dict) -> pipeline_spec_pb2.PipelineSpec:
+  """The spec as the PipelineSpec kfp.local takes; raises naming an executor kfp.local (and
+  an open-source backend) cannot run: a spec compiled with --kubeflow_target=vertex."""
+  refused = sorted(f"{name} ({kind})" for name, executor in
+                   spec["deploymentSpec"]["executors"].items() for kind in executor
+                   if kind not in compiler.OPEN_SOURCE_EXECUTOR_KINDS)
+  if refused:
+    raise ValueError(f"Invalid --package {path!r}: executor(s) {', '.join(refused)} cannot "
+                     "run locally (kfp.local runs container and importer executors only); "
+                     "compile with --kubeflow_target=kfp.")
+  pipeline_spec = pipeline_spec_pb2.PipelineSpec()
+  json_format.ParseDict(spec, pipeline_spec)
+  task_directories(pipeline_spec)
+  return pipeline_spec
+
+
+def task_directories(pipeline_spec: pipeline_spec_pb2.PipelineSpec) -> Dict[str, str]:
+  """{directory: task} of kfp.local's run directory. kfp.local names a task's directory after
+  its component minus the KFP SDK's `comp-` prefix (get_local_task_resource_name strips 5
+  characters whatever they are); TFX names components after their node, without the prefix, so
+  Pusher's outputs go to `r/`. Two tasks in one directory would overwrite each other: refused."""
+  directories = {}
+  for task_name, task in pipeline_spec.root.dag.tasks.items():
+    directory = executor_input_utils.get_local_task_resource_name(task.component_ref.name)
+    if not directory or directory in directories:
+      clash = f" and {directories[directory]!r}" if directory else ""
+      raise ValueError(f"kfp.local would write task {task_name!r}{clash} to the same "
+                       f"directory {directory!r} (it drops the first 5 characters of each "
+                       "component name); rename the component.")
+    directories[directory] = task_name
+  return directories
+
+
+def _executor_input(command: List[str]) -> Optional[dict]:
+  flag = kfp_entrypoint.INVOCATION_FLAG
+  return json.loads(command[command.index(flag) + 1]) if flag in command[:-1] else None
+
+
+def _task_directory(executor_input: Optional[dict]) -> str:
+  """executor_input_utils.construct_local_task_root puts every output of a task under
+  <run root>/<task directory>/, its executor output file too."""
+  if executor_input is None:
+    return ""
+  return os.path.basename(os.path.dirname(executor_input["outputs"]["outputFile"]))
+
+
+class _RecordedTask:
+  """What every handler here shares: the task's record, appended once it ends."""
+
+  def __init__(self, full_command: List[str], runs: List[TaskRun]):
+    self.runs = runs
+    self.executor_input = _executor_input(full_command)
+
+  def record(self, command: List[str], run: Callable[[], status.Status]) -> status.Status:
+    start = time.monotonic()
+    task_status = status.Status.FAILURE
+    try:
+      task_status = run()
+    finally:
+      self.runs.append(TaskRun(_task_directory(self.executor_input), command,
+                               self.executor_input, time.monotonic() - start,
+                               task_status == status.Status.SUCCESS))
+    return task_status
+
+
+class VenvTaskHandler(task_handler_interface.ITaskHandler):
+  """A container task's command run here: the image's interpreter becomes this venv's, every
+  other argument is the spec's, substituted by kfp.local; output streamed by kfp.local's own
+  run_local_subprocess."""
+
+  def __init__(self, image: str, full_command: List[str], pipeline_root: str,
+               runner: local.SubprocessRunner, runs: List[TaskRun]):
+    super().__init__(image, full_command, pipeline_root, runner)
+    if runner.use_venv:
+      raise ValueError("local-run runs tasks in this environment: SubprocessRunner("
+                       "use_venv=False).")
+    self.command = list(full_command)
+    if self.command and self.command[0] == IMAGE_INTERPRETER:
+      self.command[0] = sys.executable
+    self.recorded = _RecordedTask(full_command, runs)
+
+  def run(self) -> status.Status:
+    def run_command() -> status.Status:
+      return_code = subprocess_task_handler.run_local_subprocess(self.command)
+      return status.Status.SUCCESS if return_code == 0 else status.Status.FAILURE
+    return self.recorded.record(self.command, run_command)
+
+
+class RecordedDockerTaskHandler(docker_task_handler.DockerTaskHandler):
+  """kfp.local's DockerTaskHandler, unchanged, with the task's record."""
+
+  def __init__(self, image: str, full_command: List[str], pipeline_root: str,
+               runner: local.DockerRunner, runs: List[TaskRun]):
+    super().__init__(image, full_command, pipeline_root, runner)
+    self.recorded = _RecordedTask(full_command, runs)
+
+  def run(self) -> status.Status:
+    return self.recorded.record(self.full_command, super().run)
+
+
+@contextlib.contextmanager
+def task_handlers(runs: List[TaskRun]) -> Iterator[None]:
+  """kfp.local's dispatcher finds these handlers for its two runners while the context lasts."""
+  seams = ((subprocess_task_handler, "SubprocessTaskHandler", VenvTaskHandler),
+           (docker_task_handler, "DockerTaskHandler", RecordedDockerTaskHandler))
+  originals = [getattr(module, name) for module, name, _ in seams]
+  try:
+    for module, name, handler in seams:
+      setattr(module, name, functools.partial(handler, runs=runs))
+    yield
+  finally:
+    for (module, name, _), original in zip(seams, originals):
+      setattr(module, name, original)
+
+
+def make_runner(name: str):
+  """kfp.local's runner config; docker is refused up front when no daemon answers."""
+  if name == "subprocess":
+    return local.SubprocessRunner(use_venv=False)
+  if name == "docker":
+    import docker  # Installed with kfp.local's DockerRunner (the docker package).
+    try:
+      client = docker.from_env()
+      client.ping()
+      client.close()
+    except docker.errors.DockerException as error:
+      raise ValueError(f"--runner=docker: no Docker daemon answers ({error}); start Docker, "
+                       "or use --runner=subprocess.") from error
+    return local.DockerRunner()
+  raise ValueError(f"Invalid --runner {name!r}: expected one of {list(RUNNERS)}.")
+
+
+def check_pipeline_root(pipeline_root: str) -> str:
+  if "://" in pipeline_root:
+    raise ValueError(f"Invalid --pipeline_root {pipeline_root!r}: kfp.local reads and writes "
+                     "its pipeline root as local files; pass a local directory.")
+  return os.path.abspath(pipeline_root)
+
+
+def run(pipeline_spec: pipeline_spec_pb2.PipelineSpec, runner, pipeline_root: str,
+        arguments: Mapping[str, object]) -> LocalRun:
+  """One run of the spec by kfp.local's orchestrator (pipeline_orchestrator.run_local_pipeline);
+  raises RuntimeError naming the failed task."""
+  start = time.monotonic()
+  runs: List[TaskRun] = []
+  local.init(runner=runner, pipeline_root=pipeline_root, raise_on_error=True)
+  with task_handlers(runs):
+    pipeline_orchestrator.run_local_pipeline(pipeline_spec, dict(arguments))
+  directories = task_directories(pipeline_spec)
+  for task in runs:
+    task.name = directories[task.name]
+  run_root = os.path.dirname(os.path.dirname(runs[0].executor_input["outputs"]["outputFile"]))
+  return LocalRun(run_root, {task.name: task for task in runs}, time.monotonic() - start)

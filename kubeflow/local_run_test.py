@@ -1,0 +1,144 @@
+"""`python -m kubeflow local-run`: kfp.local's orchestrator with this project's task handler."""
+import json
+import sys
+
+import pytest
+import yaml
+from kfp.local import docker_task_handler
+from kfp.local import subprocess_task_handler
+
+from kubeflow import cli
+from kubeflow import kfp_entrypoint
+from kubeflow import local_run
+
+# A task that checks the input artifact it was given (if any), then writes its output artifact
+# and the executor output file, as a TFX container does through kfp_entrypoint.
+TASK_SCRIPT = """
+import json, os, sys
+executor_input = json.loads(sys.argv[sys.argv.index("--json_serialized_invocation_args") + 1])
+inputs = executor_input["inputs"].get("artifacts", {})
+count = 0
+if inputs:
+  (given,) = inputs["numbers"]["artifacts"]
+  count = json.load(open(given["uri"]))["count"]
+  assert given["metadata"]["count"] == count, given
+(out,) = executor_input["outputs"]["artifacts"]["numbers"]["artifacts"]
+os.makedirs(os.path.dirname(out["uri"]), exist_ok=True)
+json.dump({"count": count + 1}, open(out["uri"], "w"))
+out["metadata"] = {"count": count + 1}
+json.dump({"artifacts": {"numbers": {"artifacts": [out]}}},
+          open(executor_input["outputs"]["outputFile"], "w"))
+"""
+NUMBERS = {"artifactType": {"instanceSchema": "title: tfx.Examples\ntype: object\n"}}
+
+
+def _spec(image="localhost/wrn-pipeline:test"):
+  """Two container tasks: FirstCount makes an artifact, SecondCount reads and extends it."""
+  container = {"image": image, "command": ["python", "-c", TASK_SCRIPT],
+               "args": [kfp_entrypoint.INVOCATION_FLAG, "{{$}}"]}
+  return {
+      "pipelineInfo": {"name": "counting"}, "schemaVersion": "2.1.0",
+      "defaultPipelineRoot": "s3://bucket/root",
+      "deploymentSpec": {"executors": {"FirstCount_executor": {"container": container},
+                                       "SecondCount_executor": {"container": container}}},
+      "components": {
+          "FirstCount": {"executorLabel": "FirstCount_executor",
+                         "outputDefinitions": {"artifacts": {"numbers": NUMBERS}}},
+          "SecondCount": {"executorLabel": "SecondCount_executor",
+                          "inputDefinitions": {"artifacts": {"numbers": NUMBERS}},
+                          "outputDefinitions": {"artifacts": {"numbers": NUMBERS}}}},
+      "root": {"dag": {"tasks": {
+          "FirstCount": {"componentRef": {"name": "FirstCount"},
+                         "taskInfo": {"name": "FirstCount"}},
+          "SecondCount": {"componentRef": {"name": "SecondCount"},
+                          "taskInfo": {"name": "SecondCount"},
+                          "dependentTasks": ["FirstCount"],
+                          "inputs": {"artifacts": {"numbers": {"taskOutputArtifact": {
+                              "producerTask": "FirstCount",
+                              "outputArtifactKey": "numbers"}}}}}}}},
+  }
+
+
+def test_kfp_local_runs_each_container_command_here_and_passes_artifacts_downstream(tmp_path):
+  spec = local_run.load_pipeline_spec("counting.yaml", _spec())
+  run = local_run.run(spec, local_run.make_runner("subprocess"), str(tmp_path), {})
+  assert list(run.tasks) == ["FirstCount", "SecondCount"]
+  first, second = run.tasks["FirstCount"], run.tasks["SecondCount"]
+  assert all(task.succeeded for task in run.tasks.values())
+  # The spec's command, the image's interpreter replaced by this one.
+  assert first.command[:2] == [sys.executable, "-c"]
+  # kfp.local's own layout: <root>/<pipeline>-<timestamp>/<component without 5 chars>/<output>.
+  assert run.run_root.startswith(str(tmp_path / "counting-"))
+  (out,) = first.executor_input["outputs"]["artifacts"]["numbers"]["artifacts"]
+  assert out["uri"] == f"{run.run_root}/Count/numbers"
+  (given,) = second.executor_input["inputs"]["artifacts"]["numbers"]["artifacts"]
+  assert given["uri"] == out["uri"] and given["metadata"] == {"count": 1}
+  # How kfp.local types an artifact read back from an executor output: its own fallback class.
+  assert given["type"] == {"schemaTitle": "system.Artifact", "schemaVersion": "0.0.1"}
+  (last,) = second.executor_input["outputs"]["artifacts"]["numbers"]["artifacts"]
+  assert json.load(open(last["uri"])) == {"count": 2}
+
+
+def test_kfp_local_own_handlers_are_back_after_a_run(tmp_path):
+  handlers = (subprocess_task_handler.SubprocessTaskHandler,
+              docker_task_handler.DockerTaskHandler)
+  spec = local_run.load_pipeline_spec("counting.yaml", _spec())
+  local_run.run(spec, local_run.make_runner("subprocess"), str(tmp_path), {})
+  assert (subprocess_task_handler.SubprocessTaskHandler,
+          docker_task_handler.DockerTaskHandler) == handlers
+
+
+def test_kfp_local_own_subprocess_handler_refuses_a_container_component():
+  """Why local-run has its own handler: kfp.local's runs only lightweight Python components."""
+  with pytest.raises(RuntimeError, match="only supports running Lightweight Python Components"):
+    subprocess_task_handler.SubprocessTaskHandler(
+        image="python:3.11", full_command=list(kfp_entrypoint.COMMAND), pipeline_root="/tmp",
+        runner=local_run.make_runner("subprocess"))
+
+
+def test_the_docker_runner_is_kfp_locals_docker_handler_on_the_spec_image(tmp_path):
+  runs = []
+  with local_run.task_handlers(runs):
+    handler = docker_task_handler.DockerTaskHandler(
+        image="gcr.io/p/wrn:1", full_command=["python", "-m", "x"],
+        pipeline_root=str(tmp_path), runner=None)
+  assert isinstance(handler, docker_task_handler.DockerTaskHandler)
+  assert handler.image == "gcr.io/p/wrn:1" and handler.full_command == ["python", "-m", "x"]
+  assert handler.get_volumes_to_mount() == {str(tmp_path): {"bind": str(tmp_path), "mode": "rw"}}
+
+
+def test_docker_without_a_daemon_is_refused_in_one_line(monkeypatch, capsys):
+  monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+  with pytest.raises(ValueError, match="--runner=docker: no Docker daemon answers"):
+    local_run.make_runner("docker")
+
+
+def test_a_vertex_spec_is_refused_naming_the_executor():
+  spec = _spec()
+  spec["deploymentSpec"]["executors"]["latest_blessed_model_resolver"] = {"resolver": {}}
+  with pytest.raises(ValueError, match=r"latest_blessed_model_resolver \(resolver\) cannot run "
+                                       "locally.*--kubeflow_target=kfp"):
+    local_run.load_pipeline_spec("vertex.yaml", spec)
+
+
+def test_two_tasks_kfp_local_would_put_in_one_directory_are_refused():
+  spec = _spec()
+  spec["components"]["SeconCount"] = spec["components"].pop("SecondCount")  # Both -> "Count".
+  spec["root"]["dag"]["tasks"]["SecondCount"]["componentRef"]["name"] = "SeconCount"
+  with pytest.raises(ValueError, match="Count' to the same directory 'Count'"):
+    local_run.load_pipeline_spec("counting.yaml", spec)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--runner=podman"], "Invalid --runner 'podman'"),
+    (["--pipeline_root=s3://bucket/root"], "Invalid --pipeline_root 's3://bucket/root'"),
+    (["--data_root=gs://bucket/images"], "--data_root applies to pipelines compiled with "
+                                         "--dataset=tfrecord"),
+])
+def test_bad_local_run_flags_exit_2_before_running(tmp_path, monkeypatch, capsys, flags, message):
+  monkeypatch.chdir(tmp_path)
+  package = tmp_path / "counting.yaml"
+  package.write_text(yaml.safe_dump(_spec()))
+  assert cli.main(["local-run", f"--package={package}", *flags]) == 2
+  assert message in capsys.readouterr().err
+  assert not (tmp_path / "outputs").exists()
