@@ -4,10 +4,12 @@ TFX's latest-blessed-model Resolver answers "which model did this pipeline bless
 MLMD, and an open-source Kubeflow Pipelines server refuses resolver executors outright. The
 question the gate needs answered is another one anyway: "what do users get served now". This
 component reads it where the Pusher writes it, the newest complete numeric version under the
-serving directory, and copies that SavedModel into its `model` output (an immutable snapshot:
-a later push cannot change what this run compared against). With nothing in production the
-output holds only a marker file, and the Evaluator (components/evaluator.py) judges the
-candidate on the absolute bounds alone.
+serving directory (verified as the Pusher verifies its own copy; a damaged, partial, linked or
+foreign entry is skipped with a warning, and versions of which none is complete stop the run
+rather than pass for an empty directory), and copies that SavedModel into its `model` output
+(an immutable snapshot: a later push cannot change what this run compared against). With
+nothing in production the output holds only a marker file, and the Evaluator
+(components/evaluator.py) judges the candidate on the absolute bounds alone.
 
 Given the `candidate`, versions holding that very model (same content fingerprint) are passed
 over: a rerun whose cached Trainer produced the model already serving compares it with what it
@@ -52,21 +54,43 @@ def holds_model(model: types.Artifact) -> bool:
   return fileio.exists(os.path.join(model_dir, "saved_model.pb"))
 
 
+class NoCompleteVersion(ValueError):
+  """The serving directory holds versions, none complete: what is served cannot be known."""
+
+
 def production_version_dir(serving_directory: str,
                            candidates: List[types.Artifact]) -> Optional[str]:
-  """The newest complete version under the serving directory that does not hold the candidate
-  (TF Serving serves the newest; hidden staging directories of pushes under way are not
-  versions), or None."""
-  versions = pusher.serving_versions(serving_directory)
-  candidate_fingerprint = None
-  if candidates and versions:
-    candidate_fingerprint = pusher.saved_model_fingerprint(
-        path_utils.serving_model_path(artifact_utils.get_single_uri(candidates)))
-  for version in reversed(versions):
+  """The newest version under the serving directory that is complete and verified
+  (pusher.version_problem) and does not hold the candidate, or None (TF Serving serves the
+  newest version it can load; see docs/pipeline.md). Each entry passed over on the way is named
+  in a warning; versions of which none is complete raise NoCompleteVersion."""
+  if not fileio.exists(serving_directory):
+    return None
+  for name in sorted(fileio.listdir(serving_directory)):
+    name = name.rstrip("/")
+    if not name.isdigit() and not name.startswith(pusher.OWN_HIDDEN_PREFIXES):
+      log.warning("Serving directory: skipping %s: not a version (TF Serving loads only "
+                  "numbered versions).", os.path.join(serving_directory, name))
+  candidate_fingerprint, skipped, any_complete = None, [], False
+  for version in reversed(pusher.serving_versions(serving_directory)):
     version_dir = os.path.join(serving_directory, str(version))
-    if candidate_fingerprint is None or (
-        pusher.pushed_fingerprint(version_dir) != candidate_fingerprint):
+    problem = pusher.version_problem(version_dir)
+    if problem:
+      skipped.append(version_dir)
+      log.warning("Serving directory: skipping version %s: %s.", version_dir, problem)
+      continue
+    any_complete = True
+    if candidates and candidate_fingerprint is None:
+      candidate_fingerprint = pusher.saved_model_fingerprint(
+          path_utils.serving_model_path(artifact_utils.get_single_uri(candidates)))
+    if pusher.pushed_fingerprint(version_dir) != candidate_fingerprint:
       return version_dir
+  if skipped and not any_complete:
+    raise NoCompleteVersion(
+        f"The serving directory {serving_directory} holds version(s) {', '.join(skipped)} but "
+        "none is complete (a SavedModel with the push record it matches), so what is in "
+        "production cannot be compared with; the gate will not judge the candidate as a first "
+        "blessing. Repair them or move them out of the serving directory, then run again.")
   return None
 
 

@@ -1,5 +1,8 @@
 """The model in production: what the Evaluator compares a candidate with, on every runner."""
 import os
+import shutil
+
+import pytest
 
 from tfx.orchestration.portable import data_types
 from tfx.types import standard_artifacts
@@ -126,3 +129,59 @@ def test_the_evaluator_drops_a_snapshot_of_nothing_and_keeps_a_real_baseline(tmp
         {"model": [candidate], "baseline_model": [baseline]}, {}, {})
   assert "baseline_model" not in seen[0]
   assert seen[1]["baseline_model"] == [real] and seen[1]["model"] == [candidate]
+
+
+def _damaged_versions(serving, good):
+  """Higher-numbered entries that are not complete versions, each damaged another way."""
+  def path(name):
+    return os.path.join(serving, name)
+  os.makedirs(path("9999999990"))  # Empty: a push killed before it wrote anything.
+  os.makedirs(path("9999999991/variables"))  # Only variables/.
+  with open(path("9999999992"), "w") as f:  # A file, not a directory.
+    f.write("not a model")
+  shutil.copytree(good, path("9999999993"))  # saved_model.pb cut short.
+  with open(path("9999999993/saved_model.pb"), "r+") as f:
+    f.truncate(1)
+  shutil.copytree(good, path("9999999994"))  # A SavedModel this pipeline never pushed.
+  os.remove(path(f"9999999994/{pusher.PUSH_INFO_PATH}"))
+  os.symlink(good, path("9999999995"))  # A link: could point anywhere, change any time.
+  os.makedirs(path("backup-of-9"))  # A foreign name: TF Serving ignores it too.
+  return [path(name) for name in ("9999999990", "9999999991", "9999999992", "9999999993",
+                                  "9999999994", "9999999995", "backup-of-9")]
+
+
+def test_the_change_bounds_apply_against_the_newest_complete_version_above_damaged_ones(
+    tmp_path, monkeypatch, caplog):
+  serving = str(tmp_path / "serving")
+  _pushed(serving, "old")
+  good = _pushed(serving, "good")
+  damaged = _damaged_versions(serving, good)
+  candidate = _trainer_output(str(tmp_path / "trainer"), "candidate")
+  info = data_types.ExecutionInfo(
+      input_dict={production_model.CANDIDATE_KEY: [candidate]},
+      exec_properties={production_model.SERVING_DIRECTORY_KEY: serving})
+  chosen = production_model.ProductionModelDriver(metadata_handle=None).run(
+      info).exec_properties[production_model.PRODUCTION_VERSION_KEY].string_value
+  assert chosen == good
+  for path in damaged:
+    assert f"skipping {path}" in caplog.text or f"skipping version {path}:" in caplog.text
+  snapshot = _run_executor(tmp_path / "snapshot", serving, candidate=candidate,
+                           production_version=chosen)
+  assert _served_content(snapshot) == "good"
+
+  seen = []
+  monkeypatch.setattr(evaluator.evaluator_executor.Executor, "Do",
+                      lambda self, inputs, outputs, props: seen.append(inputs))
+  evaluator.ProductionBaselineExecutor().Do(
+      {"model": [candidate], "baseline_model": [snapshot]}, {}, {})
+  assert seen[0]["baseline_model"] == [snapshot]  # TFMA applies the change bounds against it.
+
+
+def test_versions_of_which_none_is_complete_stop_the_run_instead_of_a_first_blessing(tmp_path):
+  source = _pushed(str(tmp_path / "elsewhere"), "complete, but elsewhere")
+  serving = str(tmp_path / "serving")
+  damaged = _damaged_versions(serving, source)
+  with pytest.raises(production_model.NoCompleteVersion, match="none is complete") as error:
+    _run_executor(tmp_path / "snapshot", serving)
+  for path in damaged[:-1]:  # Every numbered one; the foreign name is only warned about.
+    assert path in str(error.value)

@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 ALREADY_SERVING_KEY = "already_serving"
 _INCOMPLETE_PREFIX = ".incomplete-"
 CLAIMS_DIR = ".version-claims"
+OWN_HIDDEN_PREFIXES = (_INCOMPLETE_PREFIX, CLAIMS_DIR)  # What pushes write besides versions.
 SAVED_MODEL_FILE = "saved_model.pb"  # What TF Serving's loader looks for; written last.
 
 
@@ -75,8 +76,33 @@ def pushed_fingerprint(version_dir: str) -> Optional[str]:
   path = os.path.join(version_dir, PUSH_INFO_PATH)
   if not fileio.exists(path) or not fileio.exists(os.path.join(version_dir, SAVED_MODEL_FILE)):
     return None
-  with fileio.open(path, "r") as f:
-    return json.load(f).get("model_fingerprint")
+  try:
+    with fileio.open(path, "r") as f:
+      fingerprint = json.load(f).get("model_fingerprint")
+  except (ValueError, AttributeError, UnicodeDecodeError):  # Garbled, or not a JSON object.
+    return None
+  return fingerprint if isinstance(fingerprint, str) else None
+
+
+def version_problem(version_dir: str) -> Optional[str]:
+  """Why `version_dir` is not a complete copy published by this Pusher, or None when it is: a
+  real directory (not a file, not a symbolic link) holding saved_model.pb, variables/ and the
+  push record, whose files match the fingerprint the record names (the check a push makes of
+  its own copy, so a truncated or partly deleted version never passes)."""
+  if os.path.islink(version_dir):
+    return "a symbolic link, not a version the Pusher published"
+  if not fileio.isdir(version_dir):
+    return "a file, not a version directory"
+  if not fileio.exists(os.path.join(version_dir, SAVED_MODEL_FILE)):
+    return f"no {SAVED_MODEL_FILE} (TF Serving cannot load it)"
+  if not fileio.isdir(os.path.join(version_dir, "variables")):
+    return "no variables/ directory"
+  recorded = pushed_fingerprint(version_dir)
+  if recorded is None:
+    return f"no readable push record ({PUSH_INFO_PATH}): not pushed by this pipeline"
+  if saved_model_fingerprint(version_dir, exclude=(PUSH_INFO_PATH,)) != recorded:
+    return "its files do not match the fingerprint of its push record (truncated or altered)"
+  return None
 
 
 def _staging_name() -> str:
@@ -205,11 +231,13 @@ def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
 
 def _verify_published(model_dir: str, final_dir: str, fingerprint: str,
                       withdraw: Callable[[], None]) -> None:
-  published = saved_model_fingerprint(final_dir, exclude=(PUSH_INFO_PATH,))
-  if published != fingerprint or pushed_fingerprint(final_dir) != fingerprint:
+  problem = version_problem(final_dir)
+  if problem is None and pushed_fingerprint(final_dir) != fingerprint:
+    problem = f"its push record does not name the fingerprint {fingerprint} of the model"
+  if problem:
     withdraw()
     raise RuntimeError(f"The copy published as {final_dir} does not match the model {model_dir} "
-                       f"(fingerprint {published}, expected {fingerprint}); it was withdrawn.")
+                       f"({problem}); it was withdrawn.")
 
 
 class VersionedPusherExecutor(pusher_executor.Executor):
@@ -233,7 +261,7 @@ class VersionedPusherExecutor(pusher_executor.Executor):
     versions = serving_versions(base_directory)
     if versions:
       latest = os.path.join(base_directory, str(versions[-1]))
-      if pushed_fingerprint(latest) == fingerprint:
+      if pushed_fingerprint(latest) == fingerprint and version_problem(latest) is None:
         log.info("The blessed model already serves as %s; nothing pushed.", latest)
         self._MarkNotPushed(model_push)
         model_push.set_string_custom_property(ALREADY_SERVING_KEY, latest)

@@ -3,6 +3,7 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -327,3 +328,38 @@ def test_a_copy_on_s3_that_differs_from_the_source_is_withdrawn_graph_first(
   assert removed[0].endswith("/saved_model.pb")
   assert [key for key, _ in s3_server.keys(bucket, "serving/")] == [
       f"serving/.version-claims/{pusher.claimed_versions(f'{root}/serving')[0]}.json"]
+
+
+def _push_blessed(tmp_path, model_dir, base, name):
+  """Runs the Pusher's executor on a blessed Trainer output holding model_dir's files."""
+  from tfx.proto import pusher_pb2
+  from tfx.types import standard_artifacts
+  from tfx.utils import proto_utils
+  model, blessing, pushed = (standard_artifacts.Model(), standard_artifacts.ModelBlessing(),
+                             standard_artifacts.PushedModel())
+  model.uri = str(tmp_path / name / "model")
+  shutil.copytree(model_dir, os.path.join(model.uri, "Format-Serving"))
+  blessing.uri, pushed.uri = str(tmp_path / name / "blessing"), str(tmp_path / name / "pushed")
+  blessing.set_int_custom_property("blessed", 1)
+  destination = pusher_pb2.PushDestination(
+      filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=base))
+  pusher.VersionedPusherExecutor().Do(
+      {"model": [model], "model_blessing": [blessing]}, {"pushed_model": [pushed]},
+      {"push_destination": proto_utils.proto_to_json(destination)})
+  return pushed
+
+
+def test_a_damaged_latest_copy_of_the_model_does_not_count_as_already_serving(tmp_path):
+  model = _model(str(tmp_path / "source"))
+  base = str(tmp_path / "serving")
+  first = _push_blessed(tmp_path, model, base, "first")
+  assert first.get_int_custom_property("pushed") == 1
+  assert _push_blessed(tmp_path, model, base, "again").get_string_custom_property(
+      pusher.ALREADY_SERVING_KEY)  # Intact: not pushed twice.
+  latest = os.path.join(base, str(pusher.serving_versions(base)[-1]))
+  with open(os.path.join(latest, "variables", "variables.data"), "r+b") as f:
+    f.truncate(2)  # Its push record still names the model's fingerprint.
+  repaired = _push_blessed(tmp_path, model, base, "repair")
+  assert repaired.get_int_custom_property("pushed") == 1
+  newest = os.path.join(base, str(pusher.serving_versions(base)[-1]))
+  assert newest != latest and pusher.version_problem(newest) is None

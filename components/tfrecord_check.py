@@ -1,4 +1,8 @@
-"""Finds the user's corrupted TFRecord file, and where in it, when reading the input failed.
+"""Finds the user's empty, unreadable or corrupted TFRecord files, and where in them.
+
+Before the run, every split the pipeline needs must have a readable file holding a record:
+ImportExampleGen, statistics and the validation gate all pass an empty split, and the Trainer
+then fails after minutes naming neither the split nor the directory.
 
 ImportExampleGen reads with Beam's ReadFromTFRecord, whose reader
 (apache_beam/io/tfrecordio.py) fails with "Not a valid TFRecord. Fewer than 12 bytes" or
@@ -11,7 +15,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import List, Optional
+from typing import Dict, Iterable, List, Optional
 
 _OFFSET = re.compile(r"(truncated|corrupted) record at (\d+)")
 _DATA_LOSS_HINTS = ("Not a valid TFRecord", "DataLoss", "truncated record", "corrupted record")
@@ -40,9 +44,58 @@ def record_problem(path: str) -> Optional[str]:
 def corrupted_files(input_dir: str) -> List[str]:
   """One line per damaged file under input_dir's split directories (train/, eval/, test/)."""
   problems = []
-  for path in sorted(glob.glob(os.path.join(input_dir, "*", "*"))):
-    if os.path.isfile(path):
-      problem = record_problem(path)
-      if problem:
-        problems.append(f"{path}: {problem}")
+  for path in _input_files(input_dir):
+    problem = record_problem(path)
+    if problem:
+      problems.append(f"{path}: {problem}")
   return problems
+
+
+def split_problem(split_dir: str) -> Optional[str]:
+  """Why the split directory gives the pipeline no records (no files, an unreadable file, or
+  every file empty), or None when a file in it holds data. Reads at most one byte per file,
+  decompressed as ImportExampleGen reads it (Beam's compression, detected by extension)."""
+  from apache_beam.io.filesystem import CompressionTypes
+  from apache_beam.io.filesystems import FileSystems
+  files = [path for path in sorted(glob.glob(os.path.join(split_dir, "*")))
+           if os.path.isfile(path)]
+  if not files:
+    return f"{split_dir} holds no TFRecord files"
+  has_data = False
+  for path in files:
+    if not os.access(path, os.R_OK):
+      return f"{path} cannot be read (permission denied)"
+    try:
+      with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as f:
+        has_data = has_data or bool(f.read(1))
+    except Exception as error:  # The decompressors raise OSError, EOFError, zlib.error, ...
+      return f"{path} cannot be read: {type(error).__name__}: {str(error).splitlines()[0]}"
+  return None if has_data else f"every file in {split_dir} is empty: the split has no records"
+
+
+def _input_files(input_dir: str) -> List[str]:
+  """The files ImportExampleGen reads: those of the split directories (pattern `<split>/*`),
+  local or on object storage."""
+  import tensorflow as tf
+  return [path for path in sorted(tf.io.gfile.glob(os.path.join(input_dir, "*", "*")))
+          if not tf.io.gfile.isdir(path)]
+
+
+def files_holding(input_dir: str, keys: Iterable[str]) -> Dict[str, List[str]]:
+  """{example key: the input files under input_dir that hold an example with it}, for `keys`:
+  a second read of the user's data, made only to name the files of bad examples."""
+  import tensorflow as tf
+  from trainer_module.features import EXAMPLE_KEY
+  wanted, found = set(keys), {}
+  for path in _input_files(input_dir):
+    compression = "GZIP" if path.endswith(".gz") else ""
+    try:
+      for record in tf.data.TFRecordDataset(path, compression_type=compression):
+        example = tf.train.Example.FromString(record.numpy())
+        values = example.features.feature[EXAMPLE_KEY].bytes_list.value
+        key = values[0].decode("utf-8", "replace") if values else None
+        if key in wanted and path not in found.setdefault(key, []):
+          found[key].append(path)
+    except tf.errors.OpError:
+      continue  # Damaged: reported as such elsewhere; its good records were read.
+  return found

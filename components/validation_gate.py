@@ -2,27 +2,30 @@
 
 ExampleValidator records anomalies against the schema (missing features, labels out of range)
 but does not stop anything, and the schema cannot say "a 32x32 RGB PNG" or "keys are unique".
-This component fails the run when ExampleValidator found anomalies, when an image is not what
-serving accepts (trainer_module/image_format.py: judged by its header first, so a
+This component fails the run when a split has no examples, when ExampleValidator found
+anomalies (and then names the first examples that break the schema's rule), when an image is
+not what serving accepts (trainer_module/image_format.py: judged by its header first, so a
 decompression bomb is never decoded), or when an example key appears twice in a split or in
 more than one split (keys seed AugMix and the corruptions and define the split), naming the
-split, the key, the file(s) and the problem.
+split, the key, the file(s) and the problem. For TFRecord input the files named are the user's
+own (found by key in `input_base`), not ImportExampleGen's output shards.
 """
 
 import json
 import os
-from typing import Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
-from tensorflow_metadata.proto.v0 import anomalies_pb2
+from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
 from tfx.dsl.component.experimental.annotations import (BeamComponentParameter, InputArtifact,
-                                                         OutputArtifact)
+                                                         OutputArtifact, Parameter)
 from tfx.dsl.component.experimental.decorators import component
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.types.experimental import simple_artifacts
+from tfx.utils import io_utils
 
-from components import image_sources
+from components import image_sources, tfrecord_check
 from trainer_module import image_format
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE
 
@@ -56,15 +59,47 @@ def example_key(example: tf.train.Example) -> str:
   return keys[0].decode("utf-8", "replace") if keys else "<no key>"
 
 
+def schema_problem(example: tf.train.Example,
+                   features: Sequence[schema_pb2.Feature]) -> Optional[str]:
+  """How the example breaks the schema's rule for one of `features` (those ExampleValidator
+  found anomalous: it counts, this names), or None."""
+  for feature in features:
+    values = example.features.feature.get(feature.name)
+    kind = values.WhichOneof("kind") if values is not None else None
+    found = list(getattr(values, kind).value) if kind else []
+    if not found:
+      if feature.presence.min_fraction >= 1.0:
+        return f"feature '{feature.name}' is missing"
+      continue
+    expected = _VALUE_KINDS.get(feature.type)
+    if expected and kind != expected:
+      return f"feature '{feature.name}' holds {kind}, expected {expected}"
+    if feature.HasField("shape") and not feature.shape.dim and len(found) != 1:
+      return f"feature '{feature.name}' has {len(found)} values, expected 1"
+    if feature.HasField("int_domain"):
+      domain = feature.int_domain
+      outside = [v for v in found if (domain.HasField("min") and v < domain.min) or
+                 (domain.HasField("max") and v > domain.max)]
+      if outside:
+        return (f"feature '{feature.name}' is {outside[0]}, outside the schema's domain "
+                f"[{domain.min}, {domain.max}]")
+  return None
+
+
+_VALUE_KINDS = {schema_pb2.INT: "int64_list", schema_pb2.FLOAT: "float_list",
+                schema_pb2.BYTES: "bytes_list"}
+
 # (split, example key, file(s), problem): one reported problem.
 Problem = Tuple[str, str, str, str]
 
 
-def _inspect(file_and_record: Tuple[str, bytes], split: str) -> Tuple[str, str, str,
-                                                                      Optional[str]]:
+def _inspect(file_and_record: Tuple[str, bytes], split: str,
+             anomalous_features: Sequence[schema_pb2.Feature]) -> Tuple[str, str, str,
+                                                                         Optional[str]]:
   filename, serialized = file_and_record
   example = tf.train.Example.FromString(serialized)
-  return split, example_key(example), os.path.basename(filename), image_problem(example)
+  problem = schema_problem(example, anomalous_features) or image_problem(example)
+  return split, example_key(example), os.path.basename(filename), problem
 
 
 def key_problem(key: str, places: Iterable[Tuple[str, str]]) -> Optional[Problem]:
@@ -81,17 +116,48 @@ def key_problem(key: str, places: Iterable[Tuple[str, str]]) -> Optional[Problem
           "unique")
 
 
-def schema_anomalies(anomalies_uri: str, split: str) -> List[str]:
-  """ExampleValidator's anomalies for one split, as readable lines."""
+def _read_anomalies(anomalies_uri: str, split: str) -> anomalies_pb2.Anomalies:
   path = os.path.join(anomalies_uri, f"Split-{split}", "SchemaDiff.pb")
   anomalies = anomalies_pb2.Anomalies()
   anomalies.ParseFromString(tf.io.gfile.GFile(path, "rb").read())
+  return anomalies
+
+
+def schema_anomalies(anomalies_uri: str, split: str) -> List[str]:
+  """ExampleValidator's anomalies for one split, as readable lines."""
+  anomalies = _read_anomalies(anomalies_uri, split)
   lines = [f"split '{split}', feature '{name}': {info.short_description}: {info.description}"
            for name, info in sorted(anomalies.anomaly_info.items())]
   if anomalies.HasField("dataset_anomaly_info"):
     info = anomalies.dataset_anomaly_info
     lines.append(f"split '{split}': {info.short_description}: {info.description}")
   return lines
+
+
+def anomalous_features(anomalies_uri: str, split: str,
+                       schema: schema_pb2.Schema) -> List[schema_pb2.Feature]:
+  """The schema's features that ExampleValidator found anomalous in the split."""
+  names = set(_read_anomalies(anomalies_uri, split).anomaly_info)
+  return [feature for feature in schema.feature if feature.name in names]
+
+
+def empty_splits(examples_uri: str, splits: Sequence[str]) -> List[str]:
+  """A line per split without examples (a query-based source can give a split none; the
+  TFRecord input of a local run was checked before the run started)."""
+  problems = []
+  for split in splits:
+    problem = tfrecord_check.split_problem(os.path.join(examples_uri, f"Split-{split}"))
+    if problem:
+      problems.append(f"split '{split}' has no examples: {problem}")
+  return problems
+
+
+def in_user_files(problems: List[Problem], input_base: str) -> List[Problem]:
+  """The problems with the user's own input files (those holding each key, under input_base)
+  in place of ImportExampleGen's output shards."""
+  holding = tfrecord_check.files_holding(input_base, {key for _, key, _, _ in problems})
+  return [(split, key, ", ".join(holding.get(key, [])) or files, problem)
+          for split, key, files, problem in problems]
 
 
 def format_problems(schema_problems: List[str], example_problems: List[Problem],
@@ -110,13 +176,21 @@ def format_problems(schema_problems: List[str], example_problems: List[Problem],
 def ValidationGate(
     examples: InputArtifact[standard_artifacts.Examples],
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
+    schema: InputArtifact[standard_artifacts.Schema],
     report: OutputArtifact[simple_artifacts.Metrics],
+    input_base: Parameter[str] = "",
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
-  """Fails with DataValidationError when any split holds an anomaly, an unusable image or a
-  key that is not unique."""
+  """Fails with DataValidationError when any split is empty or holds an anomaly, an unusable
+  image or a key that is not unique. input_base: the user's TFRecord directory, if any."""
   splits = artifact_utils.decode_split_names(examples.split_names)
+  empty = empty_splits(examples.uri, splits)
+  if empty:
+    raise DataValidationError("\n".join(
+        ["Bad input data; the pipeline stops before Transform and Trainer."] +
+        [f"  - {line}" for line in empty]))
   schema_problems = [line for split in splits for line in schema_anomalies(anomalies.uri, split)]
+  curated = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri))
   samples_path = os.path.join(report.uri, "bad_examples")
   counts_path = os.path.join(report.uri, "bad_example_count")
   with beam_pipeline as pipeline:
@@ -126,7 +200,8 @@ def ValidationGate(
       inspected.append(pipeline
                        | f"Files[{split}]" >> beam.Create(sorted(tf.io.gfile.glob(pattern)))
                        | f"Read[{split}]" >> beam.io.ReadAllFromTFRecord(with_filename=True)
-                       | f"Inspect[{split}]" >> beam.Map(_inspect, split))
+                       | f"Inspect[{split}]" >> beam.Map(
+                           _inspect, split, anomalous_features(anomalies.uri, split, curated)))
     inspected = inspected | "Flatten" >> beam.Flatten()
     bad_images = inspected | "BadImages" >> beam.Filter(lambda found: found[3] is not None)
     bad_keys = (inspected
@@ -141,6 +216,8 @@ def ValidationGate(
     (bad | "Count" >> beam.combiners.Count.Globally()
      | "WriteCount" >> beam.io.WriteToText(counts_path, shard_name_template=""))
   example_problems = [tuple(p) for p in json.loads(tf.io.gfile.GFile(samples_path).read())]
+  if input_base and example_problems:
+    example_problems = in_user_files(example_problems, input_base)
   num_bad_examples = int(tf.io.gfile.GFile(counts_path).read())
   summary = {"splits": splits, "schema_anomalies": schema_problems,
              "bad_examples": example_problems, "num_bad_examples": num_bad_examples}

@@ -15,6 +15,7 @@ import typing
 from typing import Optional, Sequence, Tuple
 
 import configs
+from components import tfrecord_check
 from trainer_module import reference_corruptions
 from pipeline import beam_engine
 from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
@@ -24,7 +25,8 @@ from pipeline.cluster_config import (IMAGE_PROJECT_DIR, PROJECT_DIR, KubeflowCon
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS,
-                                   FEATURE_DISTANCE_FITS, TrainerConfig,
+                                   FEATURE_DISTANCE_FITS, NO_WARM_START,
+                                   WARM_START_FROM_PRODUCTION, TrainerConfig,
                                    hyper_trials, require)
 
 DATASETS = ("digits", "cifar10", "tfrecord")
@@ -169,8 +171,10 @@ class PipelineConfig:
       require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
               self.tfrecord_dir, "is required with dataset=tfrecord")
       check_cluster_config(self)  # Paths on object storage are not read here.
-    elif self.dataset == "tfrecord":
-      _check_tfrecord_dir(self.tfrecord_dir)
+    else:
+      if self.dataset == "tfrecord":
+        _check_tfrecord_dir(self.tfrecord_dir)
+      _check_local_paths(self)
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
@@ -346,13 +350,34 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> Pi
 
 
 def _check_tfrecord_dir(path: Optional[str]) -> None:
+  """Every split the run reads (train/, eval/, and test/ when present) has a readable record."""
   require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
   require(os.path.isdir(path), "tfrecord_dir", path, "is not a directory")
   for split in TFRECORD_SPLITS_REQUIRED:
     split_dir = os.path.join(path, split)
-    require(os.path.isdir(split_dir) and bool(os.listdir(split_dir)), "tfrecord_dir", path,
-            f"has no TFRecord files in {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
+    require(os.path.isdir(split_dir), "tfrecord_dir", path,
+            f"has no {split_dir} (expected {'/, '.join(TFRECORD_SPLITS_REQUIRED)}/"
             " and optionally test/ subdirectories)")
+  for split in TFRECORD_SPLITS_REQUIRED + ("test",):
+    split_dir = os.path.join(path, split)
+    if os.path.isdir(split_dir):
+      problem = tfrecord_check.split_problem(split_dir)
+      require(problem is None, "tfrecord_dir", path, f"split '{split}': {problem}")
+
+
+def _check_local_paths(config: "PipelineConfig") -> None:
+  """Paths the flags name that a step reads later, checked before any step runs."""
+  data_dir = config.tfds_data_dir
+  if data_dir and not is_object_store_uri(data_dir):
+    require(os.path.isdir(data_dir), "tfds_data_dir", data_dir, "is not a directory")
+  warm_start = config.trainer.warm_start
+  if warm_start not in (NO_WARM_START, WARM_START_FROM_PRODUCTION) and not is_object_store_uri(
+      warm_start):
+    from trainer_module import warm_start as warm_start_lib
+    try:
+      warm_start_lib.check_source(warm_start)
+    except warm_start_lib.WarmStartError as error:
+      raise ValueError(f"Invalid config value {error}") from None
 
 
 def robustness_source(dataset: str) -> str:

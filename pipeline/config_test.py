@@ -1,5 +1,6 @@
 """The run's config: defaults, flag overrides, and errors that name the bad value."""
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -16,6 +17,7 @@ from pipeline import local_runner
 from configs.shared import PIPELINE_AUGMIX
 from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, check_runs_here, from_flags,
                              from_preset)
+from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from trainer_module.config import TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,10 +137,71 @@ def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(mon
   check_runs_here(from_flags(["--dataset=cifar10"]))  # CIFAR-10-C is read, not made.
 
 
+def _empty_file(split_dir):
+  (split_dir / "part-0.tfrecord").write_bytes(b"")
+
+
+def _empty_gzip(split_dir):
+  with gzip.open(split_dir / "part-0.tfrecord.gz", "wb"):
+    pass
+
+
+def _only_a_subdirectory(split_dir):
+  (split_dir / "nested").mkdir()
+
+
+def _not_gzip(split_dir):
+  (split_dir / "part-0.tfrecord.gz").write_bytes(b"plain bytes, not gzip")
+
+
+@pytest.mark.parametrize("split", ["train", "eval", "test"])
+@pytest.mark.parametrize("spoil, problem", [
+    (_empty_file, "every file in {split_dir} is empty: the split has no records"),
+    (_empty_gzip, "every file in {split_dir} is empty: the split has no records"),
+    (_only_a_subdirectory, "{split_dir} holds no TFRecord files"),
+    (_not_gzip, "{split_dir}/part-0.tfrecord.gz cannot be read: "),
+], ids=["empty-file", "empty-gzip", "no-file", "not-gzip"])
+def test_a_split_without_a_readable_record_is_refused_naming_it_and_its_directory(
+    tmp_path, split, spoil, problem):
+  data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=3)
+  split_dir = tmp_path / "data" / split
+  for path in split_dir.iterdir():
+    path.unlink()
+  spoil(split_dir)
+  with pytest.raises(ValueError) as error:
+    from_flags(["--dataset=tfrecord", f"--tfrecord_dir={data_dir}"])
+  assert f"split '{split}': {problem.format(split_dir=split_dir)}" in str(error.value)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--warm_start={tmp}/nonexistent", "warm_start={tmp}/nonexistent: no such checkpoint or "
+     "SavedModel"),
+    ("--warm_start={tmp}", "warm_start={tmp}: the directory holds neither a SavedModel"),
+    ("--tfds_data_dir={tmp}/nonexistent", "tfds_data_dir='{tmp}/nonexistent': is not a "
+     "directory"),
+    ("--tfrecord_dir={tmp}/data", "split 'eval': every file in {tmp}/data/eval is empty"),
+], ids=["warm-start-missing", "warm-start-empty-dir", "tfds-data-dir", "empty-eval-split"])
+def test_a_path_a_flag_names_is_checked_before_any_step_runs(tmp_path, flag, message):
+  data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=3)
+  with open(os.path.join(data_dir, "eval", "digits.tfrecord"), "wb"):
+    pass  # Zero records.
+  flags = [f"--output_dir={tmp_path / 'out'}", flag.format(tmp=tmp_path)]
+  if "tfrecord_dir" in flag:
+    flags.append("--dataset=tfrecord")
+  result = subprocess.run([sys.executable, "-m", "pipeline", *flags], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": _REPO})
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.startswith("error: Invalid config value")
+  assert message.format(tmp=tmp_path) in result.stderr, result.stderr
+  assert len(result.stderr.splitlines()) == 1
+  assert not (tmp_path / "out").exists(), "nothing may be written"
+
+
 def test_generated_corruptions_of_tfrecord_input_need_a_test_directory(tmp_path):
   for split in ("train", "eval"):
     (tmp_path / split).mkdir()
-    (tmp_path / split / "data.tfrecord").write_bytes(b"")
+    (tmp_path / split / "data.tfrecord").write_bytes(b"records")
   with pytest.raises(ValueError, match="has no test/ directory"):
     from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}"])
   assert from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}",

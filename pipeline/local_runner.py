@@ -1,12 +1,13 @@
 """Runs the pipeline with LocalDagRunner, shows progress, then says where everything is."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import time
 import uuid
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from absl import logging as absl_logging
 
@@ -23,11 +24,39 @@ _TFX_PROGRESS = ("Component %s is running.", "Component %s is finished.",
 _OUR_LOGGERS = ("pipeline", "trainer_module", "components")
 
 
+# Loggers whose errors stay in the log file: Beam relays every worker's traceback as an error.
+_LOG_ONLY = ("apache_beam",)
+LOG_ONLY = {"log_only": True}  # `extra` of a record meant for the log file alone.
+
+
 class _ConsoleFilter(logging.Filter):
 
   def filter(self, record):
+    if getattr(record, "log_only", False) or record.name.split(".")[0] in _LOG_ONLY:
+      return False
     return (record.levelno >= logging.ERROR or record.msg in _TFX_PROGRESS
             or record.name.split(".")[0] in _OUR_LOGGERS)
+
+
+@contextlib.contextmanager
+def stray_output_to_log(log_path: str) -> Iterator[None]:
+  """Points file descriptor 2 at the log while the run runs: Beam's worker processes and
+  TensorFlow's C++ code inherit it and write tracebacks and warnings there. sys.stderr, what the
+  runner itself prints to, stays on the console."""
+  sys.stderr.flush()
+  console_fd = os.dup(2)
+  log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+  os.dup2(log_fd, 2)
+  os.close(log_fd)
+  saved_stderr, sys.stderr = sys.stderr, os.fdopen(os.dup(console_fd), "w", buffering=1)
+  try:
+    yield
+  finally:
+    sys.stderr.flush()
+    sys.stderr.close()
+    sys.stderr = saved_stderr
+    os.dup2(console_fd, 2)
+    os.close(console_fd)
 
 
 def new_run_id() -> str:
@@ -146,8 +175,11 @@ def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optio
   interrupted_runs.abandon_interrupted_executions(config, run_id)
   start = time.time()
   try:
-    run(config, run_id)
+    with stray_output_to_log(log_path):
+      run(config, run_id)
   except Exception as error:  # The failing component's message is what the user needs.
+    log.error("The run failed: %s: %s", type(error).__name__, error, exc_info=True,
+              extra=LOG_ONLY)
     print(f"\nPipeline failed after {time.time() - start:.0f}s: "
           f"{failure_message(config, error)}\nFull log: {log_path}", file=sys.stderr)
     return 1

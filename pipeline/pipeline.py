@@ -122,7 +122,9 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
   validator = tfx.components.ExampleValidator(statistics=statistics.outputs["statistics"],
                                               schema=schema.outputs["schema"])
   gate = ValidationGate(examples=examples.outputs["examples"],
-                        anomalies=validator.outputs["anomalies"])
+                        anomalies=validator.outputs["anomalies"], schema=schema.outputs["schema"],
+                        input_base=parts.tfrecord_input_base if config.dataset == "tfrecord"
+                        else "")
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
   transform.add_upstream_node(gate)

@@ -118,6 +118,13 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
 
   # A degraded candidate (two training steps) is not blessed: nothing is pushed, the serving
   # directory is byte-for-byte unchanged, and the summary says which bound failed by how much.
+  # Higher-numbered versions that TF Serving cannot load (a push killed before it wrote
+  # anything, one that wrote only variables/) do not hide the model in production: the change
+  # bounds are applied against the newest complete version.
+  damaged = [os.path.join(config.serving_model_dir, "9999999999"),
+             os.path.join(config.serving_model_dir, "9999999998", "variables")]
+  for path in damaged:
+    os.makedirs(path)
   served = _file_hashes(config.serving_model_dir)
   degraded = pipeline_runner(*flags, "--train_steps=2")
   assert degraded.returncode == 0, degraded.stdout[-3000:] + degraded.stderr[-3000:]
@@ -126,6 +133,9 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   baseline = run.latest_output("model", producer="ProductionModel")
   assert baseline.custom_properties["production_version"].string_value == \
       os.path.join(config.serving_model_dir, versions[0]), "compared with the model in production"
+  for version in ("9999999999", "9999999998"):
+    assert (f"skipping version {os.path.join(config.serving_model_dir, version)}: no "
+            "saved_model.pb") in degraded.stdout
   assert run.latest_output("blessing").custom_properties["blessed"].int_value == 0
   assert run.latest_output("pushed_model").custom_properties["pushed"].int_value == 0
   assert _file_hashes(config.serving_model_dir) == served

@@ -177,6 +177,9 @@ def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inp
     ("--per_core_batch_size=many", "--per_core_batch_size: 'many' is not a valid int"),
     ("--warm_start=production", "warm_start='production': production is a pipeline setting"),
     ("--warm_start_lr_ratio=2", "warm_start_lr_ratio=2.0: must be in (0, 1]"),
+    ("--train_files=/nonexistent/part-*", "train_files='/nonexistent/part-*': matches no file"),
+    ("--transform_output=/nonexistent", "transform_output='/nonexistent': is not a directory"),
+    ("--warm_start=/nonexistent", "warm_start=/nonexistent: no such checkpoint or SavedModel"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(inputs, tmp_path, flag, message):
   process = subprocess.run(trainer_command(inputs, tmp_path, flag), cwd=REPO,

@@ -48,6 +48,7 @@ class StandalonePaths:
       raise ValueError(f"Invalid config value warm_start={config.warm_start!r}: production is "
                        "a pipeline setting; give the trainer a checkpoint directory or an "
                        "exported SavedModel.")
+    self.check_inputs_exist(config)
     return RunPaths(train_files=self.train_files, eval_files=self.eval_files,
                     transform_output=self.transform_output,
                     checkpoint_dir=self.checkpoint_dir or os.path.join(self.output_dir,
@@ -56,6 +57,22 @@ class StandalonePaths:
                     export_dir=os.path.join(self.output_dir, "serving_model"),
                     warm_start_from=(None if config.warm_start == NO_WARM_START
                                      else config.warm_start))
+
+  def check_inputs_exist(self, config: TrainerConfig) -> None:
+    """Every path the flags name for reading is there, checked before any work."""
+    import tensorflow as tf
+    for name in ("train_files", "eval_files"):
+      for pattern in getattr(self, name):
+        if not tf.io.gfile.glob(pattern):
+          raise ValueError(f"Invalid config value {name}={pattern!r}: matches no file.")
+    if not tf.io.gfile.isdir(self.transform_output):
+      raise ValueError(f"Invalid config value transform_output={self.transform_output!r}: is "
+                       "not a directory (Transform's transform_graph output).")
+    if config.warm_start != NO_WARM_START:
+      try:
+        warm_start.check_source(config.warm_start)
+      except warm_start.WarmStartError as error:
+        raise ValueError(f"Invalid config value {error}") from None
 
 
 def usage() -> str:

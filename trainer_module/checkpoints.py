@@ -13,11 +13,13 @@ checksum when read; restore then falls back to the previous checkpoint.
 """
 import logging
 import os
+import re
 import signal
 import tempfile
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class Checkpoints:
     self.is_chief = is_chief
     self._check = check
     self.checkpoint = tf.train.Checkpoint(**objects)
+    if is_chief:  # Before the manager reads the state file (and would take it for no state).
+      repair_state_file(directory)
     # Deleted with this object; max_to_keep bounds what accumulates there meanwhile.
     self._scratch = None if is_chief else tempfile.TemporaryDirectory(prefix="checkpoints-")
     self.manager = tf.train.CheckpointManager(
@@ -64,8 +68,7 @@ class Checkpoints:
     """Restores the newest intact checkpoint in `directory`; None when there is none."""
     if self.is_chief:
       remove_incomplete_saves(self.directory)
-    state = tf.train.get_checkpoint_state(self.directory)
-    candidates = list(state.all_model_checkpoint_paths) if state else []
+    candidates = checkpoint_paths(self.directory)
     for path in reversed(candidates):
       if self.restore(path):
         return path
@@ -89,6 +92,63 @@ class Checkpoints:
     path = self.manager.save(checkpoint_number=step)
     if self.is_chief:
       log.info("Saved checkpoint %s.", path)
+
+
+STATE_FILE = "checkpoint"  # TensorFlow's list of a directory's checkpoints.
+_INDEX_FILE = re.compile(r"ckpt-(\d+)\.index")
+
+
+def state_file_problem(directory: str) -> Optional[str]:
+  """Why the state file in `directory` cannot be read, or None when it reads (or is absent).
+  TensorFlow's reader takes a garbled text file for no checkpoint at all (a run would start
+  again at step 0 and overwrite intact checkpoints) and fails on binary garbage."""
+  from google.protobuf import text_format
+  from tensorflow.python.training import checkpoint_state_pb2
+  path = os.path.join(directory, STATE_FILE)
+  if not tf.io.gfile.exists(path):
+    return None
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      text = f.read().decode("utf-8")
+    state = text_format.Parse(text, checkpoint_state_pb2.CheckpointState())
+  except (UnicodeDecodeError, text_format.ParseError, tf.errors.OpError) as error:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+  return None if state.model_checkpoint_path else "it names no checkpoint"
+
+
+def checkpoint_paths(directory: str) -> List[str]:
+  """The checkpoints in `directory`, oldest first: those its state file lists or, when that
+  file is unreadable, those whose index files (ckpt-N.index) are there, by N."""
+  if state_file_problem(directory) is None:
+    state = tf.train.get_checkpoint_state(directory)
+    return list(state.all_model_checkpoint_paths) if state else []
+  if not tf.io.gfile.isdir(directory):
+    return []
+  steps = sorted(int(found.group(1)) for found in map(_INDEX_FILE.fullmatch,
+                                                      tf.io.gfile.listdir(directory)) if found)
+  return [os.path.join(directory, f"ckpt-{step}") for step in steps]
+
+
+def repair_state_file(directory: str) -> None:
+  """Rewrites an unreadable state file from the checkpoint files themselves, so the run
+  resumes from the newest of them and keeps counting them (max_to_keep); refuses, naming the
+  file, when no checkpoint file is left to rebuild it from."""
+  problem = state_file_problem(directory)
+  if problem is None:
+    return
+  state_path = os.path.join(directory, STATE_FILE)
+  paths = checkpoint_paths(directory)
+  if not paths:
+    raise RuntimeError(f"The checkpoint state file {state_path} is unreadable ({problem}) and "
+                       f"no ckpt-N.index file is beside it; remove {directory} to start "
+                       "training from scratch.")
+  log.warning("The checkpoint state file %s is unreadable (%s); rebuilt from the checkpoint "
+              "files: %s.", state_path, problem, ", ".join(map(os.path.basename, paths)))
+  # With their times, which CheckpointManager needs to count them towards max_to_keep.
+  times = [tf.io.gfile.stat(f"{path}.index").mtime_nsec / 1e9 for path in paths]
+  checkpoint_management.update_checkpoint_state_internal(
+      directory, paths[-1], all_model_checkpoint_paths=paths, save_relative_paths=True,
+      all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
 
 
 def damage(path: str) -> Optional[str]:

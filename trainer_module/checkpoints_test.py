@@ -66,3 +66,28 @@ def test_sigterm_is_recorded_and_the_previous_handler_restored():
     os.kill(os.getpid(), signal.SIGTERM)
     assert stop.received
   assert signal.getsignal(signal.SIGTERM) is previous
+
+
+@pytest.mark.parametrize("garbage", [b"model_checkpoint_path: \"ckpt-3\"\x00 garbled\n",
+                                     b"not a checkpoint state\n", b"\xff\xfe\x00\x81\x92", b""],
+                         ids=["text-with-a-nul", "text", "binary", "empty"])
+def test_an_unreadable_state_file_is_rebuilt_from_the_checkpoint_files(tmp_path, caplog,
+                                                                       garbage):
+  _saved(tmp_path, [1.0, 2.0, 3.0])
+  with open(tmp_path / "checkpoint", "wb") as f:
+    f.write(garbage)
+  path, value = _restored_value(tmp_path)
+  assert path.endswith("ckpt-3") and value == 3.0  # Not a fresh start at step 0.
+  assert f"state file {tmp_path / 'checkpoint'} is unreadable" in caplog.text
+  # The rebuilt state counts the old checkpoints: a new save keeps them (max_to_keep=5).
+  checkpoints = Checkpoints(str(tmp_path), max_to_keep=5, value=tf.Variable(4.0))
+  checkpoints.save(4)
+  assert [os.path.basename(p) for p in tf.train.get_checkpoint_state(
+      str(tmp_path)).all_model_checkpoint_paths] == ["ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4"]
+
+
+def test_an_unreadable_state_file_without_checkpoint_files_is_refused_by_name(tmp_path):
+  with open(tmp_path / "checkpoint", "wb") as f:
+    f.write(b"\xff garbage")
+  with pytest.raises(RuntimeError, match=f"state file {tmp_path / 'checkpoint'} is unreadable"):
+    _restored_value(tmp_path)

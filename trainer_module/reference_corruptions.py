@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import types
 from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -129,13 +130,45 @@ def subsample(records: list, count: int) -> list:
   return sorted(ranked[:count])
 
 
+FROST_TEXTURES_PREFIX = "frost-textures-"
+_ABANDONED_AFTER_SECONDS = 60  # Longer than a process takes from mkdtemp to locking its dir.
+
+
+def remove_abandoned_texture_dirs(parent: str) -> None:
+  """Deletes the texture directories of processes that were killed (atexit never ran): a
+  directory's lock is held by its process while it lives and released by the kernel when it
+  dies, so an unlocked directory that is not brand new belongs to no one."""
+  import fcntl
+  for name in os.listdir(parent):
+    path = os.path.join(parent, name)
+    if not name.startswith(FROST_TEXTURES_PREFIX) or not os.path.isdir(path):
+      continue
+    try:
+      descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+      continue  # Another user's, or just removed.
+    try:
+      fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      if os.stat(path).st_mtime < time.time() - _ABANDONED_AFTER_SECONDS:
+        shutil.rmtree(path, ignore_errors=True)
+    except BlockingIOError:
+      pass  # In use by a live process.
+    finally:
+      os.close(descriptor)
+
+
 @functools.lru_cache(maxsize=None)
 def _uncompressed_frost_textures() -> Tuple[str, ...]:
   """The frost textures tfds draws from, decoded once per process and kept as BMP files: tfds'
   frost reads its texture from a file for every image, and decoding the PNG or JPEG (up to
-  900x600) was most of its time. cv2 reads the BMP back to the same pixels."""
+  900x600) was most of its time. cv2 reads the BMP back to the same pixels. The directory is
+  removed at exit, or, after a kill, by the next process that makes one."""
   import cv2
-  directory = tempfile.mkdtemp(prefix="frost-textures-")
+  import fcntl
+  remove_abandoned_texture_dirs(tempfile.gettempdir())
+  directory = tempfile.mkdtemp(prefix=FROST_TEXTURES_PREFIX)
+  # The descriptor is never closed: its lock marks the directory as in use while we live.
+  fcntl.flock(os.open(directory, os.O_RDONLY), fcntl.LOCK_SH)
   atexit.register(shutil.rmtree, directory, ignore_errors=True)
   paths = []
   for index, source in enumerate(frost_textures()[:_FROST_TEXTURE_COUNT]):

@@ -2,6 +2,8 @@
 import os
 import shutil
 import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -154,3 +156,34 @@ def test_frost_from_the_decoded_textures_is_frost_from_the_shipped_files(images,
   for severity, image in zip(corruptions.SEVERITIES, cached):
     np.testing.assert_array_equal(
         image, corruptions.corrupt(images[-1], "frost", severity, f"k{severity}"))
+
+
+def test_the_texture_dir_of_a_killed_process_is_removed_by_the_next_and_a_live_ones_kept(
+    tmp_path):
+  env = {**os.environ, "TMPDIR": str(tmp_path)}
+  script = ("import os, sys, time\n"
+            "from trainer_module import reference_corruptions\n"
+            "print(os.path.dirname(reference_corruptions._uncompressed_frost_textures()[0]), "
+            "flush=True)\n"
+            "time.sleep(float(sys.argv[1]))\n")
+
+  def start(seconds):
+    process = subprocess.Popen([sys.executable, "-c", script, str(seconds)], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    return process, process.stdout.readline().strip()
+
+  killed, killed_dir = start(600)
+  alive, alive_dir = start(600)
+  try:
+    killed.kill()
+    killed.wait()
+    assert os.path.isdir(killed_dir)  # atexit never ran.
+    for path in (killed_dir, alive_dir):  # Both made well before the next run.
+      os.utime(path, (time.time() - 3600, time.time() - 3600))
+    finished, finished_dir = start(0)
+    finished.wait()
+    assert not os.path.exists(killed_dir) and not os.path.exists(finished_dir)
+    assert os.path.isdir(alive_dir)
+  finally:
+    alive.kill()
+    alive.wait()

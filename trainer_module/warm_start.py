@@ -77,6 +77,12 @@ def locate(path: str) -> Source:
   raise WarmStartError(f"warm_start={path}: no such checkpoint or SavedModel.")
 
 
+def check_source(path: str) -> None:
+  """Raises WarmStartError unless `path` is a source this trainer can warm-start from, read as
+  warm_start reads it: for the flag checks made before any work."""
+  model_variables(locate(path))
+
+
 def model_variables(source: Source) -> Dict[str, SavedVariable]:
   """{Keras variable name: saved variable} of the model in the source's checkpoint."""
   try:
