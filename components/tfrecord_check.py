@@ -12,7 +12,6 @@ N" or "corrupted record at N" (N: the byte offset of the bad record).
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 from typing import Dict, Iterable, List, Optional
@@ -54,19 +53,23 @@ def corrupted_files(input_dir: str) -> List[str]:
 def split_problem(split_dir: str) -> Optional[str]:
   """Why the split directory gives the pipeline no records (no files, an unreadable file, or
   every file empty), or None when a file in it holds data. Reads at most one byte per file,
-  decompressed as ImportExampleGen reads it (Beam's compression, detected by extension)."""
-  from apache_beam.io.filesystem import CompressionTypes
-  from apache_beam.io.filesystems import FileSystems
-  files = [path for path in sorted(glob.glob(os.path.join(split_dir, "*")))
-           if os.path.isfile(path)]
+  decompressed as ImportExampleGen reads it (Beam's compression, detected by extension), local
+  or on object storage (a Kubeflow run's ExampleGen output)."""
+  import tensorflow as tf
+  from apache_beam.io.filesystem import CompressedFile, CompressionTypes
+  files = [path for path in sorted(tf.io.gfile.glob(os.path.join(split_dir, "*")))
+           if not tf.io.gfile.isdir(path)]
   if not files:
     return f"{split_dir} holds no TFRecord files"
   has_data = False
   for path in files:
-    if not os.access(path, os.R_OK):
+    if "://" not in path and not os.access(path, os.R_OK):
       return f"{path} cannot be read (permission denied)"
+    compression = CompressionTypes.detect_compression_type(path)
     try:
-      with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as f:
+      with tf.io.gfile.GFile(path, "rb") as raw:
+        f = (raw if compression == CompressionTypes.UNCOMPRESSED
+             else CompressedFile(raw, compression_type=compression))
         has_data = has_data or bool(f.read(1))
     except Exception as error:  # The decompressors raise OSError, EOFError, zlib.error, ...
       return f"{path} cannot be read: {type(error).__name__}: {str(error).splitlines()[0]}"
