@@ -16,6 +16,12 @@ images under the 4 validation corruptions, as the Trainer makes them; slice mean
   exp(a + b z(x)), z the standardised log d(x), fitted by temperature.fit_distance_curve.
 The test split and the 15 benchmark corruptions are only measured, never used to choose.
 
+Two more rows are ceilings, not rules: T chosen with the corrupted set's own labels, the best
+any function of the distance score can do (one T per bin of z) and the best one T per slice can
+do. They say how much of what is left a better rule could remove. The "cECE floor" column is
+the cECE a perfectly calibrated model with the row's confidences would measure on slices of
+this size: ECE over ~100 images is biased upward by binomial noise, so no row can go below it.
+
   make bench-calibration ARGS="--output_dir outputs"
   .venv/bin/python bench/calibration.py --output_dir /work/runs/mr4
 """
@@ -37,11 +43,13 @@ from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
 from trainer_module import augmix, temperature  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
+CEILING_DISTANCE_BINS = 20  # Equal-count bins of the corrupted set's distance scores.
+FLOOR_DRAWS = 20  # Label draws averaged by calibrated_ece_floor.
 
 # Table columns: (header, metric key, decimals).
 COLUMNS = (("clean test acc.", "test_accuracy", 4), ("clean test NLL", "test_nll", 4),
            ("clean test ECE", "test_ece", 4), ("cA", "cA", 3), ("cNLL", "cNLL", 3),
-           ("cECE", "cECE", 3), ("validation shift NLL", "validation_nll", 3),
+           ("cECE", "cECE", 3), ("cECE floor", "cECE_floor", 3), ("validation shift NLL", "validation_nll", 3),
            ("validation shift ECE", "validation_ece", 3))
 
 
@@ -69,6 +77,21 @@ def _slice_accuracy(labelled: LabelledSet) -> float:
                         for name in np.unique(labelled.slices)]))
 
 
+def calibrated_ece_floor(labelled: LabelledSet, num_bins: int, draws: int = FLOOR_DRAWS,
+                         seed: int = 0) -> float:
+  """The slices' mean ECE that a perfectly calibrated model with these logits would measure:
+  each example's predicted class is drawn right with probability its confidence (else another
+  class), the mean over `draws` seeded draws. The ECE's sampling bias on slices of this size."""
+  rng = np.random.default_rng(seed)
+  logits = np.asarray(labelled.values, np.float64)
+  predicted = logits.argmax(axis=1)
+  confidence = np.exp(temperature.log_softmax(logits).max(axis=1))
+  wrong = (predicted + 1) % logits.shape[1]
+  return float(np.mean([temperature.slice_means(
+      logits, np.where(rng.random(len(predicted)) < confidence, predicted, wrong),
+      labelled.slices, 1.0, num_bins)[1] for _ in range(draws)]))
+
+
 def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],
                 num_bins: int) -> Dict[str, float]:
   """The table's metrics with each set's logits divided by temperatures[set]."""
@@ -83,6 +106,7 @@ def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],
           "test_nll": temperature.nll(test.values, test.labels),
           "test_ece": temperature.ece(test.values, test.labels, 1.0, num_bins),
           "cA": _slice_accuracy(corrupted), "cNLL": c_nll, "cECE": c_ece,
+          "cECE_floor": calibrated_ece_floor(corrupted, num_bins),
           "validation_nll": v_nll, "validation_ece": v_ece}
 
 
@@ -142,12 +166,16 @@ def in_support_row(sets: ModelSets, support: temperature.FeatureSupport,
                       num_bins))
 
 
-def distance_curve_row(sets: ModelSets, support: temperature.FeatureSupport,
-                       features: Callable[[str], LabelledSet],
+def distance_scores(support: temperature.FeatureSupport,
+                    features: Callable[[str], LabelledSet]) -> Dict[str, np.ndarray]:
+  """Each set's distance score z, as the served model computes it."""
+  return {name: temperature.distance_scores(features(name).values, support)
+          for name in ("eval", "validation", TEST, CORRUPTED)}
+
+
+def distance_curve_row(sets: ModelSets, scores: Dict[str, np.ndarray],
                        num_bins: int) -> Tuple[str, str, Dict[str, float]]:
   """`distance_curve`: T(x) = exp(a + b z(x)), fitted as the Trainer fits it."""
-  scores = {name: temperature.distance_scores(features(name).values, support)
-            for name in ("eval", "validation", TEST, CORRUPTED)}
   curve = temperature.fit_distance_curve(
       sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
       sets.validation.labels, sets.validation.slices, scores["validation"], num_bins)
@@ -156,6 +184,41 @@ def distance_curve_row(sets: ModelSets, support: temperature.FeatureSupport,
            f"{np.median(temperatures[TEST]):.3f}, corrupted "
            f"{np.median(temperatures[CORRUPTED]):.3f}")
   return "`distance_curve` (default)", label, row_metrics(sets, temperatures, num_bins)
+
+
+def distance_ceiling_row(sets: ModelSets, scores: Dict[str, np.ndarray], num_bins: int,
+                         bins: int = CEILING_DISTANCE_BINS) -> Tuple[str, str, Dict[str, float]]:
+  """The best any function of z can do on the corrupted set: z cut into `bins` equal-count
+  bins of the corrupted images' scores, each bin's T fitted on its images' labels (the NLL is a
+  sum over bins, and the slices are equal in size, so this minimises cNLL over every function
+  of z that is constant on the bins). Other sets get the T of the bin their z falls in."""
+  edges = np.quantile(scores[CORRUPTED], np.linspace(0.0, 1.0, bins + 1))[1:-1]
+  corrupted_bins = np.searchsorted(edges, scores[CORRUPTED], side="right")
+  per_bin = np.array([temperature.fit_temperature(sets.corrupted.values[corrupted_bins == b],
+                                                  sets.corrupted.labels[corrupted_bins == b])
+                      for b in range(bins)])
+  temperatures = {name: per_bin[np.searchsorted(edges, scores[name], side="right")]
+                  for name in (TEST, CORRUPTED, "validation")}
+  label = (f"{bins} bins of z, T {per_bin.min():.2f} ... {per_bin.max():.2f} "
+           f"(non-monotone: {bool(np.any(np.diff(per_bin) < 0))})")
+  return ("ceiling: any function of z (corrupted labels)", label,
+          row_metrics(sets, temperatures, num_bins))
+
+
+def slice_ceiling_row(sets: ModelSets, num_bins: int) -> Tuple[str, str, Dict[str, float]]:
+  """The best one T per slice can do: each slice of each set fitted on its own labels."""
+  def per_slice(labelled: LabelledSet) -> np.ndarray:
+    t = np.ones(len(labelled.labels))
+    for name in np.unique(labelled.slices):
+      mask = labelled.slices == name
+      t[mask] = temperature.fit_temperature(labelled.values[mask], labelled.labels[mask])
+    return t
+  temperatures = {TEST: per_slice(sets.test), CORRUPTED: per_slice(sets.corrupted),
+                  "validation": per_slice(sets.validation)}
+  label = (f"median {np.median(temperatures[CORRUPTED]):.2f}, "
+           f"{temperatures[CORRUPTED].min():.2f} ... {temperatures[CORRUPTED].max():.2f}")
+  return ("ceiling: one T per slice (each slice's labels)", label,
+          row_metrics(sets, temperatures, num_bins))
 
 
 def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callable, dict]:
@@ -220,7 +283,10 @@ def main():
   else:
     support, distances = feature_distances(features)
     rows.append(in_support_row(sets, support, distances, num_bins))
-    rows.append(distance_curve_row(sets, support, features, num_bins))
+    scores = distance_scores(support, features)
+    rows.append(distance_curve_row(sets, scores, num_bins))
+    rows.append(distance_ceiling_row(sets, scores, num_bins))
+  rows.append(slice_ceiling_row(sets, num_bins))
   print(f"model: {model_dir}\n{len(sets.eval.labels)} eval, {len(sets.validation.labels)} "
         f"validation-shift, {len(sets.test.labels)} test, {len(sets.corrupted.labels)} corrupted "
         f"examples ({len(np.unique(sets.corrupted.slices))} slices)")

@@ -74,9 +74,10 @@ def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_inpu
               "corrupted": far(len(sets.corrupted.labels))}
   support = temperature.support_from_features(train, np.arange(200) % 2, features["eval"])
   get = lambda name: _labelled(features[name], np.zeros(len(features[name]), int))  # noqa: E731
-  name, label, metrics = calibration.distance_curve_row(sets, support, get, 15)
+  scores = calibration.distance_scores(support, get)
+  name, label, metrics = calibration.distance_curve_row(sets, scores, 15)
   assert name.startswith("`distance_curve`") and label.startswith("exp(")
-  scores = {n: temperature.distance_scores(features[n], support) for n in features}
+  assert scores["test"] == pytest.approx(temperature.distance_scores(features["test"], support))
   curve = temperature.fit_distance_curve(
       sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
       sets.validation.labels, sets.validation.slices, scores["validation"], 15)
@@ -85,3 +86,53 @@ def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_inpu
       sets, {n: curve.temperatures(scores[n]) for n in ("test", "corrupted", "validation")}, 15))
   raw = calibration.row_metrics(sets, {n: 1.0 for n in ("test", "corrupted", "validation")}, 15)
   assert metrics["test_nll"] < raw["test_nll"] and metrics["cNLL"] < raw["cNLL"]
+
+
+def _two_kinds_of_shift(rng, same_distance):
+  """Corrupted slices x_1 (under-confident: true T = 0.5) and y_1 (over-confident: true T = 3),
+  either at the same distance scores or x near and y far."""
+  sets = _sets(rng)
+  under, over = _sampled(rng, 400, 3.0, 0.5), _sampled(rng, 400, 3.0, 3.0)
+  corrupted = _labelled(np.concatenate([under[0], over[0]]), np.concatenate([under[1], over[1]]),
+                        np.repeat(["x_1", "y_1"], 400))
+  sets = calibration.ModelSets(sets.eval, sets.validation, sets.augmented, sets.test, corrupted)
+  far = rng.uniform(2.0, 4.0, 800)
+  z = far if same_distance else np.r_[rng.uniform(0.0, 1.0, 400), far[400:]]
+  scores = {"eval": rng.uniform(0, 1, len(sets.eval.labels)), "test": rng.uniform(0, 1, 400),
+            "validation": rng.uniform(1, 3, len(sets.validation.labels)), "corrupted": z}
+  return sets, scores
+
+
+def test_one_t_per_slice_separates_shifts_that_no_function_of_the_distance_can():
+  """Two kinds of shift at the same distance ask for opposite temperatures: the per-slice
+  ceiling fits each, the best function of z only their compromise. Apart, z serves both."""
+  raw = {n: 1.0 for n in ("test", "corrupted", "validation")}
+  sets, scores = _two_kinds_of_shift(np.random.default_rng(2), same_distance=True)
+  _, _, by_slice = calibration.slice_ceiling_row(sets, 15)
+  _, label, by_distance = calibration.distance_ceiling_row(sets, scores, 15)
+  assert label.startswith("20 bins of z")
+  assert by_slice["cNLL"] < by_distance["cNLL"] - 0.05
+  assert by_slice["cNLL"] < calibration.row_metrics(sets, raw, 15)["cNLL"]
+  for t in (0.5, 1.0, 3.0):  # No single T beats one per slice, on any set.
+    scalar = calibration.row_metrics(sets, {n: t for n in raw}, 15)
+    assert by_slice["cNLL"] <= scalar["cNLL"] and by_slice["test_nll"] <= scalar["test_nll"]
+
+  sets, scores = _two_kinds_of_shift(np.random.default_rng(2), same_distance=False)
+  _, _, by_slice = calibration.slice_ceiling_row(sets, 15)
+  _, _, by_distance = calibration.distance_ceiling_row(sets, scores, 15)
+  assert by_distance["cNLL"] == pytest.approx(by_slice["cNLL"], abs=0.03)
+
+
+def test_the_ece_floor_is_what_a_calibrated_model_measures_and_shrinks_with_the_slices():
+  """Labels drawn from the model's own softmax: its cECE is sampling noise alone, and the
+  floor predicts it; ten times the images per slice, about a third of the floor."""
+  rng = np.random.default_rng(3)
+  def calibrated(per_slice):
+    logits, labels = _sampled(rng, 20 * per_slice, 2.0, 1.0, classes=10)
+    return _labelled(logits, labels, np.repeat([f"s_{i}" for i in range(20)], per_slice))
+  small, large = calibrated(100), calibrated(1000)
+  floor_small = calibration.calibrated_ece_floor(small, 15)
+  measured = temperature.slice_means(small.values, small.labels, small.slices)[1]
+  assert 0.04 < floor_small < 0.15 and measured == pytest.approx(floor_small, rel=0.25)
+  assert calibration.calibrated_ece_floor(large, 15) < 0.45 * floor_small
+  assert calibration.calibrated_ece_floor(small, 15) == floor_small  # Seeded.
