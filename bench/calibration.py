@@ -15,6 +15,9 @@ images under the 4 validation corruptions, as the Trainer makes them; slice mean
   the validation_corruptions rule); and `distance_curve` (the pipeline's default), T(x) =
   exp(a + b z(x)), z the standardised log d(x), fitted by temperature.fit_distance_curve.
 The test split and the 15 benchmark corruptions are only measured, never used to choose.
+For an ensemble the distance score is the one it serves (the mean of its members' scores, each
+in the member's own feature space, from its recorded support); `in_support` is a single
+model's row.
 
 Two more rows are ceilings, not rules: T chosen with the corrupted set's own labels, the best
 any function of the distance score can do (one T per bin of z) and the best one T per slice can
@@ -40,7 +43,9 @@ import numpy as np  # noqa: E402
 from bench import run_outputs  # noqa: E402
 from bench.run_outputs import LabelledSet  # noqa: E402
 from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
-from trainer_module import augmix, temperature  # noqa: E402
+from trainer_module import augmix, ensemble, temperature  # noqa: E402
+from trainer_module.config import FEATURE_DISTANCE_FITS  # noqa: E402
+from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
 CEILING_DISTANCE_BINS = 20  # Equal-count bins of the corrupted set's distance scores.
@@ -222,8 +227,8 @@ def slice_ceiling_row(sets: ModelSets, num_bins: int) -> Tuple[str, str, Dict[st
 
 
 def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callable, dict]:
-  """The model's logits on every set; a function giving its penultimate features on them (None
-  for an ensemble); and the sets' batches for it."""
+  """The model's logits on every set; a function giving its penultimate features on them (an
+  ensemble's: its members', side by side; only a single model's on "train"); its config."""
   config = run.trainer_config(model_dir)
   tft_output = run.tft_output()
   network = run_outputs.load_network(model_dir)
@@ -256,8 +261,8 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
                       ("eval", "validation", "augmented", TEST, CORRUPTED)})
   try:
     feature_model = temperature.penultimate_model(network)
-  except temperature.TemperatureFitError:  # An ensemble: several poolings, no one feature space.
-    return sets, None, config
+  except temperature.TemperatureFitError:  # An ensemble: its members' features side by side.
+    return sets, lambda name: on(ensemble.member_features_model(network), name), config
   batches["train"] = (run.split_batches(tft_output, config.eval_batch_size, "train"),
                       np.full(0, ""))
   return sets, lambda name: on(feature_model, name), config
@@ -278,11 +283,15 @@ def main():
   rows = [(name, f"{t:.3f}", row_metrics(sets, {s: t for s in ("test", "corrupted",
                                                                  "validation")}, num_bins))
           for name, t in scalar_rows(sets, num_bins)]
-  if features is None:
-    print("The model has no single penultimate layer (an ensemble): no feature-distance rows.")
-  else:
+  if read_record(model_dir, ENSEMBLE_FILE) is None:
     support, distances = feature_distances(features)
     rows.append(in_support_row(sets, support, distances, num_bins))
+  elif recorded.get("temperature_fit") in FEATURE_DISTANCE_FITS:
+    support = temperature.read_feature_support(model_dir)  # Its members' parts, as served.
+  else:
+    support = None
+    print("An ensemble calibrated without its members' feature distances: no distance rows.")
+  if support is not None:
     scores = distance_scores(support, features)
     rows.append(distance_curve_row(sets, scores, num_bins))
     rows.append(distance_ceiling_row(sets, scores, num_bins))

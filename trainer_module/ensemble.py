@@ -181,6 +181,19 @@ def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
           keras.Model(images, features, name="member_features"))
 
 
+def member_features_model(network: keras.Model) -> keras.Model:
+  """The members' penultimate features side by side, in members' order, from an ensemble
+  network built by ensemble_network (and loaded back from its SavedModel): the features its
+  served distance score reads (temperature.read_feature_support has the support's parts)."""
+  members = [layer for layer in network.layers if layer.name.startswith("member_")]
+  if not members:
+    raise ValueError(f"{network.name} has no member_<i> layers: not an ensemble network.")
+  features = [member(network.inputs[0], training=False)[1] for member in members]
+  return keras.Model(network.inputs, features[0] if len(features) == 1 else
+                     keras.layers.Concatenate(name="member_features")(features),
+                     name="member_features")
+
+
 def load_member(model_dir: str) -> keras.Model:
   """A member's network (transformed images -> logits) from its serving SavedModel."""
   if not tf.io.gfile.exists(os.path.join(model_dir, "saved_model.pb")):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
+import tf_keras as keras
 
 from testing.transform_runs import transformed_digits
 from trainer_module import data, ensemble, temperature
@@ -272,6 +273,12 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
   expected_t = np.clip(np.exp(curve["log_temperature"] + curve["slope"] * scores), 0.01, 100)
   served = _serve(export_dir, images)
   np.testing.assert_allclose(served["distance_score"], scores, rtol=1e-4, atol=1e-4)
+  # The loaded ensemble network gives the same features, e.g. for bench/calibration.py.
+  loaded = keras.models.load_model(export_dir, compile=False, custom_objects={
+      "LogMeanProbability": ensemble.LogMeanProbability})
+  features = ensemble.member_features_model(loaded)(transformed).numpy()
+  np.testing.assert_allclose(temperature.distance_scores(
+      features, temperature.read_feature_support(export_dir)), scores, rtol=1e-4, atol=1e-4)
   log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
   expected = np.exp(log_mean / expected_t[:, np.newaxis])
   np.testing.assert_allclose(served[PROBABILITIES_KEY],
