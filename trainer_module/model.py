@@ -26,16 +26,19 @@ class SpectralNormConv2D(keras.layers.Conv2D):
   """A convolution whose operator's spectral norm is at most `norm_bound`: it convolves with
   W / max(1, sigma / norm_bound), sigma the largest singular value of the linear map the layer
   applies (stride and padding included, on its input's height and width), estimated by one
-  power-iteration step per training call on a persistent vector. This keeps feature distances
-  from collapsing (a bi-Lipschitz feature map, with the residual connections), which is what
-  distance-aware uncertainty needs: DDU (Mukhoti et al. 2023) and SNGP (Liu et al. 2020).
+  power-iteration step per training call on a persistent vector, so the bound holds up to the
+  iteration's lag behind a moving kernel. Bounded convolutions with residual connections are
+  how DDU (Mukhoti et al. 2023) and SNGP (Liu et al. 2020) keep feature distances tracking input
+  distances (batch norm's scales stay free, as in both).
 
-  As edward2's `SpectralNormalizationConv2D.update_weights` (the iteration on the operator, with
-  conv2d and conv2d_transpose, rather than on the kernel reshaped to a matrix as Keras'
-  `SpectralNormalization` does; for 1x1 kernels the two agree), with two differences: the
-  kernel variable is never overwritten (W stays the trained parameter and sigma is
-  differentiated through, as in Miyato et al.'s and DDU's `spectral_norm_conv`), and under a
-  mixed policy sigma is that of the 16-bit kernel the convolution applies, computed in float32.
+  The method of DDU's `SpectralNormConv.compute_weight` (net/spectral_normalization/
+  spectral_norm_conv_inplace.py: the iteration on the operator with conv2d and its transpose,
+  W itself the trained parameter, sigma differentiated through) and edward2's
+  `SpectralNormalizationConv2D.update_weights` (which instead overwrites the kernel variable).
+  Not tf_keras' `SpectralNormalization`: it scales to exactly 1, iterates on the kernel reshaped
+  to a matrix, overwrites the kernel, and branches in Python on a tensor, which the trainer's
+  AutoGraph-free step cannot trace. Under a mixed policy sigma is that of the 16-bit kernel the
+  convolution applies, computed in float32.
   """
 
   def __init__(self, *args, norm_bound: float, **kwargs):
