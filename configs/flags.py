@@ -64,7 +64,7 @@ FLAG_GROUPS = {
              "test_fraction", "schema_path", "num_classes"),
     "model": ("depth", "width_multiplier", "l2", "bn_l2", "input_conv_l2", "group_1_conv_l2",
               "group_2_conv_l2", "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2",
-              "label_smoothing", "l2_per_train_example"),
+              "label_smoothing", "l2_per_train_example", "spectral_norm_bound"),
     "training": ("base_learning_rate", "one_minus_momentum", "lr_decay_epochs",
                  "lr_decay_ratio", "lr_warmup_epochs", "train_epochs", "train_steps",
                  "per_core_batch_size", "eval_batch_size", "seed", "log_every_steps",

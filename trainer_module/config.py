@@ -33,6 +33,9 @@ class TrainerConfig:
   dense_kernel_l2: Optional[float] = None  # L2 of the logits layer's kernel.
   dense_bias_l2: Optional[float] = None  # L2 of the logits layer's bias.
   label_smoothing: float = 0.0  # Label smoothing of the cross-entropy.
+  # Spectral normalisation as in DDU and SNGP (model.py SpectralNormConv2D), which keeps feature
+  # distances meaningful; UB's SNGP bounds each convolution by 6, DDU by 3.
+  spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
   # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
   # train with c / n, n = the train split's example count (known only when the Trainer runs).
   l2_per_train_example: bool = False  # L2s are c, trained as c / n.
@@ -119,6 +122,8 @@ class TrainerConfig:
       unset = [name for name in HYPER_L2_GROUPS if getattr(self, name) is None]
       require(not unset, "l2_per_train_example", True,
               f"needs every per-example L2 coefficient set; unset: {unset}")
+    require(self.spectral_norm_bound >= 0, "spectral_norm_bound", self.spectral_norm_bound,
+            "must be >= 0 (0 = no spectral normalisation)")
     require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
             "must be in [0, 1]")
     require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,

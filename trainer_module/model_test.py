@@ -1,11 +1,12 @@
-"""The Wide ResNet: the published size, the block structure, per-group L2, and its batch norm."""
+"""The Wide ResNet: the published size, the block structure, per-group L2, its batch norm, and
+its optional spectrally normalised convolutions."""
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.config import TrainerConfig
-from trainer_module.model import BatchNormalization, wide_resnet
+from trainer_module.model import BatchNormalization, SpectralNormConv2D, wide_resnet
 
 
 def test_wrn_28_10_has_the_published_parameter_count():
@@ -101,3 +102,104 @@ def test_a_saved_model_rebuilds_the_fused_layer_from_its_config(tmp_path):
   images = tf.random.stateless_uniform([2, 32, 32, 3], seed=[3, 4])
   np.testing.assert_allclose(loaded(images, training=False), model(images, training=False),
                              rtol=1e-5, atol=1e-5)
+
+
+def _operator_norm(layer, kernel) -> float:
+  """The largest singular value of the linear map the convolution applies to one input of the
+  layer's built shape (padding and stride included), from the map's matrix."""
+  shape = tuple(layer.power_vector.shape[1:])
+  size = int(np.prod(shape))
+  basis = tf.reshape(tf.eye(size), (size,) + shape)
+  matrix = tf.reshape(layer.convolution_op(basis, kernel), (size, -1)).numpy()
+  return float(np.linalg.svd(matrix, compute_uv=False)[0])
+
+
+def _normalised_conv(kernel_size, strides, bound=1.0, input_shape=(8, 8, 3)):
+  keras.utils.set_random_seed(1)
+  layer = SpectralNormConv2D(5, kernel_size, strides=strides, padding="same", use_bias=False,
+                             kernel_initializer="he_normal", norm_bound=bound)
+  layer.build((None,) + input_shape)
+  return layer
+
+
+@pytest.mark.parametrize("kernel_size,strides", [(3, 1), (3, 2), (1, 2)])
+def test_after_training_steps_each_convolution_s_spectral_norm_is_at_most_the_bound(
+    kernel_size, strides):
+  layer = _normalised_conv(kernel_size, strides)
+  images = tf.random.stateless_normal([32, 8, 8, 3], seed=[1, 2])
+  labels = tf.random.stateless_uniform([32], seed=[3, 4], maxval=5, dtype=tf.int32)
+  optimizer = keras.optimizers.SGD(0.1)
+  for step in range(60):
+    if step == 40:  # The end of a schedule: the kernel settles, the power iteration catches up.
+      optimizer.learning_rate.assign(0.001)
+    with tf.GradientTape() as tape:
+      logits = 10 * tf.reduce_mean(layer(images, training=True), axis=[1, 2])
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+    optimizer.apply_gradients(zip(tape.gradient(loss, layer.trainable_variables),
+                                  layer.trainable_variables))
+  assert _operator_norm(layer, layer.kernel) > 2.0  # The trained kernel itself is far above.
+  # One power-iteration step per training call lags a moving kernel by a little.
+  assert _operator_norm(layer, layer.bounded_kernel()) <= 1.02
+  np.testing.assert_allclose(layer(images), layer.convolution_op(images, layer.bounded_kernel()),
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel_size,strides", [(3, 1), (3, 2), (1, 1)])
+def test_the_power_iteration_finds_the_operator_s_norm_and_leaves_smaller_kernels_alone(
+    kernel_size, strides):
+  layer = _normalised_conv(kernel_size, strides)
+  raw_norm = _operator_norm(layer, layer.kernel)
+  for bound in (raw_norm / 3, raw_norm * 1.5):
+    layer.norm_bound = bound
+    for _ in range(300):
+      layer.bounded_kernel(update=True)
+    np.testing.assert_allclose(_operator_norm(layer, layer.bounded_kernel()),
+                               min(bound, raw_norm), rtol=2e-3)
+  np.testing.assert_array_equal(layer.bounded_kernel(), layer.kernel)
+  vector = layer.power_vector.numpy()
+  layer(tf.ones([2, 8, 8, 3]), training=False)  # Inference leaves the estimate alone.
+  np.testing.assert_array_equal(layer.power_vector, vector)
+
+
+def test_spectral_norm_is_off_by_default_and_then_the_model_is_today_s():
+  assert TrainerConfig().spectral_norm_bound == 0
+  plain = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
+  normalised = wide_resnet(TrainerConfig(depth=10, width_multiplier=1, spectral_norm_bound=3.0))
+  convs = [layer for layer in plain.layers if isinstance(layer, keras.layers.Conv2D)]
+  assert {type(conv) for conv in convs} == {keras.layers.Conv2D}
+  assert not any("power_vector" in v.name for v in plain.variables)
+  # The same layers and variable names (warm start and checkpoints match by name), with a
+  # non-trainable power-iteration vector beside each normalised kernel.
+  assert [v.name for v in normalised.trainable_variables] == [
+      v.name for v in plain.trainable_variables]
+  sn_convs = [layer for layer in normalised.layers if isinstance(layer, SpectralNormConv2D)]
+  assert [conv.name for conv in sn_convs] == [conv.name for conv in convs]
+  assert {conv.norm_bound for conv in sn_convs} == {3.0}
+  assert sorted(v.name for v in normalised.non_trainable_variables if "power_vector" in v.name) \
+      == sorted(f"{conv.name}/power_vector:0" for conv in convs)
+
+
+def test_spectral_norm_bound_must_not_be_negative():
+  with pytest.raises(ValueError, match=r"^Invalid config value spectral_norm_bound=-1.0: "):
+    TrainerConfig(spectral_norm_bound=-1.0)
+
+
+def test_a_spectrally_normalised_model_trains_in_mixed_bfloat16_and_reloads_from_its_config(
+    tmp_path):
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1, spectral_norm_bound=1.0))
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  conv = model.get_layer("group_2_block_0_conv_1")
+  assert conv.compute_dtype == "bfloat16" and conv.power_vector.dtype == tf.float32
+  images = tf.random.stateless_uniform([2, 32, 32, 3], seed=[3, 4])
+  vector = conv.power_vector.numpy()
+  assert np.isfinite(model(images, training=True)).all()
+  assert not np.array_equal(conv.power_vector, vector)  # A training call updates the estimate.
+  model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
+  loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
+  assert isinstance(loaded.get_layer(conv.name), SpectralNormConv2D)
+  assert loaded.get_layer(conv.name).norm_bound == 1.0
+  np.testing.assert_allclose(loaded(images, training=False), model(images, training=False),
+                             rtol=2e-2, atol=2e-2)

@@ -61,6 +61,30 @@ def test_training_fits_a_learnable_problem(tmp_path):
   assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-16")
 
 
+def test_a_spectrally_normalised_model_learns_and_resumes_with_its_power_iteration(tmp_path):
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 2, 128)
+  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
+  images[labels == 1, :, :, 0] += 1.0
+  no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
+  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
+                         per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
+                         log_every_steps=8, spectral_norm_bound=3.0)
+  training, metrics = _fit(config, images, no_views, labels, tmp_path)
+  assert metrics["eval/accuracy"] >= 0.95
+
+  def power_vectors(model):
+    return {v.name: v.numpy() for v in model.non_trainable_variables if "power_vector" in v.name}
+
+  trained = power_vectors(training.model)
+  assert len(trained) == 9  # Every convolution of a WRN-10-1.
+  resumed = Training(config, tf.distribute.get_strategy(), 4, str(tmp_path / "checkpoints"))
+  resumed.restore()
+  assert resumed.step == 16
+  for name, vector in power_vectors(resumed.model).items():
+    np.testing.assert_array_equal(vector, trained[name], err_msg=name)
+
+
 def test_jensen_shannon_is_zero_for_agreeing_views_and_matches_numpy():
   logits = tf.constant([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]])
   agreeing = jensen_shannon(logits, tf.stack([logits, logits], axis=1))
