@@ -12,7 +12,10 @@ variables are matched by that name.
 Every model variable whose name and shape match is restored; names matching a
 `warm_start_exclude` prefix (or a group: `head` is the logits layer) keep their fresh
 initialisation, on either side. Anything else that does not match fails before training, with
-the list. Only the model is restored: the optimizer (step, momentum) starts fresh.
+the list. Only the model is restored: the optimizer (step, momentum) starts fresh. So is a
+spectrally normalised convolution's power-iteration vector when the source has none (a model
+trained without `spectral_norm_bound`): it is an estimate the first training steps make again,
+not a parameter; and a source's vectors are ignored by a model without the normalisation.
 
 Fine-tuning is discriminative (as in ULMFiT): restored variables train at warm_start_lr_ratio x
 the schedule's rate, freshly initialised ones (a new head) at the full rate, by the run's record
@@ -32,6 +35,9 @@ from trainer_module.export import TRAINING_FILE
 
 log = logging.getLogger(__name__)
 
+# Variables that are running estimates rather than parameters (model.SpectralNormConv2D):
+# restored when both sides have them, otherwise fresh or ignored.
+_ESTIMATE_SUFFIXES = ("/power_vector",)
 # Prefix groups for warm_start_exclude; any other entry is a variable-name prefix.
 EXCLUDE_GROUPS = {"head": ("logits",)}
 # What the model's assets record about its training (step, config, warm start).
@@ -134,7 +140,7 @@ def plan(model_vars: Sequence[tf.Variable], saved: Dict[str, SavedVariable],
     name = variable_name(variable)
     names.add(name)
     shape = tuple(variable.shape.as_list())
-    if excluded(name, exclude):
+    if excluded(name, exclude) or (name.endswith(_ESTIMATE_SUFFIXES) and name not in saved):
       skipped.append(name)
     elif name not in saved:
       mismatches.append(f"{name} {list(shape)}: not in the source")
@@ -144,7 +150,8 @@ def plan(model_vars: Sequence[tf.Variable], saved: Dict[str, SavedVariable],
     else:
       restore.append((variable, saved[name]))
   for name, value in sorted(saved.items()):
-    if name not in names and not excluded(name, exclude):
+    if name not in names and not excluded(name, exclude) and not name.endswith(
+        _ESTIMATE_SUFFIXES):
       mismatches.append(f"{name} {list(value.shape)}: in the source, not in this model")
   return restore, skipped, mismatches
 

@@ -88,6 +88,26 @@ def test_mismatched_variables_fail_with_their_names_and_shapes(tmp_path):
       "nothing is restored when anything mismatches"
 
 
+def test_spectral_normalisation_can_be_turned_on_or_off_across_a_warm_start(tmp_path):
+  """The power-iteration vectors are estimates, not parameters: a normalised model starts its
+  own from a source without them, and a plain model ignores a source's. Every weight moves."""
+  source, saved = _trained(tmp_path)
+  normalised = wide_resnet(TrainerConfig(**TINY, spectral_norm_bound=1.0))
+  record = warm_start.warm_start(normalised, source, exclude=())
+  vectors = [n for n in _values(normalised) if n.endswith("/power_vector")]
+  assert vectors and sorted(record["excluded_variables"]) == sorted(vectors)
+  assert record["restored_variables"] == len(saved)
+  for name, value in saved.items():
+    np.testing.assert_array_equal(_values(normalised)[name], value, err_msg=name)
+
+  normalised_source, normalised_saved = _trained(tmp_path / "sn", spectral_norm_bound=1.0)
+  plain = wide_resnet(TrainerConfig(**TINY))
+  record = warm_start.warm_start(plain, normalised_source, exclude=())
+  assert record["restored_variables"] == len(saved) and record["excluded_variables"] == []
+  for name, value in _values(plain).items():
+    np.testing.assert_array_equal(value, normalised_saved[name], err_msg=name)
+
+
 def test_variables_are_matched_by_layer_name_not_by_checkpoint_position(tmp_path):
   """The source has an extra layer before the head: every checkpoint key after it moves
   (layer_with_weights-N), the names do not."""
