@@ -2,6 +2,7 @@
 import pytest
 
 import configs
+from configs.shared import PIPELINE_MODEL
 from pipeline import local_runner
 from pipeline.config import PipelineConfig, from_flags, from_preset
 
@@ -13,6 +14,8 @@ def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
   config = from_preset(name)
   assert config == from_flags([f"--config={name}"]) == PipelineConfig().replace(**fields)
   assert config.trainer.augmix  # The pipeline's AugMix is on in every preset.
+  # So are spectrally normalised convolutions.
+  assert config.trainer.spectral_norm_bound == PIPELINE_MODEL["spectral_norm_bound"] > 0
 
 
 def test_without_config_the_local_digits_preset_is_used():

@@ -34,7 +34,8 @@ class TrainerConfig:
   dense_bias_l2: Optional[float] = None  # L2 of the logits layer's bias.
   label_smoothing: float = 0.0  # Label smoothing of the cross-entropy.
   # Spectral normalisation as in DDU and SNGP (model.py SpectralNormConv2D), which keeps feature
-  # distances meaningful; UB's SNGP bounds each convolution by 6, DDU by 3.
+  # distances meaningful; UB's SNGP bounds each convolution by 6, DDU by 3, the pipeline
+  # presets by 0.25 (configs/shared.py PIPELINE_MODEL).
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
   # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
   # train with c / n, n = the train split's example count (known only when the Trainer runs).
