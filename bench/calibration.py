@@ -54,7 +54,8 @@ FLOOR_DRAWS = 20  # Label draws averaged by calibrated_ece_floor.
 # Table columns: (header, metric key, decimals).
 COLUMNS = (("clean test acc.", "test_accuracy", 4), ("clean test NLL", "test_nll", 4),
            ("clean test ECE", "test_ece", 4), ("cA", "cA", 3), ("cNLL", "cNLL", 3),
-           ("cECE", "cECE", 3), ("cECE floor", "cECE_floor", 3), ("validation shift NLL", "validation_nll", 3),
+           ("cECE", "cECE", 3), ("cECE floor", "cECE_floor", 3),
+           ("validation shift NLL", "validation_nll", 3),
            ("validation shift ECE", "validation_ece", 3))
 
 
@@ -261,11 +262,17 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
                       ("eval", "validation", "augmented", TEST, CORRUPTED)})
   try:
     feature_model = temperature.penultimate_model(network)
+    batches["train"] = (run.split_batches(tft_output, config.eval_batch_size, "train"),
+                        np.full(0, ""))
   except temperature.TemperatureFitError:  # An ensemble: its members' features side by side.
-    return sets, lambda name: on(ensemble.member_features_model(network), name), config
-  batches["train"] = (run.split_batches(tft_output, config.eval_batch_size, "train"),
-                      np.full(0, ""))
-  return sets, lambda name: on(feature_model, name), config
+    feature_model = ensemble.member_features_model(network)
+  computed: Dict[str, LabelledSet] = {}
+
+  def features(name):  # Each set through the network once, however many rows read it.
+    if name not in computed:
+      computed[name] = on(feature_model, name)
+    return computed[name]
+  return sets, features, config
 
 
 def main():

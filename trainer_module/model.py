@@ -81,7 +81,7 @@ class SpectralNormConv2D(keras.layers.Conv2D):
 
   def call(self, inputs, training=None):
     kernel = tf.__internal__.smart_cond.smart_cond(
-        bool(training) if training is None else training,
+        False if training is None else training,
         lambda: self.bounded_kernel(update=True), lambda: self.bounded_kernel(update=False))
     outputs = self.convolution_op(inputs, tf.cast(kernel, self.compute_dtype))
     if self.use_bias:

@@ -381,8 +381,8 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
               else f"from {config.augmix_view_sets} Transform view set(s)")
     views_note = (f", {config.num_views} AugMix view(s) per image"
                   f"{' with JSD' if config.num_views >= 2 else ''} {source}")
-  log.info("Training %s (%d trainable parameters, %s) for %d steps (%d per epoch, up to %d per host "
-           "call), global batch %d on %d replica(s)%s; starting at step %d.", training.model.name,
+  log.info("Training %s (%d trainable parameters, %s) for %d steps (%d per epoch, up to %d per "
+           "host call), global batch %d on %d replica(s)%s; starting at step %d.", training.model.name,
            sum(int(v.shape.num_elements()) for v in training.model.trainable_variables),
            training.precision_policy, total_steps,
            steps_per_epoch, training.steps_per_loop, training.global_batch_size,
