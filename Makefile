@@ -41,7 +41,7 @@ $(STAMP): requirements.lock pyproject.toml
 	cat requirements.lock pyproject.toml | sha256sum > $(STAMP)
 
 run: system-packages $(STAMP)
-	$(VENV_PY) -m pipeline $(ARGS)
+	$(VENV_PY) -m local_runner $(ARGS)
 
 test: system-packages $(STAMP)
 	$(VENV_PY) -m pytest --durations=10 $(ARGS)

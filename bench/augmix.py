@@ -50,11 +50,11 @@ from tfx import v1 as tfx  # noqa: E402
 
 from components import image_sources  # noqa: E402
 from components.calibration_metrics import NLL_NAME  # noqa: E402
-from pipeline import run_report, tfma_results  # noqa: E402
+from reporting import run_report, tfma_results  # noqa: E402
 from pipeline.config import PipelineConfig, from_flags, from_preset  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
-from pipeline.run_record import RunRecord  # noqa: E402
+from reporting.run_record import RunRecord  # noqa: E402
 from trainer_module import augmix, data, preprocessing  # noqa: E402
 from trainer_module.features import (EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE,  # noqa: E402
                                      PROBABILITIES_KEY)
@@ -296,7 +296,7 @@ def execution_seconds(config: PipelineConfig, component: str) -> float:
 
 
 def robustness(args) -> None:
-  """One default pipeline run (`python -m pipeline`, the default model on the digits) per
+  """One default pipeline run (`python -m local_runner`, the default model on the digits) per
   AugMix source in args.robustness, in one output directory (so everything but Transform,
   Trainer and what follows them is cached), printing each run's figures as it ends."""
   output_dir = args.output_dir or tempfile.mkdtemp(prefix="bench-augmix-robustness-")
@@ -311,7 +311,7 @@ def robustness(args) -> None:
     config = from_flags(flags)
     start = time.time()
     with open(os.path.join(output_dir, f"bench-{source}.log"), "w") as log:
-      subprocess.run([sys.executable, "-m", "pipeline", *flags], check=True, stdout=log,
+      subprocess.run([sys.executable, "-m", "local_runner", *flags], check=True, stdout=log,
                      stderr=subprocess.STDOUT)
     run = RunRecord(config)
     values = tfma_results.load_metrics(run.latest_output("evaluation").uri)

@@ -26,7 +26,7 @@ from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from pipeline.config import from_preset  # noqa: E402
-from pipeline.local_runner import local_parts  # noqa: E402
+from local_runner.runner import local_parts  # noqa: E402
 from pipeline.pipeline import input_steps, trainer_module_fingerprint  # noqa: E402
 
 BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "ValidationGate", "Transform")

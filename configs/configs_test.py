@@ -3,7 +3,7 @@ import pytest
 
 import configs
 from configs.shared import PIPELINE_MODEL
-from pipeline import local_runner
+from local_runner import runner as local_runner
 from pipeline.config import PipelineConfig, from_flags, from_preset
 
 

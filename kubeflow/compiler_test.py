@@ -12,7 +12,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from kubeflow import cli, compiler, kfp_entrypoint
 from kubeflow.conftest import VERTEX_FLAGS
 from pipeline import cluster_config as kubeflow_config
-from pipeline import local_runner
+from local_runner import runner as local_runner
 from pipeline.config import PipelineConfig, from_flags, from_preset
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig

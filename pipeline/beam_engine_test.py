@@ -3,7 +3,7 @@ import socket
 
 import pytest
 
-from pipeline import local_runner
+from local_runner import runner as local_runner
 from pipeline.config import LOCAL_BEAM_REQUIREMENTS, from_flags
 
 EXTERNAL = ["--beam_runner=portable", "--beam_job_endpoint=127.0.0.1:8099",

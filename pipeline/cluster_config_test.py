@@ -2,7 +2,7 @@
 import pytest
 
 from pipeline import cluster_config as kubeflow_config
-from pipeline import local_runner
+from local_runner import runner as local_runner
 from pipeline.config import from_flags
 
 CLUSTER = ["--image=gcr.io/proj/wrn:1", "--output_dir=gs://bucket/wrn",

@@ -309,7 +309,7 @@ def _flag_fields() -> dict:
 
 
 def usage(preset: str = configs.DEFAULT_PRESET,
-          command: str = "python -m pipeline [--flag=value ...]   (or: make run ARGS=...)",
+          command: str = "python -m local_runner [--flag=value ...]   (or: make run ARGS=...)",
           cluster: bool = False) -> str:
   """Every flag, grouped, with its default (the preset's) and what it means (the comments of
   its field); cluster flags on request."""

@@ -13,7 +13,7 @@ import tempfile
 import pytest
 
 from trainer_module import reference_corruptions
-from pipeline import local_runner
+from local_runner import runner as local_runner
 from configs.shared import PIPELINE_AUGMIX
 from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, check_runs_here, from_flags,
                              from_preset)
@@ -188,7 +188,7 @@ def test_a_path_a_flag_names_is_checked_before_any_step_runs(tmp_path, flag, mes
   flags = [f"--output_dir={tmp_path / 'out'}", flag.format(tmp=tmp_path)]
   if "tfrecord_dir" in flag:
     flags.append("--dataset=tfrecord")
-  result = subprocess.run([sys.executable, "-m", "pipeline", *flags], capture_output=True,
+  result = subprocess.run([sys.executable, "-m", "local_runner", *flags], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": _REPO})
   assert result.returncode == 2, result.stderr[-2000:]
@@ -211,7 +211,7 @@ def test_generated_corruptions_of_tfrecord_input_need_a_test_directory(tmp_path)
 def test_a_config_error_stops_the_runner_before_any_component_runs(tmp_path):
   output_dir = tmp_path / "outputs"
   result = subprocess.run(
-      [sys.executable, "-m", "pipeline", "--dataset=nope", f"--output_dir={output_dir}"],
+      [sys.executable, "-m", "local_runner", "--dataset=nope", f"--output_dir={output_dir}"],
       capture_output=True, text=True, timeout=300)
   assert result.returncode == 2
   assert "dataset='nope'" in result.stderr
@@ -219,7 +219,7 @@ def test_a_config_error_stops_the_runner_before_any_component_runs(tmp_path):
 
 
 def test_help_lists_every_flag_with_its_default():
-  result = subprocess.run([sys.executable, "-m", "pipeline", "--help"], capture_output=True,
+  result = subprocess.run([sys.executable, "-m", "local_runner", "--help"], capture_output=True,
                           text=True, timeout=300)
   assert result.returncode == 0
   assert "--dataset" in result.stdout and "'digits'" in result.stdout
@@ -295,7 +295,7 @@ def test_the_runner_exits_2_on_a_bad_output_location_before_writing_anything(tmp
                                                                              message):
   (tmp_path / "file").write_text("")
   # Run from tmp_path: an empty output_dir that became the current directory would show there.
-  result = subprocess.run([sys.executable, "-m", "pipeline", *bad_flags(tmp_path)],
+  result = subprocess.run([sys.executable, "-m", "local_runner", *bad_flags(tmp_path)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": _REPO})
   assert result.returncode == 2, result.stderr[-2000:]

@@ -12,7 +12,7 @@ Trainer the model in production as its base_model.
 
 What differs between runners (where the schema and the input data are, which Trainer runs,
 which metadata store) is not decided here: each runner builds its RunnerParts and hands them
-in, as the TFX templates' runners do (pipeline/local_runner.py, kubeflow/cluster.py).
+in, as the TFX templates' runners do (local_runner/runner.py, kubeflow/cluster.py).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import pytest
 
 from components import image_sources
 from pipeline.config import from_flags
-from pipeline.run_record import RunRecord
+from reporting.run_record import RunRecord
 from tests.conftest import run_pipeline
 from testing.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
 
@@ -137,7 +137,7 @@ def test_the_run_log_holds_the_failure_and_its_traceback(truncated_gzip_run):
   failure = log_text.find("ERROR pipeline: The run failed: ")
   assert failure >= 0, log_text[-3000:]
   # The runner's own traceback: from the frame that ran the pipeline down to the exception.
-  assert re.search(r'Traceback \(most recent call last\):\n  File ".*/pipeline/local_runner\.py", '
+  assert re.search(r'Traceback \(most recent call last\):\n  File ".*/local_runner/runner\.py", '
                    r"line \d+, in _run_locked\n", log_text[failure:]), log_text[failure:][-3000:]
 
 

@@ -13,7 +13,8 @@ from tensorflow_model_analysis.metrics import metric_types
 from tfx_bsl.public import tfxio
 
 from components import calibration_metrics, evaluation_set, evaluator
-from pipeline import evaluation, tfma_results
+from pipeline import evaluation
+from reporting import tfma_results
 from pipeline.config import PipelineConfig
 from testing import reference_metrics
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import run_report
+from reporting import run_report
 from pipeline.config import from_flags
-from pipeline.run_record import RunRecord
+from reporting.run_record import RunRecord
 from testing.graph_ops import augmix_or_random_ops, reachable_op_types
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from testing.tiny_config import SMALL_MODEL
@@ -49,7 +49,7 @@ def _report_path(stdout):
 
 
 def _score(model_dir, examples_glob):
-  result = subprocess.run([sys.executable, "-m", "pipeline.score_pushed_model", model_dir,
+  result = subprocess.run([sys.executable, "-m", "reporting.score_pushed_model", model_dir,
                            examples_glob], capture_output=True, text=True, check=True)
   return json.loads(result.stdout.strip().splitlines()[-1])
 

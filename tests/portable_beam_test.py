@@ -11,9 +11,9 @@ import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from pipeline import tfma_results
+from reporting import tfma_results
 from pipeline.config import from_flags
-from pipeline.run_record import RunRecord
+from reporting.run_record import RunRecord
 from storage import object_storage
 from testing import kfp_harness
 from testing.beam_servers import PortableBeam

@@ -11,8 +11,8 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline.config import from_flags
-from pipeline.interrupted_runs import ABANDONED_BY_KEY
-from pipeline.run_record import RunRecord
+from local_runner.interrupted_runs import ABANDONED_BY_KEY
+from reporting.run_record import RunRecord
 from tests.conftest import REPO
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 
@@ -42,7 +42,7 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
   config = from_flags(flags)
   first_log = tmp_path / "first.out"
   with open(first_log, "w") as out:
-    first = subprocess.Popen([sys.executable, "-m", "pipeline", *flags], cwd=REPO, stdout=out,
+    first = subprocess.Popen([sys.executable, "-m", "local_runner", *flags], cwd=REPO, stdout=out,
                              stderr=subprocess.STDOUT)
   try:
     _wait_for(first_log, "Component Transform is running.", first)

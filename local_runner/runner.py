@@ -14,14 +14,14 @@ from absl import logging as absl_logging
 from components import tfrecord_check
 from pipeline import beam_engine
 from pipeline import config as config_lib
-from pipeline import run_lock
+from local_runner import run_lock
 
 log = logging.getLogger("pipeline")
 
 # TFX's own progress lines worth showing on the console; the log file keeps everything.
 _TFX_PROGRESS = ("Component %s is running.", "Component %s is finished.",
                  "A cached execution %d is used.")
-_OUR_LOGGERS = ("pipeline", "trainer_module", "components")
+_OUR_LOGGERS = ("pipeline", "local_runner", "reporting", "trainer_module", "components")
 
 
 # Loggers whose errors stay in the log file: Beam relays every worker's traceback as an error.
@@ -166,7 +166,8 @@ def main(argv: Sequence[str]) -> int:
 
 def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optional[str]) -> int:
   from tfx import v1 as tfx  # noqa: F401  Imported first: it installs log handlers we replace.
-  from pipeline import interrupted_runs, run_summary
+  from local_runner import interrupted_runs
+  from reporting import run_summary
   log_path = configure_logging(os.path.join(config.output_dir, "logs"), run_id)
   log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s", config.pipeline_name,
            run_id, config.dataset, config.output_dir)

@@ -5,7 +5,7 @@ launcher (tfx/orchestration/portable/launcher.py, `_register_or_reuse_execution`
 for earlier executions in the *same* run; a run killed with -9 keeps its executions RUNNING
 and its `<pipeline_root>/<node>/<output>/<execution id>` directories forever (their artifacts
 were never published, so nothing reads them). Called at the start of a run, under the run lock
-(pipeline/run_lock.py), so no live run's execution can be among them.
+(local_runner/run_lock.py), so no live run's execution can be among them.
 """
 from __future__ import annotations
 

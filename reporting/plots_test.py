@@ -2,7 +2,7 @@
 import numpy as np
 from PIL import Image
 
-from pipeline import plots
+from reporting import plots
 
 
 def _size(path):

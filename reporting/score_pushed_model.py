@@ -1,6 +1,6 @@
 """Scores a pushed SavedModel on raw serialized tf.Examples, as a serving client would.
 
-`python -m pipeline.score_pushed_model MODEL_DIR EXAMPLES_GLOB` prints a JSON line with the
+`python -m reporting.score_pushed_model MODEL_DIR EXAMPLES_GLOB` prints a JSON line with the
 accuracy. Run in a fresh process, it checks that the pushed model stands on its own.
 """
 import json

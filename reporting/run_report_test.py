@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pipeline import run_report
+from reporting import run_report
 from pipeline.evaluation import ACCURACY_NAME
 from components.calibration_metrics import ECE_NAME, NLL_NAME
 from trainer_module.features import PROBABILITIES_KEY

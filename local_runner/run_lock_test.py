@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from pipeline import run_lock
+from local_runner import run_lock
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Holds the lock on argv[1] as run "child-run", says so on stdout, then sleeps until killed.
 _HOLDER = """
 import sys, time
-from pipeline import run_lock
+from local_runner import run_lock
 with run_lock.local_run_lock(sys.argv[1], "child-run"):
   print("held", flush=True)
   time.sleep(600)

@@ -10,10 +10,10 @@ from typing import List
 
 from components.calibration_metrics import ECE_NAME, NLL_NAME
 from components.pusher import ALREADY_SERVING_KEY
-from pipeline import run_report, tfma_results
+from reporting import run_report, tfma_results
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME
-from pipeline.run_record import RunRecord
+from reporting.run_record import RunRecord
 from trainer_module.features import PROBABILITIES_KEY
 
 
@@ -39,7 +39,7 @@ def gate_failures(evaluation_uri: str) -> List[tfma_results.Failure]:
 
 def score_in_fresh_process(model_dir: str, examples_glob: str) -> dict:
   result = subprocess.run(
-      [sys.executable, "-m", "pipeline.score_pushed_model", model_dir, examples_glob],
+      [sys.executable, "-m", "reporting.score_pushed_model", model_dir, examples_glob],
       check=True, capture_output=True, text=True)
   return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -21,7 +21,7 @@ import tensorflow_model_analysis as tfma
 from components import evaluation_set
 from components.calibration_metrics import (BRIER_NAME, ECE_NAME, MEAN_SLICE_ECE_NAME, NLL_NAME,
                                             RELIABILITY_NAME)
-from pipeline import plots, tfma_results
+from reporting import plots, tfma_results
 from pipeline.config import PipelineConfig
 from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
 from trainer_module import reference_corruptions as corruptions
