@@ -37,7 +37,7 @@ def api_client() -> k8s.ApiClient:
   try:
     k8s_config.load_incluster_config()
   except k8s_config.ConfigException:
-    k8s_config.load_kube_config()
+    k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
   return k8s.ApiClient()
 
 
@@ -47,7 +47,7 @@ def current_namespace() -> str:
     with open(SERVICE_ACCOUNT_NAMESPACE) as f:
       return f.read().strip()
   try:
-    _, context = k8s_config.list_kube_config_contexts()
+    _, context = k8s_config.list_kube_config_contexts(os.environ.get("KUBECONFIG"))
     return context["context"].get("namespace", "default")
   except (k8s_config.ConfigException, KeyError, TypeError):
     return "default"
