@@ -9,12 +9,11 @@ import threading
 import time
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 
 from kubeflow import trainjob
 from kubeflow.trainjob_client import TrainJobClient, TrainJobFailed, run_to_completion
-from testing.kube_api import KubeApi
+from testing.kube_api import KubeApi, write_kubeconfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMESPACE = "team-a"
@@ -124,18 +123,12 @@ def test_a_trainjob_of_another_step_is_not_taken_for_this_one(api):
 
 def test_a_cancelled_run_deletes_the_trainjob(api, tmp_path):
   """KFP stops a cancelled run's pods (SIGTERM): the launcher deletes its TrainJob and exits."""
-  kubeconfig = tmp_path / "kubeconfig"
-  kubeconfig.write_text(yaml.safe_dump({
-      "apiVersion": "v1", "kind": "Config", "current-context": "test",
-      "clusters": [{"name": "test", "cluster": {"server": api.url}}],
-      "users": [{"name": "test", "user": {"token": "t"}}],
-      "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test",
-                                                 "namespace": NAMESPACE}}]}))
+  kubeconfig = write_kubeconfig(str(tmp_path / "kubeconfig"), api.url, NAMESPACE)
   job = manifest()
   (tmp_path / "trainjob.json").write_text(json.dumps(job))
   process = subprocess.Popen(
       [sys.executable, "-m", "kubeflow.trainjob_client", str(tmp_path / "trainjob.json")],
-      cwd=REPO, env={**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": REPO},
+      cwd=REPO, env={**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": REPO},
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   deadline = time.monotonic() + 60
   while not any(method == "GET" and "trainjobs" in path and job["metadata"]["name"] in path

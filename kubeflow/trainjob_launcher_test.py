@@ -6,14 +6,15 @@ import threading
 import time
 
 import pytest
-import yaml
 from tfx.types import standard_artifacts
 from tfx.utils import json_utils
 
 from kubeflow import trainjob
+from kubeflow.compiler import pipeline_job
+from pipeline.config import from_flags, from_preset
 from kubeflow.trainjob_launcher import TrainJobExecutor, build_manifest, trainjob_settings
 from kubeflow.trainjob_node import NodeExecutor
-from testing.kube_api import KubeApi
+from testing.kube_api import KubeApi, write_kubeconfig
 
 PLACEMENT = trainjob.NodePlacement(resources={"limits": {"nvidia.com/gpu": "1"}},
                                    env=({"name": "AWS_REGION", "value": "us-east-1"},))
@@ -66,14 +67,8 @@ def test_the_executor_runs_the_trainjob_and_wants_the_chiefs_model(tmp_path, mon
                                                                    chief_exports):
   inputs, outputs, exec_properties = step(str(tmp_path))
   with KubeApi() as api:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": api.url}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u",
-                                               "namespace": "team-b"}}]}))
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    kubeconfig = write_kubeconfig(str(tmp_path / "kubeconfig"), api.url, "team-b")
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
 
     def controller():  # The nodes train; the chief exports; the TrainJob completes.
       while not api.objects:
@@ -94,3 +89,20 @@ def test_the_executor_runs_the_trainjob_and_wants_the_chiefs_model(tmp_path, mon
         executor.Do(inputs, outputs, exec_properties)
     [(_, namespace, _)] = api.objects
     assert namespace == "team-b"  # The kubeconfig context's (in a pod: its own namespace).
+
+
+def test_the_compiled_kfp_spec_with_two_replicas_runs_the_launcher_in_the_trainer_step():
+  config = from_flags(["--image=registry/wrn:5", "--output_dir=s3://bucket/wrn",
+                       "--replica_count=2", "--distribution_strategy=multi_worker_mirrored"],
+                      base=from_preset("kubeflow"))
+  spec = pipeline_job(config)["pipelineSpec"]
+  trainer = spec["deploymentSpec"]["executors"]["Trainer_executor"]["container"]
+  args = trainer["args"]
+  assert args[args.index("--executor_class_path") + 1] == (
+      "kubeflow.trainjob_launcher.TrainJobExecutor")
+  assert trainer["image"] == "registry/wrn:5"
+  custom_config = json.loads(
+      spec["root"]["inputDefinitions"]["parameters"]["trainer_config"]["defaultValue"])
+  assert custom_config["kubeflow_trainjob"] == {
+      "num_nodes": 2, "image": "registry/wrn:5", "placement": trainjob.NodePlacement().to_dict()}
+  assert custom_config["trainer"]["distribution_strategy"] == "multi_worker_mirrored"

@@ -13,6 +13,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, Tuple
 
+import yaml
+
 
 class KubeApi:
   """The objects, every change as an event, and a server answering the API calls."""
@@ -56,6 +58,18 @@ class KubeApi:
     """What a controller does: the object's status changes."""
     obj = dict(self.objects[(plural, namespace, name)], status=status)
     self.record(plural, "MODIFIED", obj)
+
+
+def write_kubeconfig(path: str, server_url: str, namespace: str) -> str:
+  """A kubeconfig whose current context is this server (`kubernetes.config` reads it)."""
+  with open(path, "w") as f:
+    yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "local",
+        "clusters": [{"name": "local", "cluster": {"server": server_url}}],
+        "users": [{"name": "local", "user": {"token": "local"}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local",
+                                                   "namespace": namespace}}]}, f)
+  return path
 
 
 def _status(code: int, reason: str, message: str) -> dict:

@@ -1,14 +1,12 @@
-"""The Trainer step's TrainJob nodes as local processes: MultiWorkerMirroredStrategy over
-loopback on CPU, each node started with the command of the TrainJob the launcher builds and
-exactly its pod's environment (the TrainJob's env plus Kubernetes' JOB_COMPLETION_INDEX); the
-one override maps the nodes' DNS names to 127.0.0.1 ports (TRAINJOB_ADDRESS_OVERRIDE)."""
+"""The Trainer step's TrainJob nodes as local processes (testing/trainjob_nodes.py):
+MultiWorkerMirroredStrategy over loopback on CPU, each node started with the command of the
+TrainJob the launcher builds and exactly its pod's environment (the TrainJob's env plus
+Kubernetes' JOB_COMPLETION_INDEX); the one override maps the nodes' DNS names to 127.0.0.1
+ports (TRAINJOB_ADDRESS_OVERRIDE)."""
 import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,12 +15,10 @@ import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import json_utils
 
-from kubeflow import trainjob
 from kubeflow.trainjob_launcher import build_manifest, trainjob_settings
-from kubeflow.trainjob_node import ADDRESS_OVERRIDE_ENV
 from pipeline.pipeline import TRAINER_RUN_FN
+from testing.trainjob_nodes import start_nodes, wait_nodes
 from testing.transform_runs import transformed_digits
-from tests.conftest import REPO
 from trainer_module.config import TRAINER_CONFIG_KEY, TrainerConfig
 
 pytestmark = pytest.mark.e2e
@@ -67,35 +63,9 @@ def step_manifest(step_inputs, output_root, num_nodes, **trainer):
                         exec_properties, "ns")
 
 
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-def start_nodes(manifest, log_dir, attempt=0):
-  """Every node of the TrainJob as a local process with its pod's environment."""
-  trainer = manifest["spec"]["trainer"]
-  name, num_nodes = manifest["metadata"]["name"], trainer["numNodes"]
-  override = {host: f"127.0.0.1:{_free_port()}"
-              for host in trainjob.node_hostnames(name, num_nodes)}
-  pod_env = {variable["name"]: variable["value"] for variable in trainer["env"]}
-  nodes = []
-  for index in range(num_nodes):
-    env = {**os.environ, **pod_env, trainjob.COMPLETION_INDEX_ENV: str(index),
-           ADDRESS_OVERRIDE_ENV: json.dumps(override), "PYTHONPATH": REPO,
-           # The image's `python`: this environment's.
-           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    env.pop("TF_CONFIG", None)
-    log_path = os.path.join(log_dir, f"node-{index}-{attempt}.log")
-    with open(log_path, "w") as log:
-      nodes.append((subprocess.Popen(trainer["command"], cwd=REPO, env=env, stdout=log,
-                                     stderr=subprocess.STDOUT), log_path))
-  return nodes
-
-
-def wait_nodes(nodes, timeout=600):
-  codes = [process.wait(timeout=timeout) for process, _ in nodes]
+def finished(nodes):
+  """The nodes' logs once every node exited 0."""
+  codes = wait_nodes(nodes, timeout=600)
   logs = [open(path).read() for _, path in nodes]
   assert codes == [0] * len(nodes), "\n".join(log[-3000:] for log in logs)
   return logs
@@ -119,7 +89,7 @@ def runs(step_inputs, tmp_path_factory):
   for num_nodes in (1, 2, 3):
     root = str(tmp_path_factory.mktemp(f"nodes-{num_nodes}"))
     manifest = step_manifest(step_inputs, root, num_nodes)
-    result[num_nodes] = (root, manifest, wait_nodes(start_nodes(manifest, root)))
+    result[num_nodes] = (root, manifest, finished(start_nodes(manifest, root)))
   return result
 
 
@@ -138,12 +108,22 @@ def test_nodes_train_like_one_worker_and_only_the_chief_exports(runs, num_nodes)
   assert os.listdir(os.path.join(root, "Trainer", "checkpoints")) == [
       os.path.basename(checkpoint_dir(root))]
 
-  one_root = runs[1][0]
-  one_worker, distributed = final_variables(checkpoint_dir(one_root)), final_variables(
-      checkpoint_dir(root))
+  one_worker = final_variables(checkpoint_dir(runs[1][0]))
+  distributed = final_variables(checkpoint_dir(root))
   assert one_worker.keys() == distributed.keys()
   for name, value in one_worker.items():
-    np.testing.assert_allclose(distributed[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+    assert_close_to_scale(distributed[name], value, name)
+
+
+def assert_close_to_scale(actual, expected, name):
+  """Within 1e-4 + 0.2% of the variable's largest value: batch norm's moving statistics differ
+  that much (the synchronized layer's one-pass variance across replicas), the rest by less.
+  The one-worker run's checkpoint two steps before its end is off in half the variables."""
+  if expected.dtype.kind != "f":
+    np.testing.assert_array_equal(actual, expected, err_msg=name)
+    return
+  bound = 1e-4 + 2e-3 * float(np.abs(expected).max())
+  assert float(np.abs(actual - expected).max()) <= bound, name
 
 
 def test_a_node_killed_mid_run_then_every_node_restarted_resumes_at_the_saved_step(
@@ -165,7 +145,7 @@ def test_a_node_killed_mid_run_then_every_node_restarted_resumes_at_the_saved_st
   saved_step = int(saved.rsplit("-", 1)[1])
   assert 0 < saved_step < TRAIN_STEPS, open(nodes[0][1]).read()[-3000:]
 
-  logs = wait_nodes(start_nodes(manifest, str(tmp_path), attempt=1))
+  logs = finished(start_nodes(manifest, str(tmp_path), attempt=1))
   for log in logs:
     assert f"Resuming from {saved} at step {saved_step} " in log
     assert f"step {TRAIN_STEPS}/{TRAIN_STEPS}" in log
