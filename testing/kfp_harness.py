@@ -580,7 +580,7 @@ def main(argv: List[str]) -> int:
         print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s")
       else:
         _run_on_kfp_local(compiled.spec_path, os.path.join(workdir, "pipeline_root"),
-                          server.environ())
+                          dict(server.environ(), **cluster.environ()))
     except TaskFailed as error:
       print(f"error: {error}", file=sys.stderr)
       return 1
