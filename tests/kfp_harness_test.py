@@ -75,6 +75,7 @@ def test_the_harness_names_each_output_artifact_after_its_key(tmp_path):
   assert model["uri"].startswith("s3://b/root/p/run/Trainer/") and model["uri"].endswith("/model")
 
 
+@pytest.mark.e2e
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
     tmp_path, s3_server):
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
