@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import List, Optional
 
 from kubernetes import client as k8s
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 COMPLETE, FAILED = "Complete", "Failed"
 WATCH_SECONDS = 60  # One watch request; the wait re-reads the object and watches again.
+DELETE_SECONDS = 300  # For a failed TrainJob's pods to go before it is created again.
 
 
 class TrainJobFailed(RuntimeError):
@@ -60,22 +62,42 @@ class TrainJobClient:
     self.core = k8s.CoreV1Api(api)
 
   def create_or_attach(self, manifest: dict) -> dict:
-    """Creates the TrainJob; one of that name already there (a restarted launcher's) is kept."""
+    """Creates the TrainJob; one of that name already there (a restarted launcher's) is kept,
+    unless it failed: a retried step then gets a new one, which resumes from the checkpoints."""
     name = manifest["metadata"]["name"]
-    try:
-      created = self.custom.create_namespaced_custom_object(
-          trainjob.GROUP, trainjob.VERSION, self.namespace, trainjob.PLURAL, manifest)
-      log.info("Created TrainJob %s/%s (%d nodes).", self.namespace, name,
-               manifest["spec"]["trainer"]["numNodes"])
-      return created
-    except k8s.ApiException as error:
-      if error.status != 409:
-        raise RuntimeError(f"Could not create TrainJob {self.namespace}/{name}: "
-                           f"{error.status} {error.reason}: {error.body}") from error
-    existing = self.get(name)
-    log.info("TrainJob %s/%s exists (an earlier attempt of this step): waiting for it.",
-             self.namespace, name)
-    return existing
+    for _ in range(2):
+      try:
+        created = self.custom.create_namespaced_custom_object(
+            trainjob.GROUP, trainjob.VERSION, self.namespace, trainjob.PLURAL, manifest)
+        log.info("Created TrainJob %s/%s (%d nodes).", self.namespace, name,
+                 manifest["spec"]["trainer"]["numNodes"])
+        return created
+      except k8s.ApiException as error:
+        if error.status != 409:
+          raise RuntimeError(f"Could not create TrainJob {self.namespace}/{name}: "
+                             f"{error.status} {error.reason}: {error.body}") from error
+      existing = self.get(name)
+      if FAILED not in _true_conditions(existing):
+        log.info("TrainJob %s/%s exists (an earlier attempt of this step): waiting for it.",
+                 self.namespace, name)
+        return existing
+      log.warning("TrainJob %s/%s of an earlier attempt failed: replacing it.", self.namespace,
+                  name)
+      self.delete(name)
+      self._wait_gone(name)
+    raise RuntimeError(f"TrainJob {self.namespace}/{name} is still there after its deletion.")
+
+  def _wait_gone(self, name: str, timeout: float = DELETE_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+      try:
+        self.get(name)
+      except k8s.ApiException as error:
+        if error.status == 404:
+          return
+        raise
+      time.sleep(1)
+    raise RuntimeError(f"TrainJob {self.namespace}/{name} was not deleted within {timeout:.0f} s.")
 
   def get(self, name: str) -> dict:
     return self.custom.get_namespaced_custom_object(
@@ -113,8 +135,7 @@ class TrainJobClient:
           raise
 
   def _ended(self, job: dict) -> bool:
-    conditions = {c["type"]: c for c in job.get("status", {}).get("conditions", [])
-                  if c.get("status") == "True"}
+    conditions = _true_conditions(job)
     if FAILED in conditions:
       condition = conditions[FAILED]
       raise TrainJobFailed(
@@ -141,6 +162,11 @@ class TrainJobClient:
         reasons.append(f"node {index} (pod {pod.metadata.name}): {pod.status.reason or 'Failed'}"
                        + (f": {pod.status.message}" if pod.status.message else ""))
     return reasons or ["no failed node pod found"]
+
+
+def _true_conditions(job: dict) -> dict:
+  return {c["type"]: c for c in job.get("status", {}).get("conditions", [])
+          if c.get("status") == "True"}
 
 
 def run_to_completion(job_client: TrainJobClient, manifest: dict,

@@ -114,6 +114,15 @@ def test_a_restarted_launcher_attaches_to_the_trainjob_it_made(api):
   assert [method for method, _ in api.requests].count("POST") == 2  # The second got 409.
 
 
+def test_a_retried_step_replaces_a_trainjob_that_failed(api):
+  job = manifest()
+  name = job["metadata"]["name"]
+  api.record(trainjob.PLURAL, "ADDED", {**job, "status": condition("Failed", "FailedJobs")})
+  job_client(api).create_or_attach(job)
+  assert [e[2] for e in api.events] == ["ADDED", "DELETED", "ADDED"]
+  assert "status" not in api.objects[(trainjob.PLURAL, NAMESPACE, name)]
+
+
 def test_a_trainjob_of_another_step_is_not_taken_for_this_one(api):
   """Names differ by the step's outputs (kubeflow/trainjob_launcher.py); only equal names attach."""
   job_client(api).create_or_attach(manifest("tfx-trainer-aaaa"))
