@@ -2,7 +2,8 @@
 
 Where a cluster run differs from a local one: the input base is a runtime parameter, so a run
 can read new data; the schema is the copy inside the image; each trial Trainer's custom_config
-is a runtime parameter (and, with worker pools, the Trainer is Vertex AI's); KFP brings its
+is a runtime parameter (with Vertex worker pools the Trainer is Vertex AI's; with several
+replicas on an open-source cluster it launches a Kubeflow Trainer TrainJob); KFP brings its
 own metadata store.
 """
 import json
@@ -10,7 +11,9 @@ from typing import Any
 
 from tfx import v1 as tfx
 
+from kubeflow import trainjob_launcher
 from kubeflow.parameters import DATA_ROOT_PARAMETER, trainer_config_parameter
+from kubeflow.trainjob import NodePlacement
 from pipeline.cluster_config import image_path
 from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
 
@@ -22,13 +25,18 @@ def cluster_parts(config) -> RunnerParts:
   kubeflow = config.kubeflow
 
   def make_trainer(trial: int, custom_config: dict, **inputs: Any):
-    """TFX's Trainer, or Vertex AI's when the config asks for worker pools, whose
+    """TFX's Trainer, Vertex AI's when the config asks for worker pools, or the TrainJob
+    launcher for several replicas on an open-source cluster, whose
     custom_config is the runtime parameter `trainer_config` (`trainer_config_trial_<i>` for
     the other trials), defaulting to this trial's config."""
     trainer_class = tfx.components.Trainer
     if kubeflow.uses_vertex_training:
       trainer_class = tfx.extensions.google_cloud_ai_platform.Trainer
       custom_config = {**custom_config, **vertex_training_config(kubeflow)}
+    elif kubeflow.uses_trainjob:
+      trainer_class = trainjob_launcher.Trainer
+      custom_config = {**custom_config, **trainjob_launcher.trainjob_settings(
+          kubeflow.replica_count, kubeflow.image, trainjob_node_placement(kubeflow))}
     parameter = Parameter(name=trainer_config_parameter(trial), ptype=str,
                           default=json.dumps(custom_config, sort_keys=True))
     return trainer_class(run_fn=TRAINER_RUN_FN, custom_config=parameter, **inputs)
@@ -49,3 +57,9 @@ def vertex_training_config(kubeflow) -> dict:
           vertex.TRAINING_ARGS_KEY: {"project": kubeflow.vertex_project,
                                      "job_spec": {"worker_pool_specs":
                                                   kubeflow.worker_pool_specs()}}}
+
+
+def trainjob_node_placement(kubeflow) -> NodePlacement:  # pylint: disable=unused-argument
+  """What each TrainJob node's pod gets besides image and command: the Trainer step's
+  resources, node selector, tolerations and Secret env once the config has them; none yet."""
+  return NodePlacement()

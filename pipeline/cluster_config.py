@@ -52,7 +52,9 @@ class KubeflowConfig:
   machine_type: str = "n1-standard-8"  # Machine type of each training replica.
   accelerator_type: str = ""  # A Vertex AcceleratorType name; empty for CPU only.
   accelerator_count: int = 0  # Per replica.
-  replica_count: int = 1  # Machines: one chief plus replica_count - 1 workers.
+  # Machines: one chief plus replica_count - 1 workers (Vertex worker pools, or on kfp the
+  # nodes of a Kubeflow Trainer TrainJob, kubeflow/trainjob.py).
+  replica_count: int = 1
   # Dataflow, the Beam engine of a Kubeflow run's Beam steps with --beam_runner=dataflow
   # (pipeline/beam_engine.py): the image as SDK container.
   dataflow_project: str = ""  # Google Cloud project of the Dataflow jobs.
@@ -76,9 +78,12 @@ class KubeflowConfig:
             self.accelerator_count, "must be > 0 exactly when accelerator_type is set")
     require(self.replica_count >= 1, "replica_count", self.replica_count, "must be >= 1")
     if not self.vertex_project:
-      require(not self.accelerator_type and self.replica_count == 1, "vertex_project",
-              self.vertex_project, "is required for accelerators or more than one replica "
-              "(the Trainer runs them as a Vertex AI training job)")
+      require(not self.accelerator_type, "vertex_project", self.vertex_project,
+              "is required for accelerators (the Trainer runs them as a Vertex AI training job)")
+      require(self.replica_count == 1 or self.kubeflow_target == "kfp", "vertex_project",
+              self.vertex_project, "is required for more than one replica on "
+              "kubeflow_target=vertex (the Trainer runs them as a Vertex AI training job; "
+              "on kfp, as a Kubeflow Trainer TrainJob)")
     else:
       require(bool(self.vertex_region), "vertex_region", self.vertex_region,
               "is required with vertex_project")
@@ -100,6 +105,11 @@ class KubeflowConfig:
   @property
   def uses_vertex_training(self) -> bool:
     return bool(self.vertex_project)
+
+  @property
+  def uses_trainjob(self) -> bool:
+    """The Trainer runs as a Kubeflow Trainer TrainJob of replica_count nodes."""
+    return self.kubeflow_target == "kfp" and self.replica_count > 1
 
   def expected_distribution_strategies(self) -> tuple:
     """The tf.distribute strategies that fit these pools; the trainer config must pick one."""

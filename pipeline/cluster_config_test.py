@@ -26,6 +26,13 @@ def test_cluster_flags_make_one_config_with_everything_on_object_storage():
   assert from_flags([]).kubeflow is None
 
 
+def test_several_replicas_on_kfp_are_the_nodes_of_a_trainjob():
+  config = from_flags(CLUSTER + ["--replica_count=3",
+                                 "--distribution_strategy=multi_worker_mirrored"])
+  assert config.kubeflow.uses_trainjob and not config.kubeflow.uses_vertex_training
+  assert not from_flags(CLUSTER).kubeflow.uses_trainjob
+
+
 def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image():
   config = from_flags(VERTEX + ["--vertex_project=proj", "--machine_type=n1-standard-16",
                                 "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=4",
@@ -71,6 +78,10 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
     (CLUSTER + ["--vertex_project=p"], "vertex_project='p': needs --kubeflow_target=vertex"),
     (CLUSTER + ["--distribution_strategy=multi_worker_mirrored"],
      "distribution_strategy='multi_worker_mirrored'"),
+    (VERTEX + ["--replica_count=2", "--distribution_strategy=multi_worker_mirrored"],
+     "vertex_project='': is required for more than one replica on kubeflow_target=vertex"),
+    (CLUSTER + ["--replica_count=2"],
+     "distribution_strategy='default': must be one of ('multi_worker_mirrored',)"),
 ])
 def test_bad_cluster_values_name_the_flag_and_value(flags, message):
   with pytest.raises(ValueError, match="Invalid config value " + _escaped(message)):

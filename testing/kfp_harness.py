@@ -553,6 +553,7 @@ def main(argv: List[str]) -> int:
   SDK's kfp.local (--orchestrator=kfp.local); prints where the model went."""
   from testing.tiny_config import SMALL_MODEL
   from testing.s3_server import S3Server
+  from testing.trainjob_nodes import LocalTrainJobs
   orchestrator = _option(argv, "orchestrator", "harness")
   if orchestrator not in ORCHESTRATORS:
     print(f"error: Invalid --orchestrator {orchestrator!r}: expected one of "
@@ -562,21 +563,24 @@ def main(argv: List[str]) -> int:
   workdir = os.path.abspath(_option(argv, "workdir", os.path.join("outputs", default_workdir)))
   flags = [a for a in argv if not a.startswith(("--workdir=", "--orchestrator="))]
   start = time.monotonic()
-  with S3Server() as server:
+  with S3Server() as server, LocalTrainJobs(os.path.join(workdir, "trainjobs"),
+                                            dict(os.environ, **server.environ())) as cluster:
     config, compiled = compile_for_s3(server, os.path.join(workdir, "package"),
                                       SMALL_MODEL + flags)
     print(f"compiled for kubeflow_target=kfp: {compiled.spec_path}", flush=True)
     try:
       if orchestrator == "harness":
+        # With --replica_count > 1 the Trainer's launcher creates a TrainJob in `cluster`,
+        # whose nodes run here (testing/trainjob_nodes.py).
         harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
-                          env=server.environ())
+                          env=dict(server.environ(), **cluster.environ()))
         run = harness.run()
         for task in run.tasks.values():
           print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}")
         print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s")
       else:
         _run_on_kfp_local(compiled.spec_path, os.path.join(workdir, "pipeline_root"),
-                          server.environ())
+                          dict(server.environ(), **cluster.environ()))
     except TaskFailed as error:
       print(f"error: {error}", file=sys.stderr)
       return 1

@@ -1,8 +1,10 @@
 """The compiled kfp spec, executed as an open-source KFP v2 backend would (testing/kfp_harness.py),
 twice on s3:// of a local S3 server: a first model is blessed and pushed; the next run's
 Evaluator compares its (degraded) candidate with that pushed model and refuses it: nothing is
-pushed."""
+pushed. The spec has two Trainer nodes: its Trainer step launches a Kubeflow Trainer TrainJob,
+whose nodes run as local processes (testing/trainjob_nodes.py)."""
 import json
+import os
 
 import pytest
 import yaml
@@ -10,7 +12,11 @@ import yaml
 from kubeflow import submit
 from testing import kfp_harness
 from testing.tiny_config import SMALL_MODEL
+from testing.trainjob_nodes import LocalTrainJobs
 
+# Two nodes of half the per-replica batch: the global batch (and schedule) of one 64-batch pod.
+TWO_NODES = ["--replica_count=2", "--distribution_strategy=multi_worker_mirrored",
+             "--per_core_batch_size=32"]
 UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform")
 
@@ -69,14 +75,21 @@ def test_the_harness_names_each_output_artifact_after_its_key(tmp_path):
   assert model["uri"].startswith("s3://b/root/p/run/Trainer/") and model["uri"].endswith("/model")
 
 
+@pytest.mark.e2e
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
     tmp_path, s3_server):
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
-                                                SMALL_MODEL)
+                                                SMALL_MODEL + TWO_NODES)
   with open(compiled.spec_path) as f:
     spec = yaml.safe_load(f)
-  harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
-                                env=s3_server.environ())
+  with LocalTrainJobs(str(tmp_path / "trainjobs"),
+                      {**os.environ, **s3_server.environ()}) as cluster:
+    harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
+                                  env={**s3_server.environ(), **cluster.environ()})
+    _run_twice(config, spec, harness, s3_server, cluster)
+
+
+def _run_twice(config, spec, harness, s3_server, cluster):
   metadata = harness.metadata
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
@@ -93,6 +106,11 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   for task in first.tasks.values():
     for artifact_id in task.outputs.values():
       assert metadata.artifact(artifact_id)["uri"].startswith(f"{first.run_root}/{task.name}/")
+
+  # The Trainer ran as one TrainJob of two nodes, both exiting 0.
+  assert list(cluster.runs.values()) == [[0, 0]]
+  with open(os.path.join(harness.workdir, first.run_id, "Trainer", "log.txt")) as f:
+    assert "Created TrainJob kubeflow-user/tfx-trainer-" in f.read()
 
   # Run 2: a degraded candidate (two training steps). Upstream of the Trainer comes from KFP's
   # cache; the baseline is read afresh: the model run 1 pushed. The gate compares the two,
@@ -116,5 +134,6 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   pushed = metadata.artifact(second.tasks["Pusher"].outputs["pushed_model"])
   assert pushed["custom_properties"]["pushed"] == {"double_value": 0.0}
   assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
+  assert len(cluster.runs) == 2  # A new run's Trainer: a new TrainJob.
   print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in
                     enumerate((first, second))}))
