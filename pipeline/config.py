@@ -9,6 +9,7 @@ here (the trainer's part is `trainer_module.config.TrainerConfig`, the cluster's
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -125,6 +126,10 @@ class PipelineConfig:
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
+    for field in dataclasses.fields(self):  # inf passes every bound below.
+      value = getattr(self, field.name)
+      require(not isinstance(value, float) or math.isfinite(value), field.name, value,
+              "must be a finite number")
     require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
     if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
@@ -193,23 +198,16 @@ class PipelineConfig:
             "`python -m trainer_module`)")
 
   def check_output_dir(self) -> None:
-    """For a local run: output_dir must be a directory this user can create files in, or be
-    creatable; checked without writing (a probe file would be a write). The runner calls it,
-    not the constructor: it depends on who runs where, and a config built only to compile for
-    a cluster writes nothing locally."""
-    path = self.output_dir
-    require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
-            "is a file, not a directory")
-    existing = path
-    while not os.path.exists(existing):
-      existing = os.path.dirname(existing)
-    require(os.path.isdir(existing), "output_dir", path,
-            f"cannot be created: {existing} is a file")
-    if os.statvfs(existing).f_flag & os.ST_RDONLY:
-      require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
-              "system")
-    require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
-            f"is not writable: this user may not create files in {existing}")
+    """For a local run: output_dir, and the serving directory under it, must be directories
+    this user can create files in, or be creatable, and the serving directory must have a
+    version number left for the next push. The runner calls it, not the constructor: it
+    depends on who runs where, and a config built only to compile for a cluster writes
+    nothing locally."""
+    _check_writable_dir(self.output_dir, self.output_dir, "")
+    _check_writable_dir(self.output_dir, self.serving_model_dir, "its serving directory ")
+    from components import pusher
+    problem = pusher.serving_directory_problem(self.serving_model_dir)
+    require(problem is None, "output_dir", self.output_dir, f"its serving directory: {problem}")
 
   @property
   def trials(self) -> Tuple[TrainerConfig, ...]:
@@ -347,6 +345,33 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> Pi
     base = from_preset(configs.DEFAULT_PRESET)
   rest = [f"--{name}={value}" for name, value in pairs if name != CONFIG_FLAG]
   return base.replace(**parse_flags(rest, hints))
+
+
+def _check_writable_dir(output_dir: str, path: str, what: str) -> None:
+  """`path` (output_dir or `what` under it) is a directory this user can create files in, or
+  can be created: checked without writing into an existing directory (a probe file would be a
+  write); a missing one is created and removed again, the one test that file systems refusing
+  writes past their permission bits (sysfs, procfs, some FUSE mounts) answer truly."""
+  require(not os.path.exists(path) or os.path.isdir(path), "output_dir", output_dir,
+          f"{what}{path} is a file, not a directory" if what else "is a file, not a directory")
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  require(os.path.isdir(existing), "output_dir", output_dir,
+          f"{what}cannot be created: {existing} is a file")
+  if os.statvfs(existing).f_flag & os.ST_RDONLY:
+    require(False, "output_dir", output_dir, f"{what}is not writable: {existing} is on a "
+            "read-only file system")
+  require(os.access(existing, os.W_OK | os.X_OK), "output_dir", output_dir,
+          f"{what}is not writable: this user may not create files in {existing}")
+  if existing != path:
+    probe = os.path.join(existing, os.path.relpath(path, existing).split(os.sep)[0])
+    try:
+      os.mkdir(probe)
+      os.rmdir(probe)
+    except OSError as error:
+      require(False, "output_dir", output_dir,
+              f"{what}cannot be created: {existing} refuses new directories ({error.strerror})")
 
 
 def _check_tfrecord_dir(path: Optional[str]) -> None:
