@@ -400,7 +400,7 @@ def _check_local_paths(config: "PipelineConfig") -> None:
       warm_start):
     from trainer_module import warm_start as warm_start_lib
     try:
-      warm_start_lib.check_source(warm_start)
+      warm_start_lib.check_source(warm_start, config.trainer.to_dict())
     except warm_start_lib.WarmStartError as error:
       raise ValueError(f"Invalid config value {error}") from None
 
