@@ -26,6 +26,7 @@ from tfx.types.experimental import simple_artifacts
 from tfx.utils import io_utils
 
 from components import image_sources, tfrecord_check
+from components.tfrecord_check import schema_problem
 from trainer_module import image_format
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE
 
@@ -58,36 +59,6 @@ def example_key(example: tf.train.Example) -> str:
   keys = example.features.feature[EXAMPLE_KEY].bytes_list.value
   return keys[0].decode("utf-8", "replace") if keys else "<no key>"
 
-
-def schema_problem(example: tf.train.Example,
-                   features: Sequence[schema_pb2.Feature]) -> Optional[str]:
-  """How the example breaks the schema's rule for one of `features` (those ExampleValidator
-  found anomalous: it counts, this names), or None."""
-  for feature in features:
-    values = example.features.feature.get(feature.name)
-    kind = values.WhichOneof("kind") if values is not None else None
-    found = list(getattr(values, kind).value) if kind else []
-    if not found:
-      if feature.presence.min_fraction >= 1.0:
-        return f"feature '{feature.name}' is missing"
-      continue
-    expected = _VALUE_KINDS.get(feature.type)
-    if expected and kind != expected:
-      return f"feature '{feature.name}' holds {kind}, expected {expected}"
-    if feature.HasField("shape") and not feature.shape.dim and len(found) != 1:
-      return f"feature '{feature.name}' has {len(found)} values, expected 1"
-    if feature.HasField("int_domain"):
-      domain = feature.int_domain
-      outside = [v for v in found if (domain.HasField("min") and v < domain.min) or
-                 (domain.HasField("max") and v > domain.max)]
-      if outside:
-        return (f"feature '{feature.name}' is {outside[0]}, outside the schema's domain "
-                f"[{domain.min}, {domain.max}]")
-  return None
-
-
-_VALUE_KINDS = {schema_pb2.INT: "int64_list", schema_pb2.FLOAT: "float_list",
-                schema_pb2.BYTES: "bytes_list"}
 
 # (split, example key, file(s), problem): one reported problem.
 Problem = Tuple[str, str, str, str]

@@ -182,6 +182,8 @@ class PipelineConfig:
       _check_local_paths(self)
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
+    if self.kubeflow is None and self.dataset == "tfrecord":
+      _check_tfrecord_examples(self.tfrecord_dir, self.schema_path)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
     fit = self.trainer.temperature_fit
     if fit in ("validation_corruptions",) + FEATURE_DISTANCE_FITS:
@@ -388,6 +390,21 @@ def _check_tfrecord_dir(path: Optional[str]) -> None:
     if os.path.isdir(split_dir):
       problem = tfrecord_check.split_problem(split_dir)
       require(problem is None, "tfrecord_dir", path, f"split '{split}': {problem}")
+
+
+def _check_tfrecord_examples(path: str, schema_path: str) -> None:
+  """The first example of each input file fits the curated schema (a wrong value type, a
+  missing or unknown feature is named with its file before any step runs)."""
+  from google.protobuf import text_format
+  from tensorflow_metadata.proto.v0 import schema_pb2
+  with open(schema_path) as f:
+    schema = text_format.Parse(f.read(), schema_pb2.Schema())
+  for split in TFRECORD_SPLITS_REQUIRED + ("test",):
+    split_dir = os.path.join(path, split)
+    if os.path.isdir(split_dir):
+      problem = tfrecord_check.first_example_problem(split_dir, schema)
+      require(problem is None, "tfrecord_dir", path,
+              f"split '{split}': {problem} (schema_path={schema_path})")
 
 
 def _check_local_paths(config: "PipelineConfig") -> None:

@@ -457,3 +457,42 @@ def test_an_output_dir_its_file_system_refuses_is_named_not_a_traceback():
   with pytest.raises(ValueError, match=r"output_dir='/sys/x': cannot be created: /sys refuses "
                      "new directories"):
     from_flags(["--output_dir=/sys/x"]).check_output_dir()
+
+
+def _float_label(example):
+  label = example.features.feature["label"].int64_list.value[0]
+  example.features.feature["label"].float_list.value[:] = [float(label)]
+
+
+def _int_key(example):
+  example.features.feature["key"].int64_list.value[:] = [7]
+
+
+def _no_key(example):
+  del example.features.feature["key"]
+
+
+def _extra_feature(example):
+  example.features.feature["weight"].float_list.value[:] = [1.0]
+
+
+@pytest.mark.parametrize("spoil, problem", [
+    (_float_label, "feature 'label' holds float_list, expected int64_list"),
+    (_int_key, "feature 'key' holds int64_list, expected bytes_list"),
+    (_no_key, "feature 'key' is missing"),
+    (_extra_feature, "feature 'weight' is not in the schema"),
+], ids=["float-label", "int64-key", "missing-key", "extra-feature"])
+def test_input_files_written_with_a_wrong_feature_are_refused_naming_file_and_feature(
+    tmp_path, spoil, problem):
+  import tensorflow as tf
+  data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=3)
+  path = os.path.join(data_dir, "train", "digits.tfrecord")
+  examples = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+  with tf.io.TFRecordWriter(path) as writer:
+    for example in examples:
+      spoil(example)
+      writer.write(example.SerializeToString())
+  with pytest.raises(ValueError) as error:
+    from_flags(["--dataset=tfrecord", f"--tfrecord_dir={data_dir}"])
+  assert f"tfrecord_dir='{data_dir}': split 'train': {path}, record 0" in str(error.value)
+  assert problem in str(error.value)
