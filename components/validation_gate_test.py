@@ -45,7 +45,7 @@ def test_wrong_sizes_and_kinds_are_named_from_the_header_as_serving_names_them()
 
 def test_the_gate_and_serving_accept_and_refuse_the_same_images():
   for image in (_png((32, 32, 3)), _png((28, 28, 3)), _png((32, 32)), _png((32, 32, 4)),
-                b"\x00garbage", b""):
+                _png((32, 32, 3))[:-20], b"\x00garbage", b""):
     gate_accepts = image_problem(make_example("k", image, 1)) is None
     assert gate_accepts == (image_format.header_problem(image) is None)
 
