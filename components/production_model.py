@@ -55,6 +55,43 @@ def holds_model(model: types.Artifact) -> bool:
   return fileio.exists(os.path.join(model_dir, "saved_model.pb"))
 
 
+SERVING_SIGNATURE = "serving_default"  # What the Evaluator calls (pipeline/evaluation.py).
+
+
+def signature_inputs(model_dir: str, name: str = SERVING_SIGNATURE) -> Optional[Dict[str, str]]:
+  """{input: "dtype shape"} of a SavedModel's signature, read from saved_model.pb without
+  loading the model; None when that cannot be read (the Evaluator then reports it)."""
+  from tensorflow.core.framework import types_pb2
+  from tensorflow.core.protobuf import saved_model_pb2
+  saved_model = saved_model_pb2.SavedModel()
+  try:
+    with fileio.open(os.path.join(model_dir, "saved_model.pb"), "rb") as f:
+      saved_model.ParseFromString(f.read())
+  except Exception:  # pylint: disable=broad-except  Missing, unreadable or not a SavedModel:
+    return None  # each filesystem plugin raises its own types; the Evaluator names the problem.
+  signatures = [graph.signature_def[name] for graph in saved_model.meta_graphs
+                if name in graph.signature_def]
+  if not signatures:
+    return None
+
+  def described(tensor) -> str:
+    shape = ("unknown rank" if tensor.tensor_shape.unknown_rank else
+             str([d.size if d.size >= 0 else None for d in tensor.tensor_shape.dim]))
+    return f"{types_pb2.DataType.Name(tensor.dtype)[3:].lower()} {shape}"
+
+  return {key: described(tensor) for key, tensor in sorted(signatures[0].inputs.items())}
+
+
+def incompatibility(candidate_dir: str, production_dir: str) -> Optional[str]:
+  """Why the Evaluator cannot feed the model in production what it feeds the candidate (their
+  serving signatures take other inputs), or None (also when either cannot be read)."""
+  candidate, production = signature_inputs(candidate_dir), signature_inputs(production_dir)
+  if candidate is None or production is None or candidate == production:
+    return None
+  return (f"its {SERVING_SIGNATURE} signature takes {production}, the candidate's takes "
+          f"{candidate}")
+
+
 class NoCompleteVersion(ValueError):
   """The serving directory holds versions, none complete: what is served cannot be known."""
 

@@ -225,3 +225,39 @@ def test_a_file_in_place_of_the_serving_directory_is_named(tmp_path):
   serving.write_text("not a directory")
   with pytest.raises(ValueError, match=f"{serving} is a file, not a directory of versions"):
     production_model.production_version_dir(str(serving), [])
+
+
+def _with_signature(model_dir, inputs):
+  """Rewrites a SavedModel's saved_model.pb with a serving_default signature of `inputs`
+  ({name: dtype enum}), as a model exported with another input would have."""
+  from tensorflow.core.protobuf import saved_model_pb2
+  saved_model = saved_model_pb2.SavedModel()
+  signature = saved_model.meta_graphs.add().signature_def["serving_default"]
+  for name, dtype in inputs.items():
+    signature.inputs[name].dtype = dtype
+    signature.inputs[name].tensor_shape.dim.add().size = -1
+  with open(os.path.join(model_dir, "saved_model.pb"), "wb") as f:
+    f.write(saved_model.SerializeToString())
+
+
+def test_a_production_model_with_another_input_signature_is_named_incompatible(
+    tmp_path, monkeypatch):
+  from tensorflow.core.framework import types_pb2
+  monkeypatch.setattr(evaluator.evaluator_executor.Executor, "Do",
+                      lambda self, inputs, outputs, props: None)
+  serving = str(tmp_path / "serving")
+  version = _pushed(serving, "old")
+  _with_signature(version, {"images": types_pb2.DT_STRING})
+  fingerprint = pusher.saved_model_fingerprint(version, exclude=(pusher.PUSH_INFO_PATH,))
+  with open(os.path.join(version, pusher.PUSH_INFO_PATH), "w") as f:  # Pushed as changed.
+    f.write(f'{{"model_fingerprint": "{fingerprint}"}}')
+  snapshot = _run_executor(tmp_path / "snapshot", serving)
+  candidate = _trainer_output(str(tmp_path / "trainer"), "candidate")
+  _with_signature(os.path.join(candidate.uri, "Format-Serving"),
+                  {"examples": types_pb2.DT_STRING})
+  with pytest.raises(ValueError, match=(
+      rf"The model in production \({version}\) is incompatible with the candidate: its "
+      r"serving_default signature takes \{'images': 'string \[None\]'\}, the candidate's takes "
+      r"\{'examples': 'string \[None\]'\}")):
+    evaluator.ProductionBaselineExecutor().Do(
+        {"model": [candidate], "baseline_model": [snapshot]}, {}, {})
