@@ -13,7 +13,7 @@ own (found by key in `input_base`), not ImportExampleGen's output shards.
 
 import json
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
@@ -123,6 +123,22 @@ def empty_splits(examples_uri: str, splits: Sequence[str]) -> List[str]:
   return problems
 
 
+def size_problems(counts: Dict[str, int], min_train_examples: int,
+                  min_eval_examples: int) -> List[str]:
+  """A line per split too small for its use: train below one batch (the Trainer drops an
+  incomplete batch, so it would take no step), eval below the minimum the gate judges on."""
+  problems = []
+  for split, minimum, why in (
+      ("train", min_train_examples, "per_core_batch_size: the Trainer drops an incomplete "
+       "batch, so it would take no step"),
+      ("eval", min_eval_examples, "min_eval_examples: the gate does not judge a model on "
+       "fewer")):
+    if split in counts and counts[split] < minimum:
+      problems.append(f"split '{split}' has {counts[split]} examples, fewer than {minimum} "
+                      f"({why})")
+  return problems
+
+
 def in_user_files(problems: List[Problem], input_base: str) -> List[Problem]:
   """The problems with the user's own input files (those holding each key, under input_base)
   in place of ImportExampleGen's output shards."""
@@ -132,8 +148,9 @@ def in_user_files(problems: List[Problem], input_base: str) -> List[Problem]:
 
 
 def format_problems(schema_problems: List[str], example_problems: List[Problem],
-                    num_bad_examples: int) -> str:
+                    num_bad_examples: int, too_small: Sequence[str] = ()) -> str:
   lines = ["Bad input data; the pipeline stops before Transform and Trainer."]
+  lines += [f"  - {problem}" for problem in too_small]
   lines += [f"  - schema anomaly: {problem}" for problem in schema_problems]
   lines += [f"  - split '{split}', example key '{key}' (file {filename}): {problem}"
             for split, key, filename, problem in example_problems]
@@ -150,10 +167,13 @@ def ValidationGate(
     schema: InputArtifact[standard_artifacts.Schema],
     report: OutputArtifact[simple_artifacts.Metrics],
     input_base: Parameter[str] = "",
+    min_train_examples: Parameter[int] = 0,
+    min_eval_examples: Parameter[int] = 0,
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
-  """Fails with DataValidationError when any split is empty or holds an anomaly, an unusable
-  image or a key that is not unique. input_base: the user's TFRecord directory, if any."""
+  """Fails with DataValidationError when any split is empty, smaller than its minimum (train,
+  eval), or holds an anomaly, an unusable image or a key that is not unique. input_base: the
+  user's TFRecord directory, if any."""
   splits = artifact_utils.decode_split_names(examples.split_names)
   empty = empty_splits(examples.uri, splits)
   if empty:
@@ -164,6 +184,7 @@ def ValidationGate(
   curated = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri))
   samples_path = os.path.join(report.uri, "bad_examples")
   counts_path = os.path.join(report.uri, "bad_example_count")
+  sizes_path = os.path.join(report.uri, "split_sizes")
   with beam_pipeline as pipeline:
     inspected = []
     for split in splits:
@@ -174,6 +195,10 @@ def ValidationGate(
                        | f"Inspect[{split}]" >> beam.Map(
                            _inspect, split, anomalous_features(anomalies.uri, split, curated)))
     inspected = inspected | "Flatten" >> beam.Flatten()
+    (inspected | "Splits" >> beam.Map(lambda found: found[0])
+     | "CountPerSplit" >> beam.combiners.Count.PerElement()
+     | "SizesJson" >> beam.Map(json.dumps)
+     | "WriteSizes" >> beam.io.WriteToText(sizes_path, shard_name_template=""))
     bad_images = inspected | "BadImages" >> beam.Filter(lambda found: found[3] is not None)
     bad_keys = (inspected
                 | "ByKey" >> beam.Map(lambda found: (found[1], (found[0], found[2])))
@@ -190,10 +215,13 @@ def ValidationGate(
   if input_base and example_problems:
     example_problems = in_user_files(example_problems, input_base)
   num_bad_examples = int(tf.io.gfile.GFile(counts_path).read())
-  summary = {"splits": splits, "schema_anomalies": schema_problems,
+  sizes = dict(json.loads(line) for line in tf.io.gfile.GFile(sizes_path).read().splitlines())
+  too_small = size_problems(sizes, min_train_examples, min_eval_examples)
+  summary = {"splits": splits, "split_sizes": sizes, "too_small": too_small,
+             "schema_anomalies": schema_problems,
              "bad_examples": example_problems, "num_bad_examples": num_bad_examples}
   with tf.io.gfile.GFile(os.path.join(report.uri, REPORT_FILE), "w") as f:
     json.dump(summary, f, indent=2)
-  if schema_problems or num_bad_examples:
+  if schema_problems or num_bad_examples or too_small:
     raise DataValidationError(format_problems(schema_problems, example_problems,
-                                              num_bad_examples))
+                                              num_bad_examples, too_small))

@@ -115,3 +115,51 @@ def test_an_example_that_breaks_an_anomalous_features_rule_is_named_with_the_rul
       "feature 'label' holds bytes_list, expected int64_list")
   # Only the features ExampleValidator found anomalous are judged.
   assert validation_gate.schema_problem(make_example("k", png, 10), []) is None
+
+
+def _run_gate(tmp_path, split_sizes, **parameters):
+  """The gate's executor over tiny valid splits of the given sizes (no anomalies)."""
+  import tensorflow as tf
+  from tensorflow_metadata.proto.v0 import anomalies_pb2
+  from tfx.dsl.components.base import base_beam_executor
+  from tfx.types import artifact_utils, standard_artifacts
+  from tfx.types.experimental import simple_artifacts
+
+  def artifact(kind, name):
+    made = kind()
+    made.uri = str(tmp_path / name)
+    os.makedirs(made.uri)
+    return made
+  examples = artifact(standard_artifacts.Examples, "examples")
+  examples.split_names = artifact_utils.encode_split_names(list(split_sizes))
+  anomalies = artifact(standard_artifacts.ExampleAnomalies, "anomalies")
+  png = encode_png(np.zeros((32, 32, 3), np.uint8))
+  for split, size in split_sizes.items():
+    os.makedirs(os.path.join(examples.uri, f"Split-{split}"))
+    with tf.io.TFRecordWriter(os.path.join(examples.uri, f"Split-{split}", "data")) as writer:
+      for index in range(size):
+        writer.write(make_example(f"{split}-{index}", png, index % 10).SerializeToString())
+    os.makedirs(os.path.join(anomalies.uri, f"Split-{split}"))
+    with open(os.path.join(anomalies.uri, f"Split-{split}", "SchemaDiff.pb"), "wb") as f:
+      f.write(anomalies_pb2.Anomalies().SerializeToString())
+  schema = artifact(standard_artifacts.Schema, "schema")
+  with open(os.path.join(os.path.dirname(validation_gate.__file__), "schema.pbtxt")) as f:
+    io_utils.write_string_file(os.path.join(schema.uri, "schema.pbtxt"), f.read())
+  report = artifact(simple_artifacts.Metrics, "report")
+  context = base_beam_executor.BaseBeamExecutor.Context(
+      beam_pipeline_args=["--direct_running_mode=in_memory"], tmp_dir=str(tmp_path / "tmp"))
+  validation_gate.ValidationGate.EXECUTOR_SPEC.executor_class(context).Do(
+      {"examples": [examples], "anomalies": [anomalies], "schema": [schema]},
+      {"report": [report]}, {"input_base": "", **parameters})
+
+
+def test_splits_too_small_to_train_or_to_judge_on_stop_the_run_before_transform(tmp_path):
+  import pytest
+  with pytest.raises(validation_gate.DataValidationError) as error:
+    _run_gate(tmp_path, {"train": 6, "eval": 1}, min_train_examples=8, min_eval_examples=5)
+  assert ("split 'train' has 6 examples, fewer than 8 (per_core_batch_size: the Trainer drops "
+          "an incomplete batch, so it would take no step)") in str(error.value)
+  assert ("split 'eval' has 1 examples, fewer than 5 (min_eval_examples: the gate does not "
+          "judge a model on fewer)") in str(error.value)
+  _run_gate(tmp_path / "enough", {"train": 8, "eval": 5}, min_train_examples=8,
+            min_eval_examples=5)

@@ -66,6 +66,8 @@ class PipelineConfig:
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
   schema_path: str = DEFAULT_SCHEMA_PATH  # The curated schema (label domain, features).
   min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
+  # One eval example moves the eval accuracy by 1/n: on a handful the gate would judge noise.
+  min_eval_examples: int = 50  # The gate stops a run whose eval split has fewer examples.
   max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
   # The rest of the gate (evaluation branch): calibrated eval ECE and NLL, mean corrupted
   # accuracy, each bounded and allowed to regress at most this much against the last blessed.
@@ -144,6 +146,8 @@ class PipelineConfig:
             self.test_fraction, "must be in [0, 1 - eval_fraction)")
     require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
             "must be in [0, 1]")
+    require(self.min_eval_examples >= 1, "min_eval_examples", self.min_eval_examples,
+            "must be >= 1")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
                  "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
                  "max_corrupted_nll_increase", "max_corrupted_mean_ece",
