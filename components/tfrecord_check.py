@@ -12,6 +12,7 @@ N" or "corrupted record at N" (N: the byte offset of the bad record).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -112,7 +113,6 @@ def first_example_problem(split_dir: str, schema) -> Optional[str]:
   examples are the ValidationGate's)."""
   import tensorflow as tf
   from apache_beam.io.filesystem import CompressionTypes
-  from trainer_module.features import EXAMPLE_KEY
   known = {feature.name for feature in schema.feature}
   for path in sorted(tf.io.gfile.glob(os.path.join(split_dir, "*"))):
     if tf.io.gfile.isdir(path):
@@ -129,9 +129,7 @@ def first_example_problem(split_dir: str, schema) -> Optional[str]:
     problem = schema_problem(example, schema.feature) or (
         f"feature '{unknown[0]}' is not in the schema" if unknown else None)
     if problem:
-      keys = example.features.feature[EXAMPLE_KEY].bytes_list.value
-      key = f" (key '{keys[0].decode('utf-8', 'replace')}')" if keys else ""
-      return f"{path}, record 0{key}: {problem}"
+      return f"{path}, record 0 (key {example_id(example)!r}): {problem}"
   return None
 
 
@@ -143,19 +141,31 @@ def _input_files(input_dir: str) -> List[str]:
           if not tf.io.gfile.isdir(path)]
 
 
+def example_id(example) -> str:
+  """The example's key; for one without a bytes key, what its key holds instead and a digest
+  of its image, so that it can still be told apart and found in the user's files."""
+  from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY
+  key = example.features.feature.get(EXAMPLE_KEY)
+  kind = key.WhichOneof("kind") if key is not None else None
+  values = list(getattr(key, kind).value) if kind else []
+  if kind == "bytes_list" and values:
+    return values[0].decode("utf-8", "replace")
+  image = example.features.feature.get(IMAGE_KEY)
+  digest = hashlib.sha256(b"".join(image.bytes_list.value) if image else b"").hexdigest()
+  held = f"key holds {kind} {values[:3]}" if values else "no key"
+  return f"<{held}; image sha256 {digest[:16]}>"
+
+
 def files_holding(input_dir: str, keys: Iterable[str]) -> Dict[str, List[str]]:
-  """{example key: the input files under input_dir that hold an example with it}, for `keys`:
-  a second read of the user's data, made only to name the files of bad examples."""
+  """{example id (example_id): the input files under input_dir that hold an example with it},
+  for `keys`: a second read of the user's data, made only to name the files of bad examples."""
   import tensorflow as tf
-  from trainer_module.features import EXAMPLE_KEY
   wanted, found = set(keys), {}
   for path in _input_files(input_dir):
     compression = "GZIP" if path.endswith(".gz") else ""
     try:
       for record in tf.data.TFRecordDataset(path, compression_type=compression):
-        example = tf.train.Example.FromString(record.numpy())
-        values = example.features.feature[EXAMPLE_KEY].bytes_list.value
-        key = values[0].decode("utf-8", "replace") if values else None
+        key = example_id(tf.train.Example.FromString(record.numpy()))
         if key in wanted and path not in found.setdefault(key, []):
           found[key].append(path)
     except tf.errors.OpError:

@@ -28,7 +28,7 @@ from tfx.utils import io_utils
 from components import image_sources, tfrecord_check
 from components.tfrecord_check import schema_problem
 from trainer_module import image_format
-from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE
+from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE
 
 MAX_REPORTED_PROBLEMS = 20
 REPORT_FILE = "validation_report.json"
@@ -55,11 +55,6 @@ def image_problem(example: tf.train.Example) -> Optional[str]:
   return None
 
 
-def example_key(example: tf.train.Example) -> str:
-  keys = example.features.feature[EXAMPLE_KEY].bytes_list.value
-  return keys[0].decode("utf-8", "replace") if keys else "<no key>"
-
-
 # (split, example key, file(s), problem): one reported problem.
 Problem = Tuple[str, str, str, str]
 
@@ -70,7 +65,7 @@ def _inspect(file_and_record: Tuple[str, bytes], split: str,
   filename, serialized = file_and_record
   example = tf.train.Example.FromString(serialized)
   problem = schema_problem(example, anomalous_features) or image_problem(example)
-  return split, example_key(example), os.path.basename(filename), problem
+  return split, tfrecord_check.example_id(example), os.path.basename(filename), problem
 
 
 def key_problem(key: str, places: Iterable[Tuple[str, str]]) -> Optional[Problem]:

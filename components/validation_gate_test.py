@@ -1,6 +1,7 @@
 """What the validation gate calls a bad image, and how it reports problems."""
 import io
 import os
+import re
 import resource
 import time
 
@@ -8,9 +9,10 @@ import numpy as np
 from PIL import Image
 from tfx.utils import io_utils
 
-from components import validation_gate
+from components import tfrecord_check, validation_gate
 from components.image_sources import encode_png, make_example
-from components.validation_gate import example_key, format_problems, image_problem, key_problem
+from components.tfrecord_check import example_id
+from components.validation_gate import format_problems, image_problem, key_problem
 from testing.tfrecord_inputs import png_bomb
 from trainer_module import image_format
 
@@ -76,11 +78,27 @@ def test_a_missing_image_is_named():
   assert "has 0 values" in image_problem(example)
 
 
-def test_example_key_falls_back_when_missing():
-  example = make_example("digits-0042", b"", 1)
-  assert example_key(example) == "digits-0042"
+def test_an_example_without_a_bytes_key_is_told_apart_by_its_image_and_found_in_its_file(
+    tmp_path):
+  import tensorflow as tf
+  example = make_example("digits-0042", b"png-bytes", 1)
+  assert example_id(example) == "digits-0042"
   del example.features.feature["key"]
-  assert example_key(example) == "<no key>"
+  assert re.fullmatch(r"<no key; image sha256 [0-9a-f]{16}>", example_id(example))
+  int_key = make_example("k", b"png-bytes", 1)
+  int_key.features.feature["key"].int64_list.value[:] = [7]
+  assert re.fullmatch(r"<key holds int64_list \[7\]; image sha256 [0-9a-f]{16}>",
+                      example_id(int_key))
+  other = make_example("k", b"other-png-bytes", 1)
+  del other.features.feature["key"]
+  assert example_id(other) != example_id(example)
+  os.makedirs(tmp_path / "train")
+  path = str(tmp_path / "train" / "mine.tfrecord")
+  with tf.io.TFRecordWriter(path) as writer:
+    for written in (make_example("a", b"x", 1), example, int_key):
+      writer.write(written.SerializeToString())
+  wanted = [example_id(example), example_id(int_key)]
+  assert tfrecord_check.files_holding(str(tmp_path), wanted) == {key: [path] for key in wanted}
 
 
 def test_report_lists_every_problem_and_how_many_were_left_out():
