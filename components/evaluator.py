@@ -19,9 +19,10 @@ from tfx import types
 from tfx import v1 as tfx
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import executor_spec
-from tfx.types import standard_component_specs
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import path_utils
 
-from components.production_model import holds_model
+from components.production_model import PRODUCTION_VERSION_KEY, holds_model, incompatibility
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,15 @@ class ProductionBaselineExecutor(evaluator_executor.Executor):
       log.info("No model in production yet: the candidate is judged on absolute bounds only.")
     input_dict = {k: v for k, v in input_dict.items() if k != key}
     if baselines:
+      candidate = artifact_utils.get_single_uri(input_dict[standard_component_specs.MODEL_KEY])
+      problem = incompatibility(path_utils.serving_model_path(candidate),
+                                path_utils.serving_model_path(baselines[0].uri))
+      if problem:
+        version = baselines[0].get_string_custom_property(PRODUCTION_VERSION_KEY)
+        raise ValueError(
+            f"The model in production ({version or baselines[0].uri}) is incompatible with the "
+            f"candidate: {problem}, so the gate cannot compare them. Move that version out of "
+            "the serving directory to judge the candidate on the absolute bounds alone.")
       input_dict[key] = baselines
     super().Do(input_dict, output_dict, exec_properties)
 

@@ -3,10 +3,11 @@
 TFX's latest-blessed-model Resolver answers "which model did this pipeline bless last" from
 MLMD, and an open-source Kubeflow Pipelines server refuses resolver executors outright. The
 question the gate needs answered is another one anyway: "what do users get served now". This
-component reads it where the Pusher writes it, the newest complete numeric version under the
-serving directory (verified as the Pusher verifies its own copy; a damaged, partial, linked or
-foreign entry is skipped with a warning, and versions of which none is complete stop the run
-rather than pass for an empty directory), and copies that SavedModel into its `model` output
+component reads it where the Pusher writes it, the newest complete version under the serving
+directory, its name read as TF Serving reads it (components/serving_versions.py), verified as
+the Pusher verifies its own copy (a damaged, partial, linked or foreign entry is skipped with a
+warning, and versions of which none is complete stop the run rather than pass for an empty
+directory), and copies that SavedModel into its `model` output
 (an immutable snapshot: a later push cannot change what this run compared against). With
 nothing in production the output holds only a marker file, and the Evaluator
 (components/evaluator.py) judges the candidate on the absolute bounds alone.
@@ -36,7 +37,7 @@ from tfx.types import artifact_utils, standard_artifacts, standard_component_spe
 from tfx.types.component_spec import ChannelParameter, ExecutionParameter
 from tfx.utils import io_utils, path_utils
 
-from components import pusher
+from components import pusher, serving_versions
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,43 @@ def holds_model(model: types.Artifact) -> bool:
   return fileio.exists(os.path.join(model_dir, "saved_model.pb"))
 
 
+SERVING_SIGNATURE = "serving_default"  # What the Evaluator calls (pipeline/evaluation.py).
+
+
+def signature_inputs(model_dir: str, name: str = SERVING_SIGNATURE) -> Optional[Dict[str, str]]:
+  """{input: "dtype shape"} of a SavedModel's signature, read from saved_model.pb without
+  loading the model; None when that cannot be read (the Evaluator then reports it)."""
+  from tensorflow.core.framework import types_pb2
+  from tensorflow.core.protobuf import saved_model_pb2
+  saved_model = saved_model_pb2.SavedModel()
+  try:
+    with fileio.open(os.path.join(model_dir, "saved_model.pb"), "rb") as f:
+      saved_model.ParseFromString(f.read())
+  except Exception:  # pylint: disable=broad-except  Missing, unreadable or not a SavedModel:
+    return None  # each filesystem plugin raises its own types; the Evaluator names the problem.
+  signatures = [graph.signature_def[name] for graph in saved_model.meta_graphs
+                if name in graph.signature_def]
+  if not signatures:
+    return None
+
+  def described(tensor) -> str:
+    shape = ("unknown rank" if tensor.tensor_shape.unknown_rank else
+             str([d.size if d.size >= 0 else None for d in tensor.tensor_shape.dim]))
+    return f"{types_pb2.DataType.Name(tensor.dtype)[3:].lower()} {shape}"
+
+  return {key: described(tensor) for key, tensor in sorted(signatures[0].inputs.items())}
+
+
+def incompatibility(candidate_dir: str, production_dir: str) -> Optional[str]:
+  """Why the Evaluator cannot feed the model in production what it feeds the candidate (their
+  serving signatures take other inputs), or None (also when either cannot be read)."""
+  candidate, production = signature_inputs(candidate_dir), signature_inputs(production_dir)
+  if candidate is None or production is None or candidate == production:
+    return None
+  return (f"its {SERVING_SIGNATURE} signature takes {production}, the candidate's takes "
+          f"{candidate}")
+
+
 class NoCompleteVersion(ValueError):
   """The serving directory holds versions, none complete: what is served cannot be known."""
 
@@ -66,14 +104,21 @@ def production_version_dir(serving_directory: str,
   in a warning; versions of which none is complete raise NoCompleteVersion."""
   if not fileio.exists(serving_directory):
     return None
-  for name in sorted(fileio.listdir(serving_directory)):
-    name = name.rstrip("/")
-    if not name.isdigit() and not name.startswith(pusher.OWN_HIDDEN_PREFIXES):
+  problem = pusher.serving_directory_problem(serving_directory)
+  if problem:
+    raise ValueError(f"The serving directory cannot take the next push: {problem}.")
+  versions = serving_versions.versions_by_number(serving_directory)
+  for name in serving_versions.entry_names(serving_directory):
+    if (serving_versions.parse_version(name) is None
+        and not name.startswith(pusher.OWN_HIDDEN_PREFIXES)):
       log.warning("Serving directory: skipping %s: not a version (TF Serving loads only "
-                  "numbered versions).", os.path.join(serving_directory, name))
+                  "entries named by an int64 number).", os.path.join(serving_directory, name))
+  for name, served in serving_versions.shadowed_names(serving_directory).items():
+    log.warning("Serving directory: skipping %s: TF Serving loads its version from %s.",
+                os.path.join(serving_directory, name), os.path.join(serving_directory, served))
   candidate_fingerprint, skipped, any_complete = None, [], False
-  for version in reversed(pusher.serving_versions(serving_directory)):
-    version_dir = os.path.join(serving_directory, str(version))
+  for version in reversed(versions):
+    version_dir = os.path.join(serving_directory, versions[version])
     problem = pusher.version_problem(version_dir)
     if problem:
       skipped.append(version_dir)

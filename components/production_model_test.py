@@ -185,3 +185,79 @@ def test_versions_of_which_none_is_complete_stop_the_run_instead_of_a_first_bles
     _run_executor(tmp_path / "snapshot", serving)
   for path in damaged[:-1]:  # Every numbered one; the foreign name is only warned about.
     assert path in str(error.value)
+
+
+def _renamed(version_dir, name):
+  target = os.path.join(os.path.dirname(version_dir), name)
+  os.rename(version_dir, target)
+  return target
+
+
+def test_a_zero_padded_version_is_found_under_its_own_name(tmp_path):
+  serving = str(tmp_path / "serving")
+  padded = _renamed(_pushed(serving, "padded"), "0001999999999")  # TF Serving: 1999999999.
+  assert production_model.production_version_dir(serving, []) == padded
+  assert _served_content(_run_executor(tmp_path / "snapshot", serving)) == "padded"
+
+
+def test_the_newest_version_is_the_one_tf_serving_reads_not_python(tmp_path, caplog):
+  serving = str(tmp_path / "serving")
+  older = _pushed(serving, "older")
+  spaced = _renamed(_pushed(serving, "spaced"), "9999999999 ")  # Served as 9999999999.
+  _renamed(_pushed(serving, "too big"), "99999999999999999999")  # Beyond int64: never served.
+  os.makedirs(os.path.join(serving, "²"))  # isdigit(), but no version.
+  assert production_model.production_version_dir(serving, []) == spaced
+  for name in ("99999999999999999999", "²"):
+    assert f"skipping {os.path.join(serving, name)}: not a version" in caplog.text
+  assert older
+
+
+def test_of_two_names_of_one_version_the_one_tf_serving_loads_is_used(tmp_path, caplog):
+  serving = str(tmp_path / "serving")
+  first = _renamed(_pushed(serving, "zero-padded"), "0009999999999")
+  loaded = _renamed(_pushed(serving, "plain"), "9999999999")  # Sorted after "000...": it wins.
+  assert production_model.production_version_dir(serving, []) == loaded
+  assert f"skipping {first}: TF Serving loads its version from {loaded}" in caplog.text
+
+
+def test_a_file_in_place_of_the_serving_directory_is_named(tmp_path):
+  serving = tmp_path / "serving"
+  serving.write_text("not a directory")
+  with pytest.raises(ValueError, match=f"{serving} is a file, not a directory of versions"):
+    production_model.production_version_dir(str(serving), [])
+
+
+def _with_signature(model_dir, inputs):
+  """Rewrites a SavedModel's saved_model.pb with a serving_default signature of `inputs`
+  ({name: dtype enum}), as a model exported with another input would have."""
+  from tensorflow.core.protobuf import saved_model_pb2
+  saved_model = saved_model_pb2.SavedModel()
+  signature = saved_model.meta_graphs.add().signature_def["serving_default"]
+  for name, dtype in inputs.items():
+    signature.inputs[name].dtype = dtype
+    signature.inputs[name].tensor_shape.dim.add().size = -1
+  with open(os.path.join(model_dir, "saved_model.pb"), "wb") as f:
+    f.write(saved_model.SerializeToString())
+
+
+def test_a_production_model_with_another_input_signature_is_named_incompatible(
+    tmp_path, monkeypatch):
+  from tensorflow.core.framework import types_pb2
+  monkeypatch.setattr(evaluator.evaluator_executor.Executor, "Do",
+                      lambda self, inputs, outputs, props: None)
+  serving = str(tmp_path / "serving")
+  version = _pushed(serving, "old")
+  _with_signature(version, {"images": types_pb2.DT_STRING})
+  fingerprint = pusher.saved_model_fingerprint(version, exclude=(pusher.PUSH_INFO_PATH,))
+  with open(os.path.join(version, pusher.PUSH_INFO_PATH), "w") as f:  # Pushed as changed.
+    f.write(f'{{"model_fingerprint": "{fingerprint}"}}')
+  snapshot = _run_executor(tmp_path / "snapshot", serving)
+  candidate = _trainer_output(str(tmp_path / "trainer"), "candidate")
+  _with_signature(os.path.join(candidate.uri, "Format-Serving"),
+                  {"examples": types_pb2.DT_STRING})
+  with pytest.raises(ValueError, match=(
+      rf"The model in production \({version}\) is incompatible with the candidate: its "
+      r"serving_default signature takes \{'images': 'string \[None\]'\}, the candidate's takes "
+      r"\{'examples': 'string \[None\]'\}")):
+    evaluator.ProductionBaselineExecutor().Do(
+        {"model": [candidate], "baseline_model": [snapshot]}, {}, {})

@@ -35,6 +35,7 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
+from components import serving_versions as versions_lib
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
 from trainer_module.features import PUSH_INFO_PATH
@@ -65,10 +66,32 @@ def saved_model_fingerprint(model_dir: str, exclude: Tuple[str, ...] = ()) -> st
 
 
 def serving_versions(base_directory: str) -> List[int]:
-  if not fileio.exists(base_directory):
-    return []
-  return sorted(int(name.rstrip("/")) for name in fileio.listdir(base_directory)
-                if name.rstrip("/").isdigit())
+  """The version numbers TF Serving reads under base_directory, ascending
+  (components/serving_versions.py)."""
+  return list(versions_lib.versions_by_number(base_directory))
+
+
+class UnusableServingDirectory(ValueError):
+  """Nothing can be pushed there: a file in its place, or no version number left after its
+  newest (TF Serving parses versions as int64)."""
+
+
+def serving_directory_problem(base_directory: str) -> Optional[str]:
+  """Why nothing can be pushed to base_directory, or None: a file in its place, or a version
+  after which none can follow."""
+  if fileio.exists(base_directory) and not fileio.isdir(base_directory):
+    return f"{base_directory} is a file, not a directory of versions"
+  return versions_exhausted(base_directory)
+
+
+def versions_exhausted(base_directory: str) -> Optional[str]:
+  """Why no version can be pushed after those under base_directory, or None."""
+  versions = versions_lib.versions_by_number(base_directory)
+  if versions and max(versions) >= versions_lib.INT64_MAX:
+    return (f"it holds {os.path.join(base_directory, versions[max(versions)])}, version "
+            f"{max(versions)}, the largest TF Serving can parse (int64), so no later version can "
+            "be pushed; move that entry out of the serving directory")
+  return None
 
 
 def pushed_fingerprint(version_dir: str) -> Optional[str]:
@@ -112,7 +135,7 @@ def _staging_name() -> str:
 
 def _left_by_dead_push(name: str) -> bool:
   parts = name[len(_INCOMPLETE_PREFIX):].rsplit("-", 2)
-  if len(parts) != 3 or not parts[1].isdigit():
+  if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()):
     return True  # An older naming scheme: from before this code, so from no live push.
   host, pid, _ = parts
   return host == socket.gethostname() and not _process_alive(int(pid))
@@ -154,8 +177,14 @@ def _rename_if_absent(staging_dir: str, final_dir: str) -> bool:
   return True
 
 
-def _next_version(taken: List[int]) -> int:
-  return max(int(time.time()), max(taken) + 1 if taken else 0)
+def _next_version(base_directory: str, taken: List[int]) -> int:
+  """A number above every taken one, at least the time (versions sort by push time)."""
+  version = max(int(time.time()), max(taken) + 1 if taken else 0)
+  if version > versions_lib.INT64_MAX:
+    raise UnusableServingDirectory(f"Cannot push to {base_directory}: " + (
+        versions_exhausted(base_directory) or f"version {max(taken)} is claimed, the largest "
+        "TF Serving can parse (int64)") + ".")
+  return version
 
 
 def _push_info(model_dir: str, fingerprint: str) -> str:
@@ -166,6 +195,9 @@ def push_version(model_dir: str, base_directory: str, fingerprint: str,
                  run_id: Optional[str] = None) -> str:
   """Publishes the model as the next free numeric version under base_directory and checks the
   published copy against the source fingerprint; returns the version directory."""
+  problem = serving_directory_problem(base_directory)
+  if problem:
+    raise UnusableServingDirectory(f"Cannot push to {base_directory}: {problem}.")
   if is_object_store_uri(base_directory):
     return _push_to_object_store(model_dir, base_directory, fingerprint, run_id)
   remove_stale_staging_dirs(base_directory)
@@ -174,7 +206,8 @@ def push_version(model_dir: str, base_directory: str, fingerprint: str,
   io_utils.write_string_file(os.path.join(staging_dir, PUSH_INFO_PATH),
                              _push_info(model_dir, fingerprint))
   while True:
-    final_dir = os.path.join(base_directory, str(_next_version(serving_versions(base_directory))))
+    final_dir = os.path.join(base_directory,
+                             str(_next_version(base_directory, serving_versions(base_directory))))
     if _rename_if_absent(staging_dir, final_dir):
       break
   _verify_published(model_dir, final_dir, fingerprint, withdraw=lambda: fileio.rename(
@@ -188,9 +221,9 @@ def claimed_versions(base_directory: str) -> List[int]:
   claims_dir = os.path.join(base_directory, CLAIMS_DIR)
   if not fileio.exists(claims_dir):
     return []
-  numbers = (name[:-len(".json")] for name in fileio.listdir(claims_dir)
-             if name.endswith(".json"))
-  return sorted(int(number) for number in numbers if number.isdigit())
+  numbers = (versions_lib.parse_version(name[:-len(".json")])
+             for name in fileio.listdir(claims_dir) if name.endswith(".json"))
+  return sorted(number for number in numbers if number is not None)
 
 
 def claim_version(base_directory: str, version: int, claim: dict) -> bool:
@@ -209,9 +242,10 @@ def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
   claim = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
            "model_fingerprint": fingerprint, "source": model_dir,
            "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-  version = _next_version(serving_versions(base_directory) + claimed_versions(base_directory))
+  version = _next_version(base_directory,
+                          serving_versions(base_directory) + claimed_versions(base_directory))
   while not claim_version(base_directory, version, claim):
-    version = max(version + 1, _next_version(claimed_versions(base_directory)))
+    version = max(version + 1, _next_version(base_directory, claimed_versions(base_directory)))
   final_dir = os.path.join(base_directory, str(version))
   for relative in files:
     if relative != SAVED_MODEL_FILE:
@@ -258,9 +292,9 @@ class VersionedPusherExecutor(pusher_executor.Executor):
     model_dir = self.GetModelPath(input_dict)
     fingerprint = saved_model_fingerprint(model_dir)
 
-    versions = serving_versions(base_directory)
+    versions = versions_lib.versions_by_number(base_directory)
     if versions:
-      latest = os.path.join(base_directory, str(versions[-1]))
+      latest = os.path.join(base_directory, versions[max(versions)])
       if pushed_fingerprint(latest) == fingerprint and version_problem(latest) is None:
         log.info("The blessed model already serves as %s; nothing pushed.", latest)
         self._MarkNotPushed(model_push)

@@ -363,3 +363,33 @@ def test_a_damaged_latest_copy_of_the_model_does_not_count_as_already_serving(tm
   assert repaired.get_int_custom_property("pushed") == 1
   newest = os.path.join(base, str(pusher.serving_versions(base)[-1]))
   assert newest != latest and pusher.version_problem(newest) is None
+
+
+# Entry names TF Serving reads as versions (safe_strto64) that Python's int() reads otherwise,
+# and the version the next push must exceed.
+@pytest.mark.parametrize("entry, newest_served", [
+    ("99999999999999999999", None),  # Beyond int64: no version to TF Serving.
+    ("9999999999 ", 9999999999),  # Surrounding white space is skipped.
+    ("\t0009999999999", 9999999999),
+    ("²", None),  # A Unicode digit: isdigit() is true, but no version.
+], ids=["beyond-int64", "trailing-space", "tab-and-zeros", "unicode-digit"])
+def test_the_next_version_follows_the_versions_tf_serving_reads(tmp_path, entry, newest_served):
+  model = _model(str(tmp_path / "model"))
+  base = tmp_path / "serving"
+  (base / entry).mkdir(parents=True)
+  version_dir = pusher.push_version(model, str(base), pusher.saved_model_fingerprint(model))
+  version = int(os.path.basename(version_dir))
+  assert str(version) == os.path.basename(version_dir)  # The canonical name.
+  assert version <= 2**63 - 1  # One TF Serving can parse, so it is served.
+  assert newest_served is None or version > newest_served
+  assert version >= int(time.time()) - 5
+
+
+def test_a_version_at_the_int64_limit_refuses_the_push_naming_the_entry(tmp_path):
+  model = _model(str(tmp_path / "model"))
+  base = tmp_path / "serving"
+  (base / "9223372036854775807").mkdir(parents=True)
+  with pytest.raises(pusher.UnusableServingDirectory, match=r"serving/9223372036854775807, version "
+                     r"9223372036854775807, the largest TF Serving can parse"):
+    pusher.push_version(model, str(base), pusher.saved_model_fingerprint(model))
+  assert os.listdir(base) == ["9223372036854775807"]  # No staging copy left behind.

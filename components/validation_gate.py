@@ -13,7 +13,7 @@ own (found by key in `input_base`), not ImportExampleGen's output shards.
 
 import json
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import tensorflow as tf
@@ -26,8 +26,9 @@ from tfx.types.experimental import simple_artifacts
 from tfx.utils import io_utils
 
 from components import image_sources, tfrecord_check
+from components.tfrecord_check import schema_problem
 from trainer_module import image_format
-from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE
+from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE
 
 MAX_REPORTED_PROBLEMS = 20
 REPORT_FILE = "validation_report.json"
@@ -54,41 +55,6 @@ def image_problem(example: tf.train.Example) -> Optional[str]:
   return None
 
 
-def example_key(example: tf.train.Example) -> str:
-  keys = example.features.feature[EXAMPLE_KEY].bytes_list.value
-  return keys[0].decode("utf-8", "replace") if keys else "<no key>"
-
-
-def schema_problem(example: tf.train.Example,
-                   features: Sequence[schema_pb2.Feature]) -> Optional[str]:
-  """How the example breaks the schema's rule for one of `features` (those ExampleValidator
-  found anomalous: it counts, this names), or None."""
-  for feature in features:
-    values = example.features.feature.get(feature.name)
-    kind = values.WhichOneof("kind") if values is not None else None
-    found = list(getattr(values, kind).value) if kind else []
-    if not found:
-      if feature.presence.min_fraction >= 1.0:
-        return f"feature '{feature.name}' is missing"
-      continue
-    expected = _VALUE_KINDS.get(feature.type)
-    if expected and kind != expected:
-      return f"feature '{feature.name}' holds {kind}, expected {expected}"
-    if feature.HasField("shape") and not feature.shape.dim and len(found) != 1:
-      return f"feature '{feature.name}' has {len(found)} values, expected 1"
-    if feature.HasField("int_domain"):
-      domain = feature.int_domain
-      outside = [v for v in found if (domain.HasField("min") and v < domain.min) or
-                 (domain.HasField("max") and v > domain.max)]
-      if outside:
-        return (f"feature '{feature.name}' is {outside[0]}, outside the schema's domain "
-                f"[{domain.min}, {domain.max}]")
-  return None
-
-
-_VALUE_KINDS = {schema_pb2.INT: "int64_list", schema_pb2.FLOAT: "float_list",
-                schema_pb2.BYTES: "bytes_list"}
-
 # (split, example key, file(s), problem): one reported problem.
 Problem = Tuple[str, str, str, str]
 
@@ -99,7 +65,7 @@ def _inspect(file_and_record: Tuple[str, bytes], split: str,
   filename, serialized = file_and_record
   example = tf.train.Example.FromString(serialized)
   problem = schema_problem(example, anomalous_features) or image_problem(example)
-  return split, example_key(example), os.path.basename(filename), problem
+  return split, tfrecord_check.example_id(example), os.path.basename(filename), problem
 
 
 def key_problem(key: str, places: Iterable[Tuple[str, str]]) -> Optional[Problem]:
@@ -152,6 +118,22 @@ def empty_splits(examples_uri: str, splits: Sequence[str]) -> List[str]:
   return problems
 
 
+def size_problems(counts: Dict[str, int], min_train_examples: int,
+                  min_eval_examples: int) -> List[str]:
+  """A line per split too small for its use: train below one batch (the Trainer drops an
+  incomplete batch, so it would take no step), eval below the minimum the gate judges on."""
+  problems = []
+  for split, minimum, why in (
+      ("train", min_train_examples, "per_core_batch_size: the Trainer drops an incomplete "
+       "batch, so it would take no step"),
+      ("eval", min_eval_examples, "min_eval_examples: the gate does not judge a model on "
+       "fewer")):
+    if split in counts and counts[split] < minimum:
+      problems.append(f"split '{split}' has {counts[split]} examples, fewer than {minimum} "
+                      f"({why})")
+  return problems
+
+
 def in_user_files(problems: List[Problem], input_base: str) -> List[Problem]:
   """The problems with the user's own input files (those holding each key, under input_base)
   in place of ImportExampleGen's output shards."""
@@ -161,8 +143,9 @@ def in_user_files(problems: List[Problem], input_base: str) -> List[Problem]:
 
 
 def format_problems(schema_problems: List[str], example_problems: List[Problem],
-                    num_bad_examples: int) -> str:
+                    num_bad_examples: int, too_small: Sequence[str] = ()) -> str:
   lines = ["Bad input data; the pipeline stops before Transform and Trainer."]
+  lines += [f"  - {problem}" for problem in too_small]
   lines += [f"  - schema anomaly: {problem}" for problem in schema_problems]
   lines += [f"  - split '{split}', example key '{key}' (file {filename}): {problem}"
             for split, key, filename, problem in example_problems]
@@ -179,10 +162,13 @@ def ValidationGate(
     schema: InputArtifact[standard_artifacts.Schema],
     report: OutputArtifact[simple_artifacts.Metrics],
     input_base: Parameter[str] = "",
+    min_train_examples: Parameter[int] = 0,
+    min_eval_examples: Parameter[int] = 0,
     beam_pipeline: BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
-  """Fails with DataValidationError when any split is empty or holds an anomaly, an unusable
-  image or a key that is not unique. input_base: the user's TFRecord directory, if any."""
+  """Fails with DataValidationError when any split is empty, smaller than its minimum (train,
+  eval), or holds an anomaly, an unusable image or a key that is not unique. input_base: the
+  user's TFRecord directory, if any."""
   splits = artifact_utils.decode_split_names(examples.split_names)
   empty = empty_splits(examples.uri, splits)
   if empty:
@@ -193,6 +179,7 @@ def ValidationGate(
   curated = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(schema.uri))
   samples_path = os.path.join(report.uri, "bad_examples")
   counts_path = os.path.join(report.uri, "bad_example_count")
+  sizes_path = os.path.join(report.uri, "split_sizes")
   with beam_pipeline as pipeline:
     inspected = []
     for split in splits:
@@ -203,6 +190,10 @@ def ValidationGate(
                        | f"Inspect[{split}]" >> beam.Map(
                            _inspect, split, anomalous_features(anomalies.uri, split, curated)))
     inspected = inspected | "Flatten" >> beam.Flatten()
+    (inspected | "Splits" >> beam.Map(lambda found: found[0])
+     | "CountPerSplit" >> beam.combiners.Count.PerElement()
+     | "SizesJson" >> beam.Map(json.dumps)
+     | "WriteSizes" >> beam.io.WriteToText(sizes_path, shard_name_template=""))
     bad_images = inspected | "BadImages" >> beam.Filter(lambda found: found[3] is not None)
     bad_keys = (inspected
                 | "ByKey" >> beam.Map(lambda found: (found[1], (found[0], found[2])))
@@ -219,10 +210,13 @@ def ValidationGate(
   if input_base and example_problems:
     example_problems = in_user_files(example_problems, input_base)
   num_bad_examples = int(tf.io.gfile.GFile(counts_path).read())
-  summary = {"splits": splits, "schema_anomalies": schema_problems,
+  sizes = dict(json.loads(line) for line in tf.io.gfile.GFile(sizes_path).read().splitlines())
+  too_small = size_problems(sizes, min_train_examples, min_eval_examples)
+  summary = {"splits": splits, "split_sizes": sizes, "too_small": too_small,
+             "schema_anomalies": schema_problems,
              "bad_examples": example_problems, "num_bad_examples": num_bad_examples}
   with tf.io.gfile.GFile(os.path.join(report.uri, REPORT_FILE), "w") as f:
     json.dump(summary, f, indent=2)
-  if schema_problems or num_bad_examples:
+  if schema_problems or num_bad_examples or too_small:
     raise DataValidationError(format_problems(schema_problems, example_problems,
-                                              num_bad_examples))
+                                              num_bad_examples, too_small))

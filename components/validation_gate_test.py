@@ -1,6 +1,7 @@
 """What the validation gate calls a bad image, and how it reports problems."""
 import io
 import os
+import re
 import resource
 import time
 
@@ -8,9 +9,10 @@ import numpy as np
 from PIL import Image
 from tfx.utils import io_utils
 
-from components import validation_gate
+from components import tfrecord_check, validation_gate
 from components.image_sources import encode_png, make_example
-from components.validation_gate import example_key, format_problems, image_problem, key_problem
+from components.tfrecord_check import example_id
+from components.validation_gate import format_problems, image_problem, key_problem
 from testing.tfrecord_inputs import png_bomb
 from trainer_module import image_format
 
@@ -45,7 +47,7 @@ def test_wrong_sizes_and_kinds_are_named_from_the_header_as_serving_names_them()
 
 def test_the_gate_and_serving_accept_and_refuse_the_same_images():
   for image in (_png((32, 32, 3)), _png((28, 28, 3)), _png((32, 32)), _png((32, 32, 4)),
-                b"\x00garbage", b""):
+                _png((32, 32, 3))[:-20], b"\x00garbage", b""):
     gate_accepts = image_problem(make_example("k", image, 1)) is None
     assert gate_accepts == (image_format.header_problem(image) is None)
 
@@ -76,11 +78,27 @@ def test_a_missing_image_is_named():
   assert "has 0 values" in image_problem(example)
 
 
-def test_example_key_falls_back_when_missing():
-  example = make_example("digits-0042", b"", 1)
-  assert example_key(example) == "digits-0042"
+def test_an_example_without_a_bytes_key_is_told_apart_by_its_image_and_found_in_its_file(
+    tmp_path):
+  import tensorflow as tf
+  example = make_example("digits-0042", b"png-bytes", 1)
+  assert example_id(example) == "digits-0042"
   del example.features.feature["key"]
-  assert example_key(example) == "<no key>"
+  assert re.fullmatch(r"<no key; image sha256 [0-9a-f]{16}>", example_id(example))
+  int_key = make_example("k", b"png-bytes", 1)
+  int_key.features.feature["key"].int64_list.value[:] = [7]
+  assert re.fullmatch(r"<key holds int64_list \[7\]; image sha256 [0-9a-f]{16}>",
+                      example_id(int_key))
+  other = make_example("k", b"other-png-bytes", 1)
+  del other.features.feature["key"]
+  assert example_id(other) != example_id(example)
+  os.makedirs(tmp_path / "train")
+  path = str(tmp_path / "train" / "mine.tfrecord")
+  with tf.io.TFRecordWriter(path) as writer:
+    for written in (make_example("a", b"x", 1), example, int_key):
+      writer.write(written.SerializeToString())
+  wanted = [example_id(example), example_id(int_key)]
+  assert tfrecord_check.files_holding(str(tmp_path), wanted) == {key: [path] for key in wanted}
 
 
 def test_report_lists_every_problem_and_how_many_were_left_out():
@@ -115,3 +133,51 @@ def test_an_example_that_breaks_an_anomalous_features_rule_is_named_with_the_rul
       "feature 'label' holds bytes_list, expected int64_list")
   # Only the features ExampleValidator found anomalous are judged.
   assert validation_gate.schema_problem(make_example("k", png, 10), []) is None
+
+
+def _run_gate(tmp_path, split_sizes, **parameters):
+  """The gate's executor over tiny valid splits of the given sizes (no anomalies)."""
+  import tensorflow as tf
+  from tensorflow_metadata.proto.v0 import anomalies_pb2
+  from tfx.dsl.components.base import base_beam_executor
+  from tfx.types import artifact_utils, standard_artifacts
+  from tfx.types.experimental import simple_artifacts
+
+  def artifact(kind, name):
+    made = kind()
+    made.uri = str(tmp_path / name)
+    os.makedirs(made.uri)
+    return made
+  examples = artifact(standard_artifacts.Examples, "examples")
+  examples.split_names = artifact_utils.encode_split_names(list(split_sizes))
+  anomalies = artifact(standard_artifacts.ExampleAnomalies, "anomalies")
+  png = encode_png(np.zeros((32, 32, 3), np.uint8))
+  for split, size in split_sizes.items():
+    os.makedirs(os.path.join(examples.uri, f"Split-{split}"))
+    with tf.io.TFRecordWriter(os.path.join(examples.uri, f"Split-{split}", "data")) as writer:
+      for index in range(size):
+        writer.write(make_example(f"{split}-{index}", png, index % 10).SerializeToString())
+    os.makedirs(os.path.join(anomalies.uri, f"Split-{split}"))
+    with open(os.path.join(anomalies.uri, f"Split-{split}", "SchemaDiff.pb"), "wb") as f:
+      f.write(anomalies_pb2.Anomalies().SerializeToString())
+  schema = artifact(standard_artifacts.Schema, "schema")
+  with open(os.path.join(os.path.dirname(validation_gate.__file__), "schema.pbtxt")) as f:
+    io_utils.write_string_file(os.path.join(schema.uri, "schema.pbtxt"), f.read())
+  report = artifact(simple_artifacts.Metrics, "report")
+  context = base_beam_executor.BaseBeamExecutor.Context(
+      beam_pipeline_args=["--direct_running_mode=in_memory"], tmp_dir=str(tmp_path / "tmp"))
+  validation_gate.ValidationGate.EXECUTOR_SPEC.executor_class(context).Do(
+      {"examples": [examples], "anomalies": [anomalies], "schema": [schema]},
+      {"report": [report]}, {"input_base": "", **parameters})
+
+
+def test_splits_too_small_to_train_or_to_judge_on_stop_the_run_before_transform(tmp_path):
+  import pytest
+  with pytest.raises(validation_gate.DataValidationError) as error:
+    _run_gate(tmp_path, {"train": 6, "eval": 1}, min_train_examples=8, min_eval_examples=5)
+  assert ("split 'train' has 6 examples, fewer than 8 (per_core_batch_size: the Trainer drops "
+          "an incomplete batch, so it would take no step)") in str(error.value)
+  assert ("split 'eval' has 1 examples, fewer than 5 (min_eval_examples: the gate does not "
+          "judge a model on fewer)") in str(error.value)
+  _run_gate(tmp_path / "enough", {"train": 8, "eval": 5}, min_train_examples=8,
+            min_eval_examples=5)

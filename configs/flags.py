@@ -75,7 +75,8 @@ FLAG_GROUPS = {
     "AugMix": ("augmix", "aug_count", "augmix_prob_coeff", "augmix_depth", "augmix_width",
                "augmix_severity", "augmix_jsd_weight", "augmix_online", "augmix_view_sets"),
     "evaluation and gate": (
-        "num_bins", "temperature_fit", "validation_corruption_examples", "min_eval_accuracy",
+        "num_bins", "temperature_fit", "validation_corruption_examples", "min_eval_examples",
+        "min_eval_accuracy",
         "max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
         "max_nll_increase", "min_corrupted_accuracy", "max_corrupted_accuracy_drop",
         "max_corrupted_nll", "max_corrupted_nll_increase", "max_corrupted_mean_ece",

@@ -121,6 +121,12 @@ def _local_run(flags: dict, rest: List[str]) -> int:
   pipeline_root = local_run.check_pipeline_root(
       flags.get("pipeline_root", DEFAULT_LOCAL_PIPELINE_ROOT))
   runner = local_run.make_runner(flags.get("runner", "subprocess"))
+  missing = local_run.paths_missing_here(spec)
+  if missing and flags.get("runner", "subprocess") == "subprocess":
+    raise ValueError(f"{package} names files inside the image that this machine does not have "
+                     f"({'; '.join(missing)}), and --runner=subprocess runs each task here: use "
+                     "--runner=docker, or compile with those paths on object storage (e.g. "
+                     "--schema_path=s3://bucket/schema.pbtxt).")
   try:
     run = local_run.run(pipeline_spec, runner, pipeline_root, arguments)
   except RuntimeError as error:  # kfp.local's one line naming the failed task.

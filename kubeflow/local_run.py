@@ -43,6 +43,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import compiler
 from kubeflow import kfp_entrypoint
+from pipeline.cluster_config import IMAGE_PROJECT_DIR
 
 RUNNERS = ("subprocess", "docker")
 IMAGE_INTERPRETER = kfp_entrypoint.COMMAND[0]  # The image's, which every compiled command runs.
@@ -194,6 +195,20 @@ def make_runner(name: str):
                        "or use --runner=subprocess.") from error
     return local.DockerRunner()
   raise ValueError(f"Invalid --runner {name!r}: expected one of {list(RUNNERS)}.")
+
+
+def paths_missing_here(spec: dict) -> List[str]:
+  """"task: parameter=path" for each task parameter naming a file inside the image
+  (IMAGE_PROJECT_DIR) that this machine does not have: --runner=subprocess runs tasks here,
+  where such a task would fail with a traceback after the ones before it ran."""
+  missing = []
+  for task_name, task in spec.get("root", {}).get("dag", {}).get("tasks", {}).items():
+    for name, value in task.get("inputs", {}).get("parameters", {}).items():
+      constant = value.get("runtimeValue", {}).get("constant")
+      if (isinstance(constant, str) and constant.startswith(IMAGE_PROJECT_DIR + "/")
+          and not os.path.exists(constant)):
+        missing.append(f"{task_name}: {name}={constant}")
+  return missing
 
 
 def check_pipeline_root(pipeline_root: str) -> str:

@@ -142,3 +142,19 @@ def test_bad_local_run_flags_exit_2_before_running(tmp_path, monkeypatch, capsys
   assert cli.main(["local-run", f"--package={package}", *flags]) == 2
   assert message in capsys.readouterr().err
   assert not (tmp_path / "outputs").exists()
+
+
+def test_a_spec_reading_a_file_inside_the_image_is_refused_before_any_task_runs(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(tmp_path)
+  spec = _spec()
+  spec["root"]["dag"]["tasks"]["FirstCount"]["inputs"] = {"parameters": {"schema_file": {
+      "runtimeValue": {"constant": "/pipeline/components/schema.pbtxt"}}}}
+  package = tmp_path / "counting.yaml"
+  package.write_text(yaml.safe_dump(spec))
+  assert cli.main(["local-run", f"--package={package}"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+  assert ("names files inside the image that this machine does not have (FirstCount: "
+          "schema_file=/pipeline/components/schema.pbtxt)") in err
+  assert "Traceback" not in err and not (tmp_path / "outputs").exists()

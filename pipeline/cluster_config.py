@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING
 
 from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
-from storage.object_storage import is_object_store_uri
+from storage.object_storage import is_object_store_uri, object_store_uri_problem
 from trainer_module.config import require
 
 if TYPE_CHECKING:  # pipeline.config imports this module.
@@ -151,6 +151,13 @@ def check_cluster_config(config: PipelineConfig) -> None:
   require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",
           config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
           f"(e.g. {KUBEFLOW_PIPELINE_NAME})")
+  for name in ("output_dir", "tfrecord_dir", "tfds_data_dir", "schema_path"):
+    value = getattr(config, name)
+    problem = object_store_uri_problem(value)
+    require(problem is None, name, value, problem)
+    require(kubeflow.kubeflow_target != "vertex" or not is_object_store_uri(value)
+            or value.startswith("gs://"), name, value, "must be on Cloud Storage (gs://) "
+            "with kubeflow_target=vertex: Vertex AI Pipelines reads and writes only gs:// paths")
   require(is_object_store_uri(config.output_dir), "output_dir", config.output_dir,
           "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
           "the pipeline root and the serving models go under it")

@@ -1,4 +1,6 @@
 """Cluster settings: one config from flags, and every bad value stopped with a clear error."""
+import re
+
 import pytest
 
 from pipeline import cluster_config as kubeflow_config
@@ -192,3 +194,20 @@ def test_the_local_runner_refuses_cluster_flags(capsys):
 def _escaped(text):
   import re
   return re.escape(text)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--image=i", "--output_dir=gs://b/wrn", "--pipeline_name=a-b"],
+     "output_dir='gs://b/wrn': 'b' is not a bucket name: buckets are named by 3-63"),
+    (CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=s3://My_Bucket/data"],
+     "tfrecord_dir='s3://My_Bucket/data': 'My_Bucket' is not a bucket name"),
+    (["--image=i", "--output_dir=s3://bucket/wrn", "--pipeline_name=a-b",
+      "--kubeflow_target=vertex"],
+     "output_dir='s3://bucket/wrn': must be on Cloud Storage (gs://) with kubeflow_target=vertex"),
+    (VERTEX + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tfrecords"],
+     "tfrecord_dir='s3://data/tfrecords': must be on Cloud Storage (gs://) with "
+     "kubeflow_target=vertex"),
+], ids=["one-letter-bucket", "uppercase-bucket", "vertex-s3-output", "vertex-s3-input"])
+def test_an_object_store_path_is_judged_by_its_bucket_and_by_the_target(flags, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    from_flags(flags)

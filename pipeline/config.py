@@ -9,6 +9,7 @@ here (the trainer's part is `trainer_module.config.TrainerConfig`, the cluster's
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -65,6 +66,8 @@ class PipelineConfig:
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
   schema_path: str = DEFAULT_SCHEMA_PATH  # The curated schema (label domain, features).
   min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
+  # One eval example moves the eval accuracy by 1/n: on a handful the gate would judge noise.
+  min_eval_examples: int = 50  # The gate stops a run whose eval split has fewer examples.
   max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
   # The rest of the gate (evaluation branch): calibrated eval ECE and NLL, mean corrupted
   # accuracy, each bounded and allowed to regress at most this much against the last blessed.
@@ -125,6 +128,10 @@ class PipelineConfig:
   kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
 
   def __post_init__(self):
+    for field in dataclasses.fields(self):  # inf passes every bound below.
+      value = getattr(self, field.name)
+      require(not isinstance(value, float) or math.isfinite(value), field.name, value,
+              "must be a finite number")
     require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
     if self.kubeflow is None:
       object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
@@ -139,6 +146,8 @@ class PipelineConfig:
             self.test_fraction, "must be in [0, 1 - eval_fraction)")
     require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
             "must be in [0, 1]")
+    require(self.min_eval_examples >= 1, "min_eval_examples", self.min_eval_examples,
+            "must be >= 1")
     for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
                  "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
                  "max_corrupted_nll_increase", "max_corrupted_mean_ece",
@@ -177,6 +186,8 @@ class PipelineConfig:
       _check_local_paths(self)
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
       _check_schema(self.schema_path, self.trainer.num_classes)
+    if self.kubeflow is None and self.dataset == "tfrecord":
+      _check_tfrecord_examples(self.tfrecord_dir, self.schema_path)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
     fit = self.trainer.temperature_fit
     if fit in ("validation_corruptions",) + FEATURE_DISTANCE_FITS:
@@ -193,23 +204,16 @@ class PipelineConfig:
             "`python -m trainer_module`)")
 
   def check_output_dir(self) -> None:
-    """For a local run: output_dir must be a directory this user can create files in, or be
-    creatable; checked without writing (a probe file would be a write). The runner calls it,
-    not the constructor: it depends on who runs where, and a config built only to compile for
-    a cluster writes nothing locally."""
-    path = self.output_dir
-    require(not os.path.exists(path) or os.path.isdir(path), "output_dir", path,
-            "is a file, not a directory")
-    existing = path
-    while not os.path.exists(existing):
-      existing = os.path.dirname(existing)
-    require(os.path.isdir(existing), "output_dir", path,
-            f"cannot be created: {existing} is a file")
-    if os.statvfs(existing).f_flag & os.ST_RDONLY:
-      require(False, "output_dir", path, f"is not writable: {existing} is on a read-only file "
-              "system")
-    require(os.access(existing, os.W_OK | os.X_OK), "output_dir", path,
-            f"is not writable: this user may not create files in {existing}")
+    """For a local run: output_dir, and the serving directory under it, must be directories
+    this user can create files in, or be creatable, and the serving directory must have a
+    version number left for the next push. The runner calls it, not the constructor: it
+    depends on who runs where, and a config built only to compile for a cluster writes
+    nothing locally."""
+    _check_writable_dir(self.output_dir, self.output_dir, "")
+    _check_writable_dir(self.output_dir, self.serving_model_dir, "its serving directory ")
+    from components import pusher
+    problem = pusher.serving_directory_problem(self.serving_model_dir)
+    require(problem is None, "output_dir", self.output_dir, f"its serving directory: {problem}")
 
   @property
   def trials(self) -> Tuple[TrainerConfig, ...]:
@@ -349,6 +353,33 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> Pi
   return base.replace(**parse_flags(rest, hints))
 
 
+def _check_writable_dir(output_dir: str, path: str, what: str) -> None:
+  """`path` (output_dir or `what` under it) is a directory this user can create files in, or
+  can be created: checked without writing into an existing directory (a probe file would be a
+  write); a missing one is created and removed again, the one test that file systems refusing
+  writes past their permission bits (sysfs, procfs, some FUSE mounts) answer truly."""
+  require(not os.path.exists(path) or os.path.isdir(path), "output_dir", output_dir,
+          f"{what}{path} is a file, not a directory" if what else "is a file, not a directory")
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  require(os.path.isdir(existing), "output_dir", output_dir,
+          f"{what}cannot be created: {existing} is a file")
+  if os.statvfs(existing).f_flag & os.ST_RDONLY:
+    require(False, "output_dir", output_dir, f"{what}is not writable: {existing} is on a "
+            "read-only file system")
+  require(os.access(existing, os.W_OK | os.X_OK), "output_dir", output_dir,
+          f"{what}is not writable: this user may not create files in {existing}")
+  if existing != path:
+    probe = os.path.join(existing, os.path.relpath(path, existing).split(os.sep)[0])
+    try:
+      os.mkdir(probe)
+      os.rmdir(probe)
+    except OSError as error:
+      require(False, "output_dir", output_dir,
+              f"{what}cannot be created: {existing} refuses new directories ({error.strerror})")
+
+
 def _check_tfrecord_dir(path: Optional[str]) -> None:
   """Every split the run reads (train/, eval/, and test/ when present) has a readable record."""
   require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
@@ -365,6 +396,21 @@ def _check_tfrecord_dir(path: Optional[str]) -> None:
       require(problem is None, "tfrecord_dir", path, f"split '{split}': {problem}")
 
 
+def _check_tfrecord_examples(path: str, schema_path: str) -> None:
+  """The first example of each input file fits the curated schema (a wrong value type, a
+  missing or unknown feature is named with its file before any step runs)."""
+  from google.protobuf import text_format
+  from tensorflow_metadata.proto.v0 import schema_pb2
+  with open(schema_path) as f:
+    schema = text_format.Parse(f.read(), schema_pb2.Schema())
+  for split in TFRECORD_SPLITS_REQUIRED + ("test",):
+    split_dir = os.path.join(path, split)
+    if os.path.isdir(split_dir):
+      problem = tfrecord_check.first_example_problem(split_dir, schema)
+      require(problem is None, "tfrecord_dir", path,
+              f"split '{split}': {problem} (schema_path={schema_path})")
+
+
 def _check_local_paths(config: "PipelineConfig") -> None:
   """Paths the flags name that a step reads later, checked before any step runs."""
   data_dir = config.tfds_data_dir
@@ -375,7 +421,7 @@ def _check_local_paths(config: "PipelineConfig") -> None:
       warm_start):
     from trainer_module import warm_start as warm_start_lib
     try:
-      warm_start_lib.check_source(warm_start)
+      warm_start_lib.check_source(warm_start, config.trainer.to_dict())
     except warm_start_lib.WarmStartError as error:
       raise ValueError(f"Invalid config value {error}") from None
 

@@ -406,3 +406,93 @@ def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):
                           "StatisticsGen": "multi_processing",
                           "ValidationGate": "multi_processing",
                           "Transform": "multi_processing", "Evaluator": "multi_processing"}
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--base_learning_rate=inf", "base_learning_rate=inf: must be a finite number"),
+    ("--max_accuracy_drop=inf", "max_accuracy_drop=inf: must be a finite number"),
+    ("--seed=-1", r"seed=-1: must be in \[0, 2\*\*63 - 1\]"),
+], ids=["inf-learning-rate", "inf-gate-bound", "negative-seed"])
+def test_values_that_fail_only_in_the_trainer_are_refused_up_front(flag, message):
+  with pytest.raises(ValueError, match=message):
+    from_flags([flag])
+
+
+def _serving_dir(tmp_path):
+  config = from_flags([f"--output_dir={tmp_path / 'out'}"])
+  return config, pathlib.Path(config.serving_model_dir)
+
+
+def test_a_file_in_place_of_the_serving_directory_is_refused_before_any_step(tmp_path):
+  config, serving = _serving_dir(tmp_path)
+  serving.parent.mkdir(parents=True)
+  serving.write_text("")
+  with pytest.raises(ValueError, match=rf"output_dir=.*: its serving directory {serving} is a "
+                     "file, not a directory"):
+    config.check_output_dir()
+
+
+def test_a_serving_directory_with_no_version_number_left_is_refused_before_any_step(tmp_path):
+  config, serving = _serving_dir(tmp_path)
+  (serving / "9223372036854775807").mkdir(parents=True)
+  with pytest.raises(ValueError, match="its serving directory: it holds .*9223372036854775807, "
+                     "version 9223372036854775807, the largest TF Serving can parse"):
+    config.check_output_dir()
+
+
+def test_a_serving_directory_this_user_may_not_write_is_refused_before_any_step(
+    tmp_path, monkeypatch):
+  config, serving = _serving_dir(tmp_path)
+  serving.mkdir(parents=True)
+  access = os.access
+  monkeypatch.setattr(os, "access", lambda path, mode: str(path) != str(serving) and access(
+      path, mode))  # Root may write anywhere: the permission bits alone cannot show it.
+  with pytest.raises(ValueError, match=f"its serving directory is not writable: this user may "
+                     f"not create files in {serving}"):
+    config.check_output_dir()
+
+
+@pytest.mark.skipif(not os.path.ismount("/sys"), reason="needs sysfs at /sys")
+def test_an_output_dir_its_file_system_refuses_is_named_not_a_traceback():
+  with pytest.raises(ValueError, match=r"output_dir='/sys/x': cannot be created: /sys refuses "
+                     "new directories"):
+    from_flags(["--output_dir=/sys/x"]).check_output_dir()
+
+
+def _float_label(example):
+  label = example.features.feature["label"].int64_list.value[0]
+  example.features.feature["label"].float_list.value[:] = [float(label)]
+
+
+def _int_key(example):
+  example.features.feature["key"].int64_list.value[:] = [7]
+
+
+def _no_key(example):
+  del example.features.feature["key"]
+
+
+def _extra_feature(example):
+  example.features.feature["weight"].float_list.value[:] = [1.0]
+
+
+@pytest.mark.parametrize("spoil, problem", [
+    (_float_label, "feature 'label' holds float_list, expected int64_list"),
+    (_int_key, "feature 'key' holds int64_list, expected bytes_list"),
+    (_no_key, "feature 'key' is missing"),
+    (_extra_feature, "feature 'weight' is not in the schema"),
+], ids=["float-label", "int64-key", "missing-key", "extra-feature"])
+def test_input_files_written_with_a_wrong_feature_are_refused_naming_file_and_feature(
+    tmp_path, spoil, problem):
+  import tensorflow as tf
+  data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=3)
+  path = os.path.join(data_dir, "train", "digits.tfrecord")
+  examples = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+  with tf.io.TFRecordWriter(path) as writer:
+    for example in examples:
+      spoil(example)
+      writer.write(example.SerializeToString())
+  with pytest.raises(ValueError) as error:
+    from_flags(["--dataset=tfrecord", f"--tfrecord_dir={data_dir}"])
+  assert f"tfrecord_dir='{data_dir}': split 'train': {path}, record 0" in str(error.value)
+  assert problem in str(error.value)

@@ -124,7 +124,8 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
   gate = ValidationGate(examples=examples.outputs["examples"],
                         anomalies=validator.outputs["anomalies"], schema=schema.outputs["schema"],
                         input_base=parts.tfrecord_input_base if config.dataset == "tfrecord"
-                        else "")
+                        else "", min_train_examples=config.trainer.per_core_batch_size,
+                        min_eval_examples=config.min_eval_examples)
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
   transform.add_upstream_node(gate)

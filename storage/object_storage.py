@@ -57,6 +57,18 @@ def is_object_store_uri(path) -> bool:
   return isinstance(path, str) and OBJECT_STORE_URI.fullmatch(path) is not None
 
 
+def object_store_uri_problem(path) -> Optional[str]:
+  """Why a gs:// or s3:// path is not an object-store URI this project reads (its bucket name),
+  or None (also for any other path)."""
+  scheme, separator, rest = path.partition("://") if isinstance(path, str) else ("", "", "")
+  if not separator or scheme not in ("gs", "s3") or is_object_store_uri(path):
+    return None
+  bucket = rest.split("/", 1)[0]
+  return (f"{bucket!r} is not a bucket name: buckets are named by 3-63 lowercase letters, "
+          "digits, '.', '-' (and on Cloud Storage '_'; up to 222 there with dots), starting with "
+          "a letter or digit")
+
+
 @dataclasses.dataclass(frozen=True)
 class S3Settings:
   endpoint_url: Optional[str] = None  # http(s)://host[:port] of MinIO etc.; None: AWS S3.

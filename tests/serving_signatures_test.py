@@ -137,7 +137,8 @@ _INPUT = {"serving_images": "images", "serving_default": "examples"}
     (_encoded((28, 28, 3), "PNG"), r"declared widths\] \[28\] \[declared heights\] \[28\]"),
     (_encoded((32, 32), "PNG"), r"not 8-bit RGB .*PNG colour types.*\] \[0\]"),
     (_encoded((32, 32, 4), "PNG"), r"not 8-bit RGB .*PNG colour types.*\] \[6\]"),
-], ids=["garbage", "empty-bytes", "jpeg", "28x28", "grayscale", "rgba"])
+    (_encoded((32, 32, 3), "PNG")[:-20], r"PNG image truncated .* at batch positions\] \[1\]"),
+], ids=["garbage", "empty-bytes", "jpeg", "28x28", "grayscale", "rgba", "truncated"])
 @pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
 def test_images_training_would_refuse_fail_the_request_clearly_and_serving_goes_on(
     served, signature, payload, message):

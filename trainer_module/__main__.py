@@ -70,7 +70,7 @@ class StandalonePaths:
                        "not a directory (Transform's transform_graph output).")
     if config.warm_start != NO_WARM_START:
       try:
-        warm_start.check_source(config.warm_start)
+        warm_start.check_source(config.warm_start, config.to_dict())
       except warm_start.WarmStartError as error:
         raise ValueError(f"Invalid config value {error}") from None
 

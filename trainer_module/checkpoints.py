@@ -65,16 +65,19 @@ class Checkpoints:
         max_to_keep=max_to_keep, checkpoint_name="ckpt")
 
   def restore_latest(self) -> Optional[str]:
-    """Restores the newest intact checkpoint in `directory`; None when there is none."""
+    """Restores the newest intact checkpoint in `directory` (restore_order); None when there
+    is none."""
     if self.is_chief:
       remove_incomplete_saves(self.directory)
-    candidates = checkpoint_paths(self.directory)
-    for path in reversed(candidates):
+    candidates = restore_order(self.directory)
+    for path in candidates:
       if self.restore(path):
         return path
     if candidates:
-      raise RuntimeError(f"Every checkpoint in {self.directory} is damaged; remove the "
-                         "directory to start training from scratch.")
+      raise RuntimeError(
+          f"No checkpoint in {self.directory} can be restored ("
+          + "; ".join(f"{os.path.basename(path)}: {damage(path)}" for path in candidates)
+          + "). Repair them, or move them out of the directory to train from scratch.")
     return None
 
   def restore(self, path: str) -> bool:
@@ -98,30 +101,34 @@ STATE_FILE = "checkpoint"  # TensorFlow's list of a directory's checkpoints.
 _INDEX_FILE = re.compile(r"ckpt-(\d+)\.index")
 
 
-def state_file_problem(directory: str) -> Optional[str]:
-  """Why the state file in `directory` cannot be read, or None when it reads (or is absent).
-  TensorFlow's reader takes a garbled text file for no checkpoint at all (a run would start
-  again at step 0 and overwrite intact checkpoints) and fails on binary garbage."""
-  from google.protobuf import text_format
-  from tensorflow.python.training import checkpoint_state_pb2
-  path = os.path.join(directory, STATE_FILE)
-  if not tf.io.gfile.exists(path):
-    return None
+def read_state(directory: str):
+  """The state file as TensorFlow reads it (tf.train.get_checkpoint_state: text_format.Merge,
+  relative paths joined to `directory`), and why it cannot be used: (state, None), or
+  (None, reason), or (None, None) when there is no state file. TensorFlow takes a garbled file
+  for no state at all (a run would start again at step 0 and overwrite intact checkpoints),
+  raises on binary garbage, and names a checkpoint whose files may be gone."""
+  if not tf.io.gfile.exists(os.path.join(directory, STATE_FILE)):
+    return None, None
   try:
-    with tf.io.gfile.GFile(path, "rb") as f:
-      text = f.read().decode("utf-8")
-    state = text_format.Parse(text, checkpoint_state_pb2.CheckpointState())
-  except (UnicodeDecodeError, text_format.ParseError, tf.errors.OpError) as error:
-    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-  return None if state.model_checkpoint_path else "it names no checkpoint"
+    state = checkpoint_management.get_checkpoint_state(directory)
+  except (ValueError, UnicodeDecodeError) as error:  # No model_checkpoint_path; not text.
+    return None, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+  if state is None:
+    return None, "TensorFlow cannot parse it (its warning above says where)"
+  if not checkpoint_management.checkpoint_exists_internal(state.model_checkpoint_path):
+    # tf.train.latest_checkpoint's test: then TensorFlow finds no checkpoint.
+    return None, f"it names {state.model_checkpoint_path}, whose files are missing"
+  return state, None
 
 
-def checkpoint_paths(directory: str) -> List[str]:
-  """The checkpoints in `directory`, oldest first: those its state file lists or, when that
-  file is unreadable, those whose index files (ckpt-N.index) are there, by N."""
-  if state_file_problem(directory) is None:
-    state = tf.train.get_checkpoint_state(directory)
-    return list(state.all_model_checkpoint_paths) if state else []
+def state_file_problem(directory: str) -> Optional[str]:
+  """Why the state file in `directory` names no checkpoint there, or None when it does (or
+  is absent)."""
+  return read_state(directory)[1]
+
+
+def indexed_checkpoints(directory: str) -> List[str]:
+  """The checkpoints whose index files (ckpt-N.index) are in `directory`, by N."""
   if not tf.io.gfile.isdir(directory):
     return []
   steps = sorted(int(found.group(1)) for found in map(_INDEX_FILE.fullmatch,
@@ -129,20 +136,39 @@ def checkpoint_paths(directory: str) -> List[str]:
   return [os.path.join(directory, f"ckpt-{step}") for step in steps]
 
 
+def restore_order(directory: str) -> List[str]:
+  """The checkpoints to try, newest first: the one TensorFlow resumes from
+  (tf.train.latest_checkpoint), the others the state file lists, then every other
+  ckpt-N.index file, highest N first (so a state file that lists too little loses nothing)."""
+  state, _ = read_state(directory)
+  listed = ([state.model_checkpoint_path] + list(reversed(state.all_model_checkpoint_paths))
+            if state else [])
+  order = []
+  for path in listed + list(reversed(indexed_checkpoints(directory))):
+    if path in order:
+      continue
+    if not checkpoint_management.checkpoint_exists_internal(path):
+      log.warning("The checkpoint state file lists %s, whose files are missing; skipping it.",
+                  path)
+      continue
+    order.append(path)
+  return order
+
+
 def repair_state_file(directory: str) -> None:
-  """Rewrites an unreadable state file from the checkpoint files themselves, so the run
-  resumes from the newest of them and keeps counting them (max_to_keep); refuses, naming the
-  file, when no checkpoint file is left to rebuild it from."""
+  """Rewrites a state file that names no checkpoint there (read_state) from the checkpoint
+  files themselves, so the run resumes from the newest of them and keeps counting them
+  (max_to_keep); refuses, naming the file, when no checkpoint file is left to rebuild it from."""
   problem = state_file_problem(directory)
   if problem is None:
     return
   state_path = os.path.join(directory, STATE_FILE)
-  paths = checkpoint_paths(directory)
+  paths = indexed_checkpoints(directory)
   if not paths:
-    raise RuntimeError(f"The checkpoint state file {state_path} is unreadable ({problem}) and "
-                       f"no ckpt-N.index file is beside it; remove {directory} to start "
-                       "training from scratch.")
-  log.warning("The checkpoint state file %s is unreadable (%s); rebuilt from the checkpoint "
+    raise RuntimeError(f"The checkpoint state file {state_path} is unusable ({problem}) and "
+                       f"no ckpt-N.index file is beside it; restore the checkpoint it names, or "
+                       f"move {state_path} away to start training from scratch.")
+  log.warning("The checkpoint state file %s is unusable (%s); rebuilt from the checkpoint "
               "files: %s.", state_path, problem, ", ".join(map(os.path.basename, paths)))
   # With their times, which CheckpointManager needs to count them towards max_to_keep.
   times = [tf.io.gfile.stat(f"{path}.index").mtime_nsec / 1e9 for path in paths]

@@ -44,7 +44,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, capl
 def test_when_every_checkpoint_is_damaged_restore_refuses(tmp_path):
   _saved(tmp_path, [1.0])
   os.remove(glob.glob(str(tmp_path / "ckpt-1.data-*"))[0])
-  with pytest.raises(RuntimeError, match="Every checkpoint .* is damaged"):
+  with pytest.raises(RuntimeError, match="No checkpoint in .* can be restored"):
     _restored_value(tmp_path)
 
 
@@ -78,7 +78,7 @@ def test_an_unreadable_state_file_is_rebuilt_from_the_checkpoint_files(tmp_path,
     f.write(garbage)
   path, value = _restored_value(tmp_path)
   assert path.endswith("ckpt-3") and value == 3.0  # Not a fresh start at step 0.
-  assert f"state file {tmp_path / 'checkpoint'} is unreadable" in caplog.text
+  assert f"state file {tmp_path / 'checkpoint'} is unusable" in caplog.text
   # The rebuilt state counts the old checkpoints: a new save keeps them (max_to_keep=5).
   checkpoints = Checkpoints(str(tmp_path), max_to_keep=5, value=tf.Variable(4.0))
   checkpoints.save(4)
@@ -89,5 +89,46 @@ def test_an_unreadable_state_file_is_rebuilt_from_the_checkpoint_files(tmp_path,
 def test_an_unreadable_state_file_without_checkpoint_files_is_refused_by_name(tmp_path):
   with open(tmp_path / "checkpoint", "wb") as f:
     f.write(b"\xff garbage")
-  with pytest.raises(RuntimeError, match=f"state file {tmp_path / 'checkpoint'} is unreadable"):
+  with pytest.raises(RuntimeError, match=f"state file {tmp_path / 'checkpoint'} is unusable"):
     _restored_value(tmp_path)
+
+
+def _saved_at(directory, steps):
+  variable = tf.Variable(0.0)
+  checkpoints = Checkpoints(str(directory), max_to_keep=10, value=variable)
+  for step in steps:
+    variable.assign(float(step))
+    checkpoints.save(step)
+
+
+def _state_file_says(directory, text):
+  with open(directory / "checkpoint", "w") as f:
+    f.write(text)
+
+
+def test_a_one_line_state_file_resumes_where_tensorflow_says(tmp_path):
+  _saved_at(tmp_path, [10, 20, 30, 40])
+  _state_file_says(tmp_path, 'model_checkpoint_path: "ckpt-40"\n')
+  assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-40")
+  path, value = _restored_value(tmp_path)
+  assert path == str(tmp_path / "ckpt-40") and value == 40.0  # Not a fresh start at step 0.
+
+
+def test_a_state_file_naming_only_a_missing_checkpoint_falls_back_to_the_intact_ones(
+    tmp_path, caplog):
+  _saved_at(tmp_path, [10, 20, 30, 40])
+  _state_file_says(tmp_path, 'model_checkpoint_path: "ckpt-50"\n'
+                             'all_model_checkpoint_paths: "ckpt-50"\n')
+  path, value = _restored_value(tmp_path)
+  assert path == str(tmp_path / "ckpt-40") and value == 40.0
+  assert "ckpt-50" in caplog.text
+  assert sorted(glob.glob(str(tmp_path / "ckpt-*.index"))) == [
+      str(tmp_path / f"ckpt-{step}.index") for step in (10, 20, 30, 40)]
+
+
+def test_when_no_checkpoint_can_be_restored_the_advice_deletes_nothing(tmp_path):
+  _saved_at(tmp_path, [10])
+  os.remove(glob.glob(str(tmp_path / "ckpt-10.data-*"))[0])
+  with pytest.raises(RuntimeError) as error:
+    _restored_value(tmp_path)
+  assert "ckpt-10" in str(error.value) and "remove" not in str(error.value)

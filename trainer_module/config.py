@@ -6,6 +6,7 @@ Field names and defaults follow Uncertainty Baselines' `baselines/cifar/determin
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -112,6 +113,13 @@ class TrainerConfig:
   warm_start_lr_ratio: float = 0.1  # Restored variables' rate / the schedule's.
 
   def __post_init__(self):
+    for field in dataclasses.fields(self):  # inf passes every bound below, and diverges.
+      value = getattr(self, field.name)
+      require(not isinstance(value, float) or math.isfinite(value), field.name, value,
+              "must be a finite number")
+    require(0 <= self.seed <= 2**63 - 1, "seed", self.seed,
+            "must be in [0, 2**63 - 1]: numpy's and TensorFlow's random generators take a "
+            "non-negative int64")
     require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
             "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
     require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")

@@ -7,6 +7,10 @@ decoding: a 1 MB file declaring 20000x20000 pixels (a decompression bomb) is ref
 it can allocate 1.2 GB. Grayscale, palette, RGBA, 16-bit and JPEG images are refused on both
 sides too, so that a model never serves inputs unlike those it was validated on.
 
+A PNG ends with its IEND chunk (12 fixed bytes), so a truncated file (a cut upload or copy) is
+refused by its last bytes too, naming its batch position, rather than by the decoder's
+"Invalid PNG data" that names none.
+
 `header_problem` is the check in Python (ValidationGate); `assert_png_headers` the same check
 as TensorFlow ops (both serving signatures), failing a request with InvalidArgument.
 """
@@ -17,6 +21,7 @@ from trainer_module.features import IMAGE_SHAPE
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _IHDR = b"\x00\x00\x00\x0dIHDR"  # Length 13, type IHDR: always the first chunk.
+PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"  # Length 0, type IEND, its CRC: always the last.
 HEADER_LENGTH = 26
 RGB_COLOR_TYPE = 2
 BIT_DEPTH = 8
@@ -26,7 +31,8 @@ ACCEPTED = f"an 8-bit RGB PNG of {IMAGE_SHAPE[1]}x{IMAGE_SHAPE[0]} pixels"
 
 
 def header_problem(image: bytes) -> Optional[str]:
-  """Why the header does not declare ACCEPTED, or None; reads only the first 26 bytes."""
+  """Why the header does not declare ACCEPTED or the file does not end, or None; reads only
+  the first 26 bytes and the last 12."""
   header = image[:HEADER_LENGTH]
   if len(header) < HEADER_LENGTH or not header.startswith(PNG_SIGNATURE + _IHDR):
     return f"not a PNG image (expected {ACCEPTED})"
@@ -36,6 +42,8 @@ def header_problem(image: bytes) -> Optional[str]:
   if depth != BIT_DEPTH or color_type != RGB_COLOR_TYPE:
     kind = _COLOR_TYPES.get(color_type, f"colour type {color_type}")
     return f"is a {depth}-bit {kind} PNG (expected {ACCEPTED})"
+  if not image.endswith(PNG_END):
+    return "is truncated: it does not end with the IEND chunk"
   return None
 
 
@@ -53,6 +61,10 @@ def assert_png_headers(encoded):
   depth, color_type = fields[:, 8], fields[:, 9]
   right_size = tf.logical_and(tf.equal(width, IMAGE_SHAPE[1]), tf.equal(height, IMAGE_SHAPE[0]))
   right_kind = tf.logical_and(tf.equal(depth, BIT_DEPTH), tf.equal(color_type, RGB_COLOR_TYPE))
+  end = len(PNG_END)
+  complete = tf.equal(tf.strings.substr(
+      encoded, tf.maximum(tf.strings.length(encoded) - end, 0), tf.fill(tf.shape(encoded), end)),
+      PNG_END)
 
   def positions(bad):
     return tf.reshape(tf.where(bad), [-1])
@@ -60,6 +72,8 @@ def assert_png_headers(encoded):
   not_png = tf.logical_not(is_png)
   wrong_size = tf.logical_and(is_png, tf.logical_not(right_size))
   wrong_kind = tf.logical_and(is_png, tf.logical_and(right_size, tf.logical_not(right_kind)))
+  truncated = tf.logical_and(tf.logical_and(is_png, tf.logical_and(right_size, right_kind)),
+                             tf.logical_not(complete))
   checks = [
       tf.debugging.Assert(tf.reduce_all(is_png), [
           f"Not a PNG image (expected {ACCEPTED}) at batch positions", positions(not_png)],
@@ -73,5 +87,8 @@ def assert_png_headers(encoded):
           positions(wrong_kind), "bit depths", tf.boolean_mask(depth, wrong_kind),
           "PNG colour types (0 grayscale, 3 palette, 4 grayscale+alpha, 6 RGBA)",
           tf.boolean_mask(color_type, wrong_kind)], summarize=_SHOWN),
+      tf.debugging.Assert(tf.logical_not(tf.reduce_any(truncated)), [
+          "PNG image truncated (it does not end with the IEND chunk) at batch positions",
+          positions(truncated)], summarize=_SHOWN),
   ]
   return tf.group(checks)

@@ -83,10 +83,23 @@ def locate(path: str) -> Source:
   raise WarmStartError(f"warm_start={path}: no such checkpoint or SavedModel.")
 
 
-def check_source(path: str) -> None:
+# The trainer fields that shape every layer: a source recorded with others cannot match.
+ARCHITECTURE_FIELDS = ("depth", "width_multiplier")
+
+
+def check_source(path: str, config: Optional[dict] = None) -> None:
   """Raises WarmStartError unless `path` is a source this trainer can warm-start from, read as
-  warm_start reads it: for the flag checks made before any work."""
-  model_variables(locate(path))
+  warm_start reads it, and (given this run's trainer config as a dict) recorded with the same
+  architecture: for the flag checks made before any work."""
+  source = locate(path)
+  model_variables(source)
+  recorded = training_info(source).get("trainer_config") or {}
+  differ = [f"{name}={recorded[name]} there, {config[name]} here" for name in ARCHITECTURE_FIELDS
+            if config and name in recorded and recorded[name] != config[name]]
+  if differ:
+    raise WarmStartError(f"warm_start={path}: the source is a model of another architecture "
+                         f"({'; '.join(differ)}): no warm_start_exclude makes its variables "
+                         "match; warm-start from a model of this depth and width.")
 
 
 def model_variables(source: Source) -> Dict[str, SavedVariable]:

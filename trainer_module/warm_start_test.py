@@ -236,3 +236,11 @@ def test_inspect_lists_variables_step_and_config(tmp_path):
   assert f"model variables: {len(saved)}" in text
   assert any(line.split() == ["logits/kernel", "[64,", "10]", "float32"]
              for line in text.splitlines())
+
+
+def test_a_source_of_another_depth_is_refused_before_training_naming_both(tmp_path):
+  source, _ = _trained(tmp_path)  # depth 10, width 1
+  warm_start.check_source(source, TrainerConfig(**TINY).to_dict())
+  with pytest.raises(warm_start.WarmStartError, match=r"another architecture \(depth=10 there, "
+                     r"16 here\)"):
+    warm_start.check_source(source, TrainerConfig(**{**TINY, "depth": 16}).to_dict())

@@ -1,0 +1,57 @@
+"""The versions under a serving directory, named exactly as TF Serving reads them.
+
+TF Serving's file-system source (tensorflow/serving,
+tensorflow_serving/sources/storage_path/file_system_storage_path_source.cc) lists the base
+path's children, cuts each at its first '/', and takes a child for a version when
+ParseVersionNumber accepts its name: that is `strings::safe_strto64` (tensorflow,
+third_party/xla/third_party/tsl/tsl/platform/numbers.cc), which skips C white space on both
+sides, takes an optional '-', then ASCII digits only, and refuses a value outside int64. So
+`0042` and ` 42 ` are version 42, while `99999999999999999999`, `+42` and `²` are no version.
+Two names of one number: IndexChildrenByVersion walks the names in sorted order and keeps the
+last (`42` over `0042`), logging that the other is ignored.
+"""
+from typing import Dict, List, Optional
+
+from tfx.dsl.io import fileio
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -2**63
+_C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale.
+_ASCII_DIGITS = frozenset("0123456789")
+
+
+def parse_version(name: str) -> Optional[int]:
+  """The version TF Serving reads from an entry name (safe_strto64), or None for no version."""
+  text = name.strip(_C_SPACE)
+  digits = text[1:] if text.startswith("-") else text
+  if not digits or not set(digits) <= _ASCII_DIGITS:
+    return None
+  value = -int(digits) if text.startswith("-") else int(digits)
+  return value if INT64_MIN <= value <= INT64_MAX else None
+
+
+def entry_names(base_directory: str) -> List[str]:
+  """The names of the base directory's children as TF Serving sees them (cut at the first '/',
+  which object stores' listings append to directories), sorted; [] when it does not exist."""
+  if not fileio.exists(base_directory) or not fileio.isdir(base_directory):
+    return []
+  return sorted({name.split("/", 1)[0] for name in fileio.listdir(base_directory)} - {""})
+
+
+def versions_by_number(base_directory: str) -> Dict[int, str]:
+  """Each version under base_directory -> the name TF Serving loads it from, in ascending
+  order of version."""
+  chosen = {}
+  for name in entry_names(base_directory):  # Sorted: of two names of one number, the last wins.
+    version = parse_version(name)
+    if version is not None:
+      chosen[version] = name
+  return dict(sorted(chosen.items()))
+
+
+def shadowed_names(base_directory: str) -> Dict[str, str]:
+  """Entries TF Serving ignores because another name of the same number wins -> that name."""
+  chosen = versions_by_number(base_directory)
+  return {name: chosen[parse_version(name)] for name in entry_names(base_directory)
+          if parse_version(name) is not None and chosen[parse_version(name)] != name}
+
