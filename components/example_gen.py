@@ -145,7 +145,7 @@ class _Executor(base_example_gen_executor.BaseExampleGenExecutor):
         more = len(skipped) - MAX_NAMED_BAD_FILES
         raise image_folder.ImageFolderError(
             f"{len(skipped)} bad file(s) or folder(s) in image_dir {layout.image_dir}; fix or "
-            "remove them, or pass --skip_bad_images to leave them out (the run report lists "
+            "remove them, or pass --skip_bad_images=true to leave them out (the run report lists "
             "them):\n" + image_folder.describe(skipped[:MAX_NAMED_BAD_FILES]) +
             (f"\n  ... and {more} more" if more > 0 else ""))
     names = layout.class_names if layout else SOURCE_CLASS_NAMES[spec["source"]]

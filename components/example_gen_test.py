@@ -63,7 +63,7 @@ def test_bad_files_stop_example_gen_naming_each_path_and_reason(folder, tmp_path
     run_example_gen(root, str(tmp_path), skip_bad_images=False)
   message = str(raised.value)
   assert message.startswith(f"5 bad file(s) or folder(s) in image_dir {root}; fix or remove "
-                            "them, or pass --skip_bad_images")
+                            "them, or pass --skip_bad_images=true")
   for line in [f"{root}/grass/empty.jpg: empty file (0 bytes)",
                f"{root}/grass/notes.txt: not an image (expected JPEG, PNG, GIF, BMP)",
                f"{root}/red_car/truncated.jpg: cannot be decoded as JPEG (truncated or "

@@ -276,7 +276,7 @@ def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_p
   trainers = [f"Trainer_trial_{i}" for i in range(3)]
   assert set(trainers) | {"EnsembleSelector"} <= set(tasks) and "Trainer" not in tasks
   for trainer in trainers:  # No edge between trials: KFP runs them side by side.
-    assert set(tasks[trainer].dependent_tasks) == {"Transform", "ImportSchemaGen"}
+    assert set(tasks[trainer].dependent_tasks) == {"Transform", "ClassSchemaGen"}
   assert set(trainers) <= set(tasks["EnsembleSelector"].dependent_tasks)
   for consumer in ("Evaluator", "Pusher"):
     assert tasks[consumer].inputs.artifacts["model"].task_output_artifact.producer_task == \

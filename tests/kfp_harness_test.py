@@ -11,7 +11,7 @@ from kubeflow import submit
 from testing import kfp_harness
 from testing.tiny_config import SMALL_MODEL
 
-UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
+UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform")
 
 
