@@ -6,6 +6,7 @@ import os
 
 import pytest
 import tensorflow as tf
+from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import standard_artifacts, standard_component_specs
 from tfx.utils import proto_utils
@@ -15,13 +16,17 @@ from testing import image_folders
 from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 
 
-def run_example_gen(image_dir: str, output_uri: str, skip_bad_images: bool):
-  """The executor's Do, as the pipeline's ExampleGen step runs it; returns its Examples."""
+def _exec_properties(image_dir: str, skip_bad_images: bool) -> dict:
   component = example_gen.ImageDatasetExampleGen(
       source="image_dir", eval_fraction=0.2, test_fraction=0.2, image_dir=image_dir,
       skip_bad_images=skip_bad_images)
-  properties = {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
-                for name, value in component.exec_properties.items() if value is not None}
+  return {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
+          for name, value in component.exec_properties.items() if value is not None}
+
+
+def run_example_gen(image_dir: str, output_uri: str, skip_bad_images: bool):
+  """The executor's Do, as the pipeline's ExampleGen step runs it; returns its Examples."""
+  properties = _exec_properties(image_dir, skip_bad_images)
   examples = standard_artifacts.Examples()
   examples.uri = output_uri
   executor = example_gen._Executor(base_beam_executor.BaseBeamExecutor.Context(
@@ -98,3 +103,19 @@ def test_two_runs_over_the_same_folder_write_identical_examples(skipped_runs):
   first, second = (_examples(run.uri) for run in skipped_runs)
   assert set(first) == {"Split-train", "Split-eval", "Split-test"}
   assert first == second
+
+
+def test_the_driver_fingerprints_the_folder_so_that_a_changed_folder_misses_the_cache(tmp_path):
+  """The launcher computes the cache key from the exec properties the driver returns
+  (tfx/orchestration/portable/launcher.py), as for TFX's file-based ExampleGens."""
+  image_folders.write_image_folder(str(tmp_path), per_class=2)
+
+  def fingerprint():
+    resolved = example_gen._Driver(None).resolve_exec_properties(
+        _exec_properties(str(tmp_path), False), None, None)
+    return resolved[example_gen_utils.FINGERPRINT_PROPERTY_NAME]
+
+  before = fingerprint()
+  assert before and before == fingerprint()
+  (tmp_path / "grass" / "new.jpg").write_bytes(image_folders.jpeg())
+  assert fingerprint() != before

@@ -52,10 +52,6 @@ class FolderLayout:
   problems: List[BadFile]
 
 
-def _join(*parts: str) -> str:
-  return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
-
-
 def _visible(names) -> List[str]:
   return sorted(name.rstrip("/") for name in names if not name.startswith("."))
 
@@ -65,7 +61,7 @@ def _subfolders(path: str) -> Tuple[List[str], List[str]]:
   import tensorflow as tf
   folders, files = [], []
   for name in _visible(tf.io.gfile.listdir(path)):
-    (folders if tf.io.gfile.isdir(_join(path, name)) else files).append(name)
+    (folders if tf.io.gfile.isdir(os.path.join(path, name)) else files).append(name)
   return folders, files
 
 
@@ -94,7 +90,7 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
     raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
   problems: List[BadFile] = []
   if is_fixed_split_layout(image_dir):
-    missing = [s for s in image_sources.SPLITS if not tf.io.gfile.isdir(_join(image_dir, s))]
+    missing = [s for s in image_sources.SPLITS if not tf.io.gfile.isdir(os.path.join(image_dir, s))]
     if missing:
       raise ImageFolderError(
           f"image_dir {image_dir} has fixed splits (a train/ folder) but no "
@@ -105,15 +101,15 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
     split_roots = {None: ""}
   found = {}  # (split root, class) -> files
   for root in split_roots.values():
-    base = _join(image_dir, root) if root else image_dir
+    base = os.path.join(image_dir, root) if root else image_dir
     classes, stray = _subfolders(base)
-    problems += [(_join(base, name), "is not in a class folder; not read") for name in stray]
+    problems += [(os.path.join(base, name), "is not in a class folder; not read") for name in stray]
     for name in classes:
-      files = _class_files(_join(base, name))
+      files = _class_files(os.path.join(base, name))
       if files:
         found[(root, name)] = files
       else:
-        problems.append((_join(base, name), "empty class folder: it holds no image files"))
+        problems.append((os.path.join(base, name), "empty class folder: it holds no image files"))
   train_root = split_roots.get("train", "")
   class_names = tuple(sorted({name for root, name in found if root == train_root}))
   if len(class_names) < MIN_CLASSES:
@@ -126,14 +122,14 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   for split, root in split_roots.items():
     if root:
       for name in class_names:
-        if not tf.io.gfile.isdir(_join(image_dir, root, name)):
-          problems.append((_join(image_dir, root, name),
+        if not tf.io.gfile.isdir(os.path.join(image_dir, root, name)):
+          problems.append((os.path.join(image_dir, root, name),
                            f"missing: class '{name}' is in train/ but not in {root}/"))
     for (found_root, name), class_files in found.items():
       if found_root != root:
         continue
       if name not in label:
-        problems.append((_join(image_dir, root, name), f"class '{name}' is not in train/ "
+        problems.append((os.path.join(image_dir, root, name), f"class '{name}' is not in train/ "
                          "(the model could not learn it); its files are not read"))
         continue
       for relative in class_files:
@@ -151,7 +147,7 @@ def listing_fingerprint(image_dir: str) -> str:
   for directory, subdirs, files in tf.io.gfile.walk(image_dir):
     subdirs.sort()
     for name in sorted(files):
-      stat = tf.io.gfile.stat(_join(directory, name))
+      stat = tf.io.gfile.stat(os.path.join(directory, name))
       digest.update(json.dumps([directory[len(image_dir):], name, stat.length,
                                 stat.mtime_nsec]).encode())
   return f"image_dir:{digest.hexdigest()}"
@@ -204,7 +200,7 @@ def read_image(image_dir: str, key: str, label: int
   """(the (key, png, label) record of the file `key` under image_dir, None), or (None, the
   BadFile it is)."""
   import tensorflow as tf
-  path = _join(image_dir, *key.split("/"))
+  path = os.path.join(image_dir, *key.split("/"))
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
       data = f.read()

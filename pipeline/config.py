@@ -275,7 +275,11 @@ class PipelineConfig:
 
   @property
   def input_examples(self) -> Optional[int]:
-    """Examples of the input dataset, when known without reading it."""
+    """Examples of the input dataset, when known without reading it (a local image folder:
+    its files, counted by listing it)."""
+    if self.dataset == "image_dir" and self.image_dir and os.path.isdir(self.image_dir):
+      return sum(not name.startswith(".") for _, _, files in os.walk(self.image_dir)
+                 for name in files)
     return DATASET_EXAMPLES.get(self.dataset)
 
   def beam_step_args(self, examples: Optional[int]) -> list:
