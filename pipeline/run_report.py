@@ -340,7 +340,7 @@ def model_class_names(config: PipelineConfig, model_dir: Optional[str]) -> List[
   return record["class_names"] if record else [str(k) for k in range(config.trainer.num_classes)]
 
 
-def _skipped_section(skipped_files: Sequence[Tuple[str, str]]) -> List[str]:
+def skipped_section(skipped_files: Sequence[Tuple[str, str]]) -> List[str]:
   if not skipped_files:
     return []
   lines = ["## Skipped input files", "",
@@ -527,7 +527,7 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
         model_dir, evaluation_set_uri, REPORT_IMAGES_PER_SLICE) if evaluation_set_uri else None)
   lines += _baseline_section(config, values)
   lines += _charts(report_dir, config, values, model_class_names(config, model_dir))
-  lines += _skipped_section(skipped_files)
+  lines += skipped_section(skipped_files)
   path = os.path.join(report_dir, REPORT_FILE)
   with open(path, "w") as f:
     f.write("\n".join(lines))

@@ -27,9 +27,12 @@ def run(tmp_path_factory):
   (images / "red_car" / "notes.txt").write_text("not an image")
   output = tmp_path_factory.mktemp("outputs")
   flags = [f"--output_dir={output}", "--dataset=image_dir", f"--image_dir={images}",
-           "--skip_bad_images=true", *SMALL_MODEL, "--corruptions=gaussian_noise,defocus_blur"]
+           "--skip_bad_images=true", *SMALL_MODEL,
+           "--train_epochs=40",  # 210 training images: 3 steps an epoch.
+           "--corruptions=gaussian_noise,defocus_blur"]
   process = run_pipeline(*flags)
   assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+  assert "pushed model:    /" in process.stdout, process.stdout[-3000:]
   return process, from_flags(flags), str(images)
 
 
