@@ -3,8 +3,9 @@
 It replaces ImportSchemaGen: the same curated file (components/schema.pbtxt), plus the classes
 (trainer_module/class_names.py), so that the one schema artifact ExampleValidator checks the
 labels against also tells the Trainer how many outputs the model has and what the served model
-names them. The names come from the ExampleGen's output when it recorded them (digits, CIFAR-10,
-an image folder: components/example_gen.py), else from `class_names` (TFRecord input).
+names them. An image folder's names come from its ExampleGen's output (components/
+example_gen.py); the other datasets' are known before the run (`class_names`:
+PipelineConfig.declared_class_names).
 """
 import json
 import os

@@ -7,9 +7,9 @@ component's cache key. For an image folder, the driver adds a fingerprint of the
 listing (paths, sizes, modification times), as TFX's file-based ExampleGens do for their
 files, so a changed folder is read again instead of served from the cache.
 
-Besides the splits, the Examples artifact holds CLASS_NAMES_FILE (the classes' names in label
-order, which the schema step records for the rest of the run) and SKIPPED_FILES_FILE (an image
-folder's bad files left out with skip_bad_images, for the run report).
+For an image folder, the Examples artifact also holds CLASS_NAMES_FILE (the class folders'
+names in label order, which the schema step records for the rest of the run) and
+SKIPPED_FILES_FILE (the bad files left out with skip_bad_images, for the run report).
 """
 from __future__ import annotations
 
@@ -27,10 +27,7 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
 from components import image_folder, image_sources
-from trainer_module import class_names
-
 SOURCES = ("digits", "cifar10", "image_dir")
-SOURCE_CLASS_NAMES = {"digits": class_names.DIGITS, "cifar10": class_names.CIFAR10}
 CLASS_NAMES_FILE = "class_names.json"  # {"class_names": [...]}, in label order.
 SKIPPED_FILES_FILE = "skipped_images.json"  # [[path, reason], ...]: left out, and why.
 _BAD_FILES_DIR = "bad_files"  # Beam's list of unreadable images, until Do has read it.
@@ -127,11 +124,11 @@ class _Executor(base_example_gen_executor.BaseExampleGenExecutor):
 
   def Do(self, input_dict, output_dict, exec_properties) -> None:
     """Lists an image folder first; after the splits are written, fails naming its bad files
-    (unless the query skips them), and records the class names and the skipped files."""
+    (unless the query skips them), and records its class names and the skipped files."""
     examples = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.EXAMPLES_KEY])
     spec = _first_query(exec_properties)
-    layout, skipped = None, []
+    layout = None
     if spec["source"] == "image_dir":
       layout = image_folder.scan(spec["image_dir"], spec["eval_fraction"],
                                  spec["test_fraction"])
@@ -139,17 +136,18 @@ class _Executor(base_example_gen_executor.BaseExampleGenExecutor):
       self._input_transform = functools.partial(_ImageSourceToExamples, layout=layout,
                                                 bad_files_dir=bad_files_dir)
     super().Do(input_dict, output_dict, exec_properties)
-    if layout is not None:
-      skipped = sorted(layout.problems + _read_bad_files(bad_files_dir))
-      if skipped and not spec["skip_bad_images"]:
-        more = len(skipped) - MAX_NAMED_BAD_FILES
-        raise image_folder.ImageFolderError(
-            f"{len(skipped)} bad file(s) or folder(s) in image_dir {layout.image_dir}; fix or "
-            "remove them, or pass --skip_bad_images=true to leave them out (the run report lists "
-            "them):\n" + image_folder.describe(skipped[:MAX_NAMED_BAD_FILES]) +
-            (f"\n  ... and {more} more" if more > 0 else ""))
-    names = layout.class_names if layout else SOURCE_CLASS_NAMES[spec["source"]]
-    _write_json(os.path.join(examples.uri, CLASS_NAMES_FILE), {"class_names": list(names)})
+    if layout is None:
+      return
+    skipped = sorted(layout.problems + _read_bad_files(bad_files_dir))
+    if skipped and not spec["skip_bad_images"]:
+      more = len(skipped) - MAX_NAMED_BAD_FILES
+      raise image_folder.ImageFolderError(
+          f"{len(skipped)} bad file(s) or folder(s) in image_dir {layout.image_dir}; fix or "
+          "remove them, or pass --skip_bad_images=true to leave them out (the run report lists "
+          "them):\n" + image_folder.describe(skipped[:MAX_NAMED_BAD_FILES]) +
+          (f"\n  ... and {more} more" if more > 0 else ""))
+    _write_json(os.path.join(examples.uri, CLASS_NAMES_FILE),
+                {"class_names": list(layout.class_names)})
     _write_json(os.path.join(examples.uri, SKIPPED_FILES_FILE), [list(s) for s in skipped])
 
 
@@ -170,7 +168,7 @@ class _Driver(driver.QueryBasedDriver):
 
 
 def read_class_names(examples_uri: str) -> Optional[List[str]]:
-  """The class names an ExampleGen of this module recorded, or None (another ExampleGen)."""
+  """The class names an image folder's ExampleGen recorded, or None (another source)."""
   import tensorflow as tf
   path = os.path.join(examples_uri, CLASS_NAMES_FILE)
   if not tf.io.gfile.exists(path):

@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Tuple
 import configs
 from components import tfrecord_check
 from trainer_module import reference_corruptions
-from trainer_module.class_names import index_names
+from trainer_module.class_names import DATASET_CLASS_NAMES, index_names
 from pipeline import beam_engine
 from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
                            parse_flags)
@@ -267,11 +267,12 @@ class PipelineConfig:
                 self.schema_path))
 
   @property
-  def tfrecord_class_names(self) -> Tuple[str, ...]:
-    """The class names of TFRecord input (the other datasets' ExampleGen records theirs)."""
-    if self.dataset != "tfrecord":
-      return ()
-    return self.class_names or index_names(self.trainer.num_classes)
+  def declared_class_names(self) -> Tuple[str, ...]:
+    """The classes' names when known before the run; () for an image folder, whose ExampleGen
+    finds them."""
+    if self.dataset == "tfrecord":
+      return self.class_names or index_names(self.trainer.num_classes)
+    return DATASET_CLASS_NAMES.get(self.dataset, ())
 
   @property
   def input_examples(self) -> Optional[int]:

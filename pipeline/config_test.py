@@ -100,15 +100,16 @@ def test_bad_values_are_rejected_naming_the_flag(flags, named):
 
 def test_an_image_folder_sets_the_classes_whatever_num_classes_and_the_schema_say(tmp_path):
   config = from_flags(["--dataset=image_dir", f"--image_dir={tmp_path}", "--num_classes=3"])
-  assert config.image_dir == str(tmp_path) and config.tfrecord_class_names == ()
+  assert config.image_dir == str(tmp_path) and config.declared_class_names == ()
+  assert from_flags([]).declared_class_names == tuple("0123456789")  # The digits.
 
 
 def test_tfrecord_classes_are_named_by_index_or_by_class_names(tmp_path):
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=3)
   flags = ["--dataset=tfrecord", f"--tfrecord_dir={data_dir}", "--corruptions="]
-  assert from_flags(flags).tfrecord_class_names == tuple("0123456789")
+  assert from_flags(flags).declared_class_names == tuple("0123456789")
   names = "zero,one,two,three,four,five,six,seven,eight,nine"
-  assert from_flags(flags + [f"--class_names={names}"]).tfrecord_class_names == tuple(
+  assert from_flags(flags + [f"--class_names={names}"]).declared_class_names == tuple(
       names.split(","))
   with pytest.raises(ValueError, match="class_names='a,b': must name num_classes=10 classes"):
     from_flags(flags + ["--class_names=a,b"])

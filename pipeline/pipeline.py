@@ -123,7 +123,7 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
   examples = example_gen(config, parts)
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
   schema = ClassSchemaGen(examples=examples.outputs["examples"], schema_file=parts.schema_file,
-                          class_names=json.dumps(list(config.tfrecord_class_names)))
+                          class_names=json.dumps(list(config.declared_class_names)))
   validator = tfx.components.ExampleValidator(statistics=statistics.outputs["statistics"],
                                               schema=schema.outputs["schema"])
   gate = ValidationGate(examples=examples.outputs["examples"],

@@ -16,6 +16,7 @@ DIGITS = tuple(str(digit) for digit in range(10))
 # tensorflow-datasets' cifar10 label names, in label order (its ClassLabel feature).
 CIFAR10 = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
            "truck")
+DATASET_CLASS_NAMES = {"digits": DIGITS, "cifar10": CIFAR10}  # The built-in datasets'.
 
 
 def index_names(num_classes: int) -> Tuple[str, ...]:
