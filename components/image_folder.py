@@ -90,7 +90,8 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
     raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
   problems: List[BadFile] = []
   if is_fixed_split_layout(image_dir):
-    missing = [s for s in image_sources.SPLITS if not tf.io.gfile.isdir(os.path.join(image_dir, s))]
+    missing = [split for split in image_sources.SPLITS
+               if not tf.io.gfile.isdir(os.path.join(image_dir, split))]
     if missing:
       raise ImageFolderError(
           f"image_dir {image_dir} has fixed splits (a train/ folder) but no "
@@ -103,13 +104,15 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   for root in split_roots.values():
     base = os.path.join(image_dir, root) if root else image_dir
     classes, stray = _subfolders(base)
-    problems += [(os.path.join(base, name), "is not in a class folder; not read") for name in stray]
+    problems += [(os.path.join(base, name), "is not in a class folder; not read")
+                 for name in stray]
     for name in classes:
       files = _class_files(os.path.join(base, name))
       if files:
         found[(root, name)] = files
       else:
-        problems.append((os.path.join(base, name), "empty class folder: it holds no image files"))
+        problems.append((os.path.join(base, name),
+                         "empty class folder: it holds no image files"))
   train_root = split_roots.get("train", "")
   class_names = tuple(sorted({name for root, name in found if root == train_root}))
   if len(class_names) < MIN_CLASSES:
