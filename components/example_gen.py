@@ -117,10 +117,10 @@ def _write_json(path: str, value) -> None:
 
 class _Executor(base_example_gen_executor.BaseExampleGenExecutor):
 
-  _input_transform = _ImageSourceToExamples
+  _image_folder_transform = None  # Do binds an image folder's listing to the transform.
 
   def GetInputSourceToExamplePTransform(self) -> beam.PTransform:
-    return self._input_transform
+    return self._image_folder_transform or _ImageSourceToExamples
 
   def Do(self, input_dict, output_dict, exec_properties) -> None:
     """Lists an image folder first; after the splits are written, fails naming its bad files
@@ -133,8 +133,8 @@ class _Executor(base_example_gen_executor.BaseExampleGenExecutor):
       layout = image_folder.scan(spec["image_dir"], spec["eval_fraction"],
                                  spec["test_fraction"])
       bad_files_dir = os.path.join(examples.uri, _BAD_FILES_DIR)
-      self._input_transform = functools.partial(_ImageSourceToExamples, layout=layout,
-                                                bad_files_dir=bad_files_dir)
+      self._image_folder_transform = functools.partial(
+          _ImageSourceToExamples, layout=layout, bad_files_dir=bad_files_dir)
     super().Do(input_dict, output_dict, exec_properties)
     if layout is None:
       return

@@ -16,17 +16,18 @@ from testing import image_folders
 from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 
 
-def _exec_properties(image_dir: str, skip_bad_images: bool) -> dict:
+def _exec_properties(image_dir: str, skip_bad_images: bool, source: str = "image_dir") -> dict:
   component = example_gen.ImageDatasetExampleGen(
-      source="image_dir", eval_fraction=0.2, test_fraction=0.2, image_dir=image_dir,
-      skip_bad_images=skip_bad_images)
+      source=source, eval_fraction=0.2, test_fraction=0.2,
+      image_dir=image_dir if source == "image_dir" else None, skip_bad_images=skip_bad_images)
   return {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
           for name, value in component.exec_properties.items() if value is not None}
 
 
-def run_example_gen(image_dir: str, output_uri: str, skip_bad_images: bool):
+def run_example_gen(image_dir: str, output_uri: str, skip_bad_images: bool,
+                    source: str = "image_dir"):
   """The executor's Do, as the pipeline's ExampleGen step runs it; returns its Examples."""
-  properties = _exec_properties(image_dir, skip_bad_images)
+  properties = _exec_properties(image_dir, skip_bad_images, source)
   examples = standard_artifacts.Examples()
   examples.uri = output_uri
   executor = example_gen._Executor(base_beam_executor.BaseBeamExecutor.Context(
@@ -119,3 +120,10 @@ def test_the_driver_fingerprints_the_folder_so_that_a_changed_folder_misses_the_
   assert before and before == fingerprint()
   (tmp_path / "grass" / "new.jpg").write_bytes(image_folders.jpeg())
   assert fingerprint() != before
+
+
+def test_the_digits_go_through_the_same_executor_and_record_no_folder_files(tmp_path):
+  examples = run_example_gen("", str(tmp_path), False, source="digits")
+  assert sum(len(records) for records in _examples(examples.uri).values()) == 1797
+  assert example_gen.read_class_names(examples.uri) is None  # The config names them.
+  assert example_gen.read_skipped_files(examples.uri) == []
