@@ -4,10 +4,10 @@ ExampleValidator records anomalies against the schema (missing features, labels 
 but does not stop anything, and the schema cannot say "a 32x32 RGB PNG" or "keys are unique".
 This component fails the run when a split has no examples, when ExampleValidator found
 anomalies (and then names the first examples that break the schema's rule), when an image is
-not what serving accepts (trainer_module/image_format.py: judged by its header first, so a
-decompression bomb is never decoded), or when an example key appears twice in a split or in
-more than one split (keys seed AugMix and the corruptions and define the split), naming the
-split, the key, the file(s) and the problem. For TFRecord input the files named are the user's
+not a stored example's 32x32 RGB PNG (trainer_module/image_format.py: judged by its header
+first, so a decompression bomb is never decoded), or when an example key appears twice in a
+split or in more than one split (keys seed AugMix and the corruptions and define the split),
+naming the split, the key, the file(s) and the problem. For TFRecord input the files named are the user's
 own (found by key in `input_base`), not ImportExampleGen's output shards.
 """
 
@@ -39,7 +39,7 @@ class DataValidationError(ValueError):
 
 
 def image_problem(example: tf.train.Example) -> Optional[str]:
-  """Why an example's image is unusable, or None when it is what serving accepts too."""
+  """Why an example's image is unusable, or None when it is image_format.ACCEPTED."""
   images = example.features.feature[IMAGE_KEY].bytes_list.value
   if len(images) != 1:
     return f"feature '{IMAGE_KEY}' has {len(images)} values, expected 1"

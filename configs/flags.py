@@ -60,8 +60,9 @@ def parse_value(name: str, text: str, hint: Any) -> Any:
 # exactly one (configs/flags_test.py). Flags of one CLI that are in no group (the standalone
 # trainer's paths) are listed first, under the CLI's own heading.
 FLAG_GROUPS = {
-    "data": ("config", "dataset", "tfrecord_dir", "tfds_data_dir", "eval_fraction",
-             "test_fraction", "schema_path", "num_classes"),
+    "data": ("config", "dataset", "tfrecord_dir", "class_names", "image_dir",
+             "skip_bad_images", "tfds_data_dir", "eval_fraction", "test_fraction",
+             "schema_path", "num_classes"),
     "model": ("depth", "width_multiplier", "l2", "bn_l2", "input_conv_l2", "group_1_conv_l2",
               "group_2_conv_l2", "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2",
               "label_smoothing", "l2_per_train_example", "spectral_norm_bound"),

@@ -71,7 +71,10 @@ def pipeline_job(config: PipelineConfig) -> dict:
     parameter.update(defaultValue=default, isOptional=True)
   # Its output depends on the serving directory, which KFP's cache key cannot see; locally a
   # driver keys the cache on the production version, but drivers do not run on Kubeflow.
-  for task_name in UNCACHEABLE_TASKS:
+  # An image folder's listing is fingerprinted by ExampleGen's driver locally
+  # (components/example_gen.py), which does not run on Kubeflow either: it is read every run.
+  folder = ("ImageDatasetExampleGen",) if config.dataset == "image_dir" else ()
+  for task_name in UNCACHEABLE_TASKS + folder:
     if task_name in spec["root"]["dag"]["tasks"]:
       spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   if config.kubeflow.kubeflow_target == "kfp":

@@ -215,6 +215,16 @@ def test_the_kfp_spec_runs_example_gens_driver_and_caches_nothing_that_reads_out
   assert uncached == {"ImportExampleGen", "ProductionModel"}
 
 
+def test_an_image_folder_is_read_again_on_every_kubeflow_run(tmp_path):
+  """KFP's cache key cannot see new photos under the same image_dir."""
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=s3://bucket/wrn",
+                       "--dataset=image_dir", "--image_dir=s3://data/photos",
+                       "--pipeline_name=wrn-photos"], base=from_preset("kubeflow"))
+  tasks = compiler.pipeline_job(config)["pipelineSpec"]["root"]["dag"]["tasks"]
+  assert tasks["ImageDatasetExampleGen"]["cachingOptions"] == {"enableCache": False}
+  assert tasks["ClassSchemaGen"].get("cachingOptions", {}).get("enableCache", True)
+
+
 def test_the_vertex_spec_keeps_tfxs_own_entrypoint(compiled):
   _, package = compiled["vertex"]
   executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
@@ -276,7 +286,7 @@ def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_p
   trainers = [f"Trainer_trial_{i}" for i in range(3)]
   assert set(trainers) | {"EnsembleSelector"} <= set(tasks) and "Trainer" not in tasks
   for trainer in trainers:  # No edge between trials: KFP runs them side by side.
-    assert set(tasks[trainer].dependent_tasks) == {"Transform", "ImportSchemaGen"}
+    assert set(tasks[trainer].dependent_tasks) == {"Transform", "ClassSchemaGen"}
   assert set(trainers) <= set(tasks["EnsembleSelector"].dependent_tasks)
   for consumer in ("Evaluator", "Pusher"):
     assert tasks[consumer].inputs.artifacts["model"].task_output_artifact.producer_task == \

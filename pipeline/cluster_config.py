@@ -161,7 +161,7 @@ def check_cluster_config(config: PipelineConfig) -> None:
   require(is_object_store_uri(config.output_dir), "output_dir", config.output_dir,
           "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
           "the pipeline root and the serving models go under it")
-  for name in ("tfrecord_dir", "tfds_data_dir"):
+  for name in ("tfrecord_dir", "image_dir", "tfds_data_dir"):
     value = getattr(config, name)
     require(value is None or is_object_store_uri(value), name, value,
             "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
@@ -194,7 +194,7 @@ def _check_dataflow(config: PipelineConfig) -> None:
           and is_object_store_uri(kubeflow.dataflow_temp_location), "dataflow_temp_location",
           kubeflow.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
           "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
-  for name in ("output_dir", "tfrecord_dir", "tfds_data_dir"):
+  for name in ("output_dir", "tfrecord_dir", "image_dir", "tfds_data_dir"):
     value = getattr(config, name)
     require(value is None or value.startswith("gs://"), name, value,
             "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "

@@ -18,6 +18,7 @@ from typing import Optional, Sequence, Tuple
 import configs
 from components import tfrecord_check
 from trainer_module import reference_corruptions
+from trainer_module.class_names import DATASET_CLASS_NAMES, index_names
 from pipeline import beam_engine
 from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
                            parse_flags)
@@ -30,7 +31,7 @@ from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FIT
                                    WARM_START_FROM_PRODUCTION, TrainerConfig,
                                    hyper_trials, require)
 
-DATASETS = ("digits", "cifar10", "tfrecord")
+DATASETS = ("digits", "cifar10", "tfrecord", "image_dir")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
 DEFAULT_SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "components",
                                    "schema.pbtxt")
@@ -59,8 +60,19 @@ class PipelineConfig:
   pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
   # On Kubeflow (with `kubeflow` set) output_dir is on object storage: gs:// or s3://.
   output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
-  dataset: str = "digits"  # digits (embedded), cifar10 (tensorflow-datasets) or tfrecord.
+  # digits (embedded), cifar10 (tensorflow-datasets), tfrecord (tf.Examples) or image_dir (a
+  # folder of images in class folders: docs/pipeline.md, "Data").
+  dataset: str = "digits"  # digits, cifar10, tfrecord or image_dir.
   tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: holds train/, eval/ [, test/].
+  # With dataset=tfrecord: the label's class names in label order, which the served model
+  # answers with; empty: the label's index ('0', '1', ...).
+  class_names: Tuple[str, ...] = ()  # Comma list, num_classes names.
+  # With dataset=image_dir: DIR/<class name>/<images>, or DIR/{train,eval,test}/<class name>/
+  # for fixed splits; local or on object storage. JPEG, PNG, GIF or BMP of any size and mode.
+  image_dir: Optional[str] = None  # The folder of labelled images.
+  # With dataset=image_dir: leave out bad files and folders (listed in the run report) instead
+  # of stopping the run at ExampleGen naming them.
+  skip_bad_images: bool = False  # Skip undecodable, empty or oversized images, listed.
   tfds_data_dir: Optional[str] = None  # tensorflow-datasets cache; None is tfds' default.
   eval_fraction: float = 0.15  # Share of keys held out for evaluation (model selection).
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
@@ -176,16 +188,35 @@ class PipelineConfig:
     if self.dataset != "tfrecord":
       require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
               "is only used with dataset=tfrecord")
+      require(not self.class_names, "class_names", ",".join(self.class_names),
+              "is only used with dataset=tfrecord (the other datasets name their classes)")
+    else:
+      require(not self.class_names or len(self.class_names) == self.trainer.num_classes,
+              "class_names", ",".join(self.class_names),
+              f"must name num_classes={self.trainer.num_classes} classes")
+      require(len(set(self.class_names)) == len(self.class_names) and all(self.class_names),
+              "class_names", ",".join(self.class_names), "must be distinct, non-empty names")
+    if self.dataset != "image_dir":
+      require(self.image_dir is None, "image_dir", self.image_dir,
+              "is only used with dataset=image_dir")
+      require(not self.skip_bad_images, "skip_bad_images", self.skip_bad_images,
+              "is only used with dataset=image_dir")
     if self.kubeflow is not None:
       require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
               self.tfrecord_dir, "is required with dataset=tfrecord")
+      require(self.dataset != "image_dir" or bool(self.image_dir), "image_dir",
+              self.image_dir, "is required with dataset=image_dir")
       check_cluster_config(self)  # Paths on object storage are not read here.
     else:
       if self.dataset == "tfrecord":
         _check_tfrecord_dir(self.tfrecord_dir)
+      if self.dataset == "image_dir":
+        _check_image_dir(self.image_dir)
       _check_local_paths(self)
     if self.kubeflow is None or not is_object_store_uri(self.schema_path):
-      _check_schema(self.schema_path, self.trainer.num_classes)
+      # An image folder's classes set the label domain and the model's outputs at run time.
+      _check_schema(self.schema_path, None if self.dataset == "image_dir"
+                    else self.trainer.num_classes)
     if self.kubeflow is None and self.dataset == "tfrecord":
       _check_tfrecord_examples(self.tfrecord_dir, self.schema_path)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
@@ -236,11 +267,24 @@ class PipelineConfig:
   @property
   def uses_s3(self) -> bool:
     return any(isinstance(path, str) and path.startswith("s3://") for path in
-               (self.output_dir, self.tfrecord_dir, self.tfds_data_dir, self.schema_path))
+               (self.output_dir, self.tfrecord_dir, self.image_dir, self.tfds_data_dir,
+                self.schema_path))
+
+  @property
+  def declared_class_names(self) -> Tuple[str, ...]:
+    """The classes' names when known before the run; () for an image folder, whose ExampleGen
+    finds them."""
+    if self.dataset == "tfrecord":
+      return self.class_names or index_names(self.trainer.num_classes)
+    return DATASET_CLASS_NAMES.get(self.dataset, ())
 
   @property
   def input_examples(self) -> Optional[int]:
-    """Examples of the input dataset, when known without reading it."""
+    """Examples of the input dataset, when known without reading it (a local image folder:
+    its files, counted by listing it)."""
+    if self.dataset == "image_dir" and self.image_dir and os.path.isdir(self.image_dir):
+      return sum(not name.startswith(".") for _, _, files in os.walk(self.image_dir)
+                 for name in files)
     return DATASET_EXAMPLES.get(self.dataset)
 
   def beam_step_args(self, examples: Optional[int]) -> list:
@@ -411,6 +455,14 @@ def _check_tfrecord_examples(path: str, schema_path: str) -> None:
               f"split '{split}': {problem} (schema_path={schema_path})")
 
 
+def _check_image_dir(path: Optional[str]) -> None:
+  """A local image folder exists (on object storage: read by ExampleGen in its step only);
+  its files are listed and read by ExampleGen, which names the bad ones."""
+  require(bool(path), "image_dir", path, "is required with dataset=image_dir")
+  if not is_object_store_uri(path):
+    require(os.path.isdir(path), "image_dir", path, "is not a directory")
+
+
 def _check_local_paths(config: "PipelineConfig") -> None:
   """Paths the flags name that a step reads later, checked before any step runs."""
   data_dir = config.tfds_data_dir
@@ -455,8 +507,8 @@ def check_runs_here(config: PipelineConfig) -> None:
           + " (or leave it out of --corruptions)")
 
 
-def _check_schema(path: str, num_classes: int) -> None:
-  """The curated schema must exist and bound the label to [0, num_classes)."""
+def _check_schema(path: str, num_classes: Optional[int]) -> None:
+  """The curated schema must exist and bound the label to [0, num_classes) (when known)."""
   from google.protobuf import text_format
   from tensorflow_metadata.proto.v0 import schema_pb2
   require(os.path.isfile(path), "schema_path", path, "does not exist")
@@ -469,6 +521,7 @@ def _check_schema(path: str, num_classes: int) -> None:
   label = next((f for f in schema.feature if f.name == "label"), None)
   require(label is not None and label.HasField("int_domain"), "schema_path", path,
           "must give the 'label' feature an int_domain")
-  require(label.int_domain.min == 0 and label.int_domain.max == num_classes - 1, "num_classes",
+  require(num_classes is None or (label.int_domain.min == 0 and
+                                  label.int_domain.max == num_classes - 1), "num_classes",
           num_classes, f"disagrees with the label domain [{label.int_domain.min}, "
           f"{label.int_domain.max}] of {path}")

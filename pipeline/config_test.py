@@ -59,6 +59,11 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
     (["--train_epochs=0"], "train_epochs=0"),
     (["--dataset=tfrecord"], "tfrecord_dir=None"),
     (["--dataset=tfrecord", "--tfrecord_dir=/no/such/dir"], "tfrecord_dir='/no/such/dir'"),
+    (["--dataset=image_dir"], "image_dir=None"),
+    (["--dataset=image_dir", "--image_dir=/no/such/dir"], "image_dir='/no/such/dir'"),
+    (["--image_dir=/tmp"], "image_dir='/tmp': is only used with dataset=image_dir"),
+    (["--skip_bad_images=true"], "skip_bad_images=True: is only used with dataset=image_dir"),
+    (["--class_names=cat,dog"], "class_names='cat,dog': is only used with dataset=tfrecord"),
     (["--label_smoothing=1.5"], "label_smoothing=1.5"),
     (["--num_classes=5"], "num_classes=5"),
     (["--depth=abc"], "--depth"),
@@ -91,6 +96,23 @@ def test_bad_values_are_rejected_naming_the_flag(flags, named):
   with pytest.raises(ValueError) as error:
     from_flags(flags)
   assert named in str(error.value)
+
+
+def test_an_image_folder_sets_the_classes_whatever_num_classes_and_the_schema_say(tmp_path):
+  config = from_flags(["--dataset=image_dir", f"--image_dir={tmp_path}", "--num_classes=3"])
+  assert config.image_dir == str(tmp_path) and config.declared_class_names == ()
+  assert from_flags([]).declared_class_names == tuple("0123456789")  # The digits.
+
+
+def test_tfrecord_classes_are_named_by_index_or_by_class_names(tmp_path):
+  data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=3)
+  flags = ["--dataset=tfrecord", f"--tfrecord_dir={data_dir}", "--corruptions="]
+  assert from_flags(flags).declared_class_names == tuple("0123456789")
+  names = "zero,one,two,three,four,five,six,seven,eight,nine"
+  assert from_flags(flags + [f"--class_names={names}"]).declared_class_names == tuple(
+      names.split(","))
+  with pytest.raises(ValueError, match="class_names='a,b': must name num_classes=10 classes"):
+    from_flags(flags + ["--class_names=a,b"])
 
 
 def test_tfrecord_dir_needs_train_and_eval_subdirectories(tmp_path):

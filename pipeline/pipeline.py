@@ -1,6 +1,7 @@
 """The pipeline graph, as one function of the run's config.
 
-ExampleGen -> StatisticsGen -> ImportSchemaGen -> ExampleValidator -> ValidationGate ->
+ExampleGen -> StatisticsGen, ClassSchemaGen (the curated schema and the class names) ->
+ExampleValidator -> ValidationGate ->
 Transform -> Trainer -> Evaluator (against the ProductionModel) -> Pusher, and
 ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
 With hyper_trials > 1 the Trainer is hyper_trials independent trial Trainers whose models an
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from typing import Any, Callable, Optional, Tuple
 
@@ -25,6 +27,7 @@ from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 
 from components import evaluation_set
+from components.class_schema import ClassSchemaGen
 from components.ensemble import EnsembleSelector
 from components.evaluation_set import EvaluationSetGen
 from components.example_gen import ImageDatasetExampleGen
@@ -51,7 +54,7 @@ TrainerFactory = Callable[..., Any]
 @dataclasses.dataclass(frozen=True)
 class RunnerParts:
   """What the graph needs that differs by where it runs, resolved by the runner."""
-  schema_file: str  # The curated schema ImportSchemaGen reads.
+  schema_file: str  # The curated schema ClassSchemaGen reads.
   tfrecord_input_base: Any  # dataset=tfrecord: a directory, or a runtime parameter.
   tfrecord_splits: Tuple[str, ...]  # dataset=tfrecord: the splits ImportExampleGen reads.
   make_trainer: TrainerFactory
@@ -87,7 +90,8 @@ def example_gen(config: PipelineConfig, parts: RunnerParts):
             tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in parts.tfrecord_splits]))
   return ImageDatasetExampleGen(source=config.dataset, eval_fraction=config.eval_fraction,
                                 test_fraction=config.test_fraction,
-                                tfds_data_dir=config.tfds_data_dir)
+                                tfds_data_dir=config.tfds_data_dir, image_dir=config.image_dir,
+                                skip_bad_images=config.skip_bad_images)
 
 
 def transform_component(config: PipelineConfig, examples, schema, fingerprint: str):
@@ -114,11 +118,12 @@ def evaluation_set_examples(config: PipelineConfig):
 
 
 def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) -> tuple:
-  """ExampleGen, StatisticsGen, ImportSchemaGen, ExampleValidator, ValidationGate, Transform:
+  """ExampleGen, StatisticsGen, ClassSchemaGen, ExampleValidator, ValidationGate, Transform:
   the steps over the input data, the Beam ones with the engine for its size."""
   examples = example_gen(config, parts)
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
-  schema = tfx.components.ImportSchemaGen(schema_file=parts.schema_file)
+  schema = ClassSchemaGen(examples=examples.outputs["examples"], schema_file=parts.schema_file,
+                          class_names=json.dumps(list(config.declared_class_names)))
   validator = tfx.components.ExampleValidator(statistics=statistics.outputs["statistics"],
                                               schema=schema.outputs["schema"])
   gate = ValidationGate(examples=examples.outputs["examples"],

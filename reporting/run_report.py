@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow_model_analysis as tfma
@@ -28,6 +28,7 @@ from trainer_module import reference_corruptions as corruptions
 from trainer_module import temperature
 from trainer_module.features import (DISTANCE_SCORE_KEY, LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
 from trainer_module.temperature import read_calibration_info
 from trainer_module.warm_start import TRAINING_INFO_PATH
@@ -333,7 +334,23 @@ def _baseline_section(config, values) -> List[str]:
   return lines + [""]
 
 
-def _charts(report_dir, config, values) -> List[str]:
+def model_class_names(config: PipelineConfig, model_dir: Optional[str]) -> List[str]:
+  """The class names the model serves (its record), else the label indices."""
+  record = read_record(model_dir, CLASS_NAMES_FILE) if model_dir else None
+  return record["class_names"] if record else [str(k) for k in range(config.trainer.num_classes)]
+
+
+def skipped_section(skipped_files: Sequence[Tuple[str, str]]) -> List[str]:
+  if not skipped_files:
+    return []
+  lines = ["## Skipped input files", "",
+           f"{len(skipped_files)} bad file(s) or folder(s) of the image folder were left out "
+           "(--skip_bad_images):", "", "| path | reason |", "| --- | --- |"]
+  lines += [f"| `{path}` | {reason.replace('|', '/')} |" for path, reason in skipped_files]
+  return lines + [""]
+
+
+def _charts(report_dir, config, values, class_names: Sequence[str]) -> List[str]:
   lines = ["## Reliability diagrams", ""]
   for slice_, output, file_name, title in [
       (TEST, CALIBRATED, "reliability_test.png", "clean test, temperature-scaled"),
@@ -350,20 +367,22 @@ def _charts(report_dir, config, values) -> List[str]:
                               f"Reliability: {title} (ECE {_fmt(ece)})")
     lines.append(f"![{title}]({file_name})")
   lines += ["", "## Per-class accuracy", ""]
-  classes = list(range(config.trainer.num_classes))
+  classes = list(range(len(class_names)))
   per_class = {}
   for slice_ in (EVAL, TEST, CORRUPTED):
     accuracies = [tfma_results.metric(values, slice_ + ((LABEL_KEY, k),),
                                      CALIBRATED, ACCURACY_NAME) for k in classes]
     if any(a is not None for a in accuracies):
       per_class[SET_NAMES[slice_]] = accuracies
-  plots.bar_chart(os.path.join(report_dir, "per_class_accuracy.png"), classes, per_class,
-                  "Accuracy per true class", "accuracy")
+  plots.bar_chart(os.path.join(report_dir, "per_class_accuracy.png"),
+                  [name[:12] for name in class_names], per_class, "Accuracy per true class",
+                  "accuracy")
   lines += ["![per-class accuracy](per_class_accuracy.png)", "",
             "| class | " + " | ".join(per_class) + " |",
             "| --- |" + " --- |" * len(per_class)]
   for k in classes:
-    lines.append(f"| {k} | " + " | ".join(_fmt(v[k]) for v in per_class.values()) + " |")
+    lines.append(f"| {class_names[k]} ({k}) | " +
+                 " | ".join(_fmt(v[k]) for v in per_class.values()) + " |")
   lines.append("")
   if config.corruptions:
     lines += _corruption_chart(report_dir, config, values)
@@ -472,10 +491,12 @@ def warm_start_summary(model_dir: str) -> str:
 
 def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: str,
                      blessed: bool, model_dir: Optional[str], pushed: Optional[str],
-                     evaluation_set_uri: Optional[str] = None) -> str:
+                     evaluation_set_uri: Optional[str] = None,
+                     skipped_files: Sequence[Tuple[str, str]] = ()) -> str:
   """Writes report.md and its PNGs into report_dir; returns the report's path.
   evaluation_set_uri: EvaluationSetGen's examples, whose served distance scores the report
-  shows for a model calibrated by distance_curve."""
+  shows for a model calibrated by distance_curve. skipped_files: (path, reason) of the input
+  files an image_dir run left out (skip_bad_images)."""
   os.makedirs(report_dir, exist_ok=True)
   values = tfma_results.load_metrics(evaluation_uri)
   try:
@@ -505,7 +526,8 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
     lines += _distance_section(report_dir, calibration, served_distance_scores(
         model_dir, evaluation_set_uri, REPORT_IMAGES_PER_SLICE) if evaluation_set_uri else None)
   lines += _baseline_section(config, values)
-  lines += _charts(report_dir, config, values)
+  lines += _charts(report_dir, config, values, model_class_names(config, model_dir))
+  lines += skipped_section(skipped_files)
   path = os.path.join(report_dir, REPORT_FILE)
   with open(path, "w") as f:
     f.write("\n".join(lines))

@@ -5,6 +5,9 @@ import pytest
 from reporting import run_report
 from pipeline.evaluation import ACCURACY_NAME
 from components.calibration_metrics import ECE_NAME, NLL_NAME
+from pipeline.config import from_flags
+from trainer_module.class_names import CLASS_NAMES_FILE
+from trainer_module.export import write_record
 from trainer_module.features import PROBABILITIES_KEY
 
 
@@ -135,3 +138,16 @@ def test_a_familys_confidence_gap_is_its_slices_mean_confidence_minus_accuracy()
   gap = run_report.family_means(values, PROBABILITIES_KEY, ["fog"])["weather"]["gap"]
   assert gap == pytest.approx(np.mean([(0.9 - 0.6 + 0.3 - 0.2 - s / 100) / 2
                                        for s in range(1, 6)]))
+
+
+def test_class_names_come_from_the_model_and_skipped_files_are_listed(tmp_path):
+  config = from_flags([])
+  assert run_report.model_class_names(config, None) == [str(k) for k in range(10)]
+  write_record(str(tmp_path), CLASS_NAMES_FILE, {"class_names": ["cat", "dog"]})
+  assert run_report.model_class_names(config, str(tmp_path)) == ["cat", "dog"]
+  assert run_report.skipped_section([]) == []
+  lines = run_report.skipped_section([("/photos/cat/a.jpg", "empty file (0 bytes)"),
+                                       ("/photos/dog", "empty class folder: a | b")])
+  assert "## Skipped input files" in lines
+  assert "| `/photos/cat/a.jpg` | empty file (0 bytes) |" in lines
+  assert "| `/photos/dog` | empty class folder: a / b |" in lines

@@ -9,6 +9,7 @@ import sys
 from typing import List
 
 from components.calibration_metrics import ECE_NAME, NLL_NAME
+from components.example_gen import read_skipped_files
 from components.pusher import ALREADY_SERVING_KEY
 from reporting import run_report, tfma_results
 from pipeline.config import PipelineConfig
@@ -76,6 +77,10 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
     lines.append(f"  pushed model:    none new; the blessed model already serves as {serving}")
   else:
     lines.append("  pushed model:    nothing pushed this run")
+  skipped = read_skipped_files(examples.uri) if examples is not None else []
+  if skipped:
+    lines.append(f"  skipped images:  {len(skipped)} bad file(s) or folder(s) left out "
+                 "(--skip_bad_images; listed in the run report)")
   has_test_split = examples is not None and '"test"' in examples.properties[
       "split_names"].string_value
   if serving is not None and has_test_split:
@@ -92,7 +97,8 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
         config, report_dir, evaluation.uri, blessed,
         os.path.join(model.uri, "Format-Serving") if model is not None else None,
         serving if pushed is not None and pushed.custom_properties["pushed"].int_value == 1
-        else None, evaluation_set.uri if evaluation_set is not None else None)
+        else None, evaluation_set.uri if evaluation_set is not None else None,
+        skipped_files=read_skipped_files(examples.uri) if examples is not None else ())
     lines.append(f"  run report:      {report_path}")
   lines.append(f"  serving models:  {config.serving_model_dir}")
   lines.append(f"  MLMD database:   {config.metadata_path}")

@@ -17,7 +17,7 @@ from testing.trainjob_nodes import LocalTrainJobs
 # Two nodes of half the per-replica batch: the global batch (and schedule) of one 64-batch pod.
 TWO_NODES = ["--replica_count=2", "--distribution_strategy=multi_worker_mirrored",
              "--per_core_batch_size=32"]
-UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
+UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform")
 
 

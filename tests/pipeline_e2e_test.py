@@ -20,7 +20,7 @@ from trainer_module.distribution import resolve_precision
 from trainer_module.export import PRECISION_FILE, read_record
 from trainer_module.temperature import read_calibration_info
 
-PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
+PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
                        "EvaluationSetGen", "Evaluator", "Pusher"}
 _GATE_FAILURE = re.compile(r"- accuracy on eval_set=eval is (\S+); needs >= (\S+) "

@@ -1,5 +1,6 @@
-"""The exported model serves tf.Examples and raw PNG bytes alike, accepts what training accepts,
-and fails a bad request with InvalidArgument before decoding anything it would refuse."""
+"""The exported model serves tf.Examples and raw image bytes alike, takes JPEG or PNG of any
+size and colour mode (resized as the image_dir ingest resizes), answers with class names, and
+fails a bad request with InvalidArgument before decoding anything it would refuse."""
 import io
 import resource
 import time
@@ -11,14 +12,18 @@ import tensorflow_transform as tft
 import tf_keras as keras
 from PIL import Image
 
+from components import image_folder, image_sources
+from testing import image_folders
 from testing.tfrecord_inputs import png_bomb
 from testing.transform_runs import raw_digit_examples, run_transform
 from trainer_module import temperature
+from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.config import TrainerConfig
 from trainer_module.export import PRECISION_FILE, export_serving_model, float32_model, read_record
 from trainer_module.model import wide_resnet
 
 SERVED_TEMPERATURE = 2.5
+CLASS_NAMES = tuple(f"class {digit}" for digit in range(10))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,8 @@ def exported(tmp_path_factory, transform_dir):
   export_serving_model(float32_model(trained, config), tft.TFTransformOutput(transform_dir),
                        export_dir, calibration={"temperature": SERVED_TEMPERATURE},
                        records={PRECISION_FILE: {"policy": "mixed_bfloat16", "reason": "asked for",
-                                                "serving_policy": "float32"}})
+                                                "serving_policy": "float32"}},
+                       class_names=CLASS_NAMES)
   return export_dir, trained
 
 
@@ -120,25 +126,70 @@ def test_a_decompression_bomb_is_refused_by_its_header_without_decoding(served, 
   before = _peak_rss_mb()
   started = time.time()
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"declares another size .* at batch positions\] \[1 2\] \[declared "
+                     match=r"declares too many pixels .* at batch positions\] \[1 2\] \[declared "
                            r"widths\] \[12000 12000\]"):
     served.signatures[signature](**{_INPUT[signature]: tf.constant(requests)})
   assert _peak_rss_mb() - before < 100, "three bombs decoded would take 1.3 GB"
   assert time.time() - started < 5
 
 
+def _jpeg_declaring(width, height):
+  """A small JPEG whose SOF0 marker declares width x height pixels."""
+  data = bytearray(_encoded((16, 16, 3), "JPEG"))
+  sof = data.index(b"\xff\xc0")
+  data[sof + 5:sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+  return bytes(data)
+
+
+def test_a_jpeg_declaring_too_many_pixels_is_refused_by_its_header(served):
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"declares too many pixels .* at batch positions\] \[1\] \[declared "
+                           r"widths\] \[30000\] \[declared heights\] \[20000\]"):
+    served.signatures["serving_images"](images=tf.constant(
+        [raw_digit_examples(1)[0]["image"], _jpeg_declaring(30000, 20000)]))
+
+
 _INPUT = {"serving_images": "images", "serving_default": "examples"}
 
 
+def _model_input_png(encoded):
+  """The 32x32 PNG the image_dir ingest stores for an image file."""
+  return image_sources.encode_png(image_folder.model_input(encoded))
+
+
+def test_a_camera_jpeg_and_its_ingested_png_get_the_same_answer_with_the_class_name(served,
+                                                                                   exported):
+  photos = [image_folders.jpeg((480, 360), colour, seed) for seed, colour in
+            enumerate(image_folders.CLASS_COLOURS.values())]
+  from_photos = served.signatures["serving_images"](images=tf.constant(photos))
+  from_pngs = served.signatures["serving_images"](
+      images=tf.constant([_model_input_png(photo) for photo in photos]))
+  np.testing.assert_array_equal(from_photos["probabilities"], from_pngs["probabilities"])
+  np.testing.assert_array_equal(from_photos["class_names"],
+                                [CLASS_NAMES[k].encode() for k in from_photos["class_ids"]])
+  assert read_record(exported[0], CLASS_NAMES_FILE) == {"class_names": list(CLASS_NAMES)}
+
+
+@pytest.mark.parametrize("payload", [
+    _encoded((32, 32, 3), "JPEG"), _encoded((28, 28, 3), "PNG"), _encoded((32, 32), "PNG"),
+    _encoded((32, 32, 4), "PNG"), _encoded((640, 480, 3), "JPEG"),
+    image_folders.encode(image_folders.photo((0, 0, 255), (50, 40), 0), "JPEG", "CMYK"),
+    image_folders.encode(image_folders.photo((0, 0, 255), (50, 40), 0), "PNG", "P"),
+], ids=["jpeg", "28x28", "grayscale", "rgba", "640x480-jpeg", "cmyk-jpeg", "palette-png"])
+def test_any_jpeg_or_png_within_the_bound_is_answered(served, payload):
+  result = served.signatures["serving_images"](images=tf.constant([payload]))
+  assert result["probabilities"].shape == (1, 10)
+  assert result["class_names"].numpy()[0].decode() in CLASS_NAMES
+
+
 @pytest.mark.parametrize("payload, message", [
-    (b"not an image", r"Not a PNG image .* at batch positions\] \[1\]"),
-    (b"", r"Not a PNG image"),
-    (_encoded((32, 32, 3), "JPEG"), r"Not a PNG image"),
-    (_encoded((28, 28, 3), "PNG"), r"declared widths\] \[28\] \[declared heights\] \[28\]"),
-    (_encoded((32, 32), "PNG"), r"not 8-bit RGB .*PNG colour types.*\] \[0\]"),
-    (_encoded((32, 32, 4), "PNG"), r"not 8-bit RGB .*PNG colour types.*\] \[6\]"),
+    (b"not an image", r"Not a JPEG or PNG image .* at batch positions\] \[1\]"),
+    (b"", r"Not a JPEG or PNG image"),
+    (_encoded((32, 32, 3), "GIF"), r"Not a JPEG or PNG image"),
+    (_encoded((32, 32, 3), "BMP"), r"Not a JPEG or PNG image"),
+    (image_folders.jpeg()[:3000], r"Invalid JPEG data"),
     (_encoded((32, 32, 3), "PNG")[:-20], r"PNG image truncated .* at batch positions\] \[1\]"),
-], ids=["garbage", "empty-bytes", "jpeg", "28x28", "grayscale", "rgba", "truncated"])
+], ids=["garbage", "empty-bytes", "gif", "bmp", "truncated-jpeg", "truncated-png"])
 @pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
 def test_images_training_would_refuse_fail_the_request_clearly_and_serving_goes_on(
     served, signature, payload, message):
@@ -168,6 +219,7 @@ def test_an_empty_batch_gets_empty_outputs(served, signature):
   result = served.signatures[signature](**{_INPUT[signature]: tf.constant([], tf.string)})
   assert result["probabilities"].shape == (0, 10)
   assert result["class_ids"].shape == (0,)
+  assert result["class_names"].shape == (0,)
 
 
 def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyond(

@@ -23,7 +23,7 @@ class TrainerConfig:
   # Model.
   depth: int = 28  # Wide ResNet depth, 6n+4 (28 in WRN-28-10).
   width_multiplier: int = 10  # Channel widening factor k (10 in WRN-28-10).
-  num_classes: int = 10  # Classes of the label (the schema's label domain).
+  num_classes: int = 10  # Classes of the label (an image_dir run: its class folders).
   # Regularisation; each per-group L2 falls back to `l2` when None.
   l2: float = 2e-4  # L2 of every parameter group without its own.
   bn_l2: Optional[float] = None  # L2 of batch-norm scales and offsets.

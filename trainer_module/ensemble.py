@@ -41,6 +41,7 @@ import tf_keras as keras
 from trainer_module import data, temperature
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS,
                                    FEATURE_DISTANCE_FITS, L2_GROUPS)
+from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import IMAGE_SHAPE
@@ -325,8 +326,10 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
       "diversity": disagreement(probabilities[chosen]),
       "eval": probability_metrics(_sharpen(mean, eval_temperatures), labels, num_bins),
       "objective_value": objective_value(mean, labels, objective, calibrated)}
+  names = read_record(members[0].model_dir, CLASS_NAMES_FILE)  # The members share the schema.
   export_serving_model(network, tft_output, export_dir, calibration,
-                       records={ENSEMBLE_FILE: record}, features_model=features_model)
+                       records={ENSEMBLE_FILE: record}, features_model=features_model,
+                       class_names=names and names["class_names"])
   return record
 
 

@@ -1,16 +1,19 @@
 """The serving SavedModel: class probabilities (temperature-scaled, and the raw softmax beside
-them) and the predicted class for
+them), the predicted class's index and its name (the run's class names, trainer_module/
+class_names.py) for
 
 - `serving_default`: serialized tf.Examples (what TFMA and tf.Example clients send);
 - `serving_images`: raw PNG or JPEG bytes, one image per element.
 
-Both accept exactly what ValidationGate accepts in training: an 8-bit RGB PNG of 32x32
-pixels (trainer_module/image_format.py). The header is checked before anything is decoded,
-so a decompression bomb costs nothing; then the Transform graph decodes and normalises, so
-serving preprocesses exactly as training did (the label and key are not needed and TFT prunes
-what depends on them). Every bad request fails with InvalidArgument naming the problem and the
-batch positions: another format or size, bytes that are not a serialized tf.Example with one
-`image` value; the model keeps serving. An empty batch gets empty outputs.
+Both accept a JPEG or PNG of any size up to image_format.MAX_DECLARED_PIXELS and any colour
+mode (trainer_module/image_format.py). The header is checked before anything is decoded,
+so a decompression bomb costs nothing; then the Transform graph decodes, converts to RGB,
+resizes (with the function the image_dir ingest resized the training images with) and
+normalises, so serving preprocesses exactly as training did (the label and key are not needed
+and TFT prunes what depends on them). Every bad request fails with InvalidArgument naming the
+problem and the batch positions: another format, too many pixels, bytes that are not a
+serialized tf.Example with one `image` value; the model keeps serving. An empty batch gets
+empty outputs.
 
 The served model computes in float32 whatever policy trained it (the weights are float32 under
 every policy): serving hardware may lack 16-bit units, and the probabilities TFMA and clients
@@ -18,7 +21,7 @@ read are float32. `assets.extra/precision.json` records what training ran in.
 """
 import json
 import os
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -27,8 +30,10 @@ import tf_keras as keras
 from trainer_module import image_format
 from trainer_module import temperature as temperature_scaling
 from trainer_module.config import TrainerConfig
-from trainer_module.features import (CLASS_IDS_KEY, DISTANCE_SCORE_KEY, IMAGE_KEY,
-                                     PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.class_names import CLASS_NAMES_FILE, index_names
+from trainer_module.features import (CLASS_IDS_KEY, CLASS_NAMES_KEY, DISTANCE_SCORE_KEY,
+                                     IMAGE_KEY, PROBABILITIES_KEY,
+                                     UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.model import wide_resnet
 
 
@@ -78,7 +83,8 @@ def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation
 
 def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
                          export_dir: str, calibration: Optional[dict] = None,
-                         records: Mapping[str, dict] = {}, features_model=None) -> None:
+                         records: Mapping[str, dict] = {}, features_model=None,
+                         class_names: Optional[Sequence[str]] = None) -> None:
   """model maps transformed images to logits (an ensemble: to log mean probabilities) and must
   compute in float32 (see float32_model). calibration: `temperature.calibrate`'s result; its T
   is baked into `probabilities` (T = 1 without it; under in_support, for the inputs within the
@@ -86,7 +92,8 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   `features_model`, by default the network's penultimate_model, which must share model's
   graph) and it is recorded in
   assets.extra, as is each of `records` ({file name: JSON value}), copied with the model and
-  ignored by serving."""
+  ignored by serving. class_names: in index order (default '0', '1', ...); served beside the
+  probabilities and recorded in assets.extra/CLASS_NAMES_FILE."""
   temperature = calibration["temperature"] if calibration else 1.0
   # temperature_fit=in_support: T only within the eval images' feature distance, 1 beyond;
   # distance_curve: T of each input's distance (both also serve that distance's score).
@@ -96,13 +103,16 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
   num_classes = model.output_shape[-1]
+  class_names = list(class_names or index_names(num_classes))
+  if len(class_names) != num_classes:
+    raise ValueError(f"{len(class_names)} class names for a model of {num_classes} classes.")
   if support is not None:
     features_model = features_model or temperature_scaling.penultimate_model(model)
   network = (model if support is None else
              keras.Model(model.inputs, [model.output, features_model.output]))
 
   def predict(encoded_images):
-    with tf.control_dependencies([image_format.assert_png_headers(encoded_images)]):
+    with tf.control_dependencies([image_format.assert_served_headers(encoded_images)]):
       encoded_images = tf.identity(encoded_images)  # Nothing is decoded before the check.
 
     def logits_and_temperatures():
@@ -122,7 +132,9 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
                       lambda: empty + (() if support is None else (tf.zeros([0], tf.float32),)))
     logits, temperatures = outputs[:2]
     probabilities = tf.nn.softmax(logits / temperatures[:, tf.newaxis])
-    served = {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: tf.argmax(probabilities, axis=-1),
+    class_ids = tf.argmax(probabilities, axis=-1)
+    served = {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: class_ids,
+              CLASS_NAMES_KEY: tf.gather(tf.constant(class_names), class_ids),
               UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
     if support is not None:
       served[DISTANCE_SCORE_KEY] = outputs[2]
@@ -149,7 +161,7 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
              signatures={"serving_default": serve_tf_examples, "serving_images": serve_images})
   if calibration:
     temperature_scaling.write_calibration_info(export_dir, calibration)
-  for name, value in records.items():
+  for name, value in {**records, CLASS_NAMES_FILE: {"class_names": class_names}}.items():
     write_record(export_dir, name, value)
 
 

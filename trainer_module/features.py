@@ -1,6 +1,6 @@
 """Names and shapes of the features shared by ingestion, Transform, Trainer and serving."""
 
-IMAGE_KEY = "image"  # PNG-encoded uint8 image, IMAGE_SHAPE.
+IMAGE_KEY = "image"  # Stored: an 8-bit RGB PNG of IMAGE_SHAPE; served: JPEG/PNG, any size.
 LABEL_KEY = "label"  # int64 class id in [0, num_classes).
 EXAMPLE_KEY = "key"  # Stable string id, unique per example, the same on every run.
 
@@ -12,6 +12,7 @@ IMAGE_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, IMAGE_CHANNELS)
 PROBABILITIES_KEY = "probabilities"  # softmax(logits / T), T fitted on the eval split.
 UNCALIBRATED_PROBABILITIES_KEY = "uncalibrated_probabilities"  # softmax(logits).
 CLASS_IDS_KEY = "class_ids"
+CLASS_NAMES_KEY = "class_names"  # string [batch]: the name of the class of class_ids.
 # Models calibrated by feature distance (in_support, distance_curve) also serve how far each
 # input lies from the training data (temperature.distance_scores).
 DISTANCE_SCORE_KEY = "distance_score"

@@ -1,18 +1,21 @@
-"""The one image format training and serving accept: an 8-bit RGB PNG of IMAGE_SHAPE, judged by
-its header before any pixel is decoded.
+"""The image formats of the pipeline, and the one conversion of any image to the model's input.
 
-A PNG's first 26 bytes are its signature, the IHDR chunk's length and type, then the declared
-width, height (big-endian uint32), bit depth and colour type. Checking them first bounds
-decoding: a 1 MB file declaring 20000x20000 pixels (a decompression bomb) is refused before
-it can allocate 1.2 GB. Grayscale, palette, RGBA, 16-bit and JPEG images are refused on both
-sides too, so that a model never serves inputs unlike those it was validated on.
+Stored examples (what ValidationGate accepts, what Transform reads) are 8-bit RGB PNGs of
+IMAGE_SHAPE. Clients of the served model send JPEG or PNG of any size and colour mode up to
+MAX_DECLARED_PIXELS; `decode_to_model_input` converts them to RGB and `resize_to_model_input`
+squashes them to IMAGE_SHAPE, in the serving graph (through Transform's decode) as in the
+image_dir ingest (components/image_folder.py), so a photo and its ingested PNG are the same
+input to the model.
 
-A PNG ends with its IEND chunk (12 fixed bytes), so a truncated file (a cut upload or copy) is
-refused by its last bytes too, naming its batch position, rather than by the decoder's
-"Invalid PNG data" that names none.
-
-`header_problem` is the check in Python (ValidationGate); `assert_png_headers` the same check
-as TensorFlow ops (both serving signatures), failing a request with InvalidArgument.
+Headers are judged before any pixel is decoded, so a decompression bomb (a 1 MB file declaring
+20000x20000 pixels) costs nothing. A PNG's first 26 bytes are its signature, the IHDR chunk's
+length and type, then the declared width, height (big-endian uint32), bit depth and colour
+type; a JPEG's size is in its SOF marker, which tf.image.extract_jpeg_shape reads without
+decoding. A PNG ends with its IEND chunk (12 fixed bytes), so a truncated PNG (a cut upload or
+copy) is refused by its last bytes, naming its batch position, rather than by the decoder's
+"Invalid PNG data" that names none. `header_problem` checks a stored example in Python (ValidationGate);
+`assert_served_headers` checks a served batch as TensorFlow ops, failing a request with
+InvalidArgument.
 """
 import struct
 from typing import Optional
@@ -22,17 +25,22 @@ from trainer_module.features import IMAGE_SHAPE
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _IHDR = b"\x00\x00\x00\x0dIHDR"  # Length 13, type IHDR: always the first chunk.
 PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"  # Length 0, type IEND, its CRC: always the last.
+JPEG_SIGNATURE = b"\xff\xd8\xff"  # Start of image, then the first marker.
 HEADER_LENGTH = 26
 RGB_COLOR_TYPE = 2
 BIT_DEPTH = 8
 _COLOR_TYPES = {0: "grayscale", 2: "RGB", 3: "palette", 4: "grayscale+alpha", 6: "RGBA"}
 _SHOWN = 10  # Bad positions named per message.
 ACCEPTED = f"an 8-bit RGB PNG of {IMAGE_SHAPE[1]}x{IMAGE_SHAPE[0]} pixels"
+# The largest image decoded, by declared width x height (a 40-megapixel camera's photo; 120 MB
+# of RGB pixels): larger ones are refused, served or ingested, without decoding.
+MAX_DECLARED_PIXELS = 40_000_000
+SERVED = f"a JPEG or PNG image of at most {MAX_DECLARED_PIXELS:,} pixels"
 
 
 def header_problem(image: bytes) -> Optional[str]:
-  """Why the header does not declare ACCEPTED or the file does not end, or None; reads only
-  the first 26 bytes and the last 12."""
+  """Why a stored example's header does not declare ACCEPTED or the file does not end, or None;
+  reads only the first 26 bytes and the last 12."""
   header = image[:HEADER_LENGTH]
   if len(header) < HEADER_LENGTH or not header.startswith(PNG_SIGNATURE + _IHDR):
     return f"not a PNG image (expected {ACCEPTED})"
@@ -47,48 +55,75 @@ def header_problem(image: bytes) -> Optional[str]:
   return None
 
 
-def assert_png_headers(encoded):
+def resize_to_model_input(image):
+  """uint8 [height, width, 3] -> uint8 IMAGE_SHAPE: squashed (aspect ratio not kept, as
+  Keras' image_dataset_from_directory does by default) with antialiased bilinear filtering,
+  rounded; an image of IMAGE_SHAPE already is returned unchanged."""
+  import tensorflow as tf
+  size = IMAGE_SHAPE[:2]
+
+  def resized():
+    scaled = tf.image.resize(image, size, method="bilinear", antialias=True)
+    return tf.cast(tf.clip_by_value(tf.round(scaled), 0.0, 255.0), tf.uint8)
+
+  same_size = tf.reduce_all(tf.equal(tf.shape(image)[:2], size))
+  return tf.ensure_shape(tf.cond(same_size, lambda: image, resized), IMAGE_SHAPE)
+
+
+def decode_to_model_input(encoded):
+  """One JPEG or PNG image's bytes (any size, bit depth or colour mode: grayscale, palette and
+  CMYK are converted to RGB, alpha dropped) -> uint8 IMAGE_SHAPE. TensorFlow also decodes GIF
+  and BMP here, but ignores a BMP's palette: ingest converts those two with PIL."""
+  import tensorflow as tf
+  image = tf.io.decode_image(encoded, channels=IMAGE_SHAPE[-1], dtype=tf.uint8,
+                             expand_animations=False)
+  return resize_to_model_input(image)
+
+
+def assert_served_headers(encoded):
   """An op that fails with InvalidArgument, naming the batch positions and what they declare,
-  unless every element of the string tensor `encoded` ([batch]) declares ACCEPTED."""
+  unless every element of the string tensor `encoded` ([batch]) is SERVED by its header."""
   import tensorflow as tf
   padded = tf.strings.join([encoded, tf.constant(b"\0" * HEADER_LENGTH)])  # Short input too.
   is_png = tf.equal(tf.strings.substr(padded, 0, 16), PNG_SIGNATURE + _IHDR)
-  fields = tf.reshape(tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 16, 10), tf.uint8),
-                             tf.int64), [-1, 10])  # [0, 10] for an empty batch too.
+  is_jpeg = tf.equal(tf.strings.substr(padded, 0, len(JPEG_SIGNATURE)), JPEG_SIGNATURE)
+  fields = tf.reshape(tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 16, 8), tf.uint8),
+                              tf.int64), [-1, 8])  # [0, 8] for an empty batch too.
   big_endian = tf.constant([2**24, 2**16, 2**8, 1], tf.int64)
-  width = tf.reduce_sum(fields[:, 0:4] * big_endian, axis=1)
-  height = tf.reduce_sum(fields[:, 4:8] * big_endian, axis=1)
-  depth, color_type = fields[:, 8], fields[:, 9]
-  right_size = tf.logical_and(tf.equal(width, IMAGE_SHAPE[1]), tf.equal(height, IMAGE_SHAPE[0]))
-  right_kind = tf.logical_and(tf.equal(depth, BIT_DEPTH), tf.equal(color_type, RGB_COLOR_TYPE))
+  png_size = tf.stack([tf.reduce_sum(fields[:, 0:4] * big_endian, axis=1),
+                       tf.reduce_sum(fields[:, 4:8] * big_endian, axis=1)], axis=1)
+
+  def jpeg_size(element):  # [width, height] from the SOF marker; nothing is decoded.
+    image, jpeg = element
+    return tf.cond(jpeg, lambda: tf.cast(tf.reverse(tf.image.extract_jpeg_shape(image)[:2],
+                                                    [0]), tf.int64),
+                   lambda: tf.zeros([2], tf.int64))
+
+  size = tf.where(is_jpeg[:, tf.newaxis],
+                  tf.map_fn(jpeg_size, (encoded, is_jpeg),
+                            fn_output_signature=tf.TensorSpec([2], tf.int64)), png_size)
+  known = tf.logical_or(is_png, is_jpeg)
+  too_large = tf.logical_and(known, size[:, 0] * size[:, 1] > MAX_DECLARED_PIXELS)
   end = len(PNG_END)
   complete = tf.equal(tf.strings.substr(
       encoded, tf.maximum(tf.strings.length(encoded) - end, 0), tf.fill(tf.shape(encoded), end)),
       PNG_END)
+  truncated = tf.logical_and(tf.logical_and(is_png, tf.logical_not(too_large)),
+                             tf.logical_not(complete))
 
   def positions(bad):
     return tf.reshape(tf.where(bad), [-1])
 
-  not_png = tf.logical_not(is_png)
-  wrong_size = tf.logical_and(is_png, tf.logical_not(right_size))
-  wrong_kind = tf.logical_and(is_png, tf.logical_and(right_size, tf.logical_not(right_kind)))
-  truncated = tf.logical_and(tf.logical_and(is_png, tf.logical_and(right_size, right_kind)),
-                             tf.logical_not(complete))
-  checks = [
-      tf.debugging.Assert(tf.reduce_all(is_png), [
-          f"Not a PNG image (expected {ACCEPTED}) at batch positions", positions(not_png)],
-          summarize=_SHOWN),
-      tf.debugging.Assert(tf.logical_not(tf.reduce_any(wrong_size)), [
-          f"Image declares another size (expected {ACCEPTED}; not decoded) at batch positions",
-          positions(wrong_size), "declared widths", tf.boolean_mask(width, wrong_size),
-          "declared heights", tf.boolean_mask(height, wrong_size)], summarize=_SHOWN),
-      tf.debugging.Assert(tf.logical_not(tf.reduce_any(wrong_kind)), [
-          f"Image is not 8-bit RGB (expected {ACCEPTED}) at batch positions",
-          positions(wrong_kind), "bit depths", tf.boolean_mask(depth, wrong_kind),
-          "PNG colour types (0 grayscale, 3 palette, 4 grayscale+alpha, 6 RGBA)",
-          tf.boolean_mask(color_type, wrong_kind)], summarize=_SHOWN),
+  return tf.group([
+      tf.debugging.Assert(tf.reduce_all(known), [
+          f"Not a JPEG or PNG image (expected {SERVED}) at batch positions",
+          positions(tf.logical_not(known))], summarize=_SHOWN),
+      tf.debugging.Assert(tf.logical_not(tf.reduce_any(too_large)), [
+          f"Image declares too many pixels (expected {SERVED}; not decoded) at batch "
+          "positions", positions(too_large), "declared widths",
+          tf.boolean_mask(size[:, 0], too_large), "declared heights",
+          tf.boolean_mask(size[:, 1], too_large)], summarize=_SHOWN),
       tf.debugging.Assert(tf.logical_not(tf.reduce_any(truncated)), [
           "PNG image truncated (it does not end with the IEND chunk) at batch positions",
           positions(truncated)], summarize=_SHOWN),
-  ]
-  return tf.group(checks)
+  ])

@@ -9,7 +9,7 @@ normalises them with the same statistics.
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from trainer_module import augmix
+from trainer_module import augmix, image_format
 from trainer_module.config import TRANSFORM_OPTIONS_KEY
 from trainer_module.features import (AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY,
                                      EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY)
@@ -25,14 +25,12 @@ TRAIN_KEYS = "train_keys"  # The vocabulary of the analysed (train) split's exam
 
 
 def decode_images(encoded: tf.Tensor) -> tf.Tensor:
-  """A batch of PNG/JPEG bytes -> uint8 [batch, 32, 32, 3]."""
-
-  def decode(image_bytes):
-    image = tf.io.decode_image(image_bytes, channels=IMAGE_SHAPE[-1], expand_animations=False)
-    return tf.ensure_shape(image, IMAGE_SHAPE)
-
+  """A batch of JPEG/PNG bytes of any size -> uint8 [batch, 32, 32, 3], converted as the
+  image_dir ingest converts (image_format.decode_to_model_input): stored examples are 32x32
+  already, served images are resized here."""
   encoded = tf.reshape(encoded, [-1])
-  return tf.map_fn(decode, encoded, fn_output_signature=tf.TensorSpec(IMAGE_SHAPE, tf.uint8))
+  return tf.map_fn(image_format.decode_to_model_input, encoded,
+                   fn_output_signature=tf.TensorSpec(IMAGE_SHAPE, tf.uint8))
 
 
 def normalize(images01: tf.Tensor, mean: tf.Tensor, std: tf.Tensor) -> tf.Tensor:

@@ -3,14 +3,13 @@ import io
 import tempfile
 
 import numpy as np
-import pytest
 import tensorflow as tf
 from PIL import Image
 import tensorflow_transform.beam as tft_beam
 from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
 from components.image_sources import encode_png
-from trainer_module import preprocessing
+from trainer_module import image_format, preprocessing
 from trainer_module.features import IMAGE_SHAPE
 
 _RAW_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
@@ -63,8 +62,14 @@ def test_denormalize_inverts_normalize_exactly_for_uint8_images():
   np.testing.assert_array_equal(preprocessing.denormalize_to_uint8(normalized, mean, std), images)
 
 
-def test_decode_images_rejects_an_image_of_the_wrong_shape():
-  buffer = io.BytesIO()
-  Image.fromarray(np.zeros((28, 28, 3), np.uint8)).save(buffer, format="PNG")
-  with pytest.raises(tf.errors.InvalidArgumentError):
-    preprocessing.decode_images(tf.constant([buffer.getvalue()]))
+def test_decode_images_resizes_any_other_size_and_mode_as_the_image_folder_ingest_does():
+  pngs = []
+  for shape in [(28, 41, 3), (90, 60), (64, 64, 4)]:
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, shape, np.uint8)).save(
+        buffer, format="PNG")
+    pngs.append(buffer.getvalue())
+  decoded = preprocessing.decode_images(tf.constant(pngs)).numpy()
+  assert decoded.shape == (3, 32, 32, 3)
+  for png, image in zip(pngs, decoded):
+    np.testing.assert_array_equal(image, image_format.decode_to_model_input(png).numpy())

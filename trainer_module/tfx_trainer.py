@@ -9,7 +9,12 @@ reached.
 With warm_start=production the base model is the WarmStartModel's snapshot of the model in
 production (pipeline/pipeline.py); when nothing is in production it holds no SavedModel and the
 run trains from scratch.
+
+The run's schema names the classes (trainer_module/class_names.py): the model gets one output
+per name, whatever the config's num_classes (an image folder's classes are known only once
+ExampleGen has listed it), and serves the names.
 """
+import dataclasses
 import hashlib
 import json
 import logging
@@ -18,6 +23,7 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
+from trainer_module.class_names import read_class_names
 from trainer_module.config import (NO_WARM_START, TRAINER_CONFIG_KEY, WARM_START_FROM_PRODUCTION,
                                    TrainerConfig)
 from trainer_module.features import PUSH_INFO_PATH
@@ -60,9 +66,15 @@ def warm_start_source(config: TrainerConfig, base_model: Optional[str]
 
 def run_fn(fn_args) -> None:
   config = TrainerConfig.from_dict(fn_args.custom_config[TRAINER_CONFIG_KEY])
+  class_names = read_class_names(fn_args.schema_path) if fn_args.schema_path else None
+  if class_names and len(class_names) != config.num_classes:
+    log.info("The schema names %d classes: the model gets %d outputs (num_classes=%d ignored).",
+             len(class_names), len(class_names), config.num_classes)
+    config = dataclasses.replace(config, num_classes=len(class_names))
   warm_start_from, warm_start_origin = warm_start_source(config, fn_args.base_model)
   run(config, RunPaths(train_files=fn_args.train_files, eval_files=fn_args.eval_files,
                        transform_output=fn_args.transform_output,
                        checkpoint_dir=checkpoint_dir(fn_args, config),
                        log_dir=fn_args.model_run_dir, export_dir=fn_args.serving_model_dir,
-                       warm_start_from=warm_start_from, warm_start_origin=warm_start_origin))
+                       warm_start_from=warm_start_from, warm_start_origin=warm_start_origin),
+      class_names)

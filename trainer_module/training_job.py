@@ -37,8 +37,10 @@ class RunPaths:
   warm_start_origin: Optional[str] = None
 
 
-def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
-  """Trains and/or evaluates as `config.mode` says; returns the last metrics."""
+def run(config: TrainerConfig, paths: RunPaths,
+        class_names: Optional[Sequence[str]] = None) -> Dict[str, float]:
+  """Trains and/or evaluates as `config.mode` says; returns the last metrics. class_names: what
+  the served model names its classes (default: their indices)."""
   precision = set_precision_policy(config)
   if config.op_determinism:
     tf.config.experimental.enable_op_determinism()
@@ -98,7 +100,8 @@ def run(config: TrainerConfig, paths: RunPaths) -> Dict[str, float]:
                                                config.eval_batch_size),
                              data.eval_batches(paths.train_files, feature_spec,
                                                config.eval_batch_size))
-    _export(training, serving_model, tft_output, paths.export_dir, chief, calibration, precision)
+    _export(training, serving_model, tft_output, paths.export_dir, chief, calibration, precision,
+            class_names)
   return metrics
 
 
@@ -150,13 +153,15 @@ def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str
 
 
 def _export(training: Training, model, tft_output, export_dir: str, chief: bool,
-            calibration: dict, precision: Precision) -> None:
+            calibration: dict, precision: Precision,
+            class_names: Optional[Sequence[str]]) -> None:
   """Every worker saves (saving may need collectives); only the chief's copy is kept."""
   target = export_dir if chief else tempfile.mkdtemp(prefix="export-scratch-")
   export_serving_model(model, tft_output, target, calibration=calibration, records={
       TRAINING_FILE: {"step": training.step, "trainer_config": training.config.to_dict(),
                       "warm_start": training.warm_start_record},
-      PRECISION_FILE: dict(precision.to_dict(), serving_policy="float32")})
+      PRECISION_FILE: dict(precision.to_dict(), serving_policy="float32")},
+      class_names=class_names)
   if chief:
     log.info("Exported the serving model to %s.", export_dir)
   else:

@@ -1,0 +1,218 @@
+"""A folder of labelled images as the pipeline's input (--dataset=image_dir).
+
+Layout: `DIR/<class name>/<files>` (split by key hash, as for digits), or `DIR/{train,eval,test}/
+<class name>/<files>` for fixed splits; files may sit in subfolders of a class folder. The
+classes are the class folders' names, sorted: a class's label is its index. An example's key
+is its file's path relative to DIR, the same on every run and machine.
+
+Every file that is not a dot file is read, whatever its extension: a file that is not a JPEG,
+PNG, GIF or BMP image, is empty, truncated or corrupted, or declares more than
+image_format.MAX_DECLARED_PIXELS (a decompression bomb, refused before decoding), and a class
+folder that is empty or missing from a split, is a `BadFile` (path and reason): the run stops
+naming them all, or with skip_bad_images they are left out and listed.
+
+`scan` lists the folder (in the ExampleGen executor, before its Beam pipeline); `read_image`
+reads one file (on Beam). JPEG and PNG are decoded by the TensorFlow ops serving decodes them
+with, GIF and BMP (which serving does not take) by PIL; all are resized by
+image_format.resize_to_model_input, the serving graph's resize.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import posixpath
+import re
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from components import image_sources
+from trainer_module import image_format
+
+FORMATS = ("JPEG", "PNG", "GIF", "BMP")
+_TF_DECODED = ("JPEG", "PNG")  # As serving decodes them; TF ignores a BMP's palette.
+MIN_CLASSES = 2
+
+BadFile = Tuple[str, str]  # (path, reason)
+
+
+class ImageFolderError(ValueError):
+  """The image folder cannot be read as labelled images; names every bad file or folder."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FolderLayout:
+  """What `scan` found: the classes, each split's (key, label) files, and the bad folders."""
+  image_dir: str
+  class_names: Tuple[str, ...]
+  files: Dict[str, List[Tuple[str, int]]]
+  problems: List[BadFile]
+
+
+def _visible(names) -> List[str]:
+  return sorted(name.rstrip("/") for name in names if not name.startswith("."))
+
+
+def _subfolders(path: str) -> Tuple[List[str], List[str]]:
+  """(folder names, file names) directly in path, dot files left out."""
+  import tensorflow as tf
+  folders, files = [], []
+  for name in _visible(tf.io.gfile.listdir(path)):
+    (folders if tf.io.gfile.isdir(os.path.join(path, name)) else files).append(name)
+  return folders, files
+
+
+def _class_files(class_dir: str) -> List[str]:
+  """The files under a class folder (subfolders too), as paths relative to it, sorted."""
+  import tensorflow as tf
+  found = []
+  for directory, subdirs, files in tf.io.gfile.walk(class_dir):
+    subdirs[:] = _visible(subdirs)
+    relative = directory[len(class_dir):].strip("/").replace("\\", "/")
+    found += [posixpath.join(relative, name) if relative else name for name in _visible(files)]
+  return sorted(found)
+
+
+def is_fixed_split_layout(image_dir: str) -> bool:
+  """DIR/{train,eval,test}/<class>/ rather than DIR/<class>/: DIR's folders are splits."""
+  folders, _ = _subfolders(image_dir)
+  return "train" in folders and set(folders) <= set(image_sources.SPLITS)
+
+
+def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLayout:
+  """Lists the folder (names only: no image is read). Raises ImageFolderError when it cannot
+  be a dataset at all (missing, no classes, a fixed split missing)."""
+  import tensorflow as tf
+  if not tf.io.gfile.isdir(image_dir):
+    raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
+  problems: List[BadFile] = []
+  if is_fixed_split_layout(image_dir):
+    missing = [split for split in image_sources.SPLITS
+               if not tf.io.gfile.isdir(os.path.join(image_dir, split))]
+    if missing:
+      raise ImageFolderError(
+          f"image_dir {image_dir} has fixed splits (a train/ folder) but no "
+          f"{', '.join(s + '/' for s in missing)}: give train/, eval/ and test/, each with "
+          "the class folders, or only class folders (split by key).")
+    split_roots = {split: split for split in image_sources.SPLITS}
+  else:
+    split_roots = {None: ""}
+  found = {}  # (split root, class) -> files
+  for root in split_roots.values():
+    base = os.path.join(image_dir, root) if root else image_dir
+    classes, stray = _subfolders(base)
+    problems += [(os.path.join(base, name), "is not in a class folder; not read")
+                 for name in stray]
+    for name in classes:
+      files = _class_files(os.path.join(base, name))
+      if files:
+        found[(root, name)] = files
+      else:
+        problems.append((os.path.join(base, name),
+                         "empty class folder: it holds no image files"))
+  train_root = split_roots.get("train", "")
+  class_names = tuple(sorted({name for root, name in found if root == train_root}))
+  if len(class_names) < MIN_CLASSES:
+    raise ImageFolderError(
+        f"image_dir {image_dir} has {len(class_names)} class folder(s) with files "
+        f"{list(class_names)}; at least {MIN_CLASSES} are needed ("
+        f"{'train/' if train_root else ''}<class name>/<image files>).")
+  label = {name: index for index, name in enumerate(class_names)}
+  files = {split: [] for split in image_sources.SPLITS}
+  for split, root in split_roots.items():
+    if root:
+      for name in class_names:
+        if not tf.io.gfile.isdir(os.path.join(image_dir, root, name)):
+          problems.append((os.path.join(image_dir, root, name),
+                           f"missing: class '{name}' is in train/ but not in {root}/"))
+    for (found_root, name), class_files in found.items():
+      if found_root != root:
+        continue
+      if name not in label:
+        problems.append((os.path.join(image_dir, root, name), f"class '{name}' is not in train/ "
+                         "(the model could not learn it); its files are not read"))
+        continue
+      for relative in class_files:
+        key = posixpath.join(*[part for part in (root, name, relative) if part])
+        target = split or image_sources.split_for_key(key, eval_fraction, test_fraction)
+        files[target].append((key, label[name]))
+  return FolderLayout(image_dir, class_names, files, sorted(problems))
+
+
+def listing_fingerprint(image_dir: str) -> str:
+  """A hash of every file's relative path, size and modification time under image_dir: what
+  decides whether a cached ExampleGen result still holds (as TFX's file-based ExampleGens do)."""
+  import tensorflow as tf
+  digest = hashlib.sha256()
+  for directory, subdirs, files in tf.io.gfile.walk(image_dir):
+    subdirs.sort()
+    for name in sorted(files):
+      stat = tf.io.gfile.stat(os.path.join(directory, name))
+      digest.update(json.dumps([directory[len(image_dir):], name, stat.length,
+                                stat.mtime_nsec]).encode())
+  return f"image_dir:{digest.hexdigest()}"
+
+
+class BadImage(ValueError):
+  """Why one file is not a usable image."""
+
+
+_TF_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$|\s*name:\s*$")
+
+
+def model_input(data: bytes) -> np.ndarray:
+  """An image file's bytes -> uint8 IMAGE_SHAPE, or BadImage saying why not. The declared size
+  is checked before decoding."""
+  import tensorflow as tf
+  from PIL import Image, UnidentifiedImageError
+  if not data:
+    raise BadImage("empty file (0 bytes)")
+  try:
+    image = Image.open(io.BytesIO(data))  # Reads the header only.
+  except Image.DecompressionBombError as error:
+    raise BadImage(f"declares too many pixels ({error}); not decoded") from None
+  except UnidentifiedImageError:
+    raise BadImage(f"not an image (expected {', '.join(FORMATS)})") from None
+  except (OSError, SyntaxError, ValueError) as error:  # A recognised format, a broken header.
+    raise BadImage(f"not a readable image ({error}; expected {', '.join(FORMATS)})") from None
+  with image:
+    if image.format not in FORMATS:
+      raise BadImage(f"is a {image.format} image (expected {', '.join(FORMATS)})")
+    width, height = image.size
+    if width * height > image_format.MAX_DECLARED_PIXELS:
+      raise BadImage(f"declares {width}x{height} pixels, more than "
+                     f"{image_format.MAX_DECLARED_PIXELS:,}; not decoded")
+    try:
+      if image.format in _TF_DECODED:
+        return image_format.decode_to_model_input(tf.constant(data)).numpy()
+      rgb = np.asarray(image.convert("RGB"))  # A GIF's first frame; a BMP's palette applied.
+      return image_format.resize_to_model_input(tf.constant(rgb)).numpy()
+    except tf.errors.OpError as error:
+      raise BadImage(f"cannot be decoded as {image.format} (truncated or corrupted?): "
+                     f"{_TF_NOISE.sub('', error.message).strip()}") from None
+    except (OSError, SyntaxError, ValueError) as error:
+      raise BadImage(f"cannot be decoded as {image.format} (truncated or corrupted?): "
+                     f"{error}") from None
+
+
+def read_image(image_dir: str, key: str, label: int
+               ) -> Tuple[Optional[image_sources.Record], Optional[BadFile]]:
+  """(the (key, png, label) record of the file `key` under image_dir, None), or (None, the
+  BadFile it is)."""
+  import tensorflow as tf
+  path = os.path.join(image_dir, *key.split("/"))
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      data = f.read()
+    return (key, image_sources.encode_png(model_input(data)), label), None
+  except BadImage as error:
+    return None, (path, str(error))
+  except (tf.errors.OpError, OSError) as error:
+    return None, (path, f"cannot be read: {getattr(error, 'message', error)}")
+
+
+def describe(bad_files: List[BadFile]) -> str:
+  return "\n".join(f"  - {path}: {reason}" for path, reason in bad_files)

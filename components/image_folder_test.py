@@ -1,0 +1,119 @@
+"""The image folder's layout, classes and keys, and why each bad file is refused."""
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import image_folder, image_sources
+from testing import image_folders
+from trainer_module import image_format
+from trainer_module.features import IMAGE_SHAPE
+
+
+def _files(layout):
+  return {key: label for files in layout.files.values() for key, label in files}
+
+
+def test_class_folders_give_sorted_classes_keys_by_relative_path_and_a_split_by_key(tmp_path):
+  written = image_folders.write_image_folder(str(tmp_path), per_class=30)
+  layout = image_folder.scan(str(tmp_path), 0.2, 0.2)
+  assert layout.class_names == ("blue sky", "grass", "red_car")
+  assert layout.problems == []
+  files = _files(layout)
+  assert files == {key: layout.class_names.index(name) for key, name in written.items()}
+  assert "grass/more/0009.png" in files  # Subfolders of a class folder are read too.
+  for split, split_files in layout.files.items():
+    assert {image_sources.split_for_key(key, 0.2, 0.2) for key, _ in split_files} == {split}
+  assert layout == image_folder.scan(str(tmp_path), 0.2, 0.2)
+
+
+def test_fixed_splits_keep_their_files_and_name_missing_empty_and_unknown_classes(tmp_path):
+  image_folders.write_image_folder(str(tmp_path), per_class=3, splits=("train", "eval", "test"))
+  os.rename(tmp_path / "eval" / "grass", tmp_path / "eval" / "gras")  # Unknown to train/.
+  for name in os.listdir(tmp_path / "test" / "red_car"):
+    os.remove(tmp_path / "test" / "red_car" / name)  # Empty.
+  (tmp_path / "train" / "README.txt").write_text("stray")
+  (tmp_path / "train" / ".DS_Store").write_text("dot files are not read")
+  layout = image_folder.scan(str(tmp_path), 0.2, 0.2)
+  assert layout.class_names == ("blue sky", "grass", "red_car")
+  assert {split: sorted(key.split("/")[0] for key, _ in files)
+          for split, files in layout.files.items()} == {
+              "train": ["train"] * 9, "eval": ["eval"] * 6, "test": ["test"] * 6}
+  assert layout.problems == sorted([
+      (str(tmp_path / "eval" / "gras"), "class 'gras' is not in train/ (the model could not "
+       "learn it); its files are not read"),
+      (str(tmp_path / "eval" / "grass"), "missing: class 'grass' is in train/ but not in eval/"),
+      (str(tmp_path / "test" / "red_car"), "empty class folder: it holds no image files"),
+      (str(tmp_path / "train" / "README.txt"), "is not in a class folder; not read")])
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda root: None, "is not a directory"),
+    (lambda root: os.makedirs(os.path.join(root, "only_class")) or open(
+        os.path.join(root, "only_class", "a.png"), "wb").write(image_folders.jpeg()),
+     r"has 1 class folder\(s\) with files \['only_class'\]; at least 2 are needed"),
+    (lambda root: image_folders.write_image_folder(root, 2, splits=("train", "test")),
+     r"has fixed splits \(a train/ folder\) but no eval/"),
+], ids=["missing", "one-class", "fixed-without-eval"])
+def test_a_folder_that_cannot_be_a_dataset_is_refused_at_once(tmp_path, make, message):
+  root = str(tmp_path / "images")
+  make(root)
+  with pytest.raises(image_folder.ImageFolderError, match=message):
+    image_folder.scan(root, 0.2, 0.2)
+
+
+@pytest.mark.parametrize("kind", image_folders.KINDS, ids=lambda kind: "-".join(kind[:2]))
+def test_every_format_and_mode_becomes_a_model_input(kind):
+  image_format_name, mode, _ = kind
+  colour = (220, 40, 40)
+  encoded = image_folders.encode(image_folders.photo(colour, (97, 41), 3), image_format_name,
+                                 mode)
+  image = image_folder.model_input(encoded)
+  assert image.shape == IMAGE_SHAPE and image.dtype == np.uint8
+  if mode != "L":  # The colour survives the conversion to RGB and the resize.
+    assert np.abs(image.reshape(-1, 3).mean(axis=0) - colour).max() < 60
+
+
+def test_a_model_sized_png_is_stored_unchanged():
+  pixels = np.random.default_rng(0).integers(0, 256, IMAGE_SHAPE, dtype=np.uint8)
+  np.testing.assert_array_equal(
+      image_folder.model_input(image_sources.encode_png(pixels)), pixels)
+
+
+def test_ingest_resizes_with_the_serving_graphs_function():
+  photo = image_folders.jpeg((480, 360))
+  np.testing.assert_array_equal(image_folder.model_input(photo),
+                                image_format.decode_to_model_input(tf.constant(photo)).numpy())
+
+
+_JPEG = image_folders.jpeg((120, 90))
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"", r"^empty file \(0 bytes\)$"),
+    (b"name,label\nx,1\n", r"^not an image \(expected JPEG, PNG, GIF, BMP\)$"),
+    (_JPEG[:len(_JPEG) // 2], r"^cannot be decoded as JPEG \(truncated or corrupted\?\): "
+     r"jpeg::Uncompress failed"),
+    (image_folders.png_declaring(8000, 6000), r"^declares 8000x6000 pixels, more than "
+     r"40,000,000; not decoded$"),
+    (image_folders.png_declaring(30000, 30000), r"^declares too many pixels .*; not decoded$"),
+    (image_folders.encode(image_folders.photo((1, 2, 3), (20, 20), 0), "TIFF", "RGB"),
+     r"^is a TIFF image \(expected JPEG, PNG, GIF, BMP\)$"),
+], ids=["zero-bytes", "not-an-image", "truncated-jpeg", "over-the-bound", "pil-bomb", "tiff"])
+def test_each_bad_file_is_refused_with_its_reason(tmp_path, data, reason):
+  (tmp_path / "cat").mkdir()
+  (tmp_path / "cat" / "bad.jpg").write_bytes(data)
+  record, bad = image_folder.read_image(str(tmp_path), "cat/bad.jpg", 0)
+  assert record is None
+  assert bad[0] == str(tmp_path / "cat" / "bad.jpg")
+  assert re.search(reason, bad[1]), bad[1]
+
+
+def test_a_changed_file_changes_the_listing_fingerprint(tmp_path):
+  image_folders.write_image_folder(str(tmp_path), per_class=2)
+  before = image_folder.listing_fingerprint(str(tmp_path))
+  assert before == image_folder.listing_fingerprint(str(tmp_path))
+  (tmp_path / "grass" / "new.jpg").write_bytes(image_folders.jpeg())
+  assert image_folder.listing_fingerprint(str(tmp_path)) != before

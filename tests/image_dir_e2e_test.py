@@ -1,0 +1,78 @@
+"""A folder of labelled photos through the tiny pipeline to a pushed model that answers a
+camera's JPEG with a class name (docs/pipeline.md, "Data")."""
+import glob
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import image_folder, image_sources
+from pipeline.config import from_flags
+from testing import image_folders
+from testing.tiny_config import SMALL_MODEL
+from tests.conftest import run_pipeline
+from trainer_module.class_names import read_class_names
+
+CLASSES = ["blue sky", "grass", "red_car"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  """One pipeline run over 300 images of mixed formats, sizes and modes, and two bad files."""
+  images = tmp_path_factory.mktemp("photos")
+  image_folders.write_image_folder(str(images), per_class=100)
+  (images / "grass" / "scan.jpg").write_bytes(image_folders.jpeg()[:2000])
+  (images / "red_car" / "notes.txt").write_text("not an image")
+  output = tmp_path_factory.mktemp("outputs")
+  flags = [f"--output_dir={output}", "--dataset=image_dir", f"--image_dir={images}",
+           "--skip_bad_images=true", *SMALL_MODEL,
+           "--train_epochs=40",  # 210 training images: 3 steps an epoch.
+           "--corruptions=gaussian_noise,defocus_blur"]
+  process = run_pipeline(*flags)
+  assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+  assert "pushed model:    /" in process.stdout, process.stdout[-3000:]
+  return process, from_flags(flags), str(images)
+
+
+def _pushed(config):
+  versions = sorted(os.listdir(config.serving_model_dir))
+  assert len(versions) == 1
+  return os.path.join(config.serving_model_dir, versions[0])
+
+
+@pytest.mark.e2e
+def test_the_class_folders_become_the_schemas_classes(run):
+  _, config, _ = run
+  schemas = glob.glob(os.path.join(config.pipeline_root, "ClassSchemaGen", "schema", "*",
+                                    "schema.pbtxt"))
+  assert len(schemas) == 1
+  assert read_class_names(schemas[0]) == tuple(CLASSES)
+
+
+@pytest.mark.e2e
+def test_the_served_model_answers_a_camera_jpeg_as_its_ingested_png_with_the_class_name(run):
+  _, config, _ = run
+  served = tf.saved_model.load(_pushed(config))
+  photos = [image_folders.jpeg((480, 360), colour, seed=1000 + i)
+            for i, colour in enumerate(image_folders.CLASS_COLOURS[name] for name in CLASSES)]
+  pngs = [image_sources.encode_png(image_folder.model_input(photo)) for photo in photos]
+  from_photos = served.signatures["serving_images"](images=tf.constant(photos))
+  from_pngs = served.signatures["serving_images"](images=tf.constant(pngs))
+  np.testing.assert_array_equal(from_photos["class_names"], from_pngs["class_names"])
+  np.testing.assert_allclose(from_photos["probabilities"], from_pngs["probabilities"],
+                             rtol=1e-6)
+  assert [name.decode() for name in from_photos["class_names"].numpy()] == CLASSES
+
+
+@pytest.mark.e2e
+def test_the_report_names_the_classes_and_lists_the_skipped_files(run):
+  process, _, images = run
+  assert "skipped images:  2 bad file(s) or folder(s) left out" in process.stdout
+  report = open(re.search(r"run report: +(\S+)", process.stdout).group(1)).read()
+  for index, name in enumerate(CLASSES):
+    assert f"| {name} ({index}) | " in report
+  assert "## Skipped input files" in report
+  assert f"| `{images}/grass/scan.jpg` | cannot be decoded as JPEG" in report
+  assert f"| `{images}/red_car/notes.txt` | not an image" in report
