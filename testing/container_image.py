@@ -53,7 +53,8 @@ def containers_conf(path: str) -> str:
   ulimits = []
   for name, limit in (("nofile", resource.RLIMIT_NOFILE), ("nproc", resource.RLIMIT_NPROC)):
     hard = resource.getrlimit(limit)[1]
-    value = PODMAN_RLIMITS[name] if hard == resource.RLIM_INFINITY else min(PODMAN_RLIMITS[name], hard)
+    value = PODMAN_RLIMITS[name] if hard == resource.RLIM_INFINITY else min(
+        PODMAN_RLIMITS[name], hard)
     ulimits.append(f'"{name}={value}:{value}"')
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
@@ -234,9 +235,12 @@ def main(argv: List[str]) -> int:
   del argv
   environ = podman_environ()
   start = time.monotonic()
+  had_base = image_id(BASE_IMAGE, environ) is not None
+  build_base_image(environ)
+  print(f"base: {BASE_IMAGE} ({'found' if had_base else 'made'} in "
+        f"{time.monotonic() - start:.0f} s)", flush=True)
   tag, seconds = build_image(environ)
-  print(f"image: {tag} ({'built in %.0f s' % seconds if seconds is not None else 'unchanged'}"
-        f"; with the base: {time.monotonic() - start:.0f} s)")
+  print(f"image: {tag} ({'built in %.0f s' % seconds if seconds is not None else 'unchanged'})")
   return 0
 
 
