@@ -52,7 +52,7 @@ $(STAMP): requirements.lock pyproject.toml
 run: system-packages $(STAMP)
 	$(VENV_PY) -m pipeline $(ARGS)
 
-test: system-packages $(STAMP)
+test: system-packages container-packages $(STAMP)
 	$(VENV_PY) -m pytest --durations=10 $(ARGS)
 
 # Regenerates requirements.lock from requirements.in. The resolver is told Python 3.10 because
