@@ -27,7 +27,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Tuple
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORK_DIR = os.path.join(PROJECT_DIR, "outputs", "container")  # containers.conf, socket, rootfs.
+WORK_DIR = os.path.join(PROJECT_DIR, "outputs", "container")  # containers.conf, build log, rootfs.
 BASE_IMAGE = "localhost/wrn-local-base:bookworm"
 IMAGE_REPOSITORY = "localhost/wrn-pipeline"
 DEBIAN_SUITE = "bookworm"
@@ -190,9 +190,11 @@ class PodmanService:
   """`podman system service` answering the Docker API on a unix socket of our own, for as long
   as the context lasts; environ() is what the docker client needs (DOCKER_HOST)."""
 
-  def __init__(self, environ: Mapping[str, str], work_dir: str = WORK_DIR):
+  def __init__(self, environ: Mapping[str, str]):
     self.environ_base = dict(environ)
-    self.socket = os.path.join(work_dir, f"podman-{os.getpid()}.sock")
+    # A short path of its own: a unix socket's path has at most 107 bytes.
+    self.socket_dir = tempfile.mkdtemp(prefix="podman-")
+    self.socket = os.path.join(self.socket_dir, "docker.sock")
     self.process: Optional[subprocess.Popen] = None
 
   def environ(self) -> Dict[str, str]:
@@ -200,7 +202,6 @@ class PodmanService:
 
   def __enter__(self) -> "PodmanService":
     import docker
-    os.makedirs(os.path.dirname(self.socket), exist_ok=True)
     self.process = subprocess.Popen(
         ["podman", "system", "service", "--time=0", f"unix://{self.socket}"],
         env=self.environ_base, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -226,8 +227,7 @@ class PodmanService:
       except subprocess.TimeoutExpired:
         self.process.kill()
         self.process.wait()
-    if os.path.exists(self.socket):
-      os.remove(self.socket)
+    shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
 def main(argv: List[str]) -> int:
