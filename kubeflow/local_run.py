@@ -178,7 +178,8 @@ class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
   as the image's CMD, so an image ENTRYPOINT (TFX's: Beam's boot) would receive it as arguments;
   a pod's `command` replaces the ENTRYPOINT, and so does this. The pod's Secret becomes the
   object-storage environment (container_environment), and the host's network lets the tasks
-  reach what a subprocess task reaches. kfp >= 2.14 takes these as DockerRunner arguments."""
+  reach what a subprocess task reaches. (kfp >= 2.14's DockerRunner passes environment and
+  network_mode through, kubeflow/pipelines#12006, but still the command as CMD.)"""
 
   def __init__(self, image: str, full_command: List[str], pipeline_root: str,
                runner: local.DockerRunner, runs: List[TaskRun]):
