@@ -47,6 +47,10 @@ from kubeflow import kfp_entrypoint
 from storage import object_storage
 
 RUNNERS = ("subprocess", "docker")
+# The Docker API's read timeout. podman's answers a followed log request only once the container
+# first writes (docs/kubeflow.md, "What the container run found"), so it must outlast a task's
+# quiet start; the stream itself has no timeout.
+CONTAINER_API_TIMEOUT_SECONDS = 900
 IMAGE_INTERPRETER = kfp_entrypoint.COMMAND[0]  # The image's, which every compiled command runs.
 
 
@@ -193,7 +197,7 @@ class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
   def _run_container(self) -> status.Status:
     import docker  # kfp.local's DockerRunner needs it too.
     image = docker_task_handler.add_latest_tag_if_not_present(self.image)
-    client = docker.from_env()
+    client = docker.from_env(timeout=CONTAINER_API_TIMEOUT_SECONDS)
     try:
       if not any(image in existing.tags for existing in client.images.list()):
         print(f"Pulling image {image!r}", flush=True)

@@ -95,7 +95,8 @@ def test_every_project_module_the_compiled_spec_runs_imports_inside_the_image(
                    if name.split(".")[0] in _project_packages()]
   assert {name.split(".")[0] for name in imported_here} >= {
       "kubeflow", "storage", "components", "trainer_module"}, imported_here
-  client = docker.DockerClient(base_url=podman_service.environ()["DOCKER_HOST"])
+  client = docker.DockerClient(base_url=podman_service.environ()["DOCKER_HOST"],
+                               timeout=local_run.CONTAINER_API_TIMEOUT_SECONDS)
   try:
     output = client.containers.run(
         image[1], entrypoint=["python", "-c", IMPORT_SCRIPT],
