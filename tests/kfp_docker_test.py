@@ -98,13 +98,19 @@ def test_every_project_module_the_compiled_spec_runs_imports_inside_the_image(
   client = docker.DockerClient(base_url=podman_service.environ()["DOCKER_HOST"],
                                timeout=local_run.CONTAINER_API_TIMEOUT_SECONDS)
   try:
-    output = client.containers.run(
+    container = client.containers.run(
         image[1], entrypoint=["python", "-c", IMPORT_SCRIPT],
-        command=[IMAGE_PROJECT_DIR + "/", *imported_here], working_dir="/", remove=True)
+        command=[IMAGE_PROJECT_DIR + "/", *imported_here], working_dir="/", detach=True)
+    try:
+      exit_code = container.wait()["StatusCode"]
+      output = container.logs().decode(errors="replace")
+    finally:
+      container.remove(force=True)
   finally:
     client.close()
+  assert exit_code == 0, output[-3000:]
   # From "/" the copies under /pipeline are not on sys.path: the installed project answers.
-  in_image = json.loads(output.decode().splitlines()[-1])
+  in_image = json.loads(output.splitlines()[-1])
   assert not in_image, f"imported from the source tree, not the installed project: {in_image}"
 
 
