@@ -103,12 +103,13 @@ def test_every_project_module_the_compiled_spec_runs_imports_inside_the_image(
         command=[IMAGE_PROJECT_DIR + "/", *imported_here], working_dir="/", detach=True)
     try:
       exit_code = container.wait()["StatusCode"]
-      output = container.logs().decode(errors="replace")
+      output = container.logs(stderr=False).decode(errors="replace")
+      errors = container.logs(stdout=False).decode(errors="replace")
     finally:
       container.remove(force=True)
   finally:
     client.close()
-  assert exit_code == 0, output[-3000:]
+  assert exit_code == 0, errors[-3000:]
   # From "/" the copies under /pipeline are not on sys.path: the installed project answers.
   in_image = json.loads(output.splitlines()[-1])
   assert not in_image, f"imported from the source tree, not the installed project: {in_image}"
