@@ -2,7 +2,11 @@
 # and every Vertex AI training replica runs it. Build from the repository root (docs/kubeflow.md,
 # "Running on Kubeflow Pipelines"):
 #   docker build -t gcr.io/PROJECT/wrn-pipeline:TAG . && docker push gcr.io/PROJECT/wrn-pipeline:TAG
-FROM gcr.io/tfx-oss-public/tfx:1.16.0
+# BASE_IMAGE: another base with TFX 1.16's Python stack's needs (Debian/Ubuntu with apt, a
+# `python` with pip on PATH, running as root); `make kubeflow-image-local` builds this image on
+# a Debian base of its own where the official one cannot be pulled (docs/kubeflow.md).
+ARG BASE_IMAGE=gcr.io/tfx-oss-public/tfx:1.16.0
+FROM ${BASE_IMAGE}
 
 # TFX 1.16, TFT and TFMA need Keras 2 (tf_keras) in every process.
 ENV TF_USE_LEGACY_KERAS=1 PYTHONDONTWRITEBYTECODE=1

@@ -9,9 +9,10 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \
+.PHONY: run test setup system-packages container-packages lock clean bench-augmix bench-trainer bench-evaluator \
 	bench-calibration bench-ensemble bench-corruptions bench-beam bench-startup \
-	kubeflow-compile kubeflow-image kubeflow-local kubeflow-local-kfp
+	kubeflow-compile kubeflow-image kubeflow-image-local kubeflow-local kubeflow-local-kfp \
+	kubeflow-local-docker
 
 setup: $(STAMP)
 
@@ -19,11 +20,19 @@ setup: $(STAMP)
 # for tfds' motion blur and snow) and the libraries opencv-python loads. Needs root; skipped
 # when installed.
 SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0
+# What builds and runs the pipeline's image without Docker (kubeflow/container_engine.py):
+# podman with the runc runtime, and debootstrap for the local base image.
+CONTAINER_PACKAGES := podman runc debootstrap
+define install_debian_packages
+	@dpkg -s $(1) >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" != 0 ]; then echo ">> needs: sudo apt-get install $(1)"; exit 1; fi; \
+		echo ">> installing Debian packages: $(1)"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; }
+endef
 system-packages:
-	@dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" != 0 ]; then echo ">> needs: sudo apt-get install $(SYSTEM_PACKAGES)"; exit 1; fi; \
-		echo ">> installing Debian packages: $(SYSTEM_PACKAGES)"; apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; }
+	$(call install_debian_packages,$(SYSTEM_PACKAGES))
+container-packages:
+	$(call install_debian_packages,$(CONTAINER_PACKAGES))
 
 # The stamp records the lock's hash: an unchanged lock skips the install.
 $(STAMP): requirements.lock pyproject.toml
@@ -43,7 +52,7 @@ $(STAMP): requirements.lock pyproject.toml
 run: system-packages $(STAMP)
 	$(VENV_PY) -m local_runner $(ARGS)
 
-test: system-packages $(STAMP)
+test: system-packages container-packages $(STAMP)
 	$(VENV_PY) -m pytest --durations=10 $(ARGS)
 
 # Regenerates requirements.lock from requirements.in. The resolver is told Python 3.10 because
@@ -103,3 +112,14 @@ kubeflow-local-kfp: system-packages $(STAMP)
 kubeflow-image:
 	@[ -n "$(IMAGE)" ] || { echo "IMAGE is required: make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG"; exit 2; }
 	docker build -t $(IMAGE) . && docker push $(IMAGE)
+
+# The same Dockerfile built here without Docker: podman, on a Debian base made with debootstrap
+# (TFX's image cannot be pulled here); named localhost/wrn-pipeline:<hash of its inputs>, so an
+# unchanged build is found, not rebuilt (testing/container_image.py).
+kubeflow-image-local: container-packages $(STAMP)
+	$(VENV_PY) -m testing.container_image
+
+# That image built (or found), then the compiled tiny pipeline run in its containers twice by
+# `python -m kubeflow local-run --runner=docker` on podman's Docker API (testing/container_run.py).
+kubeflow-local-docker: container-packages $(STAMP)
+	$(VENV_PY) -m testing.container_run $(ARGS)

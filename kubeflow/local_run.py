@@ -6,7 +6,8 @@ executor input (executor_input_utils.construct_executor_input), substitutes the 
 (placeholder_utils), hands the command to a task handler, reads the executor output and passes
 artifacts and parameters downstream (executor_output_utils). All of that stays its code; this
 module chooses only the task handler:
-- `docker`: kfp.local's own DockerTaskHandler runs each task's image, as a pod would;
+- `docker`: each task in a container of the spec's image, through kfp.local's DockerTaskHandler
+  (its pipeline-root mount) started as a pod starts it (ContainerTaskHandler says how);
 - `subprocess`: each container task's exact command and arguments from the spec run as a local
   process in this environment, the image's `python` being this venv's interpreter. kfp.local's
   SubprocessTaskHandler cannot do it: it refuses any command without the KFP SDK's executor
@@ -44,8 +45,13 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 from kubeflow import compiler
 from kubeflow import kfp_entrypoint
 from pipeline.cluster_config import IMAGE_PROJECT_DIR
+from storage import object_storage
 
 RUNNERS = ("subprocess", "docker")
+# The Docker API's read timeout. podman's answers a followed log request only once the container
+# first writes (docs/kubeflow.md, "What the container run found"), so it must outlast a task's
+# quiet start; the stream itself has no timeout.
+CONTAINER_API_TIMEOUT_SECONDS = 900
 IMAGE_INTERPRETER = kfp_entrypoint.COMMAND[0]  # The image's, which every compiled command runs.
 
 
@@ -56,6 +62,7 @@ class TaskRun:
   executor_input: Optional[dict]  # The --json_serialized_invocation_args the task received.
   seconds: float
   succeeded: bool
+  container: Optional[dict] = None  # --runner=docker: how the engine ran it (container_record).
 
 
 @dataclasses.dataclass
@@ -117,6 +124,7 @@ class _RecordedTask:
   def __init__(self, full_command: List[str], runs: List[TaskRun]):
     self.runs = runs
     self.executor_input = _executor_input(full_command)
+    self.container: Optional[dict] = None
 
   def record(self, command: List[str], run: Callable[[], status.Status]) -> status.Status:
     start = time.monotonic()
@@ -126,7 +134,7 @@ class _RecordedTask:
     finally:
       self.runs.append(TaskRun(_task_directory(self.executor_input), command,
                                self.executor_input, time.monotonic() - start,
-                               task_status == status.Status.SUCCESS))
+                               task_status == status.Status.SUCCESS, self.container))
     return task_status
 
 
@@ -153,23 +161,70 @@ class VenvTaskHandler(task_handler_interface.ITaskHandler):
     return self.recorded.record(self.command, run_command)
 
 
-class RecordedDockerTaskHandler(docker_task_handler.DockerTaskHandler):
-  """kfp.local's DockerTaskHandler, unchanged, with the task's record."""
+def container_environment(environ: Mapping[str, str] = os.environ) -> Dict[str, str]:
+  """What a cluster's Secret gives every step's pod (docs/kubeflow.md, "Object storage"), taken
+  from this environment: the object-storage settings and credentials set here."""
+  return {name: environ[name] for name in object_storage.POD_VARIABLES if environ.get(name)}
+
+
+def container_record(attrs: dict) -> dict:
+  """The engine's inspection of a task's container, reduced to what decides how it ran."""
+  config, host = attrs["Config"], attrs["HostConfig"]
+  return {"entrypoint": config.get("Entrypoint"), "cmd": config.get("Cmd"),
+          "environment": sorted(item.split("=", 1)[0] for item in config.get("Env") or []),
+          "mounts": sorted((m["Source"], m["Destination"]) for m in attrs.get("Mounts", [])),
+          "network_mode": host.get("NetworkMode"), "user": config.get("User") or "",
+          "working_dir": config.get("WorkingDir") or "", "image": config.get("Image")}
+
+
+class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
+  """kfp.local's DockerTaskHandler (only the pipeline root bind-mounted, the image pulled when
+  missing, the log streamed), its container started as a pod's is. kfp 2.7 passes the command
+  as the image's CMD, so an image ENTRYPOINT (TFX's: Beam's boot) would receive it as arguments;
+  a pod's `command` replaces the ENTRYPOINT, and so does this. The pod's Secret becomes the
+  object-storage environment (container_environment), and the host's network lets the tasks
+  reach what a subprocess task reaches. (kfp >= 2.14's DockerRunner passes environment and
+  network_mode through, kubeflow/pipelines#12006, but still the command as CMD.)"""
 
   def __init__(self, image: str, full_command: List[str], pipeline_root: str,
                runner: local.DockerRunner, runs: List[TaskRun]):
     super().__init__(image, full_command, pipeline_root, runner)
     self.recorded = _RecordedTask(full_command, runs)
+    self.environment = container_environment()
 
   def run(self) -> status.Status:
-    return self.recorded.record(self.full_command, super().run)
+    return self.recorded.record(self.full_command, self._run_container)
+
+  def _run_container(self) -> status.Status:
+    import docker  # kfp.local's DockerRunner needs it too.
+    image = docker_task_handler.add_latest_tag_if_not_present(self.image)
+    client = docker.from_env(timeout=CONTAINER_API_TIMEOUT_SECONDS)
+    try:
+      if not any(image in existing.tags for existing in client.images.list()):
+        print(f"Pulling image {image!r}", flush=True)
+        client.images.pull(image)
+      container = client.containers.run(
+          image=image, entrypoint=self.full_command[:1], command=self.full_command[1:],
+          environment=self.environment, network_mode="host",
+          volumes=self.get_volumes_to_mount(), detach=True)
+      try:
+        for line in container.logs(stream=True):
+          print(line.decode(errors="replace"), end="", flush=True)
+        exit_code = container.wait()["StatusCode"]
+        container.reload()
+        self.recorded.container = container_record(container.attrs)
+      finally:
+        container.remove(force=True)
+    finally:
+      client.close()
+    return status.Status.SUCCESS if exit_code == 0 else status.Status.FAILURE
 
 
 @contextlib.contextmanager
 def task_handlers(runs: List[TaskRun]) -> Iterator[None]:
   """kfp.local's dispatcher finds these handlers for its two runners while the context lasts."""
   seams = ((subprocess_task_handler, "SubprocessTaskHandler", VenvTaskHandler),
-           (docker_task_handler, "DockerTaskHandler", RecordedDockerTaskHandler))
+           (docker_task_handler, "DockerTaskHandler", ContainerTaskHandler))
   originals = [getattr(module, name) for module, name, _ in seams]
   try:
     for module, name, handler in seams:

@@ -1,10 +1,12 @@
 """`python -m kubeflow local-run`: kfp.local's orchestrator with this project's task handler."""
 import json
+import subprocess
 import sys
 
 import pytest
 import yaml
 from kfp.local import docker_task_handler
+from kfp.local import status
 from kfp.local import subprocess_task_handler
 
 from kubeflow import cli
@@ -158,3 +160,64 @@ def test_a_spec_reading_a_file_inside_the_image_is_refused_before_any_task_runs(
   assert ("names files inside the image that this machine does not have (FirstCount: "
           "schema_file=/pipeline/components/schema.pbtxt)") in err
   assert "Traceback" not in err and not (tmp_path / "outputs").exists()
+
+
+@pytest.fixture(scope="module")
+def podman_with_an_entrypoint_image(tmp_path_factory):
+  """podman's Docker API (testing/container_image.py) and an image of the local Debian base
+  with an ENTRYPOINT, as TFX's image has one (Beam's boot), that refuses what it is given."""
+  from testing import container_image
+  environ = container_image.podman_environ()
+  container_image.build_base_image(environ)
+  context = tmp_path_factory.mktemp("entrypoint_image")
+  (context / "Dockerfile").write_text(
+      f"FROM {container_image.BASE_IMAGE}\n"
+      'ENTRYPOINT ["sh", "-c", "echo the image entrypoint got: \\"$@\\" >&2; exit 3", "boot"]\n')
+  image = "localhost/wrn-local-base:with-entrypoint"
+  container_image.podman(["build", "--quiet", f"--tag={image}", str(context)], environ,
+                         stdout=subprocess.DEVNULL)
+  with container_image.PodmanService(environ) as service:
+    yield service, image
+  left = container_image.podman(["ps", "--all", "--quiet", f"--filter=ancestor={image}"],
+                                environ, capture_output=True, text=True).stdout.split()
+  if left:  # kfp 2.7's own handler leaves its container behind.
+    container_image.podman(["rm", "--force", *left], environ, stdout=subprocess.DEVNULL)
+
+
+@pytest.mark.container
+def test_the_docker_runner_starts_each_task_as_a_pod_does(
+    tmp_path, monkeypatch, podman_with_an_entrypoint_image):
+  service, image = podman_with_an_entrypoint_image
+  for name, value in service.environ().items():
+    monkeypatch.setenv(name, value)
+  monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-the-log")
+  monkeypatch.setenv("UNRELATED_SETTING", "stays here")
+  spec = local_run.load_pipeline_spec("counting.yaml", _spec(image))
+  run = local_run.run(spec, local_run.make_runner("docker"), str(tmp_path), {})
+  first, second = run.tasks["FirstCount"], run.tasks["SecondCount"]
+  assert first.succeeded and second.succeeded
+  (last,) = second.executor_input["outputs"]["artifacts"]["numbers"]["artifacts"]
+  assert json.load(open(last["uri"])) == {"count": 2}  # Written through the bind mount.
+  # The spec's command replaced the image's ENTRYPOINT, as a pod's `command` does.
+  assert first.container["entrypoint"] == ["python"]
+  assert first.container["cmd"] == first.command[1:]
+  assert first.container["mounts"] == [(str(tmp_path), str(tmp_path))]
+  assert first.container["network_mode"] == "host"
+  assert {"AWS_ENDPOINT_URL_S3", "AWS_SECRET_ACCESS_KEY"} <= set(first.container["environment"])
+  assert "UNRELATED_SETTING" not in first.container["environment"]
+
+
+@pytest.mark.container
+def test_kfp_locals_own_docker_handler_gives_the_command_to_the_images_entrypoint(
+    tmp_path, monkeypatch, podman_with_an_entrypoint_image, capsys):
+  """Why local-run starts containers itself: kfp 2.7's run_docker_container passes the command
+  as CMD, so TFX's image would run Beam's boot with the task's command as its arguments."""
+  service, image = podman_with_an_entrypoint_image
+  for name, value in service.environ().items():
+    monkeypatch.setenv(name, value)
+  handler = docker_task_handler.DockerTaskHandler(
+      image=image, full_command=["python", "-c", "print('the task ran')"],
+      pipeline_root=str(tmp_path), runner=local_run.make_runner("docker"))
+  assert handler.run() == status.Status.FAILURE
+  assert "the image entrypoint got: python -c print('the task ran')" in capsys.readouterr().out

@@ -45,6 +45,10 @@ S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "S3_ENDPOINT")  # boto3's, tenso
 REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 VERIFY_TLS_VARIABLE = "S3_VERIFY_SSL"  # tensorflow-io's switch; only 1 (the default) is kept.
 CA_BUNDLE_VARIABLES = ("AWS_CA_BUNDLE", "S3_CA_FILE")  # The CA of a store's own certificate.
+CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# Everything a step's pod reads its object storage from (docs/kubeflow.md, "Object storage").
+POD_VARIABLES = (ENDPOINT_VARIABLES + REGION_VARIABLES + (VERIFY_TLS_VARIABLE,) +
+                 CA_BUNDLE_VARIABLES + CREDENTIAL_VARIABLES)
 BEAM_PLUGIN = "storage.beam_worker"
 OBJECT_STORE_URI = re.compile(r"(gs|s3)://[a-z0-9][a-z0-9._-]{1,221}(/.*)?")
 # S3 answers 409 ConditionalRequestConflict while a concurrent write of the key is in flight;
