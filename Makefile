@@ -16,9 +16,10 @@ export PYTHONDONTWRITEBYTECODE := 1
 setup: $(STAMP)
 
 # Debian packages the robustness set needs: ImageMagick (its MagickWand library, which Wand loads
-# for tfds' motion blur and snow) and the libraries opencv-python loads. Needs root; skipped
-# when installed.
-SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0
+# for tfds' motion blur and snow) and the libraries opencv-python loads; the browser the run
+# report's HTML page is opened in by the tests (chromium, driven by selenium through
+# chromium-driver). Needs root; skipped when installed.
+SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0 chromium chromium-driver
 system-packages:
 	@dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" != 0 ]; then echo ">> needs: sudo apt-get install $(SYSTEM_PACKAGES)"; exit 1; fi; \
