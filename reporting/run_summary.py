@@ -4,6 +4,8 @@ records, from the same code."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from typing import List, Optional
 
 from components.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
@@ -54,11 +56,22 @@ def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
                  f"{get('served_examples')} held-out test examples, served model, fresh "
                  "process)")
   lines.append(f"  warm-started:    {get('warm_start')}")
-  lines.append(f"  run report:      {report.uri}")
-  markdown = run.latest_output("report_markdown")
-  if markdown is not None:
-    lines.append(f"  as Markdown:     {markdown.uri}")
+  lines.append(f"  run report:      {copy_report(config, run, report)}")
+  lines.append(f"  report artifact: {report.uri}")
   return lines
+
+
+def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:
+  """Copies the report artifacts (files without an extension, as TFX names a value artifact)
+  to <output_dir>/reports/run-<id>/report.html and report.md, which a browser and an editor
+  open as what they are; returns the HTML copy's path."""
+  report_dir = os.path.join(config.output_dir, "reports", f"run-{run.run_id}")
+  os.makedirs(report_dir, exist_ok=True)
+  markdown = run.latest_output("report_markdown")
+  for artifact, name in ((report, "report.html"), (markdown, "report.md")):
+    if artifact is not None:
+      shutil.copyfile(artifact.uri, os.path.join(report_dir, name))
+  return os.path.join(report_dir, "report.html")
 
 
 def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
