@@ -89,6 +89,19 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   assert blessing["custom_properties"]["blessed"] == {"double_value": 1.0}
   baseline = metadata.artifact(first.tasks["ProductionModel"].outputs["model"])
   assert baseline["custom_properties"]["in_production"] == {"double_value": 0.0}
+  # The report step's page, typed as the KFP UI renders it, on s3://; its figures in MLMD.
+  report = metadata.artifact(first.tasks["RunReport"].outputs["report"])
+  assert report["type"] == "system.HTML"
+  figures = report["custom_properties"]
+  assert figures["display_name"] == {"string_value": "run report"}
+  assert figures["blessed"] == figures["served_check_passed"] == {"double_value": 1.0}
+  assert figures["pushed_version"] == {"string_value": first_version}
+  assert abs(figures["served_accuracy"]["double_value"]
+             - figures["test_accuracy"]["double_value"]) <= 0.01
+  page = kfp_harness.read_object(s3_server, report["uri"]).decode()
+  assert "<strong>BLESSED</strong>" in page and "data:image/png;base64," in page
+  assert metadata.artifact(first.tasks["RunReport"].outputs["report_markdown"])["type"] == \
+      "system.Markdown"
   # Every artifact lives under the run's root on s3://, as the driver names them.
   for task in first.tasks.values():
     for artifact_id in task.outputs.values():
@@ -116,5 +129,9 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   pushed = metadata.artifact(second.tasks["Pusher"].outputs["pushed_model"])
   assert pushed["custom_properties"]["pushed"] == {"double_value": 0.0}
   assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
+  # The refused run's report says why.
+  report = metadata.artifact(second.tasks["RunReport"].outputs["report"])
+  assert report["custom_properties"]["blessed"] == {"double_value": 0.0}
+  assert "<strong>NOT BLESSED</strong>" in kfp_harness.read_object(s3_server, report["uri"]).decode()
   print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in
                     enumerate((first, second))}))
