@@ -36,6 +36,7 @@ import tensorflow_model_analysis as tfma
 
 from components import report_sections, served_model_check, tfma_results
 from components.pusher import ALREADY_SERVING_KEY
+from storage.object_storage import is_object_store_uri
 
 DISPLAY_NAME = "display_name"  # What the KFP UI lists an HTML or Markdown artifact by.
 GATE_FAILURES = "gate_failures"  # JSON list of the bounds missed, as sentences.
@@ -98,7 +99,8 @@ def _load(name: str, uri: str, loader):
 def _write(artifact: _TextFile, text: str, display_name: str) -> None:
   if fileio.isdir(artifact.uri):  # A directory an orchestrator made for it.
     fileio.rmtree(artifact.uri)
-  fileio.makedirs(os.path.dirname(artifact.uri))
+  if not is_object_store_uri(artifact.uri):  # Object stores have no directories to make.
+    fileio.makedirs(os.path.dirname(artifact.uri))
   artifact.value = text
   artifact.set_string_custom_property(DISPLAY_NAME, display_name)
 

@@ -24,6 +24,7 @@ from tfx.utils import path_utils
 
 from components import evaluation_set, serving_client, tfma_results
 from components.calibration_metrics import ACCURACY_NAME
+from storage.object_storage import is_object_store_uri
 from trainer_module.features import PROBABILITIES_KEY
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ def ServedModelCheck(  # pylint: disable=invalid-name
             "correct": scores.get("correct", 0), "examples": scores.get("examples", 0),
             "evaluator_accuracy": evaluator_accuracy, "tolerance": accuracy_tolerance,
             "problems": found}
-  fileio.makedirs(infra_blessing.uri)
+  if not is_object_store_uri(infra_blessing.uri):  # Object stores have no directories.
+    fileio.makedirs(infra_blessing.uri)
   with fileio.open(os.path.join(infra_blessing.uri, RESULT_FILE), "w") as f:
     f.write(json.dumps(result, indent=1))
   with fileio.open(os.path.join(infra_blessing.uri, _MARKERS[passed]), "w") as f:
