@@ -14,10 +14,8 @@ from typing import List, Tuple
 import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
-from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME,
-                                            MEAN_SLICE_ECE_NAME, NLL_NAME)
+from components.calibration_metrics import ACCURACY_NAME, ECE_NAME, MEAN_SLICE_ECE_NAME, NLL_NAME
 from components.report_sections import GateBound, ReportSettings
-from components.tfma_results import EXAMPLE_COUNT_NAME
 from pipeline.config import PipelineConfig
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)

@@ -132,6 +132,7 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   # The refused run's report says why.
   report = metadata.artifact(second.tasks["RunReport"].outputs["report"])
   assert report["custom_properties"]["blessed"] == {"double_value": 0.0}
-  assert "<strong>NOT BLESSED</strong>" in kfp_harness.read_object(s3_server, report["uri"]).decode()
+  page = kfp_harness.read_object(s3_server, report["uri"]).decode()
+  assert "<strong>NOT BLESSED</strong>" in page and "<p>Failed:</p>" in page  # And which bound.
   print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in
                     enumerate((first, second))}))
