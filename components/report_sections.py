@@ -6,9 +6,9 @@ and corrupted, as Uncertainty Baselines reports them, and per corruption family 
 Dietterich do), temperature scaling's effect on clean and corrupted data, the comparison with
 the blessed baseline, clean and corrupted reliability diagrams, per-class accuracy, and
 accuracy and ECE per corruption and severity, and, for a model calibrated by distance_curve,
-where its temperature sharpens and softens. Everything comes from the Evaluator's TFMA output and the model's
-calibration record, except the corrupted test images' distance scores, which the candidate
-serves for the report.
+where its temperature sharpens and softens. Everything comes from the Evaluator's TFMA output,
+the served-model check and the model's calibration record, except the corrupted test images'
+distance scores, which the candidate serves for the report.
 """
 from __future__ import annotations
 
