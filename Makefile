@@ -9,7 +9,7 @@ ARGS ?=
 export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup system-packages container-packages lock clean bench-augmix bench-trainer bench-evaluator \
+.PHONY: run test check setup system-packages container-packages test-packages lock clean bench-augmix bench-trainer bench-evaluator \
 	bench-calibration bench-ensemble bench-corruptions bench-beam bench-startup \
 	kubeflow-compile kubeflow-image kubeflow-image-local kubeflow-local kubeflow-local-kfp \
 	kubeflow-local-docker
@@ -20,9 +20,12 @@ setup: $(STAMP)
 # for tfds' motion blur and snow) and the libraries opencv-python loads. Needs root; skipped
 # when installed.
 SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0
-# What builds and runs the pipeline's image without Docker (kubeflow/container_engine.py):
+# What builds and runs the pipeline's image without Docker (testing/container_image.py):
 # podman with the runc runtime, and debootstrap for the local base image.
 CONTAINER_PACKAGES := podman runc debootstrap
+# What the tests add: the browser the run report's HTML page is opened in (chromium, driven by
+# selenium through chromium-driver), and the container tools.
+TEST_PACKAGES := chromium chromium-driver $(CONTAINER_PACKAGES)
 define install_debian_packages
 	@dpkg -s $(1) >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" != 0 ]; then echo ">> needs: sudo apt-get install $(1)"; exit 1; fi; \
@@ -33,6 +36,8 @@ system-packages:
 	$(call install_debian_packages,$(SYSTEM_PACKAGES))
 container-packages:
 	$(call install_debian_packages,$(CONTAINER_PACKAGES))
+test-packages:
+	$(call install_debian_packages,$(SYSTEM_PACKAGES) $(TEST_PACKAGES))
 
 # The stamp records the lock's hash: an unchanged lock skips the install.
 $(STAMP): requirements.lock pyproject.toml
@@ -52,7 +57,7 @@ $(STAMP): requirements.lock pyproject.toml
 run: system-packages $(STAMP)
 	$(VENV_PY) -m local_runner $(ARGS)
 
-test: system-packages container-packages $(STAMP)
+test: test-packages $(STAMP)
 	$(VENV_PY) -m pytest --durations=10 $(ARGS)
 
 # Regenerates requirements.lock from requirements.in. The resolver is told Python 3.10 because

@@ -50,7 +50,7 @@ from tfx import v1 as tfx  # noqa: E402
 
 from components import image_sources  # noqa: E402
 from components.calibration_metrics import NLL_NAME  # noqa: E402
-from reporting import run_report, tfma_results  # noqa: E402
+from components import report_sections, tfma_results  # noqa: E402
 from pipeline.config import PipelineConfig, from_flags, from_preset  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
@@ -315,8 +315,8 @@ def robustness(args) -> None:
                      stderr=subprocess.STDOUT)
     run = RunRecord(config)
     values = tfma_results.load_metrics(run.latest_output("evaluation").uri)
-    means = run_report.corrupted_means(values, PROBABILITIES_KEY, config.corruptions)
-    accuracy = tfma_results.metric(values, run_report.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
+    means = report_sections.corrupted_means(values, PROBABILITIES_KEY, config.corruptions)
+    accuracy = tfma_results.metric(values, report_sections.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
     examples = run.latest_output("transformed_examples").uri
     name = "online" if source == "online" else f"{source} view set(s)"
     print(f"  {name}: eval accuracy {accuracy:.4f}, cA {means[ACCURACY_NAME]:.4f}, cNLL "

@@ -39,7 +39,7 @@ from tfx import v1 as tfx  # noqa: E402
 
 from components import evaluation_set  # noqa: E402
 from components.evaluator import Evaluator  # noqa: E402
-from reporting import tfma_results  # noqa: E402
+from components import tfma_results  # noqa: E402
 from pipeline.config import PipelineConfig, from_preset, robustness_source  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
 from reporting.run_record import RunRecord  # noqa: E402

@@ -79,7 +79,36 @@ def pipeline_job(config: PipelineConfig) -> dict:
       spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   if config.kubeflow.kubeflow_target == "kfp":
     adapt_to_open_source_kfp(spec)
+  else:
+    start_report_types_through_entrypoint(spec)
   return job
+
+
+def _artifact_types(component: dict) -> Dict[str, Dict[str, str]]:
+  """{"input": {name: schema title}, "output": {...}} of a compiled component."""
+  return {direction: {name: artifact_title(definition["artifactType"])
+                      for name, definition in
+                      component.get(f"{direction}Definitions", {}).get("artifacts", {}).items()}
+          for direction in ("input", "output")}
+
+
+def _through_entrypoint(container: dict, types: Dict[str, Dict[str, str]]) -> None:
+  container["command"] = list(kfp_entrypoint.COMMAND)
+  container["args"] = [kfp_entrypoint.ARTIFACT_TYPES_FLAG, json.dumps(types, sort_keys=True),
+                       *container["args"]]
+
+
+def start_report_types_through_entrypoint(spec: dict) -> None:
+  """Vertex runs TFX's entrypoint as compiled, which imports a custom type's schema title as a
+  class path; the run report's titles (system.HTML, system.Markdown: what the KFP UI renders)
+  are none, so the steps that use them start through kubeflow.kfp_entrypoint, which maps them."""
+  executors = spec["deploymentSpec"]["executors"]
+  for component in spec["components"].values():
+    types = _artifact_types(component)
+    titles = {title for by_name in types.values() for title in by_name.values()}
+    container = executors[component["executorLabel"]].get("container")
+    if container is not None and titles & set(kfp_entrypoint.REPORT_TYPE_CLASSES):
+      _through_entrypoint(container, types)
 
 
 def adapt_to_open_source_kfp(spec: dict) -> None:
@@ -98,19 +127,13 @@ def adapt_to_open_source_kfp(spec: dict) -> None:
     container = executors[component["executorLabel"]].get("container")
     if container is None:
       continue
-    types = {direction: {name: artifact_title(definition["artifactType"])
-                         for name, definition in
-                         component.get(f"{direction}Definitions", {}).get("artifacts", {}).items()}
-             for direction in ("input", "output")}
-    entrypoint_args = [kfp_entrypoint.ARTIFACT_TYPES_FLAG, json.dumps(types, sort_keys=True)]
     if "lifecycle" in container:
       # TFX's file-based ExampleGen driver (span, version, input fingerprint) runs in the
       # entrypoint instead; the fingerprint cannot reach KFP's cache key, so no caching.
-      entrypoint_args.append(kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG)
+      container["args"] = [kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG, *container["args"]]
       del container["lifecycle"]
       uncached.add(component_name)
-    container["command"] = list(kfp_entrypoint.COMMAND)
-    container["args"] = entrypoint_args + container["args"]
+    _through_entrypoint(container, _artifact_types(component))
   for task in spec["root"]["dag"]["tasks"].values():
     if task["componentRef"]["name"] in uncached:
       task["cachingOptions"] = {"enableCache": False}

@@ -225,12 +225,41 @@ def test_an_image_folder_is_read_again_on_every_kubeflow_run(tmp_path):
   assert tasks["ClassSchemaGen"].get("cachingOptions", {}).get("enableCache", True)
 
 
-def test_the_vertex_spec_keeps_tfxs_own_entrypoint(compiled):
+def test_the_vertex_spec_keeps_tfxs_own_entrypoint_but_for_the_report(compiled):
   _, package = compiled["vertex"]
   executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]
-  commands = {tuple(e["container"]["command"]) for e in executors.values()}
-  assert commands == {("python", "-m",
-                       "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor")}
+  commands = {name: tuple(e["container"]["command"]) for name, e in executors.items()}
+  assert commands.pop("RunReport_executor") == kfp_entrypoint.COMMAND
+  assert set(commands.values()) == {
+      ("python", "-m", "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor")}
+
+
+@pytest.mark.parametrize("target", ["vertex", "tfrecord"])
+def test_the_report_reaches_the_spec_typed_as_the_kfp_ui_renders_it(compiled, target):
+  """TFX's compiler writes a custom type's TYPE_NAME as its schema title (compiler_utils.py,
+  get_artifact_schema); the KFP backend records that title as the MLMD type name, which the
+  frontend's MetricsVisualizations.tsx renders for system.HTML and system.Markdown."""
+  _, package = compiled[target]
+  spec = json_format.MessageToDict(_spec(package))
+  report = spec["components"][spec["root"]["dag"]["tasks"]["RunReport"]["componentRef"]["name"]]
+  outputs = report["outputDefinitions"]["artifacts"]
+  assert {name: compiler.artifact_title(o["artifactType"]) for name, o in outputs.items()} == {
+      "report": "system.HTML", "report_markdown": "system.Markdown"}
+  tasks = spec["root"]["dag"]["tasks"]
+  # After the gate, the check and the Pusher, whatever they decide; the check before the Pusher.
+  assert {"Evaluator", "ServedModelCheck", "Pusher"} <= set(tasks["RunReport"]["dependentTasks"])
+  assert "ServedModelCheck" in tasks["Pusher"]["dependentTasks"]
+  assert tasks["Pusher"]["inputs"]["artifacts"]["infra_blessing"]["taskOutputArtifact"] == {
+      "producerTask": "ServedModelCheck", "outputArtifactKey": "infra_blessing"}
+
+
+def test_the_entrypoint_maps_the_report_titles_to_their_classes():
+  from components import run_report
+  for title, path in kfp_entrypoint.REPORT_TYPE_CLASSES.items():
+    artifact_class = kfp_entrypoint._artifact_class(title)  # pylint: disable=protected-access
+    assert artifact_class.TYPE_NAME == title and path.endswith(artifact_class.__name__)
+  assert {run_report.HtmlReport.TYPE_NAME, run_report.MarkdownReport.TYPE_NAME} == set(
+      kfp_entrypoint.REPORT_TYPE_CLASSES)
 
 
 @pytest.mark.parametrize("kind, message", [("resolver", "Baseline_executor (resolver)"),

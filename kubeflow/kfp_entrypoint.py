@@ -50,6 +50,12 @@ INPUTS_SPEC_FLAG = "--json_serialized_inputs_spec_args"
 SPLIT_NAMES = "split_names"
 SPLIT_DIR_PREFIX = "Split-"
 MLMD_WRAPPERS = ("list", "struct")  # The one key StructValueToMLMDValue wraps values in.
+# The run report's artifact classes, by the schema titles the KFP UI renders. TFX's entrypoint
+# imports a custom type's title as a class path (kubeflow_v2_entrypoint_utils.py,
+# _retrieve_class_path); "system.HTML" is none, so it is looked up here, as TFX looks up its own.
+REPORT_TYPE_CLASSES = {"system.HTML": "components.run_report.HtmlReport",
+                       "system.Markdown": "components.run_report.MarkdownReport"}
+compiler_utils.TITLE_TO_CLASS_PATH.update(REPORT_TYPE_CLASSES)
 
 
 def split_arguments(argv: Sequence[str]) -> Tuple[Dict[str, Dict[str, str]], bool, List[str]]:

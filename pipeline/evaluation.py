@@ -9,18 +9,17 @@ every slice too, so the report can show what temperature scaling changed.
 from __future__ import annotations
 
 import json
-from typing import List
+from typing import List, Tuple
 
 import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
-from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME,
-                                            MEAN_SLICE_ECE_NAME, NLL_NAME)
+from components.calibration_metrics import ACCURACY_NAME, ECE_NAME, MEAN_SLICE_ECE_NAME, NLL_NAME
+from components.report_sections import GateBound, ReportSettings
 from pipeline.config import PipelineConfig
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
 
-EXAMPLE_COUNT_NAME = "example_count"
 _CALIBRATION_MODULE = "components.calibration_metrics"
 
 # The slices the gate reads.
@@ -123,7 +122,33 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       ])
 
 
-# Names of the gated metrics as the report shows them.
-METRIC_LABELS = {ACCURACY_NAME: "accuracy", ECE_NAME: "ECE", NLL_NAME: "NLL",
-                 BRIER_NAME: "Brier", EXAMPLE_COUNT_NAME: "examples",
-                 MEAN_SLICE_ECE_NAME: "cECE"}
+def gate_bounds(config: PipelineConfig) -> Tuple[GateBound, ...]:
+  """The bounds gated_metrics sets, as the run report lists them."""
+  eval_, corrupted = evaluation_set.EVAL, evaluation_set.CORRUPTED
+  bounds = [GateBound("accuracy", eval_, ACCURACY_NAME, True, config.min_eval_accuracy,
+                      config.max_accuracy_drop),
+            GateBound("ECE", eval_, ECE_NAME, False, config.max_eval_ece,
+                      config.max_ece_increase),
+            GateBound("NLL", eval_, NLL_NAME, False, config.max_eval_nll,
+                      config.max_nll_increase)]
+  if config.corruptions:
+    bounds += [
+        GateBound("cA (mean corrupted accuracy)", corrupted, ACCURACY_NAME, True,
+                  config.min_corrupted_accuracy, config.max_corrupted_accuracy_drop),
+        GateBound("cNLL (corrupted NLL)", corrupted, NLL_NAME, False, config.max_corrupted_nll,
+                  config.max_corrupted_nll_increase),
+        GateBound("cECE (mean ECE of the corruption x severity slices)", corrupted,
+                  MEAN_SLICE_ECE_NAME, False, config.max_corrupted_mean_ece,
+                  config.max_corrupted_mean_ece_increase),
+        GateBound("ECE of the corrupted set", corrupted, ECE_NAME, False,
+                  config.max_corrupted_ece, config.max_corrupted_ece_increase)]
+  return tuple(bounds)
+
+
+def report_settings(config: PipelineConfig) -> ReportSettings:
+  """What the report step needs of the config."""
+  return ReportSettings(
+      pipeline_name=config.pipeline_name, dataset=config.dataset,
+      model=f"WRN-{config.trainer.depth}-{config.trainer.width_multiplier}",
+      num_classes=config.trainer.num_classes, corruptions=tuple(config.corruptions),
+      bounds=gate_bounds(config))

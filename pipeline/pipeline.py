@@ -1,9 +1,9 @@
 """The pipeline graph, as one function of the run's config.
 
 ExampleGen -> StatisticsGen, ClassSchemaGen (the curated schema and the class names) ->
-ExampleValidator -> ValidationGate ->
-Transform -> Trainer -> Evaluator (against the ProductionModel) -> Pusher, and
-ValidationGate -> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
+ExampleValidator -> ValidationGate -> Transform -> Trainer -> Evaluator (against the
+ProductionModel) -> ServedModelCheck -> Pusher -> RunReport, and ValidationGate ->
+EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
 With hyper_trials > 1 the Trainer is hyper_trials independent trial Trainers whose models an
 EnsembleSelector turns into one ensemble model, the candidate of ProductionModel, Evaluator and
 Pusher.
@@ -34,9 +34,11 @@ from components.example_gen import ImageDatasetExampleGen
 from components.evaluator import Evaluator
 from components.production_model import ProductionModel
 from components.pusher import VersionedPusherExecutor
+from components.run_report import RunReport
+from components.served_model_check import ServedModelCheck
 from components.validation_gate import ValidationGate
 from pipeline.config import PipelineConfig, robustness_source
-from pipeline.evaluation import eval_config
+from pipeline.evaluation import eval_config, report_settings
 from trainer_module import preprocessing, reference_corruptions
 from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY, TRANSFORM_OPTIONS_KEY,
                                    WARM_START_FROM_PRODUCTION)
@@ -193,20 +195,34 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       eval_config=eval_config(config)).with_beam_pipeline_args(
           config.beam_step_args(evaluation_set_examples(config)))
 
+  # The candidate as a serving client sees it (raw tf.Examples through its signature, in a
+  # fresh process): the Pusher publishes only what passes this and the gate.
+  served_check = ServedModelCheck(model=model, examples=examples.outputs["examples"],
+                                  evaluation=evaluator.outputs["evaluation"])
+
   pusher = tfx.components.Pusher(
       model=model,
       model_blessing=evaluator.outputs["blessing"],
+      infra_blessing=served_check.outputs["infra_blessing"],
       push_destination=tfx.proto.PushDestination(
           filesystem=tfx.proto.PushDestination.Filesystem(
               base_directory=config.serving_model_dir)),
       custom_executor_spec=executor_spec.ExecutorClassSpec(VersionedPusherExecutor))
+
+  # Whatever the gate and the check decided: the report says what was pushed, or why not.
+  report = RunReport(
+      evaluation=evaluator.outputs["evaluation"], blessing=evaluator.outputs["blessing"],
+      served_check=served_check.outputs["infra_blessing"], model=model,
+      pushed_model=pusher.outputs["pushed_model"],
+      evaluation_set=eval_examples.outputs["evaluation_set"],
+      input_examples=examples.outputs["examples"], settings=report_settings(config).to_json())
 
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
       components=[examples, statistics, schema, validator, gate, transform, eval_examples,
                   *([warm_start_model] if warm_start_model else []), *model_components,
-                  production, evaluator, pusher],
+                  production, evaluator, served_check, pusher, report],
       enable_cache=config.enable_cache,
       metadata_connection_config=parts.metadata_connection_config,
       beam_pipeline_args=config.beam_pipeline_args())

@@ -1,1 +1,2 @@
-"""What a run shows afterwards: the console summary, the run report and its charts, a run read back from MLMD."""
+"""What the local runner shows afterwards: a run read back from MLMD, and its summary read from
+the run's report artifact."""

@@ -1,48 +1,80 @@
-"""The console summary of a finished local run: the gate's numbers, what was pushed, where
-the model, metrics and report are."""
+"""The console summary of a finished local run, read back from the run's report artifact (the
+RunReport step, components/run_report.py) in MLMD: the same figures a Kubeflow run's report
+records, from the same code."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from typing import List
+import shutil
+from typing import List, Optional
 
-from components.calibration_metrics import ECE_NAME, NLL_NAME
-from components.example_gen import read_skipped_files
-from components.pusher import ALREADY_SERVING_KEY
-from reporting import run_report, tfma_results
+from components.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
 from pipeline.config import PipelineConfig
-from pipeline.evaluation import ACCURACY_NAME
 from reporting.run_record import RunRecord
-from trainer_module.features import PROBABILITIES_KEY
 
 
-def gate_summary(config: PipelineConfig, evaluation_uri: str) -> List[str]:
-  """The gated numbers of the candidate: clean eval accuracy, ECE, NLL and cA."""
-  values = tfma_results.load_metrics(evaluation_uri)
-  get = lambda slice_, name: tfma_results.metric(values, slice_, PROBABILITIES_KEY, name)  # noqa
-  fmt = lambda value: "not found" if value is None else f"{value:.4f}"  # noqa: E731
-  lines = [f"  eval accuracy:   {fmt(get(run_report.EVAL, ACCURACY_NAME))}  (ECE "
-           f"{fmt(get(run_report.EVAL, ECE_NAME))}, NLL {fmt(get(run_report.EVAL, NLL_NAME))},"
-           " temperature-scaled)"]
+def _value(artifact, name: str):
+  """A custom property of an MLMD artifact as a Python value; None when absent."""
+  if name not in artifact.custom_properties:
+    return None
+  value = artifact.custom_properties[name]
+  return getattr(value, value.WhichOneof("value"))
+
+
+def _fmt(value: Optional[float]) -> str:
+  return "not found" if value is None else f"{value:.4f}"
+
+
+def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
+  """The gate's numbers, the decision and why, what was pushed and how it serves."""
+  report = run.latest_output("report")
+  if report is None:
+    return ["  run report:      none: the run recorded no report"]
+  get = lambda name: _value(report, name)  # noqa: E731
+  lines = [f"  eval accuracy:   {_fmt(get('eval_accuracy'))}  (ECE {_fmt(get('eval_ece'))}, "
+           f"NLL {_fmt(get('eval_nll'))}, temperature-scaled)"]
   if config.corruptions:
-    means = run_report.corrupted_means(values, PROBABILITIES_KEY, config.corruptions)
-    lines.append(f"  corrupted:       cA {fmt(means[ACCURACY_NAME])}, cNLL {fmt(means[NLL_NAME])}"
-                 f", cECE {fmt(means[ECE_NAME])}")
+    lines.append(f"  corrupted:       cA {_fmt(get('corrupted_accuracy'))}, cNLL "
+                 f"{_fmt(get('corrupted_nll'))}, cECE {_fmt(get('corrupted_ece'))}")
+  lines.append(f"  metrics (TFMA):  {get('evaluation_uri')}")
+  blessed = get("blessed") == 1
+  lines.append(f"  blessed:         {'yes' if blessed else 'no, the gate failed:'}")
+  if not blessed:
+    lines += [f"    - {failure}" for failure in json.loads(get(GATE_FAILURES) or "[]")]
+  if get("served_check_passed") != 1:
+    lines.append("  served check:    failed, the Pusher pushed nothing:")
+    lines += [f"    - {problem}" for problem in json.loads(get(SERVED_CHECK_PROBLEMS) or "[]")]
+  serving = get("pushed_version") or None
+  if get("pushed") == 1 and run.states.get("Pusher") != "CACHED":
+    lines.append(f"  pushed model:    {serving}")
+  elif serving:  # Pushed by an earlier run of the same model.
+    lines.append(f"  pushed model:    none new; the blessed model already serves as {serving}")
+  else:
+    lines.append("  pushed model:    nothing pushed this run")
+  if get("skipped_images"):
+    lines.append(f"  skipped images:  {get('skipped_images')} bad file(s) or folder(s) left out "
+                 "(--skip_bad_images; listed in the run report)")
+  if serving and get("served_split") == "test" and get("served_accuracy") is not None:
+    lines.append(f"  test accuracy:   {get('served_accuracy'):.4f} ({get('served_correct')}/"
+                 f"{get('served_examples')} held-out test examples, served model, fresh "
+                 "process)")
+  lines.append(f"  warm-started:    {get('warm_start')}")
+  lines.append(f"  run report:      {copy_report(config, run, report)}")
+  lines.append(f"  report artifact: {report.uri}")
   return lines
 
 
-def gate_failures(evaluation_uri: str) -> List[tfma_results.Failure]:
-  import tensorflow_model_analysis as tfma
-  return tfma_results.failures(tfma.load_validation_result(evaluation_uri))
-
-
-def score_in_fresh_process(model_dir: str, examples_glob: str) -> dict:
-  result = subprocess.run(
-      [sys.executable, "-m", "reporting.score_pushed_model", model_dir, examples_glob],
-      check=True, capture_output=True, text=True)
-  return json.loads(result.stdout.strip().splitlines()[-1])
+def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:
+  """Copies the report artifacts (files without an extension, as TFX names a value artifact)
+  to <output_dir>/reports/run-<id>/report.html and report.md, which a browser and an editor
+  open as what they are; returns the HTML copy's path."""
+  report_dir = os.path.join(config.output_dir, "reports", f"run-{run.run_id}")
+  os.makedirs(report_dir, exist_ok=True)
+  markdown = run.latest_output("report_markdown")
+  for artifact, name in ((report, "report.html"), (markdown, "report.md")):
+    if artifact is not None:
+      shutil.copyfile(artifact.uri, os.path.join(report_dir, name))
+  return os.path.join(report_dir, "report.html")
 
 
 def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
@@ -52,54 +84,7 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
   cached = sum(state == "CACHED" for state in run.states.values())
   lines = ["", f"Pipeline {config.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
            f"({cached} of {len(run.states)} steps reused from cache)."]
-  evaluation = run.latest_output("evaluation")
-  evaluation_set = run.latest_output("evaluation_set")
-  if evaluation is not None:
-    lines += gate_summary(config, evaluation.uri)
-    lines.append(f"  metrics (TFMA):  {evaluation.uri}")
-  blessing = run.latest_output("blessing")
-  blessed = blessing is not None and blessing.custom_properties["blessed"].int_value == 1
-  if blessing is not None:
-    lines.append(f"  blessed:         {'yes' if blessed else 'no, the gate failed:'}")
-    if not blessed and evaluation is not None:
-      lines += [f"    - {failure.describe()}" for failure in gate_failures(evaluation.uri)]
-  pushed = run.latest_output("pushed_model")
-  examples = run.latest_output("examples")
-  serving = None
-  if pushed is not None and pushed.custom_properties["pushed"].int_value == 1:
-    serving = pushed.custom_properties["pushed_destination"].string_value
-    if run.states.get("Pusher") == "CACHED":  # Pushed by an earlier run of the same model.
-      lines.append(f"  pushed model:    none new; the blessed model already serves as {serving}")
-    else:
-      lines.append(f"  pushed model:    {serving}")
-  elif pushed is not None and ALREADY_SERVING_KEY in pushed.custom_properties:
-    serving = pushed.custom_properties[ALREADY_SERVING_KEY].string_value
-    lines.append(f"  pushed model:    none new; the blessed model already serves as {serving}")
-  else:
-    lines.append("  pushed model:    nothing pushed this run")
-  skipped = read_skipped_files(examples.uri) if examples is not None else []
-  if skipped:
-    lines.append(f"  skipped images:  {len(skipped)} bad file(s) or folder(s) left out "
-                 "(--skip_bad_images; listed in the run report)")
-  has_test_split = examples is not None and '"test"' in examples.properties[
-      "split_names"].string_value
-  if serving is not None and has_test_split:
-    test = score_in_fresh_process(serving, os.path.join(examples.uri, "Split-test", "*"))
-    lines.append(f"  test accuracy:   {test['accuracy']:.4f} ({test['correct']}/"
-                 f"{test['examples']} held-out test examples, served model, fresh process)")
-  model = run.candidate_model()
-  if model is not None:
-    lines.append("  warm-started:    "
-                 + run_report.warm_start_summary(os.path.join(model.uri, "Format-Serving")))
-  if evaluation is not None:
-    report_dir = os.path.join(config.output_dir, "reports", f"run-{run_id}")
-    report_path = run_report.write_run_report(
-        config, report_dir, evaluation.uri, blessed,
-        os.path.join(model.uri, "Format-Serving") if model is not None else None,
-        serving if pushed is not None and pushed.custom_properties["pushed"].int_value == 1
-        else None, evaluation_set.uri if evaluation_set is not None else None,
-        skipped_files=read_skipped_files(examples.uri) if examples is not None else ())
-    lines.append(f"  run report:      {report_path}")
+  lines += report_lines(config, run)
   lines.append(f"  serving models:  {config.serving_model_dir}")
   lines.append(f"  MLMD database:   {config.metadata_path}")
   lines.append(f"  pipeline root:   {config.pipeline_root}")

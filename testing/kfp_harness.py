@@ -530,6 +530,12 @@ def download(server, uri: str, local_dir: str) -> None:
         client.download_file(bucket, item["Key"], target)
 
 
+def read_object(server, uri: str) -> bytes:
+  """The one object at an s3:// URI (a value artifact's file, such as the run report)."""
+  bucket, _, key = uri[len("s3://"):].partition("/")
+  return server.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
 ORCHESTRATORS = ("harness", "kfp.local")
 
 

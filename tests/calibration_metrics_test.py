@@ -14,7 +14,7 @@ from tfx_bsl.public import tfxio
 
 from components import calibration_metrics, evaluation_set, evaluator
 from pipeline import evaluation
-from reporting import tfma_results
+from components import tfma_results
 from pipeline.config import PipelineConfig
 from testing import reference_metrics
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY

@@ -70,7 +70,8 @@ def test_the_served_model_answers_a_camera_jpeg_as_its_ingested_png_with_the_cla
 def test_the_report_names_the_classes_and_lists_the_skipped_files(run):
   process, _, images = run
   assert "skipped images:  2 bad file(s) or folder(s) left out" in process.stdout
-  report = open(re.search(r"run report: +(\S+)", process.stdout).group(1)).read()
+  page = re.search(r"run report: +(\S+)", process.stdout).group(1)
+  report = open(os.path.join(os.path.dirname(page), "report.md")).read()  # Beside the page.
   for index, name in enumerate(CLASSES):
     assert f"| {name} ({index}) | " in report
   assert "## Skipped input files" in report

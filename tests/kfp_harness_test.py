@@ -102,6 +102,19 @@ def _run_twice(config, spec, harness, s3_server, cluster):
   assert blessing["custom_properties"]["blessed"] == {"double_value": 1.0}
   baseline = metadata.artifact(first.tasks["ProductionModel"].outputs["model"])
   assert baseline["custom_properties"]["in_production"] == {"double_value": 0.0}
+  # The report step's page, typed as the KFP UI renders it, on s3://; its figures in MLMD.
+  report = metadata.artifact(first.tasks["RunReport"].outputs["report"])
+  assert report["type"] == "system.HTML"
+  figures = report["custom_properties"]
+  assert figures["display_name"] == {"string_value": "run report"}
+  assert figures["blessed"] == figures["served_check_passed"] == {"double_value": 1.0}
+  assert figures["pushed_version"] == {"string_value": first_version}
+  assert abs(figures["served_accuracy"]["double_value"]
+             - figures["test_accuracy"]["double_value"]) <= 0.01
+  page = kfp_harness.read_object(s3_server, report["uri"]).decode()
+  assert "<strong>BLESSED</strong>" in page and "data:image/png;base64," in page
+  assert metadata.artifact(first.tasks["RunReport"].outputs["report_markdown"])["type"] == \
+      "system.Markdown"
   # Every artifact lives under the run's root on s3://, as the driver names them.
   for task in first.tasks.values():
     for artifact_id in task.outputs.values():
@@ -135,5 +148,10 @@ def _run_twice(config, spec, harness, s3_server, cluster):
   assert pushed["custom_properties"]["pushed"] == {"double_value": 0.0}
   assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
   assert len(cluster.runs) == 2  # A new run's Trainer: a new TrainJob.
+  # The refused run's report says why.
+  report = metadata.artifact(second.tasks["RunReport"].outputs["report"])
+  assert report["custom_properties"]["blessed"] == {"double_value": 0.0}
+  page = kfp_harness.read_object(s3_server, report["uri"]).decode()
+  assert "<strong>NOT BLESSED</strong>" in page and "<p>Failed:</p>" in page  # And which bound.
   print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in
                     enumerate((first, second))}))

@@ -11,6 +11,7 @@ import yaml
 from kfp.local import executor_input_utils
 
 from kubeflow import cli
+from kubeflow import compiler
 from kubeflow import local_run
 from testing import kfp_harness
 from testing.tiny_config import SMALL_MODEL
@@ -77,6 +78,15 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   first_version = f"{config.serving_model_dir}/{versions[0]}"
   assert _output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
   assert _output_metadata(first.tasks["ProductionModel"], "model")["in_production"] == 0
+  # The report step's page: the file at its artifact's URI, with the figures as its metadata.
+  report = _output_metadata(first.tasks["RunReport"], "report")
+  assert report["display_name"] == "run report" and report["blessed"] == 1
+  assert report["pushed_version"] == first_version
+  (report_artifact,) = (first.tasks["RunReport"].executor_input["outputs"]["artifacts"]
+                        ["report"]["artifacts"])
+  assert compiler.artifact_title(report_artifact["type"]) == "system.HTML"
+  with open(report_artifact["uri"]) as f:
+    assert "<strong>BLESSED</strong>" in f.read()
 
   # Run 2: a degraded candidate (two training steps). kfp.local has no cache: every task runs
   # again; the baseline is the model run 1 pushed, the candidate is refused, nothing is pushed.
@@ -99,5 +109,6 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   assert blessing["baseline_model"] == baseline["uri"]
   assert blessing["blessed"] == 0
   assert _output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
+  assert _output_metadata(second.tasks["RunReport"], "report")["blessed"] == 0
   assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
   print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in enumerate(runs)}))

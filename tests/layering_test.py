@@ -3,9 +3,11 @@ inside functions). Lower layers never import higher ones; the graph never import
 
   configs, storage         plain data and the flag parser; object storage
   trainer_module           what runs inside Transform and the Trainer
-  components               the custom TFX components
+  components               the custom TFX components: among them the run report (its sections,
+                           charts and HTML page) and the served-model check, steps of the graph
   pipeline                 the config object, the graph and its gate
-  reporting                what a run shows: summary, report, charts, a run read from MLMD
+  reporting                what the local runner shows: a run read from MLMD, and its summary
+                           read back from the run's report artifact
   local_runner, kubeflow   the two runners
   testing                  references and stand-ins for tests and benches, never for the code
 """

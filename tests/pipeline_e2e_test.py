@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from reporting import run_report
 from pipeline.config import from_flags
 from reporting.run_record import RunRecord
+from testing import browser
 from testing.graph_ops import augmix_or_random_ops, reachable_op_types
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from testing.tiny_config import SMALL_MODEL
@@ -22,7 +22,8 @@ from trainer_module.temperature import read_calibration_info
 
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
-                       "EvaluationSetGen", "Evaluator", "Pusher"}
+                       "EvaluationSetGen", "Evaluator", "ServedModelCheck", "Pusher",
+                       "RunReport"}
 _GATE_FAILURE = re.compile(r"- accuracy on eval_set=eval is (\S+); needs >= (\S+) "
                            r"\(short by (\S+)\)")
 _CHANGE_FAILURE = re.compile(r"- accuracy on eval_set=eval changed by (\S+) against the blessed "
@@ -45,11 +46,21 @@ def _file_hashes(directory):
 
 
 def _report_path(stdout):
+  """The HTML report's copy the summary names."""
   return re.search(r"run report: +(\S+)", stdout).group(1)
 
 
+def _report_markdown(stdout):
+  return open(os.path.join(os.path.dirname(_report_path(stdout)), "report.md")).read()
+
+
+def _figure(artifact, name):
+  value = artifact.custom_properties[name]
+  return getattr(value, value.WhichOneof("value"))
+
+
 def _score(model_dir, examples_glob):
-  result = subprocess.run([sys.executable, "-m", "reporting.score_pushed_model", model_dir,
+  result = subprocess.run([sys.executable, "-m", "components.serving_client", model_dir,
                            examples_glob], capture_output=True, text=True, check=True)
   return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -93,19 +104,37 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   precision = read_record(os.path.join(config.serving_model_dir, versions[0]), PRECISION_FILE)
   assert precision["policy"] == resolve_precision(config.trainer).policy  # What this CPU has.
   assert precision["serving_policy"] == "float32"
-  report = _report_path(first.stdout)
-  report_text = open(report).read()
-  assert "**BLESSED**" in report_text
+  report_text = _report_markdown(first.stdout)
+  assert "**BLESSED**" in report_text and "**PASSED**" in report_text
   assert f"trained in `{precision['policy']}`" in report_text
   for family in ("noise", "blur", "weather", "digital"):
     assert f"| {family} | " in report_text, "robustness per corruption family"
   assert "| frosted_glass_blur | blur |" in report_text, "every corruption's accuracy and ECE"
   assert "| spatter |" not in report_text, "validation corruptions are not evaluated"
   assert "| validation shift (eval images, validation corruptions; chose T) |" in report_text
-  assert {"reliability_test.png", "reliability_corrupted.png",
-          "reliability_corrupted_uncalibrated.png", "per_class_accuracy.png",
-          "corrupted_accuracy.png", "corruption_accuracy_ece.png"} <= set(
-              os.listdir(os.path.dirname(report)))
+  # The report is the RunReport step's artifact, its figures recorded on it: what the summary
+  # printed, and the served test accuracy the fresh process above measured.
+  report = run.latest_output("report")
+  assert report.type == "system.HTML" and _figure(report, "display_name") == "run report"
+  assert run.latest_output("report_markdown").type == "system.Markdown"
+  assert _figure(report, "blessed") == 1 and _figure(report, "pushed") == 1
+  assert _figure(report, "pushed_version") == os.path.join(config.serving_model_dir, versions[0])
+  assert _figure(report, "served_accuracy") == pytest.approx(scored["accuracy"])
+  assert f"test accuracy:   {scored['accuracy']:.4f} ({scored['correct']}/" in first.stdout
+  for name in ("eval_accuracy", "eval_nll", "eval_ece", "corrupted_accuracy", "corrupted_nll",
+               "corrupted_ece"):
+    assert f"{_figure(report, name):.4f}" in first.stdout, name
+  # The HTML page in a real browser: every chart loads from the page itself, nothing leaves it.
+  page = browser.open_page(os.path.abspath(_report_path(first.stdout)))
+  assert page.content_type == "text/html"
+  titles = {alt for alt, _, _ in page.images}
+  assert {"clean test, temperature-scaled", "corrupted test, temperature-scaled",
+          "per-class accuracy", "accuracy per family and severity",
+          "accuracy and ECE per corruption", "temperature and distance"} <= titles
+  assert all(loaded and src.startswith("data:image/png") for _, loaded, src in page.images)
+  assert page.requests == [] and page.outside_references == []
+  assert "BLESSED" in page.text and "Served-model check" in page.text
+  assert f"cA {_figure(report, 'corrupted_accuracy'):.4f}" in page.text
 
   # Unchanged rerun: nothing is recomputed. The model in production is the candidate itself, so
   # the baseline is what it replaced (nothing), as in the first run: the evaluation is reused.
@@ -147,12 +176,13 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert "pushed model:    nothing pushed this run" in degraded.stdout
   log_path = re.search(r"full log: +(\S+)", degraded.stdout).group(1)
   assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
-  report = open(_report_path(degraded.stdout)).read()
+  report = _report_markdown(degraded.stdout)
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
+  assert "- accuracy on eval_set=eval is " in report, "the refused run's report says why"
   assert "A temperature per input: T(x) = exp(" in report  # How T depends on the input.
   assert "## Where the calibrator sharpens and where it softens" in report
-  assert os.path.getsize(os.path.join(os.path.dirname(_report_path(degraded.stdout)),
-                                      run_report.DISTANCE_CHART)) > 0
+  assert "![temperature and distance](data:image/png;base64," in report
+  assert RunRecord(config).latest_output("report").custom_properties["blessed"].int_value == 0
   assert re.search(r"\| corrupted test: noise \| \d+ \| ", report), "served distance scores"
 
   # The same two steps warm-started from the model in production (the next run of a schedule)
@@ -185,7 +215,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
   assert "warm-started:    the model in production" in warm.stdout
-  assert "- warm-started from: the model in production" in open(_report_path(warm.stdout)).read()
+  assert "- warm-started from: the model in production" in _report_markdown(warm.stdout)
 
 
 def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it_without_them(
@@ -242,7 +272,7 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   comparison = record["comparison"]
   assert {"eval", "test", "corrupted"} <= set(comparison["ensemble"])
   assert {"eval", "test", "corrupted"} <= set(comparison["best_single"])
-  report = open(_report_path(result.stdout)).read()
+  report = _report_markdown(result.stdout)
   assert "## Ensemble" in report and f"best single trial ({comparison['best_single']['name']})" \
       in report and "| cNLL |" in report
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from reporting import tfma_results
+from components import tfma_results
 from pipeline.config import from_flags
 from reporting.run_record import RunRecord
 from storage import object_storage

@@ -2,7 +2,7 @@
 import numpy as np
 from PIL import Image
 
-from reporting import plots
+from components import plots
 
 
 def _size(path):

@@ -1,29 +1,31 @@
-"""The run report a person reads after `make run`: Markdown with PNG charts.
+"""The run report's content: Markdown sections and their PNG charts (components/run_report.py
+turns them into the report step's HTML and Markdown artifacts).
 
-It holds the gate decision and its reasons, the metric table (clean and corrupted, as
-Uncertainty Baselines reports them, and per corruption family as Hendrycks & Dietterich do),
-temperature scaling's effect on clean and corrupted data, the comparison with the blessed
-baseline, clean and corrupted reliability diagrams, per-class accuracy, and accuracy and ECE per
-corruption and severity, and, for a model calibrated by distance_curve, where its temperature
-sharpens and softens. Everything comes from the Evaluator's TFMA output and the model's
-calibration record, except the corrupted test images' distance scores, which the candidate
-serves for the report.
+It holds the gate decision and its reasons, the served-model check, the metric table (clean
+and corrupted, as Uncertainty Baselines reports them, and per corruption family as Hendrycks &
+Dietterich do), temperature scaling's effect on clean and corrupted data, the comparison with
+the blessed baseline, clean and corrupted reliability diagrams, per-class accuracy, and
+accuracy and ECE per corruption and severity, and, for a model calibrated by distance_curve,
+where its temperature sharpens and softens. Everything comes from the Evaluator's TFMA output,
+the served-model check and the model's calibration record, except the corrupted test images'
+distance scores, which the candidate serves for the report.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
-from components.calibration_metrics import (BRIER_NAME, ECE_NAME, MEAN_SLICE_ECE_NAME, NLL_NAME,
+from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME, NLL_NAME,
                                             RELIABILITY_NAME)
-from reporting import plots, tfma_results
-from pipeline.config import PipelineConfig
-from pipeline.evaluation import ACCURACY_NAME, EXAMPLE_COUNT_NAME
+from components import plots, tfma_results
+from components.tfma_results import EXAMPLE_COUNT_NAME
 from trainer_module import reference_corruptions as corruptions
 from trainer_module import temperature
 from trainer_module.features import (DISTANCE_SCORE_KEY, LABEL_KEY, PROBABILITIES_KEY,
@@ -33,7 +35,6 @@ from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
 from trainer_module.temperature import read_calibration_info
 from trainer_module.warm_start import TRAINING_INFO_PATH
 
-REPORT_FILE = "report.md"
 DISTANCE_CHART = "temperature_by_distance.png"
 REPORT_IMAGES_PER_SLICE = 25  # Corrupted images per slice whose distance the report shows.
 CALIBRATED, RAW = PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
@@ -87,27 +88,46 @@ def family_means(values: Dict, output: str, names) -> Dict[str, Dict[str, Option
           for family, members in families.items()}
 
 
-def _bounds(config: PipelineConfig) -> List[Tuple[str, tfma_results.Slice, str, bool, float,
-                                                   float]]:
+@dataclasses.dataclass(frozen=True)
+class GateBound:
+  """One bound of the gate, as the report shows it (pipeline/evaluation.py sets the gate)."""
+  label: str  # accuracy, ECE, cA (mean corrupted accuracy), ...
+  eval_set: str  # The slice eval_set=<this>: eval or corrupted.
+  metric: str  # The TFMA metric name.
+  higher_is_better: bool
+  bound: float
+  max_change: float  # Allowed change against the blessed baseline.
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSettings:
+  """What the report needs of the run's config, as plain values (the report step's execution
+  property: components sit below the pipeline config)."""
+  pipeline_name: str
+  dataset: str
+  model: str  # E.g. WRN-28-10.
+  num_classes: int
+  corruptions: Tuple[str, ...]
+  bounds: Tuple[GateBound, ...]
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+  @classmethod
+  def from_json(cls, text: str) -> "ReportSettings":
+    values = json.loads(text)
+    return cls(**{**values, "corruptions": tuple(values["corruptions"]),
+                  "bounds": tuple(GateBound(**bound) for bound in values["bounds"])})
+
+
+def _bounds(settings: ReportSettings) -> List[Tuple[str, tfma_results.Slice, str, bool, float,
+                                                     float]]:
   """(label, slice, metric, higher is better, value bound, allowed change) of each gated metric."""
-  bounds = [("accuracy", EVAL, ACCURACY_NAME, True, config.min_eval_accuracy,
-             config.max_accuracy_drop),
-            ("ECE", EVAL, ECE_NAME, False, config.max_eval_ece, config.max_ece_increase),
-            ("NLL", EVAL, NLL_NAME, False, config.max_eval_nll, config.max_nll_increase)]
-  if config.corruptions:
-    bounds += [("cA (mean corrupted accuracy)", CORRUPTED, ACCURACY_NAME, True,
-                config.min_corrupted_accuracy, config.max_corrupted_accuracy_drop),
-               ("cNLL (corrupted NLL)", CORRUPTED, NLL_NAME, False, config.max_corrupted_nll,
-                config.max_corrupted_nll_increase),
-               ("cECE (mean ECE of the corruption x severity slices)", CORRUPTED,
-                MEAN_SLICE_ECE_NAME, False, config.max_corrupted_mean_ece,
-                config.max_corrupted_mean_ece_increase),
-               ("ECE of the corrupted set", CORRUPTED, ECE_NAME, False, config.max_corrupted_ece,
-                config.max_corrupted_ece_increase)]
-  return bounds
+  return [(b.label, ((evaluation_set.EVAL_SET_KEY, b.eval_set),), b.metric, b.higher_is_better,
+           b.bound, b.max_change) for b in settings.bounds]
 
 
-def _gate_section(config, values, blessed: bool, validation) -> List[str]:
+def _gate_section(settings, values, blessed: bool, validation) -> List[str]:
   lines = ["## Gate", "", f"**{'BLESSED' if blessed else 'NOT BLESSED'}**"
            f"{'' if blessed else ': the Pusher pushes nothing.'}", ""]
   failures = tfma_results.failures(validation) if validation is not None else []
@@ -117,7 +137,7 @@ def _gate_section(config, values, blessed: bool, validation) -> List[str]:
                                     model=tfma_results.BASELINE) is not None
   lines += ["| bound | slice | candidate | needs | vs blessed baseline | allowed change |",
             "| --- | --- | --- | --- | --- | --- |"]
-  for label, slice_, name, higher, bound, change in _bounds(config):
+  for label, slice_, name, higher, bound, change in _bounds(settings):
     value = tfma_results.metric(values, slice_, CALIBRATED, name)
     diff = tfma_results.metric(values, slice_, CALIBRATED, name, diff=True)
     needs = f"{'>=' if higher else '<='} {bound}"
@@ -128,7 +148,7 @@ def _gate_section(config, values, blessed: bool, validation) -> List[str]:
   return lines + [""]
 
 
-def _metric_table(config, values) -> List[str]:
+def _metric_table(settings, values) -> List[str]:
   lines = ["## Metrics (calibrated probabilities)", "",
            "| set | examples | accuracy | NLL | ECE | Brier |",
            "| --- | --- | --- | --- | --- | --- |"]
@@ -139,16 +159,16 @@ def _metric_table(config, values) -> List[str]:
       continue
     lines.append(f"| {SET_NAMES[slice_]} | {int(count)} | {_fmt(get(ACCURACY_NAME))} | "
                  f"{_fmt(get(NLL_NAME))} | {_fmt(get(ECE_NAME))} | {_fmt(get(BRIER_NAME))} |")
-  if config.corruptions:
-    means = corrupted_means(values, CALIBRATED, config.corruptions)
-    lines += ["", f"Robustness ({len(config.corruptions)} corruptions x "
+  if settings.corruptions:
+    means = corrupted_means(values, CALIBRATED, settings.corruptions)
+    lines += ["", f"Robustness ({len(settings.corruptions)} corruptions x "
               f"{len(corruptions.SEVERITIES)} severities, means over the slices as in "
               f"Uncertainty Baselines): **cA {_fmt(means[ACCURACY_NAME])}, cNLL "
               f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}**.", "",
               "| corruption family | corruptions | cA | cNLL | cECE | confidence - accuracy |",
               "| --- | --- | --- | --- | --- | --- |"]
-    for family, family_values in family_means(values, CALIBRATED, config.corruptions).items():
-      members = [name for name in config.corruptions if corruptions.FAMILY_OF[name] == family]
+    for family, family_values in family_means(values, CALIBRATED, settings.corruptions).items():
+      members = [name for name in settings.corruptions if corruptions.FAMILY_OF[name] == family]
       gap = family_values["gap"]
       lines.append(f"| {family} | {', '.join(members)} | {_fmt(family_values[ACCURACY_NAME])} "
                    f"| {_fmt(family_values[NLL_NAME])} | {_fmt(family_values[ECE_NAME])} | "
@@ -234,7 +254,7 @@ def _temperature_description(calibration: Optional[dict]) -> str:
           "eval split the fit is in-sample; the test and corrupted rows are not.")
 
 
-def _temperature_section(config, values, calibration: Optional[dict]) -> List[str]:
+def _temperature_section(settings, values, calibration: Optional[dict]) -> List[str]:
   lines = ["## Temperature scaling", "", _temperature_description(calibration)]
   lines += ["", "| set | NLL before | NLL after | ECE before | ECE after | Brier before | "
             "Brier after |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -243,8 +263,8 @@ def _temperature_section(config, values, calibration: Optional[dict]) -> List[st
              for name in (NLL_NAME, ECE_NAME, BRIER_NAME) for output in (RAW, CALIBRATED)]
     if tfma_results.metric(values, slice_, CALIBRATED, EXAMPLE_COUNT_NAME):
       lines.append(f"| {SET_NAMES[slice_]} | " + " | ".join(cells) + " |")
-  if config.corruptions:
-    raw, calibrated = (corrupted_means(values, output, config.corruptions)
+  if settings.corruptions:
+    raw, calibrated = (corrupted_means(values, output, settings.corruptions)
                        for output in (RAW, CALIBRATED))
     lines.append("| corrupted, mean over slices (cNLL, cECE) | " + " | ".join(
         _fmt(means[name]) for name in (NLL_NAME, ECE_NAME) for means in (raw, calibrated))
@@ -294,7 +314,6 @@ def served_distance_scores(model_dir: str, evaluation_set_uri: str,
                            per_slice: int = 0) -> Dict[str, np.ndarray]:
   """The candidate's served distance scores of the clean test images and of the corrupted
   ones by family (`per_slice` > 0: the first that many of each corruption x severity slice)."""
-  import tensorflow as tf
   examples = evaluation_set.read_evaluation_set(evaluation_set_uri)
   keep = examples.eval_sets == evaluation_set.TEST
   if per_slice:
@@ -315,7 +334,7 @@ def served_distance_scores(model_dir: str, evaluation_set_uri: str,
   return groups
 
 
-def _baseline_section(config, values) -> List[str]:
+def _baseline_section(settings, values) -> List[str]:
   lines = ["## Against the blessed baseline", ""]
   if tfma_results.metric(values, EVAL, CALIBRATED, ACCURACY_NAME,
                         model=tfma_results.BASELINE) is None:
@@ -323,7 +342,7 @@ def _baseline_section(config, values) -> List[str]:
                     "alone.", ""]
   lines += ["| metric | slice | candidate | blessed baseline | change |",
             "| --- | --- | --- | --- | --- |"]
-  for label, slice_, name, _, _, _ in _bounds(config) + [
+  for label, slice_, name, _, _, _ in _bounds(settings) + [
       ("Brier", EVAL, BRIER_NAME, False, 0, 0), ("accuracy", TEST, ACCURACY_NAME, True, 0, 0)]:
     candidate = tfma_results.metric(values, slice_, CALIBRATED, name)
     baseline = tfma_results.metric(values, slice_, CALIBRATED, name, model=tfma_results.BASELINE)
@@ -334,10 +353,10 @@ def _baseline_section(config, values) -> List[str]:
   return lines + [""]
 
 
-def model_class_names(config: PipelineConfig, model_dir: Optional[str]) -> List[str]:
+def model_class_names(settings: "ReportSettings", model_dir: Optional[str]) -> List[str]:
   """The class names the model serves (its record), else the label indices."""
   record = read_record(model_dir, CLASS_NAMES_FILE) if model_dir else None
-  return record["class_names"] if record else [str(k) for k in range(config.trainer.num_classes)]
+  return record["class_names"] if record else [str(k) for k in range(settings.num_classes)]
 
 
 def skipped_section(skipped_files: Sequence[Tuple[str, str]]) -> List[str]:
@@ -350,7 +369,7 @@ def skipped_section(skipped_files: Sequence[Tuple[str, str]]) -> List[str]:
   return lines + [""]
 
 
-def _charts(report_dir, config, values, class_names: Sequence[str]) -> List[str]:
+def _charts(report_dir, settings, values, class_names: Sequence[str]) -> List[str]:
   lines = ["## Reliability diagrams", ""]
   for slice_, output, file_name, title in [
       (TEST, CALIBRATED, "reliability_test.png", "clean test, temperature-scaled"),
@@ -384,17 +403,17 @@ def _charts(report_dir, config, values, class_names: Sequence[str]) -> List[str]
     lines.append(f"| {class_names[k]} ({k}) | " +
                  " | ".join(_fmt(v[k]) for v in per_class.values()) + " |")
   lines.append("")
-  if config.corruptions:
-    lines += _corruption_chart(report_dir, config, values)
+  if settings.corruptions:
+    lines += _corruption_chart(report_dir, settings, values)
   return lines
 
 
-def _corruption_chart(report_dir, config, values) -> List[str]:
+def _corruption_chart(report_dir, settings, values) -> List[str]:
   severities = list(corruptions.SEVERITIES)
   metric = lambda name, s, output, metric_name: tfma_results.metric(  # noqa: E731
       values, _corruption_slice(name, s), output, metric_name)
   family_series = {}  # Each family's mean accuracy at each severity.
-  for name in config.corruptions:
+  for name in settings.corruptions:
     family_series.setdefault(corruptions.FAMILY_OF[name], []).append(
         [metric(name, s, CALIBRATED, ACCURACY_NAME) for s in severities])
   family_series = {family: [_mean(column) for column in zip(*members)]
@@ -403,7 +422,7 @@ def _corruption_chart(report_dir, config, values) -> List[str]:
                    family_series, "Accuracy per corruption family and severity", "severity",
                    "accuracy")
   rows = {}
-  for name in config.corruptions:
+  for name in settings.corruptions:
     rows[name] = {
         "accuracy": [metric(name, s, CALIBRATED, ACCURACY_NAME) for s in severities],
         "ece": corrupted_means(values, CALIBRATED, [name])[ECE_NAME],
@@ -475,11 +494,11 @@ def _ensemble_section(record: dict) -> List[str]:
 def warm_start_summary(model_dir: str) -> str:
   """What the model was warm-started from, as its assets (training.json) record it."""
   path = os.path.join(model_dir, TRAINING_INFO_PATH)
-  if not os.path.exists(path):
+  if not tf.io.gfile.exists(path):
     if read_record(model_dir, ENSEMBLE_FILE):
       return "per member: an ensemble (each trial's Trainer output records its own start)"
     return "not recorded"
-  with open(path) as f:
+  with tf.io.gfile.GFile(path) as f:
     record = json.load(f).get("warm_start")
   if not record:
     return "no, trained from scratch"
@@ -489,14 +508,59 @@ def warm_start_summary(model_dir: str) -> str:
           f"{f', {len(excluded)} freshly initialised' if excluded else ''}")
 
 
-def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: str,
-                     blessed: bool, model_dir: Optional[str], pushed: Optional[str],
-                     evaluation_set_uri: Optional[str] = None,
-                     skipped_files: Sequence[Tuple[str, str]] = ()) -> str:
-  """Writes report.md and its PNGs into report_dir; returns the report's path.
-  evaluation_set_uri: EvaluationSetGen's examples, whose served distance scores the report
-  shows for a model calibrated by distance_curve. skipped_files: (path, reason) of the input
-  files an image_dir run left out (skip_bad_images)."""
+@dataclasses.dataclass(frozen=True)
+class ServedCheck:
+  """What the served-model check found (components/served_model_check.py)."""
+  passed: bool
+  split: str  # The split scored: test, or eval when the input has no test split.
+  accuracy: Optional[float]
+  correct: int
+  examples: int
+  evaluator_accuracy: Optional[float]
+  tolerance: float
+  problems: Tuple[str, ...]
+
+
+def headline(settings: ReportSettings, values: Dict) -> Dict[str, float]:
+  """The figures the report's artifact records: the gated clean eval numbers and cA, cNLL,
+  cECE (calibrated probabilities); a figure TFMA did not produce is left out."""
+  get = lambda slice_, name: tfma_results.metric(values, slice_, CALIBRATED, name)  # noqa: E731
+  figures = {"eval_accuracy": get(EVAL, ACCURACY_NAME), "eval_nll": get(EVAL, NLL_NAME),
+             "eval_ece": get(EVAL, ECE_NAME), "test_accuracy": get(TEST, ACCURACY_NAME)}
+  if settings.corruptions:
+    means = corrupted_means(values, CALIBRATED, settings.corruptions)
+    figures.update(corrupted_accuracy=means[ACCURACY_NAME], corrupted_nll=means[NLL_NAME],
+                   corrupted_ece=means[ECE_NAME])
+  return {name: float(value) for name, value in figures.items() if value is not None}
+
+
+def _served_check_section(check: Optional[ServedCheck]) -> List[str]:
+  lines = ["## Served-model check", ""]
+  if check is None:
+    return lines + ["Not run: the candidate was not checked as a serving client sees it.", ""]
+  lines.append(f"**{'PASSED' if check.passed else 'FAILED'}**"
+               f"{'' if check.passed else ': the Pusher pushes nothing.'} A fresh process loaded "
+               "the candidate SavedModel and sent it the raw serialized tf.Examples of the "
+               f"`{check.split}` split through its `serving_default` signature, as a serving "
+               "client would (TFX's InfraValidator does this with TF Serving).")
+  lines.append("")
+  if check.accuracy is not None:
+    lines.append(f"- served accuracy: {_fmt(check.accuracy)} ({check.correct}/{check.examples} "
+                 f"{check.split} examples); the Evaluator's on the same split: "
+                 f"{_fmt(check.evaluator_accuracy)} (tolerance {check.tolerance})")
+  lines += [f"- {problem}" for problem in check.problems]
+  return lines + [""]
+
+
+def run_report_markdown(settings: ReportSettings, report_dir: str, evaluation_uri: str,
+                        blessed: bool, model_dir: Optional[str], pushed: Optional[str],
+                        evaluation_set_uri: Optional[str] = None,
+                        served_check: Optional[ServedCheck] = None,
+                        skipped_files: Sequence[Tuple[str, str]] = ()) -> List[str]:
+  """The report's Markdown lines; its PNG charts are written into report_dir and referenced
+  by file name. evaluation_set_uri: EvaluationSetGen's examples, whose served distance scores
+  the report shows for a model calibrated by distance_curve. skipped_files: (path, reason) of
+  the input files an image_dir run left out (skip_bad_images)."""
   os.makedirs(report_dir, exist_ok=True)
   values = tfma_results.load_metrics(evaluation_uri)
   try:
@@ -504,31 +568,29 @@ def write_run_report(config: PipelineConfig, report_dir: str, evaluation_uri: st
   except Exception:  # No thresholds, no validation file: nothing to explain.
     validation = None
   calibration = None
-  if model_dir and os.path.exists(os.path.join(model_dir, "assets.extra", "temperature.json")):
+  if model_dir and tf.io.gfile.exists(os.path.join(model_dir, "assets.extra",
+                                                   "temperature.json")):
     calibration = read_calibration_info(model_dir)
   precision = read_record(model_dir, PRECISION_FILE) if model_dir else None
-  lines = [f"# Run report: {config.pipeline_name}", "",
-           f"- dataset: `{config.dataset}`, model: WRN-{config.trainer.depth}-"
-           f"{config.trainer.width_multiplier}",
+  lines = [f"# Run report: {settings.pipeline_name}", "",
+           f"- dataset: `{settings.dataset}`, model: {settings.model}",
            f"- trained in `{precision['policy']}` ({precision['reason']}), served in "
            f"`{precision['serving_policy']}`" if precision else "- precision: not recorded",
            f"- candidate model: `{model_dir}`",
            f"- warm-started from: {warm_start_summary(model_dir) if model_dir else 'n/a'}",
            f"- pushed: `{pushed}`" if pushed else "- pushed: nothing this run",
            f"- TFMA output: `{evaluation_uri}`", ""]
-  lines += _gate_section(config, values, blessed, validation)
-  lines += _metric_table(config, values)
+  lines += _gate_section(settings, values, blessed, validation)
+  lines += _served_check_section(served_check)
+  lines += _metric_table(settings, values)
   ensemble = read_record(model_dir, ENSEMBLE_FILE) if model_dir else None
   if ensemble:
     lines += _ensemble_section(ensemble)
-  lines += _temperature_section(config, values, calibration)
+  lines += _temperature_section(settings, values, calibration)
   if calibration and calibration.get("temperature_fit") == "distance_curve":
     lines += _distance_section(report_dir, calibration, served_distance_scores(
         model_dir, evaluation_set_uri, REPORT_IMAGES_PER_SLICE) if evaluation_set_uri else None)
-  lines += _baseline_section(config, values)
-  lines += _charts(report_dir, config, values, model_class_names(config, model_dir))
+  lines += _baseline_section(settings, values)
+  lines += _charts(report_dir, settings, values, model_class_names(settings, model_dir))
   lines += skipped_section(skipped_files)
-  path = os.path.join(report_dir, REPORT_FILE)
-  with open(path, "w") as f:
-    f.write("\n".join(lines))
-  return path
+  return lines

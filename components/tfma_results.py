@@ -6,7 +6,14 @@ from typing import Dict, List, Optional, Tuple
 
 import tensorflow_model_analysis as tfma
 
-from pipeline.evaluation import METRIC_LABELS
+from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME,
+                                            MEAN_SLICE_ECE_NAME, NLL_NAME)
+
+EXAMPLE_COUNT_NAME = "example_count"
+# Names of the gated metrics as the report shows them.
+METRIC_LABELS = {ACCURACY_NAME: "accuracy", ECE_NAME: "ECE", NLL_NAME: "NLL",
+                 BRIER_NAME: "Brier", EXAMPLE_COUNT_NAME: "examples",
+                 MEAN_SLICE_ECE_NAME: "cECE"}
 
 Slice = Tuple[Tuple[str, object], ...]  # ((column, value), ...), sorted; () is everything.
 

@@ -2,13 +2,16 @@
 import numpy as np
 import pytest
 
-from reporting import run_report
-from pipeline.evaluation import ACCURACY_NAME
-from components.calibration_metrics import ECE_NAME, NLL_NAME
-from pipeline.config import from_flags
+from components import report_sections
+from components.calibration_metrics import ACCURACY_NAME, ECE_NAME, NLL_NAME
 from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.export import write_record
 from trainer_module.features import PROBABILITIES_KEY
+from trainer_module.reference_corruptions import BENCHMARK_CORRUPTIONS
+
+_SETTINGS = report_sections.ReportSettings(
+    pipeline_name="p", dataset="digits", model="WRN-10-1", num_classes=10,
+    corruptions=BENCHMARK_CORRUPTIONS, bounds=())
 
 
 def _values(per_corruption):
@@ -26,10 +29,10 @@ def _values(per_corruption):
 def test_ca_is_the_mean_over_slices_and_families_group_as_hendrycks_and_dietterich():
   values = _values({"gaussian_noise": 0.5, "shot_noise": 0.7, "fog": 0.9, "contrast": 0.3})
   names = ["gaussian_noise", "shot_noise", "fog", "contrast"]
-  overall = run_report.corrupted_means(values, PROBABILITIES_KEY, names)
+  overall = report_sections.corrupted_means(values, PROBABILITIES_KEY, names)
   assert overall[ACCURACY_NAME] == pytest.approx(0.6 + 0.03)
   assert overall[ECE_NAME] == pytest.approx(0.1)
-  families = run_report.family_means(values, PROBABILITIES_KEY, names)
+  families = report_sections.family_means(values, PROBABILITIES_KEY, names)
   assert list(families) == ["noise", "weather", "digital"]
   assert families["noise"][ACCURACY_NAME] == pytest.approx(0.6 + 0.03)
   assert families["weather"][NLL_NAME] == pytest.approx(0.1)
@@ -37,7 +40,7 @@ def test_ca_is_the_mean_over_slices_and_families_group_as_hendrycks_and_dietteri
 
 
 def test_missing_slices_give_no_number_rather_than_a_wrong_one():
-  assert run_report.corrupted_means({}, PROBABILITIES_KEY, ["fog"])[ACCURACY_NAME] is None
+  assert report_sections.corrupted_means({}, PROBABILITIES_KEY, ["fog"])[ACCURACY_NAME] is None
 
 
 def test_the_warm_start_line_says_what_the_model_records(tmp_path):
@@ -45,9 +48,9 @@ def test_the_warm_start_line_says_what_the_model_records(tmp_path):
   single, ensemble, bare = (str(tmp_path / name) for name in ("single", "ensemble", "bare"))
   write_record(single, TRAINING_FILE, {"warm_start": None})
   write_record(ensemble, ENSEMBLE_FILE, {"members": []})
-  assert run_report.warm_start_summary(single) == "no, trained from scratch"
-  assert run_report.warm_start_summary(ensemble).startswith("per member: an ensemble")
-  assert run_report.warm_start_summary(bare) == "not recorded"
+  assert report_sections.warm_start_summary(single) == "no, trained from scratch"
+  assert report_sections.warm_start_summary(ensemble).startswith("per member: an ensemble")
+  assert report_sections.warm_start_summary(bare) == "not recorded"
 
 
 def _validation_fit(**overrides):
@@ -61,10 +64,9 @@ def _validation_fit(**overrides):
 
 
 def test_the_temperature_section_reports_the_validation_shift_apart_from_the_corrupted_set():
-  from pipeline.config import PipelineConfig
   calibration = _validation_fit()
-  section = run_report._temperature_section  # pylint: disable=protected-access
-  lines = section(PipelineConfig(), {}, calibration)
+  section = report_sections._temperature_section  # pylint: disable=protected-access
+  lines = section(_SETTINGS, {}, calibration)
   text = "\n".join(lines)
   assert "T = 1.0000, chosen on 270 clean eval examples and 1000 eval images" in text
   assert "alone would give T = 0.3900 (validation shift at that T: NLL 2.5000, ECE 0.3000)" in text
@@ -74,13 +76,12 @@ def test_the_temperature_section_reports_the_validation_shift_apart_from_the_cor
 
 
 def test_the_temperature_section_says_where_an_in_support_temperature_applies():
-  from pipeline.config import PipelineConfig
   calibration = _validation_fit(
       temperature_fit="in_support", temperature=0.39, support_radius=14.25,
       validation_inside_support=0.41, validation_nll_before=0.6, validation_nll_after=0.56,
       validation_ece_before=0.14, validation_ece_after=0.11)
-  lines = run_report._temperature_section(  # pylint: disable=protected-access
-      PipelineConfig(), {}, calibration)
+  lines = report_sections._temperature_section(  # pylint: disable=protected-access
+      _SETTINGS, {}, calibration)
   text = "\n".join(lines)
   assert "T = 0.3900 for inputs whose penultimate features lie within Mahalanobis distance " \
          "14.25 of the nearest training class mean" in text
@@ -91,13 +92,12 @@ def test_the_temperature_section_says_where_an_in_support_temperature_applies():
 
 
 def test_an_ensembles_in_support_temperature_is_described_as_its_members_union():
-  from pipeline.config import PipelineConfig
   calibration = _validation_fit(
       temperature_fit="in_support", temperature=0.39, support_radius=[14.25, 12.5],
       validation_inside_support=0.41, validation_nll_before=0.6, validation_nll_after=0.56,
       validation_ece_before=0.14, validation_ece_after=0.11)
-  text = "\n".join(run_report._temperature_section(  # pylint: disable=protected-access
-      PipelineConfig(), {}, calibration))
+  text = "\n".join(report_sections._temperature_section(  # pylint: disable=protected-access
+      _SETTINGS, {}, calibration))
   assert ("T = 0.3900 for inputs whose penultimate features, in some member's own feature "
           "space, lie within that member's Mahalanobis distance of its nearest training class "
           "mean (the farthest clean eval image's: 14.25, 12.50), the raw softmax (T = 1) "
@@ -105,26 +105,25 @@ def test_an_ensembles_in_support_temperature_is_described_as_its_members_union()
 
 
 def test_a_distance_curve_is_described_and_charted_where_it_sharpens_and_softens(tmp_path):
-  from pipeline.config import PipelineConfig
   calibration = _validation_fit(
       temperature_fit="distance_curve", temperature=float(np.exp(-1.0)), support_radius=14.25,
       distance_curve={"log_temperature": -1.0, "slope": 0.2},
       eval_distance_scores=[-1.0, 0.0, 1.0],
       validation_distance_scores=[1.0, 2.0, 8.0, 9.0],
       validation_slices=["spatter_1", "saturate_2", "spatter_5", "speckle_noise_4"])
-  text = "\n".join(run_report._temperature_section(  # pylint: disable=protected-access
-      PipelineConfig(), {}, calibration))
+  text = "\n".join(report_sections._temperature_section(  # pylint: disable=protected-access
+      _SETTINGS, {}, calibration))
   assert "T(x) = exp(-1.0000 + 0.2000 z(x))" in text
   assert "A typical eval image (z = 0) gets T = 0.3679" in text
-  lines = run_report._distance_section(  # pylint: disable=protected-access
+  lines = report_sections._distance_section(  # pylint: disable=protected-access
       str(tmp_path), calibration, {"corrupted test: noise": np.array([10.0, 12.0])})
-  assert (tmp_path / run_report.DISTANCE_CHART).stat().st_size > 0
+  assert (tmp_path / report_sections.DISTANCE_CHART).stat().st_size > 0
   # Median z, median T (exp(-1 + 0.2 z)) and the share that is sharpened (T < 1: z < 5).
   assert "| clean eval (fit) | 3 | 0.00 | 0.368 | 100% |" in lines
   assert "| validation shift, severities 1-2 (fit) | 2 | 1.50 | 0.499 | 100% |" in lines
   assert "| validation shift, severities 3-5 (fit) | 2 | 8.50 | 2.024 | 0% |" in lines
   assert "| corrupted test: noise | 2 | 11.00 | 3.387 | 0% |" in lines
-  assert run_report._distance_section(  # pylint: disable=protected-access
+  assert report_sections._distance_section(  # pylint: disable=protected-access
       str(tmp_path), _validation_fit(), None) == []
 
 
@@ -135,18 +134,17 @@ def test_a_familys_confidence_gap_is_its_slices_mean_confidence_minus_accuracy()
     values[(("corruption", "fog"), ("severity", severity))][
         ("candidate", PROBABILITIES_KEY, RELIABILITY_NAME, False)] = np.array(
             [[10, 0.9, 0.6], [10, 0.3, 0.2 + severity / 100]])
-  gap = run_report.family_means(values, PROBABILITIES_KEY, ["fog"])["weather"]["gap"]
+  gap = report_sections.family_means(values, PROBABILITIES_KEY, ["fog"])["weather"]["gap"]
   assert gap == pytest.approx(np.mean([(0.9 - 0.6 + 0.3 - 0.2 - s / 100) / 2
                                        for s in range(1, 6)]))
 
 
 def test_class_names_come_from_the_model_and_skipped_files_are_listed(tmp_path):
-  config = from_flags([])
-  assert run_report.model_class_names(config, None) == [str(k) for k in range(10)]
+  assert report_sections.model_class_names(_SETTINGS, None) == [str(k) for k in range(10)]
   write_record(str(tmp_path), CLASS_NAMES_FILE, {"class_names": ["cat", "dog"]})
-  assert run_report.model_class_names(config, str(tmp_path)) == ["cat", "dog"]
-  assert run_report.skipped_section([]) == []
-  lines = run_report.skipped_section([("/photos/cat/a.jpg", "empty file (0 bytes)"),
+  assert report_sections.model_class_names(_SETTINGS, str(tmp_path)) == ["cat", "dog"]
+  assert report_sections.skipped_section([]) == []
+  lines = report_sections.skipped_section([("/photos/cat/a.jpg", "empty file (0 bytes)"),
                                        ("/photos/dog", "empty class folder: a | b")])
   assert "## Skipped input files" in lines
   assert "| `/photos/cat/a.jpg` | empty file (0 bytes) |" in lines
