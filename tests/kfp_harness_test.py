@@ -76,7 +76,7 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   with open(compiled.spec_path) as f:
     spec = yaml.safe_load(f)
   harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
-                                env=s3_server.environ())
+                                secrets=kfp_harness.s3_secrets(s3_server))
   metadata = harness.metadata
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
