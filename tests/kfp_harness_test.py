@@ -163,8 +163,7 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
     tmp_path, s3_server):
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
                                                 SMALL_MODEL)
-  with open(compiled.spec_path) as f:
-    spec = yaml.safe_load(f)
+  spec = submit.load_spec(compiled.spec_path)
   harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
                                 secrets=kfp_harness.s3_secrets(s3_server))
   metadata = harness.metadata
