@@ -86,11 +86,7 @@ def pipeline_job(config: PipelineConfig) -> dict:
       spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   if config.kubeflow.kubeflow_target == "kfp":
     adapt_to_open_source_kfp(spec)
-    executors = spec["deploymentSpec"]["executors"]
-    for name, component in spec["components"].items():
-      env = platform.container_env(step_pod(config, step_kind(name)))
-      if env and "container" in executors[component["executorLabel"]]:
-        executors[component["executorLabel"]]["container"]["env"] = env
+    platform.set_container_env(config, spec)
   return job
 
 

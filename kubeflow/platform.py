@@ -10,7 +10,7 @@ resources, and, for an open-source KFP server, the spec's Kubernetes platform se
   compiler lays it out (kfp.compiler.pipeline_spec_builder: platform_config_to_platform_spec,
   merge_platform_specs; write_pipeline_spec_to_file writes it as the YAML's second document).
 """
-from typing import Dict
+from typing import Dict, Iterator, Tuple
 
 from google.protobuf import json_format
 from kfp.compiler import pipeline_spec_builder
@@ -58,15 +58,21 @@ def executor_config(pod: StepPod) -> k8s_pb2.KubernetesExecutorConfig:
   return config
 
 
-def platform_spec(config, spec: dict) -> Dict[str, dict]:
-  """The spec's platform section (the YAML's second document) for config's pods; {} when no
-  pod has a Kubernetes setting. Only container executors: importers have no pod of theirs."""
-  platform = pipeline_spec_pb2.PlatformSpec()
+def _container_steps(spec: dict) -> Iterator[Tuple[str, str, dict]]:
+  """(component name, executor label, container spec) of every container executor; importers
+  have no pod of their own."""
   executors = spec["deploymentSpec"]["executors"]
   for name, component in sorted(spec["components"].items()):
     label = component["executorLabel"]
-    if "container" not in executors[label]:
-      continue
+    if "container" in executors[label]:
+      yield name, label, executors[label]["container"]
+
+
+def platform_spec(config, spec: dict) -> Dict[str, dict]:
+  """The spec's platform section (the YAML's second document) for config's pods; {} when no
+  pod has a Kubernetes setting."""
+  platform = pipeline_spec_pb2.PlatformSpec()
+  for name, label, _ in _container_steps(spec):
     executor = executor_config(step_pod(config, step_kind(name)))
     if executor.ByteSize():
       pipeline_spec_builder.merge_platform_specs(
@@ -75,6 +81,9 @@ def platform_spec(config, spec: dict) -> Dict[str, dict]:
   return json_format.MessageToDict(platform)
 
 
-def container_env(pod: StepPod) -> list:
-  """The container spec's `env` (plain settings the driver copies into the pod)."""
-  return [{"name": name, "value": value} for name, value in pod.env]
+def set_container_env(config, spec: dict) -> None:
+  """Each container's `env`, in place: the pod's plain settings (the driver copies them)."""
+  for name, _, container in _container_steps(spec):
+    env = step_pod(config, step_kind(name)).env
+    if env:
+      container["env"] = [{"name": variable, "value": value} for variable, value in env]

@@ -80,8 +80,10 @@ class KubeflowConfig:
   vertex_project: str = ""  # Google Cloud project of Vertex AI training.
   vertex_region: str = "us-central1"  # Region of the Vertex AI training job.
   machine_type: str = "n1-standard-8"  # Machine type of each training replica.
-  accelerator_type: str = ""  # A Vertex AcceleratorType name; empty for CPU only.
-  accelerator_count: int = 0  # Per replica.
+  # The Trainer's accelerators (empty for CPU only): with kfp a Kubernetes resource name on its
+  # pod (nvidia.com/gpu), with vertex a Vertex AcceleratorType name per pool replica.
+  accelerator_type: str = ""  # nvidia.com/gpu (kfp) or e.g. NVIDIA_TESLA_V100 (vertex).
+  accelerator_count: int = 0  # On the Trainer's pod (kfp), or per replica (vertex).
   replica_count: int = 1  # Machines: one chief plus replica_count - 1 workers.
   # Dataflow, the Beam engine of a Kubeflow run's Beam steps with --beam_runner=dataflow
   # (pipeline/beam_engine.py): the image as SDK container.
