@@ -92,6 +92,10 @@ FLAG_GROUPS = {
         "image", "kubeflow_target", "vertex_project", "vertex_region", "machine_type",
         "accelerator_type", "accelerator_count", "replica_count", "dataflow_project",
         "dataflow_region", "dataflow_temp_location"),
+    "cluster pods (Kubeflow)": (
+        "trainer_cpu", "trainer_memory", "beam_cpu", "beam_memory", "credentials_secret",
+        "credentials_secret_keys", "s3_endpoint", "s3_region", "trainer_node_selector",
+        "trainer_tolerations", "image_pull_secrets"),
 }
 CONFIG_HELP = "the preset the other flags override: one of configs.PRESETS"
 

@@ -27,6 +27,16 @@ USAGE = f"""usage: python -m kubeflow COMMAND [--flag=value ...]
             Writes DIR/<pipeline_name>.yaml (the KFP pipeline spec to upload) and .json (the
             PipelineJob, for Vertex AI Pipelines); DIR defaults to {DEFAULT_PACKAGE_DIR}.
             Needs --image and an object-storage --output_dir (gs://... or s3://...).
+            An open-source KFP cluster, the Trainer's pod on 2 GPUs of a labelled node, every
+            pod's S3 credentials from the Secret wrn-s3-credentials (keys accesskey, secretkey):
+              python -m kubeflow compile --image=registry.example.com/wrn-pipeline:1 \\
+                --output_dir=s3://wrn/runs --dataset=cifar10 \\
+                --s3_endpoint=http://minio-service.kubeflow:9000 --s3_region=us-east-1 \\
+                --credentials_secret=wrn-s3-credentials \\
+                --accelerator_type=nvidia.com/gpu --accelerator_count=2 \\
+                --distribution_strategy=mirrored \\
+                --trainer_node_selector=nvidia.com/gpu.present=true \\
+                --trainer_tolerations=nvidia.com/gpu:NoSchedule
   upload    --package=FILE.yaml [--version=NAME]
             Uploads the pipeline, or a new version of the pipeline of the same name.
   run       --package=FILE.yaml --experiment=NAME [--run_name=NAME] [--data_root=URI]

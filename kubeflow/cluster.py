@@ -14,7 +14,7 @@ from tfx import v1 as tfx
 from kubeflow import trainjob_launcher
 from kubeflow.parameters import DATA_ROOT_PARAMETER, trainer_config_parameter
 from kubeflow.trainjob import NodePlacement
-from pipeline.cluster_config import image_path
+from pipeline.cluster_config import TRAINER_STEP, image_path, step_pod
 from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
 
 Parameter = tfx.dsl.experimental.RuntimeParameter
@@ -36,7 +36,7 @@ def cluster_parts(config) -> RunnerParts:
     elif kubeflow.uses_trainjob:
       trainer_class = trainjob_launcher.Trainer
       custom_config = {**custom_config, **trainjob_launcher.trainjob_settings(
-          kubeflow.replica_count, kubeflow.image, trainjob_node_placement(kubeflow))}
+          kubeflow.replica_count, kubeflow.image, trainjob_node_placement(config))}
     parameter = Parameter(name=trainer_config_parameter(trial), ptype=str,
                           default=json.dumps(custom_config, sort_keys=True))
     return trainer_class(run_fn=TRAINER_RUN_FN, custom_config=parameter, **inputs)
@@ -59,7 +59,23 @@ def vertex_training_config(kubeflow) -> dict:
                                                   kubeflow.worker_pool_specs()}}}
 
 
-def trainjob_node_placement(kubeflow) -> NodePlacement:  # pylint: disable=unused-argument
-  """What each TrainJob node's pod gets besides image and command: the Trainer step's
-  resources, node selector, tolerations and Secret env once the config has them; none yet."""
-  return NodePlacement()
+def trainjob_node_placement(config) -> NodePlacement:
+  """What each TrainJob node's pod gets besides image and command: the Trainer step's pod
+  (cluster_config.step_pod of a training node): its resources, node selector, tolerations, plain env and the
+  Secret keys mapped into its environment."""
+  pod = step_pod(config, TRAINER_STEP, training_node=True)
+  quantities = {name: value for name, value in (("cpu", pod.resources.cpu),
+                                                 ("memory", pod.resources.memory)) if value}
+  limits = dict(quantities)
+  if pod.resources.accelerator_count:
+    limits[pod.resources.accelerator_type] = str(pod.resources.accelerator_count)
+  resources = {key: value for key, value in (("requests", quantities), ("limits", limits))
+               if value}
+  env = tuple({"name": name, "value": value} for name, value in pod.env) + tuple(
+      {"name": variable, "valueFrom": {"secretKeyRef": {"name": pod.secret_name, "key": key}}}
+      for key, variable in pod.secret_env)
+  tolerations = tuple({key: value for key, value in (
+      ("key", toleration.key), ("operator", toleration.operator), ("value", toleration.value),
+      ("effect", toleration.effect)) if value} for toleration in pod.tolerations)
+  return NodePlacement(resources=resources, node_selector=dict(pod.node_selector),
+                       tolerations=tolerations, env=env)

@@ -11,6 +11,11 @@ backend runs: only container and importer executors (its argocompiler refuses th
 container started through kubeflow.kfp_entrypoint (which repairs the artifacts the OSS driver
 hands over and runs ExampleGen's pre-cache-check driver, a hook the OSS backend ignores), and
 KFP's cache off for tasks whose result depends on state their cache key cannot see.
+
+Every heavy step's container asks for its resources (both targets); with kfp, the YAML has a
+second document, the Kubernetes platform section (S3 credentials from a Secret, the Trainer's
+node placement, image pull secrets), and each container the object store's endpoint and
+region in its environment (kubeflow/platform.py).
 """
 import dataclasses
 import json
@@ -21,7 +26,8 @@ import yaml
 from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
-from kubeflow import kfp_entrypoint
+from kubeflow import kfp_entrypoint, platform
+from pipeline.cluster_config import step_kind, step_pod
 from pipeline.config import PipelineConfig
 from kubeflow.cluster import cluster_parts
 from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
@@ -56,6 +62,10 @@ def pipeline_job(config: PipelineConfig) -> dict:
     raise ValueError("A Kubeflow pipeline needs cluster settings: pass --image and an "
                      "object-storage --output_dir (gs:// or s3://).")
   pipeline = create_pipeline(config, cluster_parts(config))
+  for component in pipeline.components:
+    resources = step_pod(config, step_kind(component.id)).resources
+    if resources:
+      component.with_platform_config(platform.resource_spec(resources))
   defaults = runtime_parameter_defaults(pipeline)
   runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
       kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
@@ -79,6 +89,7 @@ def pipeline_job(config: PipelineConfig) -> dict:
       spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   if config.kubeflow.kubeflow_target == "kfp":
     adapt_to_open_source_kfp(spec)
+    platform.set_container_env(config, spec)
   else:
     start_report_types_through_entrypoint(spec)
   return job
@@ -153,6 +164,11 @@ def compile_pipeline(config: PipelineConfig, package_dir: str) -> CompiledPipeli
   compiled = CompiledPipeline(job_path=base + ".json", spec_path=base + ".yaml")
   with open(compiled.job_path, "w") as f:
     json.dump(job, f, indent=2, sort_keys=True)
+  documents = [job["pipelineSpec"]]
+  if config.kubeflow.kubeflow_target == "kfp":
+    platform_section = platform.platform_spec(config, job["pipelineSpec"])
+    if platform_section:  # As kfp's write_pipeline_spec_to_file: a second YAML document.
+      documents.append(platform_section)
   with open(compiled.spec_path, "w") as f:
-    yaml.safe_dump(job["pipelineSpec"], f, sort_keys=True)
+    yaml.safe_dump_all(documents, f, sort_keys=True)
   return compiled

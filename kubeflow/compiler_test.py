@@ -9,8 +9,10 @@ from google.protobuf import json_format
 from kfp.client import client as kfp_client
 from kfp.pipeline_spec import pipeline_spec_pb2
 
+from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
+
 from kubeflow import cli, compiler, kfp_entrypoint
-from kubeflow.conftest import VERTEX_FLAGS
+from kubeflow.conftest import OPEN_SOURCE_GPU_FLAGS, VERTEX_FLAGS
 from pipeline import cluster_config as kubeflow_config
 from local_runner import runner as local_runner
 from pipeline.config import PipelineConfig, from_flags, from_preset
@@ -339,3 +341,99 @@ def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_p
   for drawn in ("--seed=3", "--dense_kernel_l2=0.1"):
     with pytest.raises(ValueError, match="drawn per trial"):
       submit.run_parameters(submit.load_spec(package.spec_path), [drawn], None)
+
+
+def _documents(compiled):
+  """The pipeline spec and the platform section, as kfp.Client reads a package."""
+  document = kfp_client._extract_pipeline_yaml(compiled.spec_path)
+  return document.pipeline_spec, document.platform_spec
+
+
+def _kubernetes_configs(platform_spec):
+  """Each executor's KubernetesExecutorConfig, read with kfp-kubernetes' own protos."""
+  executors = platform_spec.platforms["kubernetes"].deployment_spec.executors
+  return {label: json_format.ParseDict(json_format.MessageToDict(config),
+                                       k8s_pb2.KubernetesExecutorConfig())
+          for label, config in executors.items()}
+
+
+def _executors(spec):
+  """The deployment config's executors as messages (the spec holds it as a Struct)."""
+  return json_format.ParseDict(json_format.MessageToDict(spec.deployment_spec),
+                               pipeline_spec_pb2.PipelineDeploymentConfig()).executors
+
+
+GB = 10**9
+HEAVY_BEAM_STEPS = ("Transform", "Evaluator", "EvaluationSetGen")
+
+
+def test_the_documented_open_source_command_gives_the_trainer_gpus_and_every_pod_credentials(
+    compiled):
+  _, package = compiled["gpus"]
+  spec, platform_spec = _documents(package)
+  executors = _executors(spec)
+  trainer = executors["Trainer_executor"].container.resources
+  assert (trainer.accelerator.type, trainer.accelerator.count) == ("nvidia.com/gpu", 2)
+  assert trainer.cpu_limit == trainer.cpu_request == 8
+  assert trainer.memory_limit == trainer.memory_request == 32 * 2**30 / GB
+  for step in HEAVY_BEAM_STEPS:
+    resources = executors[f"{step}_executor"].container.resources
+    assert (resources.cpu_limit, resources.memory_limit) == (4, 16 * 2**30 / GB), step
+    assert not resources.accelerator.count, step
+  assert not executors["StatisticsGen_executor"].container.HasField("resources")
+  configs = _kubernetes_configs(platform_spec)
+  containers = {label for label, executor in executors.items() if executor.HasField("container")}
+  assert set(configs) == containers  # Every pod; importers have none of their own.
+  for label, config in configs.items():
+    (secret,) = config.secret_as_env
+    assert secret.secret_name == "wrn-s3-credentials"
+    assert {(k.secret_key, k.env_var) for k in secret.key_to_env} == {
+        ("accesskey", "AWS_ACCESS_KEY_ID"), ("secretkey", "AWS_SECRET_ACCESS_KEY")}
+    env = {e.name: e.value for e in executors[label].container.env}
+    assert env == {"AWS_ENDPOINT_URL_S3": "http://minio-service.kubeflow:9000",
+                   "AWS_REGION": "us-east-1"}, label
+    placed = label == "Trainer_executor"
+    assert bool(config.node_selector.labels) == bool(config.tolerations) == placed, label
+  assert dict(configs["Trainer_executor"].node_selector.labels) == {
+      "nvidia.com/gpu.present": "true"}
+  (toleration,) = configs["Trainer_executor"].tolerations
+  assert (toleration.key, toleration.operator, toleration.effect) == (
+      "nvidia.com/gpu", "Exists", "NoSchedule")
+
+
+def test_the_open_source_command_is_the_one_the_docs_and_help_give():
+  with open(os.path.join(kubeflow_config.PROJECT_DIR, "docs", "kubeflow.md")) as f:
+    docs = " ".join(f.read().replace("\\\n", " ").split())
+  assert "python -m kubeflow compile " + " ".join(OPEN_SOURCE_GPU_FLAGS) in docs
+  assert " ".join(OPEN_SOURCE_GPU_FLAGS) in " ".join(cli.USAGE.replace("\\\n", " ").split())
+
+
+def test_kfps_own_secret_is_mapped_by_default_and_vertex_has_no_platform_section(compiled):
+  _, package = compiled["tfrecord"]
+  spec, platform_spec = _documents(package)
+  for label, config in _kubernetes_configs(platform_spec).items():
+    assert config.secret_as_env[0].secret_name == "mlpipeline-minio-artifact", label
+  trainer = _executors(spec)["Trainer_executor"].container
+  assert not trainer.resources.accelerator.count and trainer.resources.cpu_limit == 8
+  assert not trainer.env  # No endpoint given: AWS S3 itself.
+  _, vertex = compiled["vertex"]
+  spec, platform_spec = _documents(vertex)
+  assert not platform_spec.platforms
+  executors = _executors(spec)
+  # The Vertex Trainer's pod submits the CustomJob (its pools have the GPUs); Beam steps ask.
+  assert not executors["Trainer_executor"].container.HasField("resources")
+  assert executors["Transform_executor"].container.resources.cpu_limit == 4
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--accelerator_type=tpu", "accelerator_type='tpu'"),
+    ("--accelerator_count=-1", "accelerator_count=-1"),
+    ("--trainer_memory=32GB", "trainer_memory='32GB'"),
+    ("--credentials_secret=", "credentials_secret=''"),
+])
+def test_bad_pod_flags_stop_the_compile_naming_the_flag(flag, message, tmp_path, capsys):
+  package_dir = tmp_path / "package"
+  assert cli.main(["compile", f"--package_dir={package_dir}",
+                   "--image=i", "--output_dir=s3://bucket/wrn", flag]) == 2
+  assert message in capsys.readouterr().err
+  assert not package_dir.exists()

@@ -65,8 +65,11 @@ def load_spec(path: str) -> dict:
   if not os.path.isfile(path):
     raise ValueError(f"Invalid --package {path!r}: no such file; run `python -m kubeflow "
                      "compile` first.")
-  with open(path) as f:
-    spec = yaml.safe_load(f)
+  try:
+    with open(path) as f:  # The pipeline spec, then (kfp) the platform section.
+      spec = next(yaml.safe_load_all(f), None)
+  except yaml.YAMLError as error:
+    raise ValueError(f"Invalid --package {path!r}: not YAML ({error}).") from error
   if not isinstance(spec, dict) or "pipelineInfo" not in spec or "root" not in spec:
     raise ValueError(f"Invalid --package {path!r}: not a KFP pipeline spec.")
   return spec

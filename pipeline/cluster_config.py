@@ -1,8 +1,10 @@
 """Cluster settings of a run: the `kubeflow` part of the one PipelineConfig.
 
 A config that has them describes a run on Kubeflow Pipelines: the code comes from a container
-image, every location is on object storage (gs:// or s3://), and the Trainer can run on Vertex
-AI worker pools with GPUs or TPUs. They live beside the rest of the run's config, as the TFX
+image, every location is on object storage (gs:// or s3://), each heavy step asks for CPU, memory
+and (the Trainer) GPUs, and on an open-source KFP server each pod gets its S3 credentials from a
+Kubernetes Secret, its node placement and image pull secrets (`step_pod`); the Trainer can
+instead run on Vertex AI worker pools with GPUs or TPUs. They live beside the rest of the run's config, as the TFX
 templates keep their Vertex and Dataflow arguments in `pipeline/configs.py`; the Kubeflow
 runner (kubeflow/) reads them, the graph never does. Nothing here imports TFX.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
 from storage.object_storage import is_object_store_uri, object_store_uri_problem
@@ -41,6 +43,34 @@ KUBEFLOW_TARGETS = ("kfp", "vertex")
 
 GCP_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]")
 
+# Kubernetes names (k8s.io/apimachinery validation): a DNS-1123 subdomain (Secrets), a qualified
+# name (label and taint keys, extended resources: an optional DNS prefix, then a name) and a
+# label value.
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+QUALIFIED_NAME = re.compile(rf"({DNS_SUBDOMAIN.pattern}/)?{_NAME}")
+LABEL_VALUE = re.compile(rf"({_NAME})?")
+# A device plugin's resource (nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915, ...): outside the
+# kubernetes.io domain, prefixed (resource/helpers.go IsExtendedResourceName).
+EXTENDED_RESOURCE = re.compile(rf"{DNS_SUBDOMAIN.pattern}/{_NAME}")
+# Quantities as resource.ParseQuantity reads them, restricted to what makes sense here.
+CPU_QUANTITY = re.compile(r"([0-9]+(\.[0-9]+)?)(m?)")
+MEMORY_QUANTITY = re.compile(r"([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+MEMORY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+                "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+                "Ei": 2**60}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+# KFP's own object-store Secret (manifests of kubeflow/pipelines: every profile namespace has a
+# copy) and its keys, as the AWS variables storage/object_storage.py reads.
+KFP_MINIO_SECRET = "mlpipeline-minio-artifact"
+KFP_MINIO_SECRET_KEYS = "accesskey:AWS_ACCESS_KEY_ID,secretkey:AWS_SECRET_ACCESS_KEY"
+# What each step asks of its pod (`step_kind`).
+TRAINER_STEP, BEAM_STEP, LIGHT_STEP = "trainer", "beam", "light"
+# The Beam steps that read every example or image (the others read statistics or one model).
+HEAVY_BEAM_COMPONENTS = ("Transform", "Evaluator", "EvaluationSetGen")
+
 
 @dataclasses.dataclass(frozen=True)
 class KubeflowConfig:
@@ -50,8 +80,10 @@ class KubeflowConfig:
   vertex_project: str = ""  # Google Cloud project of Vertex AI training.
   vertex_region: str = "us-central1"  # Region of the Vertex AI training job.
   machine_type: str = "n1-standard-8"  # Machine type of each training replica.
-  accelerator_type: str = ""  # A Vertex AcceleratorType name; empty for CPU only.
-  accelerator_count: int = 0  # Per replica.
+  # The Trainer's accelerators (empty for CPU only): with kfp a Kubernetes resource name on its
+  # pod (nvidia.com/gpu), with vertex a Vertex AcceleratorType name per pool replica.
+  accelerator_type: str = ""  # nvidia.com/gpu (kfp) or e.g. NVIDIA_TESLA_V100 (vertex).
+  accelerator_count: int = 0  # On the Trainer's pod (kfp; each TrainJob node's), or per replica.
   # Machines: one chief plus replica_count - 1 workers (Vertex worker pools, or on kfp the
   # nodes of a Kubeflow Trainer TrainJob, kubeflow/trainjob.py).
   replica_count: int = 1
@@ -60,6 +92,22 @@ class KubeflowConfig:
   dataflow_project: str = ""  # Google Cloud project of the Dataflow jobs.
   dataflow_region: str = ""  # Region of the Dataflow jobs.
   dataflow_temp_location: str = ""  # gs://bucket/path for Dataflow's staging and temp files.
+  # What each pod asks for, as Kubernetes quantities (request and limit alike; empty for none):
+  # the Trainer's (with kfp, its GPUs are accelerator_type/accelerator_count), and that of the
+  # Beam steps reading every example (Transform, Evaluator, EvaluationSetGen).
+  trainer_cpu: str = "8"  # CPU cores of the Trainer's pod (e.g. 8, 500m).
+  trainer_memory: str = "32Gi"  # Memory of the Trainer's pod (e.g. 32Gi, 64G).
+  beam_cpu: str = "4"  # CPU cores of each heavy Beam step's pod.
+  beam_memory: str = "16Gi"  # Memory of each heavy Beam step's pod.
+  # kubeflow_target=kfp: the Kubernetes platform section of the spec (no value of a Secret ever
+  # enters it). With a location on s3://, every pod's environment maps these Secret keys.
+  credentials_secret: str = KFP_MINIO_SECRET  # Secret holding the object store's credentials.
+  credentials_secret_keys: str = KFP_MINIO_SECRET_KEYS  # KEY:ENV_VAR,... mapped from it.
+  s3_endpoint: str = ""  # AWS_ENDPOINT_URL_S3 of every pod (e.g. http://minio-service.kubeflow:9000).
+  s3_region: str = ""  # AWS_REGION of every pod (MinIO: any, e.g. us-east-1).
+  trainer_node_selector: str = ""  # LABEL=VALUE,... the Trainer's node must carry.
+  trainer_tolerations: str = ""  # KEY[=VALUE][:EFFECT],... taints the Trainer's pod tolerates.
+  image_pull_secrets: str = ""  # NAME,... Secrets every pod pulls the image with.
 
   def __post_init__(self):
     require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
@@ -70,20 +118,29 @@ class KubeflowConfig:
     require(not (self.vertex_project and self.kubeflow_target == "kfp"), "vertex_project",
             self.vertex_project, "needs --kubeflow_target=vertex: Vertex AI training runs as a "
             "CustomJob, which an open-source Kubeflow Pipelines server does not run")
-    require(self.accelerator_type in ("",) + ACCELERATOR_TYPES, "accelerator_type",
-            self.accelerator_type, f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
+    if self.kubeflow_target == "kfp":
+      require(not self.accelerator_type or _is_extended_resource(self.accelerator_type),
+              "accelerator_type", self.accelerator_type, "must be the Kubernetes resource name "
+              "of the Trainer's accelerators with kubeflow_target=kfp, e.g. nvidia.com/gpu, "
+              "amd.com/gpu (Vertex accelerator names are for kubeflow_target=vertex)")
+    else:
+      require(self.accelerator_type in ("",) + ACCELERATOR_TYPES, "accelerator_type",
+              self.accelerator_type,
+              f"must be one of the Vertex accelerator types {ACCELERATOR_TYPES}")
     require(self.accelerator_count >= 0, "accelerator_count", self.accelerator_count,
             "must be >= 0")
     require((self.accelerator_count > 0) == bool(self.accelerator_type), "accelerator_count",
             self.accelerator_count, "must be > 0 exactly when accelerator_type is set")
     require(self.replica_count >= 1, "replica_count", self.replica_count, "must be >= 1")
+    self._check_pods()
     if not self.vertex_project:
-      require(not self.accelerator_type, "vertex_project", self.vertex_project,
-              "is required for accelerators (the Trainer runs them as a Vertex AI training job)")
       require(self.replica_count == 1 or self.kubeflow_target == "kfp", "vertex_project",
               self.vertex_project, "is required for more than one replica on "
               "kubeflow_target=vertex (the Trainer runs them as a Vertex AI training job; "
               "on kfp, as a Kubeflow Trainer TrainJob)")
+      require(self.kubeflow_target == "kfp" or not self.accelerator_type, "vertex_project",
+              self.vertex_project, "is required for accelerators with kubeflow_target=vertex "
+              "(the Trainer runs them as a Vertex AI training job)")
     else:
       require(bool(self.vertex_region), "vertex_region", self.vertex_region,
               "is required with vertex_project")
@@ -92,6 +149,56 @@ class KubeflowConfig:
     if self.accelerator_type in TPU_TYPES:
       require(self.replica_count == 1, "replica_count", self.replica_count,
               "must be 1 with a TPU accelerator (one TPU host runs the TPUStrategy)")
+
+  def _check_pods(self) -> None:
+    for name in ("trainer_cpu", "beam_cpu"):
+      value = getattr(self, name)
+      require(not value or (cpu_cores(value) or 0) > 0, name, value,
+              "must be a Kubernetes CPU quantity above 0 (e.g. 8, 0.5, 500m), or empty")
+    for name in ("trainer_memory", "beam_memory"):
+      value = getattr(self, name)
+      # The spec holds GB as a number, which the driver prints with Go's %v: between 1Mi and
+      # 1P it prints as a quantity Kubernetes parses (driver.go getPodResource).
+      require(not value or 2**20 <= (memory_bytes(value) or 0) < 10**15, name, value,
+              "must be a Kubernetes memory quantity from 1Mi to below 1P (e.g. 32Gi, 64G, "
+              "512Mi), or empty")
+    require(not self.credentials_secret or DNS_SUBDOMAIN.fullmatch(self.credentials_secret),
+            "credentials_secret", self.credentials_secret, "must be a Kubernetes Secret name")
+    pairs = _pairs(self.credentials_secret_keys, ":")
+    require(pairs is not None and all(SECRET_KEY.fullmatch(k) and ENV_NAME.fullmatch(v)
+                                      for k, v in pairs),
+            "credentials_secret_keys", self.credentials_secret_keys,
+            "must be SECRET_KEY:ENV_VAR,... (e.g. accesskey:AWS_ACCESS_KEY_ID), or empty")
+    require(bool(self.credentials_secret) or not pairs, "credentials_secret",
+            self.credentials_secret, f"is required with credentials_secret_keys="
+            f"{self.credentials_secret_keys!r} (the Secret they are read from); pass "
+            "--credentials_secret_keys= too to map no Secret")
+    require(not self.s3_endpoint or re.fullmatch(r"https?://[^\s/]+/?", self.s3_endpoint),
+            "s3_endpoint", self.s3_endpoint, "must be http(s)://HOST[:PORT], or empty")
+    require(re.fullmatch(r"[a-z0-9-]*", self.s3_region) is not None, "s3_region",
+            self.s3_region, "must be a region name (e.g. us-east-1), or empty")
+    selector = _pairs(self.trainer_node_selector, "=")
+    require(selector is not None and all(QUALIFIED_NAME.fullmatch(k) and len(v) <= 63 and
+                                         LABEL_VALUE.fullmatch(v) for k, v in selector),
+            "trainer_node_selector", self.trainer_node_selector,
+            "must be LABEL=VALUE,... with Kubernetes label names and values "
+            "(e.g. nvidia.com/gpu.present=true), or empty")
+    for toleration in filter(None, self.trainer_tolerations.split(",")):
+      key_value, _, effect = toleration.partition(":")
+      key, _, value = key_value.partition("=")
+      require(QUALIFIED_NAME.fullmatch(key) is not None and LABEL_VALUE.fullmatch(value)
+              is not None and effect in ("",) + TAINT_EFFECTS, "trainer_tolerations",
+              self.trainer_tolerations, f"must be KEY[=VALUE][:EFFECT],... with EFFECT one of "
+              f"{TAINT_EFFECTS} (e.g. nvidia.com/gpu:NoSchedule); {toleration!r} is not")
+    for name in filter(None, self.image_pull_secrets.split(",")):
+      require(DNS_SUBDOMAIN.fullmatch(name) is not None, "image_pull_secrets",
+              self.image_pull_secrets, "must be Kubernetes Secret names, comma-separated")
+    if self.kubeflow_target == "vertex":
+      for name in ("s3_endpoint", "s3_region", "trainer_node_selector", "trainer_tolerations",
+                   "image_pull_secrets"):
+        require(not getattr(self, name), name, getattr(self, name),
+                "is for kubeflow_target=kfp (the spec's Kubernetes platform section and "
+                "container environment, which Vertex AI does not read)")
 
   def dataflow_args(self) -> list:
     """Beam arguments running a step on Dataflow."""
@@ -132,6 +239,119 @@ class KubeflowConfig:
     if self.replica_count > 1:
       pools.append(dict(pool, replica_count=self.replica_count - 1))
     return pools
+
+
+@dataclasses.dataclass(frozen=True)
+class PodResources:
+  """What a step's pod asks for; cpu and memory are Kubernetes quantities (request and limit
+  alike), empty for none."""
+  cpu: str = ""
+  memory: str = ""
+  accelerator_type: str = ""  # A Kubernetes resource name (kfp), e.g. nvidia.com/gpu.
+  accelerator_count: int = 0
+
+  def __bool__(self) -> bool:
+    return bool(self.cpu or self.memory or self.accelerator_count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Toleration:
+  """A Kubernetes toleration: Exists without a value, Equal with one; every effect if empty."""
+  key: str
+  value: str = ""
+  effect: str = ""
+
+  @property
+  def operator(self) -> str:
+    return "Equal" if self.value else "Exists"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPod:
+  """A step's pod on Kubernetes: its resources, the Secret keys mapped into its environment,
+  plain variables, node placement and image pull secrets. No Secret value, only names."""
+  resources: PodResources = PodResources()
+  secret_name: str = ""
+  secret_env: Tuple[Tuple[str, str], ...] = ()  # (Secret key, environment variable).
+  env: Tuple[Tuple[str, str], ...] = ()  # (variable, value): settings, never credentials.
+  node_selector: Tuple[Tuple[str, str], ...] = ()  # (label, value).
+  tolerations: Tuple[Toleration, ...] = ()
+  image_pull_secrets: Tuple[str, ...] = ()
+
+
+def step_kind(component_id: str) -> str:
+  """TRAINER_STEP, BEAM_STEP (the heavy Beam steps) or LIGHT_STEP, from a component's id."""
+  if component_id == "Trainer" or component_id.startswith("Trainer_trial_"):
+    return TRAINER_STEP
+  return BEAM_STEP if component_id in HEAVY_BEAM_COMPONENTS else LIGHT_STEP
+
+
+def step_pod(config: PipelineConfig, kind: str, training_node: bool = False) -> StepPod:
+  """The pod of a step of this kind (`step_kind`) on config's cluster; with training_node, the
+  pod a Trainer's launcher (a Kubeflow Trainer TrainJob) gives each training node. A Trainer
+  step that launches a TrainJob or a Vertex CustomJob only submits and watches it, so its own
+  pod asks for nothing."""
+  kubeflow = config.kubeflow
+  resources = PodResources()
+  launcher = kubeflow.uses_vertex_training or (kubeflow.uses_trainjob and not training_node)
+  if kind == TRAINER_STEP and not launcher:
+    accelerator = kubeflow.kubeflow_target == "kfp" and kubeflow.accelerator_count > 0
+    resources = PodResources(
+        kubeflow.trainer_cpu, kubeflow.trainer_memory,
+        kubeflow.accelerator_type if accelerator else "",
+        kubeflow.accelerator_count if accelerator else 0)
+  elif kind == BEAM_STEP:
+    resources = PodResources(kubeflow.beam_cpu, kubeflow.beam_memory)
+  if kubeflow.kubeflow_target != "kfp":
+    return StepPod(resources=resources)
+  secret_env = tuple(_pairs(kubeflow.credentials_secret_keys, ":")) if config.uses_s3 else ()
+  env = tuple((name, value) for name, value in (("AWS_ENDPOINT_URL_S3", kubeflow.s3_endpoint),
+                                                ("AWS_REGION", kubeflow.s3_region)) if value)
+  trainer = kind == TRAINER_STEP
+  tolerations = []
+  for toleration in filter(None, kubeflow.trainer_tolerations.split(",") if trainer else []):
+    key_value, _, effect = toleration.partition(":")
+    key, _, value = key_value.partition("=")
+    tolerations.append(Toleration(key, value, effect))
+  return StepPod(
+      resources=resources, secret_name=kubeflow.credentials_secret if secret_env else "",
+      secret_env=secret_env, env=env,
+      node_selector=tuple(_pairs(kubeflow.trainer_node_selector, "=")) if trainer else (),
+      tolerations=tuple(tolerations),
+      image_pull_secrets=tuple(filter(None, kubeflow.image_pull_secrets.split(","))))
+
+
+def cpu_cores(quantity: str) -> Optional[float]:
+  """A Kubernetes CPU quantity (8, 0.5, 500m) in cores; None if it is not one."""
+  match = CPU_QUANTITY.fullmatch(quantity)
+  if match is None:
+    return None
+  return float(match.group(1)) / (1000 if match.group(3) else 1)
+
+
+def memory_bytes(quantity: str) -> Optional[float]:
+  """A Kubernetes memory quantity (32Gi, 64G, 512Mi) in bytes; None if it is not one."""
+  match = MEMORY_QUANTITY.fullmatch(quantity)
+  if match is None:
+    return None
+  return float(match.group(1)) * MEMORY_UNITS[match.group(3) or ""]
+
+
+def _is_extended_resource(name: str) -> bool:
+  domain = name.split("/")[0]
+  return (EXTENDED_RESOURCE.fullmatch(name) is not None and "." in domain
+          and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io")))
+
+
+def _pairs(text: str, separator: str) -> Optional[List[Tuple[str, str]]]:
+  """'a<sep>b,c<sep>d' as [(a, b), (c, d)]; None if an item lacks the separator or a key."""
+  pairs = []
+  for item in filter(None, text.split(",")):
+    key, found, value = item.partition(separator)
+    if not found or not key:
+      return None
+    pairs.append((key, value))
+  return pairs
 
 
 def image_path(local_path: str) -> str:

@@ -62,8 +62,9 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
     (["--image=i", "--output_dir=gs://bucket/wrn"], "pipeline_name='wrn_image_classifier'"),
     (VERTEX + ["--vertex_project=p", "--accelerator_type=GTX_1080", "--accelerator_count=1"],
      "accelerator_type='GTX_1080'"),
-    (CLUSTER + ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"],
+    (VERTEX + ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"],
      "vertex_project=''"),
+    (CLUSTER + ["--replica_count=2"], "vertex_project=''"),
     (VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4"],
      "accelerator_count=0"),
     (VERTEX + ["--vertex_project=p", "--replica_count=4"],
@@ -86,6 +87,106 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
      "distribution_strategy='default': must be one of ('multi_worker_mirrored',)"),
 ])
 def test_bad_cluster_values_name_the_flag_and_value(flags, message):
+  with pytest.raises(ValueError, match="Invalid config value " + _escaped(message)):
+    from_flags(flags)
+
+
+S3 = CLUSTER + ["--output_dir=s3://bucket/wrn"]
+KFP_GPUS = S3 + ["--accelerator_type=nvidia.com/gpu", "--accelerator_count=2",
+                 "--distribution_strategy=mirrored",
+                 "--trainer_node_selector=nvidia.com/gpu.present=true",
+                 "--trainer_tolerations=nvidia.com/gpu:NoSchedule,dedicated=ml",
+                 "--image_pull_secrets=regcred", "--s3_endpoint=http://minio-service.kubeflow:9000"]
+MINIO_KEYS = (("accesskey", "AWS_ACCESS_KEY_ID"), ("secretkey", "AWS_SECRET_ACCESS_KEY"))
+
+
+def test_on_kfp_the_trainer_pod_gets_its_gpus_placement_and_the_credentials_secret():
+  config = from_flags(KFP_GPUS)
+  trainer = kubeflow_config.step_pod(config, kubeflow_config.TRAINER_STEP)
+  assert trainer == kubeflow_config.StepPod(
+      resources=kubeflow_config.PodResources("8", "32Gi", "nvidia.com/gpu", 2),
+      secret_name="mlpipeline-minio-artifact", secret_env=MINIO_KEYS,
+      env=(("AWS_ENDPOINT_URL_S3", "http://minio-service.kubeflow:9000"),),
+      node_selector=(("nvidia.com/gpu.present", "true"),),
+      tolerations=(kubeflow_config.Toleration("nvidia.com/gpu", "", "NoSchedule"),
+                   kubeflow_config.Toleration("dedicated", "ml", "")),
+      image_pull_secrets=("regcred",))
+  assert [t.operator for t in trainer.tolerations] == ["Exists", "Equal"]
+  # Other steps: the same credentials, endpoint and pull secrets; no GPU, no placement.
+  beam = kubeflow_config.step_pod(config, kubeflow_config.BEAM_STEP)
+  assert beam.resources == kubeflow_config.PodResources("4", "16Gi")
+  assert (beam.secret_env, beam.env, beam.image_pull_secrets) == (
+      trainer.secret_env, trainer.env, trainer.image_pull_secrets)
+  assert not beam.node_selector and not beam.tolerations
+  assert not kubeflow_config.step_pod(config, kubeflow_config.LIGHT_STEP).resources
+
+
+def test_no_secret_is_mapped_without_s3_nor_on_vertex():
+  assert kubeflow_config.step_pod(from_flags(CLUSTER), kubeflow_config.LIGHT_STEP) == \
+      kubeflow_config.StepPod()  # gs:// only: the pod's own identity reads it.
+  assert not kubeflow_config.step_pod(from_flags(S3 + ["--credentials_secret=",
+                                                      "--credentials_secret_keys="]),
+                                      kubeflow_config.TRAINER_STEP).secret_env
+  vertex = from_flags(VERTEX + ["--output_dir=s3://bucket/wrn"])
+  assert kubeflow_config.step_pod(vertex, kubeflow_config.TRAINER_STEP) == \
+      kubeflow_config.StepPod(resources=kubeflow_config.PodResources("8", "32Gi"))
+  # A Vertex Trainer's pod only submits the CustomJob; its pools have the accelerators.
+  pools = from_flags(VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_L4",
+                               "--accelerator_count=1"])
+  assert not kubeflow_config.step_pod(pools, kubeflow_config.TRAINER_STEP).resources
+
+
+@pytest.mark.parametrize("component_id, kind", [
+    ("Trainer", "trainer"), ("Trainer_trial_2", "trainer"), ("Transform", "beam"),
+    ("Evaluator", "beam"), ("EvaluationSetGen", "beam"), ("StatisticsGen", "light"),
+    ("Pusher", "light")])
+def test_step_kinds(component_id, kind):
+  assert kubeflow_config.step_kind(component_id) == kind
+
+
+@pytest.mark.parametrize("quantity, cores", [("8", 8.0), ("0.5", 0.5), ("500m", 0.5),
+                                             ("8 cores", None), ("-1", None), ("1e3", None)])
+def test_cpu_quantities(quantity, cores):
+  assert kubeflow_config.cpu_cores(quantity) == cores
+
+
+@pytest.mark.parametrize("quantity, size", [("32Gi", 32 * 2**30), ("64G", 64e9), ("512Mi", 2**29),
+                                            ("1.5Ti", 1.5 * 2**40), ("16GB", None),
+                                            ("16gi", None), ("16 Gi", None), ("-1Gi", None)])
+def test_memory_quantities(quantity, size):
+  assert kubeflow_config.memory_bytes(quantity) == size
+
+
+@pytest.mark.parametrize("flags, message", [
+    (CLUSTER + ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"],
+     "accelerator_type='NVIDIA_TESLA_T4': must be the Kubernetes resource name"),
+    (CLUSTER + ["--accelerator_type=gpu", "--accelerator_count=1"], "accelerator_type='gpu'"),
+    (CLUSTER + ["--accelerator_type=kubernetes.io/gpu", "--accelerator_count=1"],
+     "accelerator_type='kubernetes.io/gpu'"),
+    (CLUSTER + ["--accelerator_type=nvidia.com/gpu", "--accelerator_count=-2"],
+     "accelerator_count=-2: must be >= 0"),
+    (CLUSTER + ["--accelerator_type=nvidia.com/gpu", "--accelerator_count=2"],
+     "distribution_strategy='default': must be one of ('mirrored',)"),
+    (CLUSTER + ["--trainer_memory=16GB"], "trainer_memory='16GB': must be a Kubernetes memory "
+     "quantity"),
+    (CLUSTER + ["--beam_memory=4096"], "beam_memory='4096'"),  # Bytes: below 1Mi.
+    (CLUSTER + ["--trainer_memory=2P"], "trainer_memory='2P'"),
+    (CLUSTER + ["--trainer_cpu=two"], "trainer_cpu='two': must be a Kubernetes CPU quantity"),
+    (CLUSTER + ["--beam_cpu=0"], "beam_cpu='0'"),
+    (S3 + ["--credentials_secret="], "credentials_secret='': is required with "
+     "credentials_secret_keys="),
+    (S3 + ["--credentials_secret=Minio_Creds"], "credentials_secret='Minio_Creds'"),
+    (S3 + ["--credentials_secret_keys=accesskey"], "credentials_secret_keys='accesskey'"),
+    (S3 + ["--credentials_secret_keys=accesskey:AWS-KEY"], "credentials_secret_keys="),
+    (S3 + ["--s3_endpoint=minio:9000"], "s3_endpoint='minio:9000'"),
+    (CLUSTER + ["--trainer_node_selector=gpu"], "trainer_node_selector='gpu'"),
+    (CLUSTER + ["--trainer_tolerations=nvidia.com/gpu:Never"], "trainer_tolerations="),
+    (CLUSTER + ["--image_pull_secrets=Reg_Cred"], "image_pull_secrets='Reg_Cred'"),
+    (VERTEX + ["--trainer_node_selector=pool=gpu"], "trainer_node_selector='pool=gpu': is for "
+     "kubeflow_target=kfp"),
+    (VERTEX + ["--s3_endpoint=http://minio:9000"], "s3_endpoint='http://minio:9000'"),
+])
+def test_bad_pod_values_name_the_flag_and_value(flags, message):
   with pytest.raises(ValueError, match="Invalid config value " + _escaped(message)):
     from_flags(flags)
 

@@ -26,8 +26,21 @@ What it follows, in kubeflow/pipelines (backend/src/v2):
 - component/importer_launcher.go: an importer task records an artifact for a URI (constant or
   runtime parameter) with the importer's type and metadata, reusing an equal one unless
   reimport is set.
-What it does not do: Argo, pods, the launcher's copies of artifacts to and from /s3/...
-(TFX reads and writes object storage itself), MLMD's server and the KFP API server.
+- The pod of a container task (`Pod`): driver/driver.go initPodSpecPatch turns the container's
+  resources into limits and requests (getPodResource: CPU "%v", memory "%vG" of the spec's
+  numbers, accelerator type = count; each parsed by resource.ParseQuantity, an error failing
+  the task) and copies the container's env; driver/k8s.go extendPodSpecPatch applies the
+  platform section's KubernetesExecutorConfig of the task's executor (the YAML's second
+  document, apiserver/template/v2_template.go; unmarshalled by protojson,
+  compiler/argocompiler/spec_patch.go): Secret keys as env (no Secret name is an error), node
+  selector, tolerations, image pull secrets. The API server then refuses a pod whose resource,
+  label or toleration is invalid, and the kubelet does not start one whose Secret or key is
+  missing (CreateContainerConfigError). The harness does the same with `secrets`, a stand-in
+  for the namespace's Secrets, and gives a task no object-store variable of this machine: its
+  settings come from the spec and the Secrets, as in a pod.
+What it does not do: Argo, scheduling (node selectors and tolerations are checked, not
+matched against nodes; resources are not reserved), the launcher's copies of artifacts to and
+from /s3/... (TFX reads and writes object storage itself), MLMD's server and the KFP API server.
 """
 from __future__ import annotations
 
@@ -36,13 +49,16 @@ import decimal
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import uuid
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import yaml
+from google.protobuf import json_format
+from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
 RUNNABLE_EXECUTORS = ("container", "importer")
 REFUSALS = {  # argocompiler/dag.go's errors.
@@ -54,12 +70,40 @@ LOCAL_PATH_PREFIXES = {"gs://": "/gcs/", "minio://": "/minio/", "s3://": "/s3/"}
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# A pod inherits nothing of this machine: object-store settings come from the spec and Secrets.
+HOST_ONLY_VARIABLE_PREFIXES = ("AWS_", "S3_")
+# resource.ParseQuantity (k8s.io/apimachinery/pkg/api/resource/quantity.go): a decimal number,
+# then a binary or decimal SI suffix or a decimal exponent.
+QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
+                      r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
+# What the API server accepts as a pod's resource, label key and value (apimachinery
+# validation: qualified names; an extended resource has a domain outside kubernetes.io).
+_DNS = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+LABEL_KEY = re.compile(rf"({_DNS}/)?{_NAME}")
+LABEL_VALUE = re.compile(rf"({_NAME})?")
+EXTENDED_RESOURCE = re.compile(rf"{_DNS}\.[a-z0-9]+/{_NAME}")
+TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
 class RefusedPipeline(ValueError):
   """The backend would not turn this spec into a workflow."""
 
 
 class TaskFailed(RuntimeError):
   pass
+
+
+@dataclasses.dataclass
+class Pod:
+  """What the driver and the API server make of a container task's pod."""
+  limits: Dict[str, str]  # Resource name -> quantity, as the driver prints it.
+  requests: Dict[str, str]
+  env: Dict[str, str]  # The container spec's variables.
+  secret_env: Dict[str, Tuple[str, str]]  # Variable -> (Secret name, key).
+  node_selector: Dict[str, str]
+  tolerations: List[dict]
+  image_pull_secrets: List[str]
 
 
 @dataclasses.dataclass
@@ -70,6 +114,7 @@ class TaskRun:
   parameters: Dict[str, object]  # Output parameter values.
   cached: bool
   seconds: float
+  pod: Optional[Pod] = None  # None for importers.
 
 
 @dataclasses.dataclass
@@ -87,6 +132,94 @@ def check_executors(spec: dict) -> None:
       if kind not in RUNNABLE_EXECUTORS:
         reason = REFUSALS.get(kind, f"unknown executor spec type: {kind}")
         raise RefusedPipeline(f"executor {name}: {reason}")
+
+
+def load_documents(spec_path: str) -> Tuple[dict, dict]:
+  """The pipeline spec and the platform section ({} if none), as the API server splits an
+  uploaded YAML (apiserver/template/v2_template.go)."""
+  with open(spec_path) as f:
+    documents = [d for d in yaml.safe_load_all(f) if d]
+  spec, platforms = documents[0], {}
+  for document in documents[1:]:
+    if "platforms" not in document:
+      raise RefusedPipeline(f"unexpected YAML document with keys {sorted(document)}")
+    platforms.update(document["platforms"])
+  return spec, platforms
+
+
+def kubernetes_executor_configs(platforms: dict) -> Dict[str, k8s_pb2.KubernetesExecutorConfig]:
+  """Each executor's KubernetesExecutorConfig (spec_patch.go: protojson.Unmarshal, which
+  refuses an unknown field)."""
+  executors = platforms.get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
+  configs = {}
+  for label, config in executors.items():
+    try:
+      configs[label] = json_format.ParseDict(config, k8s_pb2.KubernetesExecutorConfig())
+    except json_format.ParseError as error:
+      raise RefusedPipeline(f"failed to unmarshal kubernetes spec for {label}: {error}") from error
+  return configs
+
+
+def go_float(value: float) -> str:
+  """fmt's %v of a float64 (strconv 'g', shortest): %e below 1e-4 or from 1e6 on."""
+  number = decimal.Decimal(repr(float(value))).normalize()
+  exponent = number.adjusted()
+  if -4 <= exponent < 6:
+    return format(number, "f")
+  digits = "".join(map(str, number.as_tuple().digits))
+  mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+  return f"{'-' if value < 0 else ''}{mantissa}e{'+' if exponent >= 0 else '-'}{abs(exponent):02d}"
+
+
+def _quantity(name: str, text: str) -> str:
+  if QUANTITY.fullmatch(text) is None:
+    raise TaskFailed(f"failed to init podSpecPatch: {name} {text!r}: quantities must match "
+                     "the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+  return text
+
+
+def container_pod(container: dict, config: k8s_pb2.KubernetesExecutorConfig) -> Pod:
+  """driver.go initPodSpecPatch and k8s.go extendPodSpecPatch, then the API server's checks;
+  raises TaskFailed where the task's pod would not be created."""
+  resources = container.get("resources", {})
+  limits, requests = {}, {}
+  for field, target, resource, unit in (("cpuLimit", limits, "cpu", ""),
+                                        ("cpuRequest", requests, "cpu", ""),
+                                        ("memoryLimit", limits, "memory", "G"),
+                                        ("memoryRequest", requests, "memory", "G")):
+    if resources.get(field):
+      target[resource] = _quantity(resource, go_float(resources[field]) + unit)
+  accelerator = resources.get("accelerator", {})
+  if accelerator.get("type") and int(accelerator.get("count", 0)) > 0:
+    if EXTENDED_RESOURCE.fullmatch(accelerator["type"]) is None or \
+        accelerator["type"].split("/")[0].endswith("kubernetes.io"):
+      raise TaskFailed(f"Pod is invalid: spec.containers[0].resources.limits"
+                       f"[{accelerator['type']}]: must be a standard resource type or fully "
+                       "qualified")
+    limits[accelerator["type"]] = _quantity(accelerator["type"], str(int(accelerator["count"])))
+  secret_env = {}
+  for secret in config.secret_as_env:
+    if not secret.secret_name:
+      raise TaskFailed("missing either SecretName or SecretNameParameter for secret "
+                       "environment variable in executor config")
+    for key_to_env in secret.key_to_env:
+      secret_env[key_to_env.env_var] = (secret.secret_name, key_to_env.secret_key)
+  node_selector = dict(config.node_selector.labels)
+  for key, value in node_selector.items():
+    if LABEL_KEY.fullmatch(key) is None or LABEL_VALUE.fullmatch(value) is None:
+      raise TaskFailed(f"Pod is invalid: spec.nodeSelector: {key}={value!r}: not a label")
+  tolerations = []
+  for toleration in config.tolerations:
+    exists = toleration.operator == "Exists"
+    if (toleration.operator not in ("", "Exists", "Equal") or
+        toleration.effect not in TOLERATION_EFFECTS or (exists and toleration.value) or
+        (toleration.key and LABEL_KEY.fullmatch(toleration.key) is None) or
+        (not toleration.key and not exists)):
+      raise TaskFailed(f"Pod is invalid: spec.tolerations: {json_format.MessageToDict(toleration)}")
+    tolerations.append(json_format.MessageToDict(toleration))
+  return Pod(limits, requests, {e["name"]: e["value"] for e in container.get("env", [])},
+             secret_env, node_selector, tolerations,
+             [secret.secret_name for secret in config.image_pull_secret])
 
 
 def task_order(tasks: Mapping[str, dict]) -> List[str]:
@@ -301,19 +434,31 @@ def substitute(text: str, values: Mapping[str, str]) -> str:
   return text
 
 
+def without_host_credentials(environ: Mapping[str, str]) -> Dict[str, str]:
+  """This machine's environment less its object-storage settings and credentials, which a pod
+  gets only from its spec (container env, Secret mapping)."""
+  return {name: value for name, value in environ.items()
+          if not name.startswith(HOST_ONLY_VARIABLE_PREFIXES)}
+
+
 class Harness:
   """Runs a compiled pipeline spec; state (the tiny MLMD, logs) lives under workdir."""
 
   def __init__(self, spec_path: str, workdir: str, python: str = sys.executable,
-               env: Optional[Mapping[str, str]] = None, task_timeout: float = 900,
-               publish_logs: bool = True):
-    with open(spec_path) as f:
-      self.spec = yaml.safe_load(f)
+               env: Optional[Mapping[str, str]] = None,
+               secrets: Optional[Mapping[str, Mapping[str, str]]] = None,
+               task_timeout: float = 900, publish_logs: bool = True):
+    """env: variables every task gets besides the spec's; secrets: the namespace's Secrets
+    (name -> key -> value) that the platform section may map into a task's environment."""
+    self.spec, platforms = load_documents(spec_path)
     check_executors(self.spec)
+    self.executor_configs = kubernetes_executor_configs(platforms)
+    self.secrets = secrets or {}
     self.workdir = workdir
     os.makedirs(workdir, exist_ok=True)
     self.python = python
-    self.env = dict(os.environ, **(env or {}))
+    self.env = without_host_credentials(os.environ)
+    self.env.update(env or {})
     self.task_timeout = task_timeout
     self.publish_logs = publish_logs
     self.metadata = Metadata(os.path.join(workdir, "mlmd.json"))
@@ -382,6 +527,8 @@ class Harness:
       return TaskRun(name, None, outputs, {}, False, time.monotonic() - start)
 
     container = executor["container"]
+    pod = container_pod(container, self.executor_configs.get(
+        component["executorLabel"], k8s_pb2.KubernetesExecutorConfig()))
     task_dir = os.path.join(self.workdir, run_id, name)
     os.makedirs(task_dir, exist_ok=True)
     executor_input = {"inputs": inputs,
@@ -396,7 +543,7 @@ class Harness:
       self.metadata.record_execution(run_id, name, cached["outputs"], cached["parameters"], None)
       self.metadata.save()
       return TaskRun(name, executor_input, dict(cached["outputs"]), dict(cached["parameters"]),
-                     True, time.monotonic() - start)
+                     True, time.monotonic() - start, pod)
 
     with_defaults = json.loads(json.dumps(executor_input))
     for param, definition in component.get("inputDefinitions", {}).get("parameters", {}).items():
@@ -406,10 +553,11 @@ class Harness:
     command = [substitute(part, values) for part in container["command"] + container["args"]]
     if command[0] == "python":  # The image's interpreter is this project's environment's.
       command[0] = self.python
+    env = dict(self.env, **pod.env, **self._secret_values(name, pod))
     log_path = os.path.join(task_dir, "log.txt")
     with open(log_path, "w") as log:
       try:
-        result = subprocess.run(command, cwd=PROJECT_DIR, env=self.env, stdout=log,
+        result = subprocess.run(command, cwd=PROJECT_DIR, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, timeout=self.task_timeout)
       except subprocess.TimeoutExpired as error:
         raise TaskFailed(f"task {name} timed out after {self.task_timeout} s; log: "
@@ -441,7 +589,21 @@ class Harness:
     self.metadata.record_execution(run_id, name, outputs, parameters,
                                    fingerprint if use_cache else None)
     self.metadata.save()
-    return TaskRun(name, executor_input, outputs, parameters, False, time.monotonic() - start)
+    return TaskRun(name, executor_input, outputs, parameters, False, time.monotonic() - start,
+                   pod)
+
+  def _secret_values(self, task: str, pod: Pod) -> Dict[str, str]:
+    """The kubelet's secretKeyRef lookups: a missing Secret or key keeps the pod from starting."""
+    values = {}
+    for variable, (secret_name, key) in pod.secret_env.items():
+      if secret_name not in self.secrets:
+        raise TaskFailed(f"task {task}: CreateContainerConfigError: secret "
+                         f"{secret_name!r} not found")
+      if key not in self.secrets[secret_name]:
+        raise TaskFailed(f"task {task}: CreateContainerConfigError: couldn't find key {key} "
+                         f"in Secret {secret_name}")
+      values[variable] = self.secrets[secret_name][key]
+    return values
 
   def _provision_outputs(self, run_root: str, task_name: str, component: dict,
                          task_dir: str) -> dict:
@@ -491,9 +653,19 @@ BUCKET = "wrn-kfp-harness"
 PIPELINE_NAME = "wrn-kfp-harness"
 
 
+def s3_secrets(server) -> Dict[str, Dict[str, str]]:
+  """The namespace's Secrets for a spec compiled by compile_for_s3: KFP's own object-store
+  Secret (the compile's default credentials_secret) holding `server`'s credentials."""
+  from pipeline.cluster_config import KFP_MINIO_SECRET
+  environ = server.environ()
+  return {KFP_MINIO_SECRET: {"accesskey": environ["AWS_ACCESS_KEY_ID"],
+                             "secretkey": environ["AWS_SECRET_ACCESS_KEY"]}}
+
+
 def compile_for_s3(server, package_dir: str, flags: List[str]):
   """The pipeline compiled for kfp with output_dir and schema in a bucket of `server`
-  (testing/s3_server.py); returns (config, CompiledPipeline)."""
+  (testing/s3_server.py), its endpoint and region in every container's environment and its
+  credentials from KFP's Secret (s3_secrets); returns (config, CompiledPipeline)."""
   from kubeflow import compiler
   from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags, from_preset
   client = server.client()
@@ -503,6 +675,8 @@ def compile_for_s3(server, package_dir: str, flags: List[str]):
   config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out",
                        f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
                        f"--pipeline_name={PIPELINE_NAME}", "--beam_running_mode=in_memory",
+                       f"--s3_endpoint={server.endpoint_url}",
+                       f"--s3_region={server.environ()['AWS_REGION']}",
                        *flags], base=from_preset("kubeflow"))
   return config, compiler.compile_pipeline(config, package_dir)
 
@@ -569,8 +743,9 @@ def main(argv: List[str]) -> int:
   workdir = os.path.abspath(_option(argv, "workdir", os.path.join("outputs", default_workdir)))
   flags = [a for a in argv if not a.startswith(("--workdir=", "--orchestrator="))]
   start = time.monotonic()
-  with S3Server() as server, LocalTrainJobs(os.path.join(workdir, "trainjobs"),
-                                            dict(os.environ, **server.environ())) as cluster:
+  with S3Server() as server, LocalTrainJobs(
+      os.path.join(workdir, "trainjobs"), without_host_credentials(os.environ),
+      secrets=s3_secrets(server)) as cluster:
     config, compiled = compile_for_s3(server, os.path.join(workdir, "package"),
                                       SMALL_MODEL + flags)
     print(f"compiled for kubeflow_target=kfp: {compiled.spec_path}", flush=True)
@@ -579,7 +754,7 @@ def main(argv: List[str]) -> int:
         # With --replica_count > 1 the Trainer's launcher creates a TrainJob in `cluster`,
         # whose nodes run here (testing/trainjob_nodes.py).
         harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
-                          env=dict(server.environ(), **cluster.environ()))
+                          env=cluster.environ(), secrets=s3_secrets(server))
         run = harness.run()
         for task in run.tasks.values():
           print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}")

@@ -29,16 +29,28 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def pod_env(manifest: dict, index: int) -> Dict[str, str]:
-  """What node `index`'s container is given: the TrainJob's env and its completion index.
-  Env from Secrets (valueFrom) is left to the caller's environment."""
-  env = {variable["name"]: variable["value"] for variable in manifest["spec"]["trainer"]["env"]
-         if "value" in variable}
+def pod_env(manifest: dict, index: int,
+            secrets: Optional[Mapping[str, Mapping[str, str]]] = None) -> Dict[str, str]:
+  """What node `index`'s container is given: the TrainJob's env, its Secret keys resolved from
+  `secrets` (name -> key -> value) as the kubelet resolves a secretKeyRef, and its completion
+  index. A missing Secret or key fails, as the pod would not start."""
+  env = {}
+  for variable in manifest["spec"]["trainer"]["env"]:
+    if "value" in variable:
+      env[variable["name"]] = variable["value"]
+    else:
+      ref = variable["valueFrom"]["secretKeyRef"]
+      value = (secrets or {}).get(ref["name"], {}).get(ref["key"])
+      if value is None:
+        raise ValueError(f"CreateContainerConfigError: secret {ref['name']!r} has no key "
+                         f"{ref['key']!r} (env {variable['name']})")
+      env[variable["name"]] = value
   return {**env, trainjob.COMPLETION_INDEX_ENV: str(index)}
 
 
 def start_nodes(manifest: dict, log_dir: str, base_env: Optional[Mapping[str, str]] = None,
-                attempt: int = 0) -> List[Node]:
+                attempt: int = 0,
+                secrets: Optional[Mapping[str, Mapping[str, str]]] = None) -> List[Node]:
   """Every node of the TrainJob as a process of this machine; logs `node-<i>-<attempt>.log`."""
   name = manifest["metadata"]["name"]
   num_nodes = manifest["spec"]["trainer"]["numNodes"]
@@ -49,7 +61,7 @@ def start_nodes(manifest: dict, log_dir: str, base_env: Optional[Mapping[str, st
   os.makedirs(log_dir, exist_ok=True)
   nodes = []
   for index in range(num_nodes):
-    env = {**base, **pod_env(manifest, index), ADDRESS_OVERRIDE_ENV: json.dumps(override),
+    env = {**base, **pod_env(manifest, index, secrets), ADDRESS_OVERRIDE_ENV: json.dumps(override),
            "PYTHONPATH": PROJECT_DIR,
            # The image's `python` is this environment's interpreter.
            "PATH": os.path.dirname(sys.executable) + os.pathsep + base.get("PATH", "")}
@@ -76,9 +88,12 @@ class LocalTrainJobs:
   """The cluster a TrainJob launcher talks to (via KUBECONFIG), its nodes run here."""
 
   def __init__(self, workdir: str, base_env: Optional[Mapping[str, str]] = None,
-               namespace: str = "kubeflow-user", node_timeout: float = 900):
+               namespace: str = "kubeflow-user", node_timeout: float = 900,
+               secrets: Optional[Mapping[str, Mapping[str, str]]] = None):
+    """secrets: the namespace's Secrets (name -> key -> value) the nodes' env may name."""
     self.workdir = workdir
     self.base_env = dict(os.environ if base_env is None else base_env)
+    self.secrets = secrets or {}
     self.namespace = namespace
     self.node_timeout = node_timeout
     self.api = KubeApi()
@@ -120,8 +135,16 @@ class LocalTrainJobs:
 
   def _run(self, manifest: dict) -> None:
     name = manifest["metadata"]["name"]
-    codes = wait_nodes(start_nodes(manifest, os.path.join(self.workdir, name), self.base_env),
-                       self.node_timeout)
+    try:
+      nodes = start_nodes(manifest, os.path.join(self.workdir, name), self.base_env,
+                          secrets=self.secrets)
+    except ValueError as error:  # A pod that cannot start: the TrainJob fails, saying why.
+      self.runs[name] = []
+      self.api.set_status(trainjob.PLURAL, self.namespace, name, {"conditions": [{
+          "type": "Failed", "reason": "CreateContainerConfigError", "message": str(error),
+          "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+      return
+    codes = wait_nodes(nodes, self.node_timeout)
     self.runs[name] = codes
     failed = [index for index, code in enumerate(codes) if code != 0]
     # A container killed by a signal exits 128 + its number, as the kubelet reports it.

@@ -5,6 +5,7 @@ pushed. The spec has two Trainer nodes: its Trainer step launches a Kubeflow Tra
 whose nodes run as local processes (testing/trainjob_nodes.py)."""
 import json
 import os
+import re
 
 import pytest
 import yaml
@@ -75,17 +76,107 @@ def test_the_harness_names_each_output_artifact_after_its_key(tmp_path):
   assert model["uri"].startswith("s3://b/root/p/run/Trainer/") and model["uri"].endswith("/model")
 
 
+SECRET_MAPPING = {"secretAsEnv": [{"secretName": "s3", "keyToEnv": [
+    {"secretKey": "accesskey", "envVar": "AWS_ACCESS_KEY_ID"},
+    {"secretKey": "secretkey", "envVar": "AWS_SECRET_ACCESS_KEY"}]}]}
+GPU_POD = {"resources": {"cpuLimit": 8.0, "cpuRequest": 8.0, "memoryLimit": 34.359738368,
+                         "accelerator": {"type": "nvidia.com/gpu", "count": "2"}},
+           "env": [{"name": "AWS_ENDPOINT_URL_S3", "value": "http://minio:9000"}]}
+
+
+def _one_task_spec(tmp_path, container, platform=None):
+  """A spec of one container task that records the environment it was given."""
+  record = tmp_path / "environ.json"
+  container = {"image": "i", "command": ["python", "-c", "import json, os; json.dump(dict("
+                                         f"os.environ), open({str(record)!r}, 'w'))"],
+               "args": [],
+               **container}
+  spec = {"pipelineInfo": {"name": "p"}, "defaultPipelineRoot": "s3://b/root",
+          "deploymentSpec": {"executors": {"Task_executor": {"container": container}}},
+          "components": {"Task": {"executorLabel": "Task_executor"}},
+          "root": {"dag": {"tasks": {"Task": {"componentRef": {"name": "Task"},
+                                              "taskInfo": {"name": "Task"}}}}}}
+  documents = [spec]
+  if platform is not None:  # As the kfp compiler writes it: a second YAML document.
+    documents.append({"platforms": {"kubernetes": {"deploymentSpec": {"executors": {
+        "Task_executor": platform}}}}})
+  path = tmp_path / "spec.yaml"
+  path.write_text(yaml.safe_dump_all(documents))
+  return str(path), record
+
+
+def test_a_task_gets_its_credentials_from_the_mapped_secret_and_nothing_from_this_machine(
+    tmp_path, monkeypatch):
+  """driver/k8s.go extendPodSpecPatch: secretKeyRef env; driver.go initPodSpecPatch: the
+  container's env and resources."""
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "of-this-machine")
+  monkeypatch.setenv("S3_ENDPOINT", "http://this-machine:9000")
+  path, record = _one_task_spec(tmp_path, GPU_POD, SECRET_MAPPING)
+  harness = kfp_harness.Harness(path, str(tmp_path / "work"), publish_logs=False,
+                                secrets={"s3": {"accesskey": "key-id", "secretkey": "secret"}})
+  pod = harness.run().tasks["Task"].pod
+  environ = json.loads(record.read_text())
+  assert (environ["AWS_ACCESS_KEY_ID"], environ["AWS_SECRET_ACCESS_KEY"]) == ("key-id", "secret")
+  assert environ["AWS_ENDPOINT_URL_S3"] == "http://minio:9000" and "S3_ENDPOINT" not in environ
+  assert pod.limits == {"cpu": "8", "memory": "34.359738368G", "nvidia.com/gpu": "2"}
+  assert pod.requests == {"cpu": "8"}
+  assert pod.secret_env == {"AWS_ACCESS_KEY_ID": ("s3", "accesskey"),
+                            "AWS_SECRET_ACCESS_KEY": ("s3", "secretkey")}
+  # Without the mapping, the Secret's values reach no task.
+  path, record = _one_task_spec(tmp_path, GPU_POD)
+  kfp_harness.Harness(path, str(tmp_path / "work2"), publish_logs=False,
+                      secrets={"s3": {"accesskey": "key-id"}}).run()
+  assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(json.loads(record.read_text()))
+
+
+@pytest.mark.parametrize("container, platform, secrets, message", [
+    ({}, SECRET_MAPPING, {}, "CreateContainerConfigError: secret 's3' not found"),
+    ({}, SECRET_MAPPING, {"s3": {"accesskey": "a"}}, "couldn't find key secretkey in Secret s3"),
+    ({}, {"secretAsEnv": [{"keyToEnv": [{"secretKey": "k", "envVar": "V"}]}]}, {},
+     "missing either SecretName or SecretNameParameter"),
+    ({"resources": {"memoryLimit": 2e6}}, None, {}, "memory '2e+06G': quantities must match"),
+    ({"resources": {"accelerator": {"type": "gpu", "count": "1"}}}, None, {},
+     "limits[gpu]: must be a standard resource type or fully qualified"),
+    ({}, {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "yes"}]}, {},
+     "spec.tolerations"),
+    ({}, {"nodeSelector": {"labels": {"gpu node": "yes"}}}, {}, "spec.nodeSelector"),
+])
+def test_a_task_whose_pod_would_not_be_created_fails(tmp_path, container, platform, secrets,
+                                                     message):
+  path, record = _one_task_spec(tmp_path, container, platform)
+  harness = kfp_harness.Harness(path, str(tmp_path / "work"), publish_logs=False,
+                                secrets=secrets)
+  with pytest.raises(kfp_harness.TaskFailed, match=re.escape(message)):
+    harness.run()
+  assert not record.exists()  # The command never ran.
+
+
+def test_a_platform_section_the_backend_cannot_unmarshal_is_refused(tmp_path):
+  path, _ = _one_task_spec(tmp_path, {}, {"secretsAsEnv": []})
+  with pytest.raises(kfp_harness.RefusedPipeline, match="failed to unmarshal kubernetes spec"):
+    kfp_harness.Harness(path, str(tmp_path / "work"))
+
+
+@pytest.mark.parametrize("value, text", [(8.0, "8"), (0.5, "0.5"), (34.359738368, "34.359738368"),
+                                         (999999.0, "999999"), (2e6, "2e+06"),
+                                         (1234567.0, "1.234567e+06"), (1e-5, "1e-05")])
+def test_numbers_are_printed_as_gos_fmt_prints_them(value, text):
+  """getPodResource formats the spec's numbers with %v before resource.ParseQuantity."""
+  assert kfp_harness.go_float(value) == text
+
+
 @pytest.mark.e2e
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
     tmp_path, s3_server):
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
                                                 SMALL_MODEL + TWO_NODES)
-  with open(compiled.spec_path) as f:
-    spec = yaml.safe_load(f)
+  spec = submit.load_spec(compiled.spec_path)
+  secrets = kfp_harness.s3_secrets(s3_server)
   with LocalTrainJobs(str(tmp_path / "trainjobs"),
-                      {**os.environ, **s3_server.environ()}) as cluster:
+                      kfp_harness.without_host_credentials(os.environ),
+                      secrets=secrets) as cluster:
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
-                                  env={**s3_server.environ(), **cluster.environ()})
+                                  env=cluster.environ(), secrets=secrets)
     _run_twice(config, spec, harness, s3_server, cluster)
 
 
@@ -115,6 +206,16 @@ def _run_twice(config, spec, harness, s3_server, cluster):
   assert "<strong>BLESSED</strong>" in page and "data:image/png;base64," in page
   assert metadata.artifact(first.tasks["RunReport"].outputs["report_markdown"])["type"] == \
       "system.Markdown"
+  # Each pod got the S3 credentials from KFP's Secret (the harness gives no host variable).
+  for task in first.tasks.values():
+    if task.pod is not None:
+      assert task.pod.secret_env == {"AWS_ACCESS_KEY_ID": ("mlpipeline-minio-artifact",
+                                                           "accesskey"),
+                                     "AWS_SECRET_ACCESS_KEY": ("mlpipeline-minio-artifact",
+                                                               "secretkey")}, task.name
+      assert task.pod.env["AWS_ENDPOINT_URL_S3"] == s3_server.endpoint_url
+  # The Trainer's pod only launches the TrainJob; its nodes get the Trainer's resources.
+  assert "memory" not in first.tasks["Trainer"].pod.limits
   # Every artifact lives under the run's root on s3://, as the driver names them.
   for task in first.tasks.values():
     for artifact_id in task.outputs.values():

@@ -7,12 +7,12 @@ import json
 import os
 
 import pytest
-import yaml
 from kfp.local import executor_input_utils
 
 from kubeflow import cli
 from kubeflow import compiler
 from kubeflow import local_run
+from kubeflow import submit
 from testing import kfp_harness
 from testing.tiny_config import SMALL_MODEL
 
@@ -63,8 +63,7 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
   assert cli.main(local_run_command) == 0
   (first,) = runs
-  with open(compiled.spec_path) as f:
-    assert set(first.tasks) == set(yaml.safe_load(f)["root"]["dag"]["tasks"])
+  assert set(first.tasks) == set(submit.load_spec(compiled.spec_path)["root"]["dag"]["tasks"])
   # Every task got exactly what kfp.local's own executor-input builder made for it.
   for task in first.tasks.values():
     executor_input, component_spec = built[os.path.dirname(

@@ -89,7 +89,7 @@ def test_on_object_storage_the_workers_get_s3_from_the_pipelines_options(s3_serv
     config, compiled = kfp_harness.compile_for_s3(
         s3_server, str(tmp_path / "package"), [*FLAGS, *beam.beam_flags()])
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
-                                  env=s3_server.environ())
+                                  secrets=kfp_harness.s3_secrets(s3_server))
     harness.run()
     workers = beam.worker_records()
   assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
