@@ -11,6 +11,7 @@ from kubeflow import submit
 from testing import kfp_harness
 from testing.tiny_config import SMALL_MODEL
 
+PIPELINE_NAME = "wrn-kfp-harness-test"  # Its own serving directory on the session's S3 server.
 UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ImportSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform")
 
@@ -69,10 +70,11 @@ def test_the_harness_names_each_output_artifact_after_its_key(tmp_path):
   assert model["uri"].startswith("s3://b/root/p/run/Trainer/") and model["uri"].endswith("/model")
 
 
+@pytest.mark.e2e
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
     tmp_path, s3_server):
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
-                                                SMALL_MODEL)
+                                                SMALL_MODEL, PIPELINE_NAME)
   with open(compiled.spec_path) as f:
     spec = yaml.safe_load(f)
   harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
@@ -80,8 +82,9 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   metadata = harness.metadata
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
+  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == []
   first = harness.run()
-  assert first.run_root.startswith(f"{config.pipeline_root}/{kfp_harness.PIPELINE_NAME}/")
+  assert first.run_root.startswith(f"{config.pipeline_root}/{PIPELINE_NAME}/")
   versions = kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
   assert len(versions) == 1
   first_version = f"{config.serving_model_dir}/{versions[0]}"
