@@ -207,10 +207,6 @@ def s3(s3_server, request, monkeypatch):
   return s3_server.create_bucket(bucket), bucket
 
 
-def pytest_collection_modifyitems(session, config, items):
-  _session["s3_tests"] = [item.nodeid for item in items if "s3" in item.fixturenames]
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
   """In the session process, a test using `s3` takes its outcome from the s3 tests' process
@@ -218,8 +214,8 @@ def pytest_pyfunc_call(pyfuncitem):
   if _in_s3_tests_process() or "s3" not in pyfuncitem.fixturenames:
     return None
   if "reports" not in _session:
-    _session["reports"] = _run_s3_tests(pyfuncitem.config,
-                                        _session.get("s3_tests", [pyfuncitem.nodeid]))
+    _session["reports"] = _run_s3_tests(pyfuncitem.config, [  # Those selected (-k, -m) only.
+        item.nodeid for item in pyfuncitem.session.items if "s3" in item.fixturenames])
   reports, status, output = _session["reports"]
   report = reports.get(pyfuncitem.nodeid)
   if report is None:
