@@ -3,7 +3,11 @@ PYTHON ?= python3.11
 VENV := .venv
 VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-lock
-ARGS ?=
+# Arguments of the command a target runs: only `make run ARGS="..."` sets them; a variable ARGS
+# in the environment (a CI job's, a shell's) is not meant for us and is ignored.
+ifneq ($(origin ARGS),command line)
+override ARGS :=
+endif
 
 # TFX 1.16 / TFT / TFMA need Keras 2 (tf_keras); set before TensorFlow loads, in every process.
 export TF_USE_LEGACY_KERAS := 1

@@ -1,3 +1,5 @@
-"""Shared by every test directory: one moto S3 server per session (testing/s3_server.py)."""
+"""Shared by every test directory: one moto S3 server per session, and the process of the tests
+that use s3:// in-process (testing/s3_server.py)."""
 from testing.s3_server import (  # noqa: F401  (pytest finds them by name)
-    pytest_sessionfinish, pytest_unconfigure, s3, s3_server)
+    pytest_pyfunc_call, pytest_runtest_logreport, pytest_sessionfinish, pytest_unconfigure, s3,
+    s3_server)

@@ -128,15 +128,39 @@ def test_a_push_killed_mid_copy_leaves_no_partial_version_and_the_next_push_clea
   assert {k: v for k, v in _tree(base).items() if k.startswith(os.path.basename(first))} == before
 
 
-def _push_after_barrier(barrier, model, bases, fingerprint):
+def _push_after_barrier(barrier, model, bases, fingerprint, collisions):
+  """Pushes into each base with the other process: both choose a version number from the same
+  listing before either publishes (the barrier again, after the first choice), so they collide
+  on it; counts the renames refused because the other took the number first."""
+  next_version, rename_if_absent = pusher._next_version, pusher._rename_if_absent
+  first_choice = [True]
+
+  def next_version_chosen_together(taken):
+    version = next_version(taken)
+    if first_choice[0]:
+      first_choice[0] = False
+      barrier.wait(timeout=60)
+    return version
+
+  def counting_rename(staging_dir, final_dir):
+    renamed = rename_if_absent(staging_dir, final_dir)
+    if not renamed:
+      with collisions.get_lock():
+        collisions.value += 1
+    return renamed
+
+  pusher._next_version = next_version_chosen_together  # This forked process's module only.
+  pusher._rename_if_absent = counting_rename
   for base in bases:
+    first_choice[0] = True
     barrier.wait(timeout=60)  # A crashed partner breaks the barrier instead of hanging it.
     pusher.push_version(model, base, fingerprint)
 
 
 def test_two_pushes_released_together_never_publish_a_mixed_version(tmp_path):
   """Two processes push different models into the same base directory at the same instant,
-  twenty times over: every published version is exactly one model with its own push_info."""
+  twenty times over: they collide on a version number, and every published version is exactly
+  one model with its own push_info."""
   models = {}
   for name in ("a", "b"):
     path = _model(str(tmp_path / name), content=name.encode() * 100)
@@ -145,14 +169,16 @@ def test_two_pushes_released_together_never_publish_a_mixed_version(tmp_path):
     models[name] = (path, pusher.saved_model_fingerprint(path))
   bases = [str(tmp_path / "serving" / str(trial)) for trial in range(20)]
   context = multiprocessing.get_context("fork")
-  barrier = context.Barrier(2)
-  workers = [context.Process(target=_push_after_barrier, args=(barrier, path, bases, fingerprint))
+  barrier, collisions = context.Barrier(2), context.Value("i", 0)
+  workers = [context.Process(target=_push_after_barrier,
+                             args=(barrier, path, bases, fingerprint, collisions))
              for path, fingerprint in models.values()]
   for worker in workers:
     worker.start()
   for worker in workers:
     worker.join(timeout=600)
   assert [worker.exitcode for worker in workers] == [0, 0]
+  assert collisions.value, "the pushes never raced for one number: the test proves nothing"
 
   for base in bases:
     versions = pusher.serving_versions(base)

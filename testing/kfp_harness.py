@@ -662,10 +662,12 @@ def s3_secrets(server) -> Dict[str, Dict[str, str]]:
                              "secretkey": environ["AWS_SECRET_ACCESS_KEY"]}}
 
 
-def compile_for_s3(server, package_dir: str, flags: List[str]):
+def compile_for_s3(server, package_dir: str, flags: List[str],
+                   pipeline_name: str = PIPELINE_NAME):
   """The pipeline compiled for kfp with output_dir and schema in a bucket of `server`
   (testing/s3_server.py), its endpoint and region in every container's environment and its
-  credentials from KFP's Secret (s3_secrets); returns (config, CompiledPipeline)."""
+  credentials from KFP's Secret (s3_secrets); returns (config, CompiledPipeline). Pipelines of
+  other names share the bucket but not their pipeline root or serving directory."""
   from kubeflow import compiler
   from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags, from_preset
   client = server.client()
@@ -674,7 +676,7 @@ def compile_for_s3(server, package_dir: str, flags: List[str]):
   client.upload_file(DEFAULT_SCHEMA_PATH, BUCKET, "schema/schema.pbtxt")
   config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out",
                        f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
-                       f"--pipeline_name={PIPELINE_NAME}", "--beam_running_mode=in_memory",
+                       f"--pipeline_name={pipeline_name}", "--beam_running_mode=in_memory",
                        f"--s3_endpoint={server.endpoint_url}",
                        f"--s3_region={server.environ()['AWS_REGION']}",
                        *flags], base=from_preset("kubeflow"))

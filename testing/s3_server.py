@@ -8,6 +8,7 @@ as it does in a cluster. The `s3_server` fixture below shares one per session.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import socket
 import ssl
@@ -158,20 +159,41 @@ def _write_self_signed_certificate(cert_path: str, key_path: str) -> None:
 
 
 # pytest hooks and fixtures; a conftest.py imports them by name to use them.
-_session_status = {}
+#
+# tensorflow-io's S3 filesystem aborts at exit the process that used it
+# (storage.object_storage.end_process says why). So the tests that use s3:// in-process (the
+# `s3` fixture) run in one pytest process of their own, started by the session when it reaches
+# the first of them and ended with its own status; the session process never uses s3:// through
+# TensorFlow (importing tensorflow-io, as TFMA does, is harmless) and ends as Python does, so a
+# crash at exit fails it.
+S3_TESTS_PROCESS_TIMEOUT_SECONDS = 1800
+_SERVER_PORT_VARIABLE = "S3_TESTS_SERVER_PORT"  # Set in that process: the session's server.
+_REPORTS_VARIABLE = "S3_TESTS_REPORTS"  # Set in that process: where it writes its reports.
+_session = {}
+
+
+def _in_s3_tests_process() -> bool:
+  return _REPORTS_VARIABLE in os.environ
 
 
 @pytest.fixture(scope="session")
 def s3_server():
-  """One moto S3 server for the session; each test makes its own bucket."""
+  """One moto S3 server for the session (and its s3 tests' process); each test makes its own
+  bucket."""
+  if _in_s3_tests_process():
+    yield S3Server(port=int(os.environ[_SERVER_PORT_VARIABLE]))  # The session's, running.
+    return
   with S3Server() as server:
+    _session["server"] = server
     yield server
 
 
 @pytest.fixture
 def s3(s3_server, request, monkeypatch):
-  """A fresh bucket for the test, as (s3://bucket, bucket); this process configured from the
-  server's environment, as a pod is."""
+  """A fresh bucket for the test, as (s3://bucket, bucket); the test's process configured from
+  the server's environment, as a pod is. The test itself runs in the s3 tests' process."""
+  if not _in_s3_tests_process():
+    return None  # pytest_pyfunc_call runs the test there.
   from storage import object_storage
   some_settings = object_storage.S3Settings("http://127.0.0.1:1", "us-east-1", ca_bundle="ca.pem")
   for name in some_settings.environ():
@@ -185,14 +207,69 @@ def s3(s3_server, request, monkeypatch):
   return s3_server.create_bucket(bucket), bucket
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+  """In the session process, a test using `s3` takes its outcome from the s3 tests' process
+  (started for all of them at the first)."""
+  if _in_s3_tests_process() or "s3" not in pyfuncitem.fixturenames:
+    return None
+  if "reports" not in _session:
+    _session["reports"] = _run_s3_tests(pyfuncitem.config, [  # Those selected (-k, -m) only.
+        item.nodeid for item in pyfuncitem.session.items if "s3" in item.fixturenames])
+  reports, status, output = _session["reports"]
+  report = reports.get(pyfuncitem.nodeid)
+  if report is None:
+    pytest.fail(f"The s3 tests' process (exit status {status}) reported nothing for this test:"
+                f"\n{output}", pytrace=False)
+  if report["outcome"] == "skipped":
+    pytest.skip(report["text"])
+  if report["outcome"] == "failed":
+    pytest.fail(f"In the s3 tests' process:\n{report['text']}", pytrace=False)
+  return True
+
+
+def _run_s3_tests(config, node_ids):
+  """Runs the tests in one pytest process on the session's server: ({node id: report},
+  exit status, the end of its output)."""
+  server = _session["server"]
+  with tempfile.TemporaryDirectory() as directory:
+    reports_path = os.path.join(directory, "reports.jsonl")
+    process = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *node_ids],
+        cwd=str(config.rootpath), capture_output=True, text=True,
+        timeout=S3_TESTS_PROCESS_TIMEOUT_SECONDS,
+        env={**os.environ, _SERVER_PORT_VARIABLE: str(server.port),
+             _REPORTS_VARIABLE: reports_path})
+    reports = {}
+    if os.path.exists(reports_path):
+      with open(reports_path) as f:
+        for line in f:
+          report = json.loads(line)
+          if report["outcome"] != "passed" or report["node_id"] not in reports:
+            reports[report["node_id"]] = report  # Its first failing phase, or its call.
+  return reports, process.returncode, (process.stdout + process.stderr)[-3000:]
+
+
+def pytest_runtest_logreport(report):
+  """In the s3 tests' process: each phase's outcome, for the session process."""
+  if not _in_s3_tests_process() or (report.when != "call" and report.passed):
+    return
+  if report.skipped:
+    text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+  else:
+    text = report.longreprtext
+  with open(os.environ[_REPORTS_VARIABLE], "a") as f:
+    f.write(json.dumps({"node_id": report.nodeid, "outcome": report.outcome,
+                        "text": text}) + "\n")
+
+
 def pytest_sessionfinish(session, exitstatus):
-  _session_status["status"] = int(exitstatus)
+  _session["status"] = int(exitstatus)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
-  """After a test used TensorFlow's S3 filesystem in-process, pytest would abort at exit
-  (storage.object_storage.end_process says why): it ends with its own status instead."""
-  if "tensorflow_io" in sys.modules:
+  """The s3 tests' process ends with its own status, not tensorflow-io's abort."""
+  if _in_s3_tests_process():
     from storage import object_storage
-    object_storage.end_process(_session_status.get("status", 1))
+    object_storage.end_process(_session.get("status", 1))

@@ -18,6 +18,7 @@ from testing.trainjob_nodes import LocalTrainJobs
 # Two nodes of half the per-replica batch: the global batch (and schedule) of one 64-batch pod.
 TWO_NODES = ["--replica_count=2", "--distribution_strategy=multi_worker_mirrored",
              "--per_core_batch_size=32"]
+PIPELINE_NAME = "wrn-kfp-harness-test"  # Its own serving directory on the session's S3 server.
 UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform")
 
@@ -169,7 +170,7 @@ def test_numbers_are_printed_as_gos_fmt_prints_them(value, text):
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
     tmp_path, s3_server):
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
-                                                SMALL_MODEL + TWO_NODES)
+                                                SMALL_MODEL + TWO_NODES, PIPELINE_NAME)
   spec = submit.load_spec(compiled.spec_path)
   secrets = kfp_harness.s3_secrets(s3_server)
   with LocalTrainJobs(str(tmp_path / "trainjobs"),
@@ -184,8 +185,9 @@ def _run_twice(config, spec, harness, s3_server, cluster):
   metadata = harness.metadata
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
+  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == []
   first = harness.run()
-  assert first.run_root.startswith(f"{config.pipeline_root}/{kfp_harness.PIPELINE_NAME}/")
+  assert first.run_root.startswith(f"{config.pipeline_root}/{PIPELINE_NAME}/")
   versions = kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
   assert len(versions) == 1
   first_version = f"{config.serving_model_dir}/{versions[0]}"

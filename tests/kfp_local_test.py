@@ -50,17 +50,19 @@ def _output_metadata(task, name) -> dict:
   return artifact["metadata"]
 
 
+@pytest.mark.e2e
 def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_baseline(
     tmp_path, s3_server, monkeypatch, recorded):
   runs, built = recorded
   config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
-                                                SMALL_MODEL + [f"--pipeline_name={PIPELINE_NAME}"])
+                                                SMALL_MODEL, PIPELINE_NAME)
   for name, value in s3_server.environ().items():  # What each task's process inherits.
     monkeypatch.setenv(name, value)
   local_run_command = ["local-run", f"--package={compiled.spec_path}", "--runner=subprocess",
                        f"--pipeline_root={tmp_path / 'root'}"]
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
+  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == []
   assert cli.main(local_run_command) == 0
   (first,) = runs
   assert set(first.tasks) == set(submit.load_spec(compiled.spec_path)["root"]["dag"]["tasks"])

@@ -20,6 +20,8 @@ from testing.beam_servers import PortableBeam
 from testing.tiny_config import SMALL_MODEL
 from tests.conftest import run_pipeline
 
+pytestmark = pytest.mark.e2e  # Pipeline runs, a Beam job server and a worker pool.
+
 # Op determinism: both runs train bit-identical models from identical transformed examples, so
 # their evaluations can be compared metric by metric. One AugMix view set and no robustness set
 # keep the three runs of this module short; the Beam steps run the same code either way.
@@ -33,6 +35,8 @@ BEAM_STEP_TRANSFORMS = {"ImageDatasetExampleGen": "WriteSplit[train]",
 # What the local run stages: its requirements file, and the list of the submitting
 # environment's packages Beam always adds. No sdist of TFX (tfx/utils/dependency_utils.py).
 LOCAL_STAGED = ["requirements.txt", "submission_environment_dependencies.txt"]
+# The S3 run's own pipeline root and serving directory on the session's S3 server.
+S3_PIPELINE_NAME = "wrn-portable-beam"
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +91,21 @@ def test_on_object_storage_the_workers_get_s3_from_the_pipelines_options(s3_serv
       "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
   with PortableBeam(env=credentials_only) as beam:
     config, compiled = kfp_harness.compile_for_s3(
-        s3_server, str(tmp_path / "package"), [*FLAGS, *beam.beam_flags()])
+        s3_server, str(tmp_path / "package"), [*FLAGS, *beam.beam_flags()], S3_PIPELINE_NAME)
+    assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == []
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
                                   secrets=kfp_harness.s3_secrets(s3_server))
-    harness.run()
+    run = harness.run()
     workers = beam.worker_records()
-  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
+  # This run's Evaluator blessed its model (nothing in production to compare with) and its
+  # Pusher pushed it: the one version of its serving directory.
+  blessing = harness.metadata.artifact(run.tasks["Evaluator"].outputs["blessing"])
+  assert blessing["custom_properties"]["blessed"] == {"double_value": 1.0}
+  baseline = harness.metadata.artifact(run.tasks["ProductionModel"].outputs["model"])
+  assert baseline["custom_properties"]["in_production"] == {"double_value": 0.0}
+  pushed = harness.metadata.artifact(run.tasks["Pusher"].outputs["pushed_model"])
+  assert pushed["custom_properties"]["pushed"] == {"double_value": 1.0}
+  assert len(kfp_harness.pushed_versions(s3_server, config.serving_model_dir)) == 1
   ran = _transforms_by_worker(workers, beam.pool_pid)
   for step, transform in BEAM_STEP_TRANSFORMS.items():
     assert any(transform in names for names in ran.values()), step

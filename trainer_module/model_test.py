@@ -10,7 +10,17 @@ from trainer_module.model import BatchNormalization, SpectralNormConv2D, wide_re
 
 
 def test_wrn_28_10_has_the_published_parameter_count():
-  assert wide_resnet(TrainerConfig(depth=28, width_multiplier=10)).count_params() == 36_497_146
+  """36,479,194 trainable (Zagoruyko & Komodakis's 36.5M); batch norm's running mean and
+  variance are the only other weights: 2 per channel of each pre-activation batch norm."""
+  model = wide_resnet(TrainerConfig(depth=28, width_multiplier=10))
+  blocks, widths = (28 - 4) // 6, (16, 160, 320, 640)
+  # Each group: its first block's two (input width, then group width), 2 x group width for the
+  # others; then one before the classifier.
+  batch_norm_channels = sum(widths[g] + widths[g + 1] + (blocks - 1) * 2 * widths[g + 1]
+                            for g in range(3)) + widths[3]
+  assert sum(int(np.prod(v.shape)) for v in model.trainable_weights) == 36_479_194
+  assert sum(int(np.prod(v.shape)) for v in model.non_trainable_weights) == (
+      2 * batch_norm_channels)
 
 
 def test_small_wrn_maps_images_to_logits_per_class():

@@ -96,16 +96,32 @@ def test_jensen_shannon_is_zero_for_agreeing_views_and_matches_numpy():
   np.testing.assert_allclose(jensen_shannon(logits, views), expected, rtol=1e-5)
 
 
-def test_training_with_two_views_adds_the_consistency_term(tmp_path):
+def test_the_loss_of_a_step_with_two_views_adds_the_weighted_jensen_shannon_term():
+  """One seeded step on one batch at weights 0 and 12: the losses differ by 12 x the
+  Jensen-Shannon term of the step's logits, computed here with numpy."""
   rng = np.random.default_rng(1)
-  images = rng.normal(size=(32, 32, 32, 3)).astype(np.float32)
-  views = np.stack([images + rng.normal(size=images.shape).astype(np.float32)] * 2, axis=1)
-  labels = rng.integers(0, 3, 32)
-  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=3, per_core_batch_size=16,
-                         eval_batch_size=16, train_steps=2, train_epochs=1, augmix=True,
-                         aug_count=2, lr_warmup_epochs=0)
-  _, metrics = _fit(config, images, views, labels, tmp_path)
-  assert np.isfinite(metrics["train/loss"]) and metrics["train/loss"] > metrics["train/nll"]
+  images = rng.normal(size=(16, 32, 32, 3)).astype(np.float32)
+  views = rng.normal(size=(16, 2, 32, 32, 3)).astype(np.float32) * 8  # Far from the images.
+  labels = rng.integers(0, 3, 16)
+  batch = tf.data.Dataset.from_tensors((images, views, labels))
+  losses, divergences = {}, {}
+  for weight in (0.0, 12.0):
+    config = TrainerConfig(depth=10, width_multiplier=1, num_classes=3, per_core_batch_size=16,
+                           train_steps=1, augmix=True, aug_count=2, lr_warmup_epochs=0,
+                           augmix_jsd_weight=weight)
+    training = Training(config, tf.distribute.get_strategy(), 1, "/nonexistent")
+    # The step's forward pass: batch statistics, so calling it first changes no logit.
+    logits = training.model(np.concatenate([images, views.reshape(-1, 32, 32, 3)]),
+                            training=True).numpy().astype(np.float64)
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    p = np.stack([p[:16], p[16:].reshape(16, 2, 3)[:, 0], p[16:].reshape(16, 2, 3)[:, 1]], 1)
+    mixture = p.mean(axis=1, keepdims=True)
+    divergences[weight] = np.mean(np.sum(p * (np.log(p) - np.log(mixture)), axis=-1))
+    losses[weight] = float(training.train_step(iter(batch)))
+  assert divergences[0.0] == pytest.approx(divergences[12.0], rel=1e-6)  # The same weights.
+  assert divergences[0.0] > 0.01  # Views that disagree: a term the difference can show.
+  assert losses[12.0] - losses[0.0] == pytest.approx(12 * divergences[0.0], rel=1e-3)
 
 
 def test_host_loops_end_at_each_log_epoch_and_checkpoint_step():
