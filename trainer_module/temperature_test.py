@@ -6,8 +6,15 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from trainer_module import temperature
 from trainer_module import reference_corruptions
+from trainer_module.calibration import (clean_and_augmix, distance_curve, maths, model_outputs,
+                                        record, registry, serving)
+from trainer_module.calibration.distances import (class_statistics, distance_scores,
+                                                  mahalanobis_distance, support_from_features,
+                                                  within_support)
+from trainer_module.calibration.inputs import (VALIDATION_CORRUPTIONS, augmented_eval_batches,
+                                               channel_statistics, validation_corrupted_set)
+from trainer_module.calibration.method import HeldOut
 
 
 def _overconfident(rng, count=4000, true_temperature=2.0, classes=10):
@@ -21,24 +28,24 @@ def _overconfident(rng, count=4000, true_temperature=2.0, classes=10):
 
 def test_the_fit_is_the_nll_minimum_and_recovers_the_true_temperature():
   logits, labels = _overconfident(np.random.default_rng(0))
-  fitted = temperature.fit_temperature(logits, labels)
+  fitted = maths.fit_temperature(logits, labels)
   grid = np.linspace(0.5, 5.0, 901)
-  best = grid[np.argmin([temperature.nll(logits, labels, t) for t in grid])]
+  best = grid[np.argmin([maths.nll(logits, labels, t) for t in grid])]
   assert fitted == pytest.approx(best, abs=0.01)
   assert fitted == pytest.approx(2.0, rel=0.1)
-  assert temperature.nll(logits, labels, fitted) < temperature.nll(logits, labels)
+  assert maths.nll(logits, labels, fitted) < maths.nll(logits, labels)
 
 
 def test_the_fit_is_deterministic():
   logits, labels = _overconfident(np.random.default_rng(1), count=500)
-  assert temperature.fit_temperature(logits, labels) == temperature.fit_temperature(
+  assert maths.fit_temperature(logits, labels) == maths.fit_temperature(
       logits.copy(), labels.copy())
 
 
 def test_separable_data_sharpens_to_the_lower_bound():
   logits = np.eye(3)[[0, 1, 2, 0]] * 10.0
-  assert temperature.fit_temperature(logits, np.array([0, 1, 2, 0])) == \
-      temperature.MIN_TEMPERATURE
+  assert maths.fit_temperature(logits, np.array([0, 1, 2, 0])) == \
+      maths.MIN_TEMPERATURE
 
 
 @pytest.mark.parametrize("logits, labels, message", [
@@ -50,8 +57,8 @@ def test_separable_data_sharpens_to_the_lower_bound():
     (np.zeros((2, 3)), np.array([0]), "2 logits but 1 labels"),
 ])
 def test_a_fit_that_cannot_work_fails_loudly(logits, labels, message):
-  with pytest.raises(temperature.TemperatureFitError, match=message):
-    temperature.fit_temperature(logits, labels)
+  with pytest.raises(maths.TemperatureFitError, match=message):
+    maths.fit_temperature(logits, labels)
 
 
 def test_calibrate_reads_the_models_logits_and_an_empty_eval_split_fails(tmp_path):
@@ -60,15 +67,15 @@ def test_calibrate_reads_the_models_logits_and_an_empty_eval_split_fails(tmp_pat
   images = np.random.default_rng(2).normal(size=(50, 3)).astype(np.float32)
   labels = np.arange(50) % 4
   batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(16)
-  info = temperature.calibrate(model, batches)
+  info = registry.get("clean").fit(model, HeldOut(batches))
   logits = model(images).numpy()
   assert info["eval_examples"] == 50
-  assert info["temperature"] == temperature.fit_temperature(logits, labels)
+  assert info["temperature"] == maths.fit_temperature(logits, labels)
   assert info["eval_nll_after"] <= info["eval_nll_before"]
-  temperature.write_calibration_info(str(tmp_path), info)
-  assert temperature.read_calibration_info(str(tmp_path)) == info
-  with pytest.raises(temperature.TemperatureFitError, match="eval split is empty"):
-    temperature.calibrate(model, batches.take(0))
+  record.write_calibration_info(str(tmp_path), info)
+  assert record.read_calibration_info(str(tmp_path)) == info
+  with pytest.raises(maths.TemperatureFitError, match="eval split is empty"):
+    registry.get("clean").fit(model, HeldOut(batches.take(0)))
 
 
 def test_padding_rows_of_weighted_batches_are_left_out():
@@ -78,11 +85,11 @@ def test_padding_rows_of_weighted_batches_are_left_out():
   labels = np.array([0, 1, 2, 3, 0, 1, 2, -1, -1, -1])  # The last three are padding.
   weights = np.array([1.0] * 7 + [0.0] * 3, np.float32)
   batches = tf.data.Dataset.from_tensor_slices((images, labels, weights)).batch(4)
-  logits, kept_labels = temperature.model_logits(model, batches)
+  logits, kept_labels = model_outputs.model_logits(model, batches)
   np.testing.assert_array_equal(kept_labels, labels[:7])
   np.testing.assert_allclose(logits, model(images[:7]).numpy(), rtol=1e-6)
-  with pytest.raises(temperature.TemperatureFitError, match="eval split is empty"):
-    temperature.model_logits(model, tf.data.Dataset.from_tensor_slices(
+  with pytest.raises(maths.TemperatureFitError, match="eval split is empty"):
+    model_outputs.model_logits(model, tf.data.Dataset.from_tensor_slices(
         (images[7:], labels[7:], weights[7:])).batch(4))
 
 
@@ -98,38 +105,38 @@ def test_shift_aware_selection_never_worsens_the_corrupted_nll_where_a_clean_fit
   clean = _miscalibrated(rng, 0.5)
   augmented = _miscalibrated(rng, 3.0)
   corrupted = _miscalibrated(rng, 3.0)
-  clean_fit = temperature.fit_temperature(*clean)
+  clean_fit = maths.fit_temperature(*clean)
   assert clean_fit < 0.7
-  assert temperature.nll(*corrupted, clean_fit) > temperature.nll(*corrupted) + 0.1, \
+  assert maths.nll(*corrupted, clean_fit) > maths.nll(*corrupted) + 0.1, \
       "the clean fit makes the corrupted set worse"
-  chosen = temperature.select_temperature(*clean, *augmented)
-  assert temperature.nll(*corrupted, chosen) <= temperature.nll(*corrupted)
-  assert temperature.nll(*clean, chosen) <= temperature.nll(*clean)
-  assert temperature.nll(*augmented, chosen) <= temperature.nll(*augmented)
+  chosen = clean_and_augmix.select_temperature(*clean, *augmented)
+  assert maths.nll(*corrupted, chosen) <= maths.nll(*corrupted)
+  assert maths.nll(*clean, chosen) <= maths.nll(*clean)
+  assert maths.nll(*augmented, chosen) <= maths.nll(*augmented)
 
 
 def test_selection_improves_both_sets_when_they_agree():
   rng = np.random.default_rng(5)
   clean, augmented = _miscalibrated(rng, 0.6), _miscalibrated(rng, 0.8)
-  chosen = temperature.select_temperature(*clean, *augmented)
+  chosen = clean_and_augmix.select_temperature(*clean, *augmented)
   assert chosen < 0.9
-  assert temperature.nll(*clean, chosen) < temperature.nll(*clean) - 0.01
-  assert temperature.nll(*augmented, chosen) < temperature.nll(*augmented) - 0.01
+  assert maths.nll(*clean, chosen) < maths.nll(*clean) - 0.01
+  assert maths.nll(*augmented, chosen) < maths.nll(*augmented) - 0.01
   # It is the minimum of the mean NLL within the allowed range, here unconstrained.
   grid = np.linspace(0.3, 1.2, 901)
-  mean_nll = [temperature.nll(*clean, t) + temperature.nll(*augmented, t) for t in grid]
+  mean_nll = [maths.nll(*clean, t) + maths.nll(*augmented, t) for t in grid]
   assert chosen == pytest.approx(grid[int(np.argmin(mean_nll))], abs=0.01)
 
 
 def test_selection_stops_where_the_shifted_nll_would_exceed_the_raw_softmax():
   rng = np.random.default_rng(6)
   clean, augmented = _miscalibrated(rng, 0.25), _miscalibrated(rng, 0.85)
-  chosen = temperature.select_temperature(*clean, *augmented)
-  assert chosen < temperature.fit_temperature(*augmented), "sharper than the shift alone wants"
-  assert temperature.nll(*augmented, chosen) == pytest.approx(temperature.nll(*augmented),
+  chosen = clean_and_augmix.select_temperature(*clean, *augmented)
+  assert chosen < maths.fit_temperature(*augmented), "sharper than the shift alone wants"
+  assert maths.nll(*augmented, chosen) == pytest.approx(maths.nll(*augmented),
                                                               abs=1e-6), "... up to its raw NLL"
-  assert temperature.nll(*clean, chosen) < temperature.nll(*clean)
-  assert chosen > temperature.fit_temperature(*clean)
+  assert maths.nll(*clean, chosen) < maths.nll(*clean)
+  assert chosen > maths.fit_temperature(*clean)
 
 
 def test_calibrate_with_augmented_batches_records_both_fits():
@@ -140,9 +147,9 @@ def test_calibrate_with_augmented_batches_records_both_fits():
   labels = np.arange(60) % 4
   batches = tf.data.Dataset.from_tensor_slices((images, labels)).batch(16)
   shifted = batches.map(lambda x, y: (x * 3.0, y))
-  info = temperature.calibrate(model, batches, shifted)
+  info = registry.get("clean_and_augmix").fit(model, HeldOut(batches, augmented_batches=shifted))
   assert info["temperature_fit"] == "clean_and_augmix"
-  assert info["temperature"] == temperature.select_temperature(
+  assert info["temperature"] == clean_and_augmix.select_temperature(
       model(images).numpy(), labels, model(images * 3.0).numpy(), labels)
   assert info["augmented_nll_after"] <= info["augmented_nll_before"]
   assert info["eval_nll_after"] <= info["eval_nll_before"]
@@ -156,7 +163,7 @@ def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_
   images = (images01 - mean) / std
   labels, weights = np.arange(6), np.ones(6, np.float32)
   batches = tf.data.Dataset.from_tensor_slices((images, labels, weights)).batch(4)
-  views = temperature.augmented_eval_batches(batches, mean, std, 42, augmix.AugMixParams())
+  views = augmented_eval_batches(batches, mean, std, 42, augmix.AugMixParams())
   first, again = list(views), list(views)
   for (view, view_labels, view_weights), batch, (repeat, *_) in zip(first, batches, again):
     assert view.shape == batch[0].shape
@@ -177,7 +184,7 @@ def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
   raw = raw_digit_examples(8)
   _, transform_dir = run_transform(raw, TrainerConfig().transform_options(), str(tmp_path),
                                    ["--direct_running_mode=in_memory"])
-  mean, std = temperature.channel_statistics(tft.TFTransformOutput(transform_dir))
+  mean, std = channel_statistics(tft.TFTransformOutput(transform_dir))
   pixels = decode_images(tf.constant([r["image"] for r in raw])).numpy().reshape(-1, 3) / 255.0
   np.testing.assert_allclose(mean.numpy(), pixels.mean(axis=0), atol=1e-5)
   np.testing.assert_allclose(std.numpy(), pixels.std(axis=0), rtol=1e-4)
@@ -197,25 +204,25 @@ def test_validation_shift_selection_never_worsens_the_corrupted_nll_where_a_clea
   validation = (np.concatenate([mild[0], strong[0]]), np.concatenate([mild[1], strong[1]]),
                 np.repeat(["speckle_noise_1", "speckle_noise_5"], 1500))
   corrupted = _miscalibrated(rng, 2.0)
-  clean_fit = temperature.fit_temperature(*clean)
-  assert temperature.nll(*corrupted, clean_fit) > temperature.nll(*corrupted) + 0.1
-  assert temperature.ece(*corrupted, clean_fit) > temperature.ece(*corrupted)
-  pooled_fit = temperature.fit_temperature(*validation[:2])
+  clean_fit = maths.fit_temperature(*clean)
+  assert maths.nll(*corrupted, clean_fit) > maths.nll(*corrupted) + 0.1
+  assert maths.ece(*corrupted, clean_fit) > maths.ece(*corrupted)
+  pooled_fit = maths.fit_temperature(*validation[:2])
   assert pooled_fit < 1.0, "the validation set as a whole would allow sharpening"
-  chosen = temperature.select_temperature_under_shift(*clean, *validation)
+  chosen = maths.select_temperature_under_shift(*clean, *validation)
   assert chosen == 1.0, "the strong slice forbids it"
-  assert temperature.nll(*corrupted, chosen) <= temperature.nll(*corrupted)
-  assert temperature.ece(*corrupted, chosen) <= temperature.ece(*corrupted)
+  assert maths.nll(*corrupted, chosen) <= maths.nll(*corrupted)
+  assert maths.ece(*corrupted, chosen) <= maths.ece(*corrupted)
 
 
 def test_validation_shift_selection_is_the_clean_fit_when_every_slice_allows_it():
   rng = np.random.default_rng(5)
   clean = _miscalibrated(rng, 0.6)
   validation = _one_slice(_miscalibrated(rng, 0.5))
-  chosen = temperature.select_temperature_under_shift(*clean, *validation)
-  assert chosen == pytest.approx(temperature.fit_temperature(*clean), rel=1e-9)
-  assert temperature.nll(*clean, chosen) < temperature.nll(*clean) - 0.01
-  assert temperature.ece(*clean, chosen) < temperature.ece(*clean)
+  chosen = maths.select_temperature_under_shift(*clean, *validation)
+  assert chosen == pytest.approx(maths.fit_temperature(*clean), rel=1e-9)
+  assert maths.nll(*clean, chosen) < maths.nll(*clean) - 0.01
+  assert maths.ece(*clean, chosen) < maths.ece(*clean)
 
 
 def test_validation_shift_selection_softens_an_overconfident_model_as_every_slice_wants():
@@ -225,40 +232,40 @@ def test_validation_shift_selection_softens_an_overconfident_model_as_every_slic
   mild, strong = _miscalibrated(rng, 1.6, count=1500), _miscalibrated(rng, 3.0, count=1500)
   validation = (np.concatenate([mild[0], strong[0]]), np.concatenate([mild[1], strong[1]]),
                 np.repeat(["blur_1", "blur_5"], 1500))
-  chosen = temperature.select_temperature_under_shift(*clean, *validation)
-  assert chosen == pytest.approx(temperature.fit_temperature(*clean), rel=1e-9)
+  chosen = maths.select_temperature_under_shift(*clean, *validation)
+  assert chosen == pytest.approx(maths.fit_temperature(*clean), rel=1e-9)
   assert chosen > 1.3
 
 
 def test_validation_shift_selection_stops_at_the_raw_nll_of_the_shifted_set():
   rng = np.random.default_rng(0)
   clean, validation = _miscalibrated(rng, 0.25), _one_slice(_miscalibrated(rng, 0.85))
-  chosen = temperature.select_temperature_under_shift(*clean, *validation)
-  assert temperature.fit_temperature(*clean) < chosen < temperature.fit_temperature(
+  chosen = maths.select_temperature_under_shift(*clean, *validation)
+  assert maths.fit_temperature(*clean) < chosen < maths.fit_temperature(
       *validation[:2])
-  assert temperature.nll(*validation[:2], chosen) == pytest.approx(
-      temperature.nll(*validation[:2]), abs=1e-6)
-  assert temperature.nll(*clean, chosen) < temperature.nll(*clean)
+  assert maths.nll(*validation[:2], chosen) == pytest.approx(
+      maths.nll(*validation[:2]), abs=1e-6)
+  assert maths.nll(*clean, chosen) < maths.nll(*clean)
 
 
 def test_validation_shift_selection_backs_off_towards_one_where_the_shifted_ece_would_rise():
   """Here the NLL bound alone would allow T = 0.751, at which the shifted ECE is above raw."""
   rng = np.random.default_rng(1)
   clean, validation = _miscalibrated(rng, 0.25), _one_slice(_miscalibrated(rng, 0.9))
-  low, high = temperature._no_worse_than_raw(*validation[:2])  # pylint: disable=protected-access
-  nll_only = float(np.exp(-np.clip(np.log(1.0 / temperature.fit_temperature(*clean)), low, high)))
-  assert temperature.ece(*validation[:2], nll_only) > temperature.ece(*validation[:2])
-  chosen = temperature.select_temperature_under_shift(*clean, *validation)
+  low, high = maths.no_worse_than_raw(*validation[:2])  # pylint: disable=protected-access
+  nll_only = float(np.exp(-np.clip(np.log(1.0 / maths.fit_temperature(*clean)), low, high)))
+  assert maths.ece(*validation[:2], nll_only) > maths.ece(*validation[:2])
+  chosen = maths.select_temperature_under_shift(*clean, *validation)
   assert nll_only < chosen < 1.0
-  assert temperature.ece(*validation[:2], chosen) <= temperature.ece(*validation[:2])
-  assert temperature.nll(*validation[:2], chosen) <= temperature.nll(*validation[:2])
-  assert temperature.nll(*clean, chosen) < temperature.nll(*clean)
+  assert maths.ece(*validation[:2], chosen) <= maths.ece(*validation[:2])
+  assert maths.nll(*validation[:2], chosen) <= maths.nll(*validation[:2])
+  assert maths.nll(*clean, chosen) < maths.nll(*clean)
 
 
 def test_slice_means_are_means_over_slices_not_over_examples():
   logits = np.log(np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7]]))
   labels, slices = np.array([0, 1, 1]), np.array(["a", "a", "b"])
-  mean_nll, mean_ece = temperature.slice_means(logits, labels, slices, num_bins=10)
+  mean_nll, mean_ece = maths.slice_means(logits, labels, slices, num_bins=10)
   assert mean_nll == pytest.approx(((-np.log(0.9) - np.log(0.4)) / 2 - np.log(0.7)) / 2)
   assert mean_ece == pytest.approx(((0.1 + 0.6) / 2 + 0.3) / 2)
 
@@ -267,7 +274,7 @@ def test_ece_is_the_trainers_top_label_ece():
   logits = np.log(np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.2, 0.8]]))
   labels = np.array([0, 1, 1, 1])
   # Bins (of 10): 0.9 right; 0.6 wrong; 0.7 right; 0.8 right: |1-0.9|+|0-0.6|+|1-0.7|+|1-0.8|.
-  assert temperature.ece(logits, labels, num_bins=10) == pytest.approx(1.2 / 4)
+  assert maths.ece(logits, labels, num_bins=10) == pytest.approx(1.2 / 4)
 
 
 def _normalised_batches(rng, count, batch_size, mean, std):
@@ -282,24 +289,24 @@ def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_a
   rng = np.random.default_rng(9)
   mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
   (images, labels, weights), batches = _normalised_batches(rng, 7, 3, mean, std)
-  corrupted, slices = temperature.validation_corrupted_set(batches, mean, std, 2, 8)
+  corrupted, slices = validation_corrupted_set(batches, mean, std, 2, 8)
   reversed_batches = tf.data.Dataset.from_tensor_slices(
       (images[::-1], labels[::-1], weights[::-1])).batch(4)
-  again, _ = temperature.validation_corrupted_set(reversed_batches, mean, std, 2, 8)
+  again, _ = validation_corrupted_set(reversed_batches, mean, std, 2, 8)
   assert list(slices[:4]) == ["speckle_noise_1"] * 2 + ["speckle_noise_2"] * 2
   assert len(set(slices)) == 20 and all(list(slices).count(name) == 2 for name in set(slices))
   first_images = np.concatenate([b[0].numpy() for b in corrupted])
   first_labels = np.concatenate([b[1].numpy() for b in corrupted])
-  assert len(first_labels) == 2 * len(temperature.VALIDATION_CORRUPTIONS) * 5
+  assert len(first_labels) == 2 * len(VALIDATION_CORRUPTIONS) * 5
   np.testing.assert_array_equal(first_images, np.concatenate([b[0].numpy() for b in again]))
   np.testing.assert_array_equal(first_labels, np.concatenate([b[1].numpy() for b in again]))
   pixels01 = first_images * std + mean
   assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
   # Two eval images, the same two in every slice, each its own label.
-  slices = first_images.reshape(len(temperature.VALIDATION_CORRUPTIONS) * 5, 2, 32, 32, 3)
+  slices = first_images.reshape(len(VALIDATION_CORRUPTIONS) * 5, 2, 32, 32, 3)
   assert not np.allclose(slices[0], slices[-1], atol=1e-3), "different corruptions differ"
   assert set(first_labels.reshape(-1, 2)[0]) <= set(labels)
-  assert not set(temperature.VALIDATION_CORRUPTIONS) & set(
+  assert not set(VALIDATION_CORRUPTIONS) & set(
       reference_corruptions.BENCHMARK_CORRUPTIONS), "no evaluated corruption tunes T"
 
 
@@ -307,8 +314,8 @@ def test_validation_corrupted_batches_of_an_empty_eval_split_fail():
   mean, std = np.zeros(3, np.float32), np.ones(3, np.float32)
   empty = tf.data.Dataset.from_tensor_slices((np.zeros((0, 32, 32, 3), np.float32),
                                               np.zeros(0, np.int64))).batch(4)
-  with pytest.raises(temperature.TemperatureFitError, match="eval split is empty"):
-    temperature.validation_corrupted_set(empty, mean, std, 2, 8)
+  with pytest.raises(maths.TemperatureFitError, match="eval split is empty"):
+    validation_corrupted_set(empty, mean, std, 2, 8)
 
 
 def test_calibrate_with_validation_corruptions_records_the_shift_before_and_after():
@@ -318,18 +325,18 @@ def test_calibrate_with_validation_corruptions_records_the_shift_before_and_afte
   rng = np.random.default_rng(10)
   mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
   (images, labels, _), batches = _normalised_batches(rng, 12, 5, mean, std)
-  corrupted = temperature.validation_corrupted_set(batches, mean, std, 3, 16)
-  info = temperature.calibrate(model, batches, validation_corrupted=corrupted)
-  shifted_logits, shifted_labels = temperature.model_logits(model, corrupted.batches)
+  corrupted = validation_corrupted_set(batches, mean, std, 3, 16)
+  info = registry.get("validation_corruptions").fit(model, HeldOut(batches, corrupted))
+  shifted_logits, shifted_labels = model_outputs.model_logits(model, corrupted.batches)
   assert info["temperature_fit"] == "validation_corruptions"
   assert info["validation_examples"] == 3 * 20
-  assert info["temperature"] == temperature.select_temperature_under_shift(
+  assert info["temperature"] == maths.select_temperature_under_shift(
       model(images).numpy(), labels, shifted_logits, shifted_labels, corrupted.slices)
   assert info["validation_nll_after"] <= info["validation_nll_before"]
   assert info["validation_ece_after"] <= info["validation_ece_before"]
   assert info["eval_nll_after"] <= info["eval_nll_before"]
-  with pytest.raises(ValueError, match="not both"):
-    temperature.calibrate(model, batches, batches, corrupted)
+  with pytest.raises(ValueError, match="does not read the AugMix views"):
+    registry.get("validation_corruptions").fit(model, HeldOut(batches, corrupted, batches))
 
 
 def test_in_support_keeps_the_clean_fit_where_the_slice_that_forbids_it_lies_outside():
@@ -342,18 +349,18 @@ def test_in_support_keeps_the_clean_fit_where_the_slice_that_forbids_it_lies_out
   validation = (np.concatenate([mild[0], strong[0]]), np.concatenate([mild[1], strong[1]]),
                 np.repeat(["speckle_noise_1", "speckle_noise_5"], 1500))
   inside = np.repeat([True, False], 1500)
-  assert temperature.select_temperature_under_shift(*clean, *validation) == 1.0
-  chosen = temperature.select_temperature_under_shift(*clean, *validation,
+  assert maths.select_temperature_under_shift(*clean, *validation) == 1.0
+  chosen = maths.select_temperature_under_shift(*clean, *validation,
                                                       shifted_applies=inside)
-  assert chosen == pytest.approx(temperature.fit_temperature(*clean), rel=1e-9)
-  assert temperature.nll(*clean, chosen) < temperature.nll(*clean) - 0.05
+  assert chosen == pytest.approx(maths.fit_temperature(*clean), rel=1e-9)
+  assert maths.nll(*clean, chosen) < maths.nll(*clean) - 0.05
   served = validation[0] / np.where(inside, chosen, 1.0)[:, np.newaxis]
   for name in ("speckle_noise_1", "speckle_noise_5"):
     mask = validation[2] == name
-    assert temperature.nll(served[mask], validation[1][mask]) <= temperature.nll(
+    assert maths.nll(served[mask], validation[1][mask]) <= maths.nll(
         validation[0][mask], validation[1][mask])
   # Had the strong slice been inside, it would have bounded T as before.
-  assert temperature.select_temperature_under_shift(
+  assert maths.select_temperature_under_shift(
       *clean, *validation, shifted_applies=np.ones(3000, bool)) == 1.0
 
 
@@ -361,17 +368,17 @@ def test_the_mahalanobis_distance_is_zero_at_a_class_mean_and_blind_to_linear_re
   rng = np.random.default_rng(12)
   labels = np.arange(600) % 3
   features = rng.normal(size=(600, 4)) + labels[:, np.newaxis] * 3.0
-  means, precision = temperature.class_statistics(features, labels)
-  assert temperature.mahalanobis_distance(means, means, precision) == pytest.approx(0.0,
+  means, precision = class_statistics(features, labels)
+  assert mahalanobis_distance(means, means, precision) == pytest.approx(0.0,
                                                                                    abs=1e-6)
   mixing = rng.normal(size=(4, 4)) + 4 * np.eye(4)
   queries = rng.normal(size=(20, 4)) * 5
-  moved_means, moved_precision = temperature.class_statistics(features @ mixing, labels)
+  moved_means, moved_precision = class_statistics(features @ mixing, labels)
   np.testing.assert_allclose(
-      temperature.mahalanobis_distance(queries @ mixing, moved_means, moved_precision),
-      temperature.mahalanobis_distance(queries, means, precision), rtol=1e-4)
-  far = temperature.mahalanobis_distance(means + 100.0, means, precision)
-  assert np.all(far > temperature.mahalanobis_distance(features, means, precision).max())
+      mahalanobis_distance(queries @ mixing, moved_means, moved_precision),
+      mahalanobis_distance(queries, means, precision), rtol=1e-4)
+  far = mahalanobis_distance(means + 100.0, means, precision)
+  assert np.all(far > mahalanobis_distance(features, means, precision).max())
 
 
 def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temperatures():
@@ -379,13 +386,13 @@ def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temper
   labels = np.arange(300) % 3
   train = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
   eval_features = rng.normal(size=(40, 5))
-  support = temperature.support_from_features(train, labels, eval_features)
-  distances = temperature.mahalanobis_distance(eval_features, support.class_means,
+  support = support_from_features(train, labels, eval_features)
+  distances = mahalanobis_distance(eval_features, support.class_means,
                                                support.precision)
   assert np.all(distances <= support.radius)
   queries = np.concatenate([eval_features, rng.normal(size=(40, 5)) * 1.5]).astype(np.float32)
-  served = temperature.served_temperatures(tf.constant(queries), support, 0.4).numpy()
-  inside = temperature.mahalanobis_distance(queries, support.class_means,
+  served = serving.support_temperatures(tf.constant(queries), support, 0.4).numpy()
+  inside = mahalanobis_distance(queries, support.class_means,
                                             support.precision) <= support.radius
   assert 0 < inside[40:].sum() < 40
   np.testing.assert_array_equal(served, np.where(inside, 0.4, 1.0).astype(np.float32))
@@ -398,17 +405,17 @@ def test_an_ensembles_support_is_the_union_of_its_members_each_in_its_own_column
   member_a = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
   member_b = rng.normal(size=(300, 4)) - labels[:, np.newaxis]
   eval_a, eval_b = rng.normal(size=(40, 5)), rng.normal(size=(40, 4))
-  support = (temperature.support_from_features(member_a, labels, eval_a),
-             temperature.support_from_features(member_b, labels, eval_b, start=5))
+  support = (support_from_features(member_a, labels, eval_a),
+             support_from_features(member_b, labels, eval_b, start=5))
   a, b = support
   far_a, far_b = a.class_means[:1] + 100.0, b.class_means[:1] + 100.0
   near_a, near_b = eval_a[:1], eval_b[:1]
   queries = np.concatenate([np.concatenate(pair, axis=1) for pair in
                             ((near_a, near_b), (near_a, far_b), (far_a, near_b),
                              (far_a, far_b))])
-  np.testing.assert_array_equal(temperature.within_support(queries, support),
+  np.testing.assert_array_equal(within_support(queries, support),
                                 [True, True, True, False])
-  served = temperature.served_temperatures(tf.constant(queries, tf.float32), support, 0.4)
+  served = serving.support_temperatures(tf.constant(queries, tf.float32), support, 0.4)
   np.testing.assert_array_equal(served.numpy(), np.float32([0.4, 0.4, 0.4, 1.0]))
 
 
@@ -420,15 +427,15 @@ def test_feature_support_over_blocks_fits_each_block_on_its_own():
   train = rng.normal(size=(60, 9)).astype(np.float32) + labels[:, np.newaxis]
   evaluated = rng.normal(size=(20, 9)).astype(np.float32)
   batches = lambda x, y: tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
-  support = temperature.feature_support(features_model, batches(train, labels),
+  support = model_outputs.feature_support(features_model, batches(train, labels),
                                         batches(evaluated, labels[:20]), feature_widths=[5, 4])
   assert [part.start for part in support] == [0, 5]
   for part, columns in zip(support, (slice(0, 5), slice(5, 9))):
-    alone = temperature.support_from_features(train[:, columns], labels, evaluated[:, columns])
+    alone = support_from_features(train[:, columns], labels, evaluated[:, columns])
     np.testing.assert_allclose(part.precision, alone.precision, rtol=1e-5, atol=1e-7)
     assert part.radius == pytest.approx(alone.radius, rel=1e-6)
   with pytest.raises(ValueError, match=r"widths \[5, 5\] do not cover the 9 features"):
-    temperature.feature_support(features_model, batches(train, labels),
+    model_outputs.feature_support(features_model, batches(train, labels),
                                 batches(evaluated, labels[:20]), feature_widths=[5, 5])
 
 
@@ -446,32 +453,32 @@ def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
   mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
   (images, labels, _), batches = _normalised_batches(rng, 12, 5, mean, std)
   _, train_batches = _normalised_batches(rng, 40, 16, mean, std)
-  corrupted = temperature.validation_corrupted_set(batches, mean, std, 3, 16)
-  info = temperature.calibrate(model, batches, validation_corrupted=corrupted,
-                               train_batches=train_batches)
-  features = temperature.penultimate_model(model)
-  support = temperature.feature_support(features, train_batches, batches)
+  corrupted = validation_corrupted_set(batches, mean, std, 3, 16)
+  info = registry.get("in_support").fit(
+      model, HeldOut(batches, corrupted, train_batches=train_batches))
+  features = model_outputs.penultimate_model(model)
+  support = model_outputs.feature_support(features, train_batches, batches)
   assert info["temperature_fit"] == "in_support"
   assert info["support_radius"] == support.radius
   np.testing.assert_allclose(info["feature_support"].precision, support.precision)
-  inside = temperature.mahalanobis_distance(
-      temperature.model_logits(features, corrupted.batches)[0], support.class_means,
+  inside = mahalanobis_distance(
+      model_outputs.model_logits(features, corrupted.batches)[0], support.class_means,
       support.precision) <= support.radius
   assert info["validation_inside_support"] == pytest.approx(inside.mean())
-  shifted_logits, shifted_labels = temperature.model_logits(model, corrupted.batches)
-  assert info["temperature"] == temperature.select_temperature_under_shift(
+  shifted_logits, shifted_labels = model_outputs.model_logits(model, corrupted.batches)
+  assert info["temperature"] == maths.select_temperature_under_shift(
       model(images).numpy(), labels, shifted_logits, shifted_labels, corrupted.slices,
       shifted_applies=inside)
   assert info["validation_nll_after"] <= info["validation_nll_before"]
   with pytest.raises(ValueError, match="needs the validation corruptions"):
-    temperature.calibrate(model, batches, train_batches=train_batches)
+    registry.get("in_support").fit(model, HeldOut(batches, train_batches=train_batches))
 
 
 def test_in_support_refuses_a_network_without_one_pooling_layer():
   model = keras.Sequential([keras.layers.Flatten(input_shape=(32, 32, 3)),
                             keras.layers.Dense(4)])
-  with pytest.raises(temperature.TemperatureFitError, match="one global average pooling"):
-    temperature.penultimate_model(model)
+  with pytest.raises(maths.TemperatureFitError, match="one global average pooling"):
+    model_outputs.penultimate_model(model)
 
 
 def _labelled_logits(rng, count, margin, correct_fraction, classes=4):
@@ -497,7 +504,7 @@ def test_distance_curve_sharpens_near_the_data_and_softens_far_from_it():
   shifted_labels = np.concatenate([mild_labels, far_labels])
   slices = np.array(["mild"] * 200 + ["far"] * 200)
   shifted_scores = np.concatenate([rng.normal(3.0, 0.5, 200), rng.normal(10.0, 1.0, 200)])
-  curve = temperature.fit_distance_curve(clean_logits, clean_labels, clean_scores,
+  curve = distance_curve.fit_distance_curve(clean_logits, clean_labels, clean_scores,
                                          shifted_logits, shifted_labels, slices, shifted_scores)
   assert curve.slope > 0
   near, just_outside, far = curve.temperatures(np.array([0.0, 3.0, 10.0]))
@@ -505,11 +512,11 @@ def test_distance_curve_sharpens_near_the_data_and_softens_far_from_it():
   served = shifted_logits / curve.temperatures(shifted_scores)[:, np.newaxis]
   for name, sharper in (("mild", True), ("far", False)):
     mask = slices == name
-    confidence = np.exp(temperature.log_softmax(served[mask])).max(axis=1).mean()
-    raw_confidence = np.exp(temperature.log_softmax(shifted_logits[mask])).max(axis=1).mean()
+    confidence = np.exp(maths.log_softmax(served[mask])).max(axis=1).mean()
+    raw_confidence = np.exp(maths.log_softmax(shifted_logits[mask])).max(axis=1).mean()
     assert (confidence > raw_confidence) == sharper, name
-  raw = temperature.slice_means(shifted_logits, shifted_labels, slices)
-  after = temperature.slice_means(served, shifted_labels, slices)
+  raw = maths.slice_means(shifted_logits, shifted_labels, slices)
+  after = maths.slice_means(served, shifted_labels, slices)
   assert after[0] < raw[0] and after[1] < raw[1]
 
 
@@ -519,7 +526,7 @@ def test_distance_curve_is_never_sharper_farther_from_the_data():
   rng = np.random.default_rng(26)
   clean_logits, clean_labels = _labelled_logits(rng, 300, 6.0, 0.6)  # Over-confident.
   far_logits, far_labels = _labelled_logits(rng, 300, 0.5, 1.0)  # Right, under-confident.
-  curve = temperature.fit_distance_curve(clean_logits, clean_labels, rng.normal(0, 1, 300),
+  curve = distance_curve.fit_distance_curve(clean_logits, clean_labels, rng.normal(0, 1, 300),
                                          far_logits, far_labels, np.full(300, "far"),
                                          rng.normal(8.0, 1.0, 300))
   assert curve.slope == 0.0
@@ -536,20 +543,20 @@ def test_distance_curve_is_drawn_back_until_the_validation_shift_is_no_worse_tha
   shifted_logits, shifted_labels = _labelled_logits(rng, 200, 1.5, 0.65)
   scores = rng.normal(0.0, 0.1, 2200)
   slices = np.full(200, "shift")
-  curve = temperature.fit_distance_curve(clean_logits, clean_labels, scores[:2000],
+  curve = distance_curve.fit_distance_curve(clean_logits, clean_labels, scores[:2000],
                                          shifted_logits, shifted_labels, slices, scores[2000:])
-  raw_nll, raw_ece = temperature.slice_means(shifted_logits, shifted_labels, slices)
+  raw_nll, raw_ece = maths.slice_means(shifted_logits, shifted_labels, slices)
   moved = shifted_logits / curve.temperatures(scores[2000:])[:, np.newaxis]
-  nll_after, ece_after = temperature.slice_means(moved, shifted_labels, slices)
+  nll_after, ece_after = maths.slice_means(moved, shifted_labels, slices)
   assert nll_after <= raw_nll and ece_after <= raw_ece
-  unconstrained = shifted_logits / np.exp(np.log(temperature.fit_temperature(
+  unconstrained = shifted_logits / np.exp(np.log(maths.fit_temperature(
       np.concatenate([clean_logits, shifted_logits]),
       np.concatenate([clean_labels, shifted_labels]),
       np.r_[np.full(2000, 1 / 2000), np.full(200, 1 / 200)])))
-  assert temperature.nll(unconstrained, shifted_labels) > raw_nll, "the rule had work to do"
+  assert maths.nll(unconstrained, shifted_labels) > raw_nll, "the rule had work to do"
   assert curve.log_temperature < 0, "still sharpens the clean images as far as allowed"
-  assert temperature.nll(clean_logits / curve.temperatures(scores[:2000])[:, np.newaxis],
-                         clean_labels) < temperature.nll(clean_logits, clean_labels)
+  assert maths.nll(clean_logits / curve.temperatures(scores[:2000])[:, np.newaxis],
+                         clean_labels) < maths.nll(clean_logits, clean_labels)
 
 
 def test_distance_scores_are_the_parts_mean_standardised_log_distance_in_numpy_and_tf():
@@ -557,20 +564,20 @@ def test_distance_scores_are_the_parts_mean_standardised_log_distance_in_numpy_a
   train = rng.normal(0, 1, (80, 6))
   labels = np.arange(80) % 2
   evaluated = rng.normal(0, 1, (30, 6))
-  parts = (temperature.support_from_features(train[:, :3], labels, evaluated[:, :3], 0),
-           temperature.support_from_features(train[:, 3:], labels, evaluated[:, 3:], 3))
+  parts = (support_from_features(train[:, :3], labels, evaluated[:, :3], 0),
+           support_from_features(train[:, 3:], labels, evaluated[:, 3:], 3))
   inputs = np.concatenate([evaluated[:5], evaluated[5:10] + [[9, 9, 9, 0, 0, 0]]])
-  each = [(np.log(temperature.mahalanobis_distance(part.columns(inputs), part.class_means,
+  each = [(np.log(mahalanobis_distance(part.columns(inputs), part.class_means,
                                                   part.precision)) - part.log_distance_mean)
           / part.log_distance_std for part in parts]
   expected = np.mean(each, axis=0)
-  np.testing.assert_allclose(temperature.distance_scores(inputs, parts), expected)
-  np.testing.assert_allclose(temperature.served_distance_scores(tf.constant(inputs), parts),
+  np.testing.assert_allclose(distance_scores(inputs, parts), expected)
+  np.testing.assert_allclose(serving.graph_distance_scores(tf.constant(inputs), parts),
                              expected, rtol=1e-9)
-  own = temperature.distance_scores(evaluated[:, :3], parts[0])
+  own = distance_scores(evaluated[:, :3], parts[0])
   assert abs(own.mean()) < 1e-9 and own.std() == pytest.approx(1.0)  # The eval images' unit.
-  curve = temperature.DistanceCurve(-0.5, 0.3)
-  np.testing.assert_allclose(curve.served_temperatures(tf.constant(expected)),
+  curve = distance_curve.DistanceCurve(-0.5, 0.3)
+  np.testing.assert_allclose(serving.curve_temperatures(curve, tf.constant(expected)),
                              curve.temperatures(expected), rtol=1e-6)
 
 
@@ -593,10 +600,10 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
   mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
   _, batches = _normalised_batches(rng, 12, 5, mean, std)
   _, train_batches = _normalised_batches(rng, 40, 16, mean, std)
-  corrupted = temperature.validation_corrupted_set(batches, mean, std, 3, 16)
-  info = temperature.calibrate(model, batches, validation_corrupted=corrupted,
-                               train_batches=train_batches, distance_curve=True)
-  assert requested and set(requested) == set(temperature.VALIDATION_CORRUPTIONS)
+  corrupted = validation_corrupted_set(batches, mean, std, 3, 16)
+  info = registry.get("distance_curve").fit(
+      model, HeldOut(batches, corrupted, train_batches=train_batches))
+  assert requested and set(requested) == set(VALIDATION_CORRUPTIONS)
   assert not set(requested) & set(reference_corruptions.BENCHMARK_CORRUPTIONS)
   assert info["temperature_fit"] == "distance_curve"
   assert info["validation_examples"] == 4 * 5 * 3 == len(info["validation_distance_scores"])
@@ -613,4 +620,4 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
   splits = json.loads(transform.exec_properties["splits_config"])
   assert splits["transform"] == ["train", "eval"]
   with pytest.raises(ValueError, match="needs the train split"):
-    temperature.calibrate(model, batches, validation_corrupted=corrupted, distance_curve=True)
+    registry.get("distance_curve").fit(model, HeldOut(batches, corrupted))
