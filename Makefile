@@ -5,8 +5,6 @@ VENV_PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-lock
 ARGS ?=
 
-# TFX 1.16 / TFT / TFMA need Keras 2 (tf_keras); set before TensorFlow loads, in every process.
-export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test setup system-packages lock clean bench-augmix bench-trainer bench-evaluator \

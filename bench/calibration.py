@@ -2,7 +2,7 @@
 
 From a run's output directory (the model the run evaluated, its transform graph and eval split,
 and EvaluationSetGen's clean test and corrupted test images) it computes the model's logits once
-and then, for each way of choosing T (`trainer_module/temperature.py`, never reimplemented
+and then, for each way of choosing T (`trainer_module/calibration/`, never reimplemented
 here), the clean test accuracy / NLL / ECE, cA / cNLL / cECE over the corrupted set's
 corruption x severity slices (slice means), and the NLL / ECE of the validation shift (the eval
 images under the 4 validation corruptions, as the Trainer makes them; slice means):

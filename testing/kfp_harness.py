@@ -63,7 +63,7 @@ class TaskFailed(RuntimeError):
 
 
 @dataclasses.dataclass
-class TaskRun:
+class BackendTaskRun:
   name: str
   executor_input: Optional[dict]  # As the command received it; None for importers.
   outputs: Dict[str, int]  # Output artifact name -> artifact id.
@@ -76,7 +76,7 @@ class TaskRun:
 class PipelineRun:
   run_id: str
   run_root: str
-  tasks: Dict[str, TaskRun]
+  tasks: Dict[str, BackendTaskRun]
   seconds: float
 
 
@@ -326,7 +326,7 @@ class Harness:
     pipeline_name = self.spec["pipelineInfo"]["name"]
     run_root = join_uri(pipeline_root or self.spec["defaultPipelineRoot"], pipeline_name, run_id)
     tasks = self.spec["root"]["dag"]["tasks"]
-    done: Dict[str, TaskRun] = {}
+    done: Dict[str, BackendTaskRun] = {}
     for name in task_order(tasks):
       done[name] = self._run_task(run_id, run_root, name, tasks[name], root_parameters, done,
                                   enable_caching)
@@ -348,7 +348,7 @@ class Harness:
         raise ValueError(f"runtime parameter {name!r} is required")
     return resolved
 
-  def _inputs(self, task: dict, root_parameters: dict, done: Dict[str, TaskRun]) -> dict:
+  def _inputs(self, task: dict, root_parameters: dict, done: Dict[str, BackendTaskRun]) -> dict:
     """driver/resolve.go: the task's parameter values and input artifacts."""
     parameters, artifacts = {}, {}
     for name, spec in task.get("inputs", {}).get("parameters", {}).items():
@@ -370,7 +370,7 @@ class Harness:
     return {"parameterValues": parameters, "artifacts": artifacts}
 
   def _run_task(self, run_id: str, run_root: str, name: str, task: dict, root_parameters: dict,
-                done: Dict[str, TaskRun], enable_caching: bool) -> TaskRun:
+                done: Dict[str, BackendTaskRun], enable_caching: bool) -> BackendTaskRun:
     start = time.monotonic()
     component = self.spec["components"][task["componentRef"]["name"]]
     executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
@@ -379,7 +379,7 @@ class Harness:
       outputs = self._import(executor["importer"], task, component, root_parameters)
       self.metadata.record_execution(run_id, name, outputs, {}, None)
       self.metadata.save()
-      return TaskRun(name, None, outputs, {}, False, time.monotonic() - start)
+      return BackendTaskRun(name, None, outputs, {}, False, time.monotonic() - start)
 
     container = executor["container"]
     task_dir = os.path.join(self.workdir, run_id, name)
@@ -395,8 +395,8 @@ class Harness:
     if cached is not None:  # reuseCachedOutputs: the earlier execution's very artifacts.
       self.metadata.record_execution(run_id, name, cached["outputs"], cached["parameters"], None)
       self.metadata.save()
-      return TaskRun(name, executor_input, dict(cached["outputs"]), dict(cached["parameters"]),
-                     True, time.monotonic() - start)
+      return BackendTaskRun(name, executor_input, dict(cached["outputs"]),
+                            dict(cached["parameters"]), True, time.monotonic() - start)
 
     with_defaults = json.loads(json.dumps(executor_input))
     for param, definition in component.get("inputDefinitions", {}).get("parameters", {}).items():
@@ -441,7 +441,8 @@ class Harness:
     self.metadata.record_execution(run_id, name, outputs, parameters,
                                    fingerprint if use_cache else None)
     self.metadata.save()
-    return TaskRun(name, executor_input, outputs, parameters, False, time.monotonic() - start)
+    return BackendTaskRun(name, executor_input, outputs, parameters, False,
+                          time.monotonic() - start)
 
   def _provision_outputs(self, run_root: str, task_name: str, component: dict,
                          task_dir: str) -> dict:

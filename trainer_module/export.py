@@ -4,13 +4,13 @@ them) and the predicted class for
 - `serving_default`: serialized tf.Examples (what TFMA and tf.Example clients send);
 - `serving_images`: raw PNG or JPEG bytes, one image per element.
 
-Both accept exactly what ValidationGate accepts in training: an 8-bit RGB PNG of 32x32
-pixels (trainer_module/image_format.py). The header is checked before anything is decoded,
-so a decompression bomb costs nothing; then the Transform graph decodes and normalises, so
-serving preprocesses exactly as training did (the label and key are not needed and TFT prunes
-what depends on them). Every bad request fails with InvalidArgument naming the problem and the
-batch positions: another format or size, bytes that are not a serialized tf.Example with one
-`image` value; the model keeps serving. An empty batch gets empty outputs.
+Both accept exactly what the data check (components/data_check.py) accepts in training: an 8-bit
+RGB PNG of 32x32 pixels (trainer_module/image_format.py). The header is checked before anything
+is decoded, so a decompression bomb costs nothing; then the Transform graph decodes and
+normalises, so serving preprocesses exactly as training did (the label and key are not needed
+and TFT prunes what depends on them). Every bad request fails with InvalidArgument naming the
+problem and the batch positions: another format or size, bytes that are not a serialized
+tf.Example with one `image` value; the model keeps serving. An empty batch gets empty outputs.
 
 The served model computes in float32 whatever policy trained it (the weights are float32 under
 every policy): serving hardware may lack 16-bit units, and the probabilities TFMA and clients

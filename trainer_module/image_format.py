@@ -7,8 +7,9 @@ decoding: a 1 MB file declaring 20000x20000 pixels (a decompression bomb) is ref
 it can allocate 1.2 GB. Grayscale, palette, RGBA, 16-bit and JPEG images are refused on both
 sides too, so that a model never serves inputs unlike those it was validated on.
 
-`header_problem` is the check in Python (ValidationGate); `assert_png_headers` the same check
-as TensorFlow ops (both serving signatures), failing a request with InvalidArgument.
+`header_problem` is the check in Python (the data check, components/data_check.py);
+`assert_png_headers` the same check as TensorFlow ops (both serving signatures), failing a
+request with InvalidArgument.
 """
 import struct
 from typing import Optional

@@ -22,8 +22,9 @@ def get(name: str) -> CalibrationMethod:
 
 
 def recorded(info: Optional[dict]) -> Optional[CalibrationMethod]:
-  """The method a calibration record (temperature.json) was fitted with; None without one."""
-  return get(info["temperature_fit"]) if info else None
+  """The method a calibration record (temperature.json) was fitted with; None without one. A
+  record that names no method holds one T for every input, as a clean fit's does."""
+  return get(info.get("temperature_fit", clean.METHOD.name)) if info else None
 
 
 def served_calibration(info: dict, support, features: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""What the validation gate calls a bad image, and how it reports problems."""
+"""What the data check calls a bad image, and how it reports problems."""
 import io
 import os
 import resource
@@ -8,9 +8,9 @@ import numpy as np
 from PIL import Image
 from tfx.utils import io_utils
 
-from components import validation_gate
+from components import data_check
 from components.image_sources import encode_png, make_example
-from components.validation_gate import example_key, format_problems, image_problem, key_problem
+from components.data_check import example_key, format_problems, image_problem, key_problem
 from testing.tfrecord_inputs import png_bomb
 from trainer_module import image_format
 
@@ -93,25 +93,25 @@ def test_report_lists_every_problem_and_how_many_were_left_out():
 
 
 def test_an_example_that_breaks_an_anomalous_features_rule_is_named_with_the_rule():
-  schema = io_utils.SchemaReader().read(os.path.join(os.path.dirname(validation_gate.__file__),
+  schema = io_utils.SchemaReader().read(os.path.join(os.path.dirname(data_check.__file__),
                                                      "schema.pbtxt"))
   label = [feature for feature in schema.feature if feature.name == "label"]
   png = encode_png(np.zeros((32, 32, 3), np.uint8))
-  assert validation_gate.schema_problem(make_example("k", png, 3), label) is None
-  assert validation_gate.schema_problem(make_example("k", png, 10), label) == (
+  assert data_check.schema_problem(make_example("k", png, 3), label) is None
+  assert data_check.schema_problem(make_example("k", png, 10), label) == (
       "feature 'label' is 10, outside the schema's domain [0, 9]")
-  assert validation_gate.schema_problem(make_example("k", png, -1), label) == (
+  assert data_check.schema_problem(make_example("k", png, -1), label) == (
       "feature 'label' is -1, outside the schema's domain [0, 9]")
   missing = make_example("k", png, 3)
   del missing.features.feature["label"]
-  assert validation_gate.schema_problem(missing, label) == "feature 'label' is missing"
+  assert data_check.schema_problem(missing, label) == "feature 'label' is missing"
   two = make_example("k", png, 3)
   two.features.feature["label"].int64_list.value.append(4)
-  assert validation_gate.schema_problem(two, label) == "feature 'label' has 2 values, expected 1"
+  assert data_check.schema_problem(two, label) == "feature 'label' has 2 values, expected 1"
   text = make_example("k", png, 3)
   text.features.feature["label"].ClearField("int64_list")
   text.features.feature["label"].bytes_list.value.append(b"three")
-  assert validation_gate.schema_problem(text, label) == (
+  assert data_check.schema_problem(text, label) == (
       "feature 'label' holds bytes_list, expected int64_list")
   # Only the features ExampleValidator found anomalous are judged.
-  assert validation_gate.schema_problem(make_example("k", png, 10), []) is None
+  assert data_check.schema_problem(make_example("k", png, 10), []) is None

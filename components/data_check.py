@@ -29,6 +29,9 @@ from components import image_sources, tfrecord_check
 from trainer_module import image_format
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE
 
+# The step's id in runs, caches and compiled specs: its name before "gate" came to mean the
+# deployment decision alone.
+STEP_ID = "ValidationGate"
 MAX_REPORTED_PROBLEMS = 20
 REPORT_FILE = "validation_report.json"
 
@@ -173,7 +176,7 @@ def format_problems(schema_problems: List[str], example_problems: List[Problem],
 
 
 @component(use_beam=True)
-def ValidationGate(
+def DataCheck(
     examples: InputArtifact[standard_artifacts.Examples],
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
     schema: InputArtifact[standard_artifacts.Schema],
