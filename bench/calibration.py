@@ -106,9 +106,9 @@ def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],
   corrupted = scaled(sets.corrupted, temperatures["corrupted"])
   validation = scaled(sets.validation, temperatures["validation"])
   c_nll, c_ece = maths.slice_means(corrupted.values, corrupted.labels, corrupted.slices,
-                                         1.0, num_bins)
+                                   1.0, num_bins)
   v_nll, v_ece = maths.slice_means(validation.values, validation.labels,
-                                         validation.slices, 1.0, num_bins)
+                                   validation.slices, 1.0, num_bins)
   return {"test_accuracy": float(np.mean(test.values.argmax(axis=1) == test.labels)),
           "test_nll": maths.nll(test.values, test.labels),
           "test_ece": maths.ece(test.values, test.labels, 1.0, num_bins),
@@ -151,7 +151,7 @@ def feature_distances(features: Callable[[str], LabelledSet]
   the nearest training class mean."""
   train = features("train")
   support = distances.support_from_features(train.values, train.labels,
-                                              features("eval").values)
+                                            features("eval").values)
   return support, {name: distances.mahalanobis_distance(
       features(name).values, support.class_means, support.precision)
                    for name in ("eval", "validation", TEST, CORRUPTED)}
@@ -202,7 +202,7 @@ def distance_ceiling_row(sets: ModelSets, scores: Dict[str, np.ndarray], num_bin
   edges = np.quantile(scores[CORRUPTED], np.linspace(0.0, 1.0, bins + 1))[1:-1]
   corrupted_bins = np.searchsorted(edges, scores[CORRUPTED], side="right")
   per_bin = np.array([maths.fit_temperature(sets.corrupted.values[corrupted_bins == b],
-                                                  sets.corrupted.labels[corrupted_bins == b])
+                                            sets.corrupted.labels[corrupted_bins == b])
                       for b in range(bins)])
   temperatures = {name: per_bin[np.searchsorted(edges, scores[name], side="right")]
                   for name in (TEST, CORRUPTED, "validation")}
@@ -237,8 +237,8 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
   eval_batches = run.split_batches(tft_output, config.eval_batch_size)
   mean, std = inputs.channel_statistics(tft_output)
   validation = inputs.validation_corrupted_set(eval_batches, mean, std,
-                                                    config.validation_corruption_examples,
-                                                    config.eval_batch_size)
+                                               config.validation_corruption_examples,
+                                               config.eval_batch_size)
   augmented = inputs.augmented_eval_batches(
       eval_batches, mean, std, config.seed,
       augmix.params_from_options(config.transform_options()))

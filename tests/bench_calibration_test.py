@@ -35,7 +35,7 @@ def test_row_metrics_are_the_temperature_modules_metrics_of_the_scaled_logits():
   sets = _sets(np.random.default_rng(0))
   metrics = calibration.row_metrics(sets, {"test": 0.7, "corrupted": 0.7, "validation": 0.7}, 15)
   assert metrics["test_nll"] == pytest.approx(maths.nll(sets.test.values,
-                                                              sets.test.labels, 0.7))
+                                                        sets.test.labels, 0.7))
   assert metrics["test_ece"] == pytest.approx(
       maths.ece(sets.test.values, sets.test.labels, 0.7), abs=1e-6)
   assert (metrics["cNLL"], metrics["cECE"]) == pytest.approx(maths.slice_means(

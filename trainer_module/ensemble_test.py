@@ -230,10 +230,10 @@ def test_a_member_enters_with_its_served_t_or_raw_when_its_t_depends_on_its_feat
   assert ensemble.member_temperature(str(tmp_path)) == 1.0  # Exported without calibration.
   for fit in ("in_support", "distance_curve"):
     write_calibration_info(str(tmp_path), {"temperature_fit": fit,
-                                                       "temperature": 0.4})
+                                           "temperature": 0.4})
     assert ensemble.member_temperature(str(tmp_path)) == 1.0
   write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
-                                                     "corruptions", "temperature": 0.8})
+                                         "corruptions", "temperature": 0.8})
   assert ensemble.member_temperature(str(tmp_path)) == 0.8
 
 

@@ -46,7 +46,7 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
   clean fit, then a fixed grid."""
   from scipy import optimize
   clean_logits, shifted_logits = (np.asarray(x, np.float64) for x in (clean_logits,
-                                                                       shifted_logits))
+                                                                      shifted_logits))
   clean_labels, shifted_labels = (np.asarray(y, np.int64).reshape(-1)
                                   for y in (clean_labels, shifted_labels))
   for logits, labels in ((clean_logits, clean_labels), (shifted_logits, shifted_labels)):

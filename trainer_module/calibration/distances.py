@@ -75,8 +75,8 @@ def distance_scores(features: np.ndarray, support: Support) -> np.ndarray:
   features = np.asarray(features)
   return np.mean([(np.log(np.maximum(mahalanobis_distance(
       part.columns(features), part.class_means, part.precision), MIN_DISTANCE)) -
-                  part.log_distance_mean) / part.log_distance_std
-                 for part in parts(support)], axis=0)
+                   part.log_distance_mean) / part.log_distance_std
+                  for part in parts(support)], axis=0)
 
 
 def support_from_features(train_features: np.ndarray, train_labels: np.ndarray,

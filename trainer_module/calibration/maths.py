@@ -120,9 +120,9 @@ def slice_means(logits: np.ndarray, labels: np.ndarray, slices: np.ndarray,
 
 
 def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.ndarray,
-                                  shifted_logits: np.ndarray, shifted_labels: np.ndarray,
-                                  shifted_slices: np.ndarray, num_bins: int = 15,
-                                  shifted_applies: Optional[np.ndarray] = None) -> float:
+                                   shifted_logits: np.ndarray, shifted_labels: np.ndarray,
+                                   shifted_slices: np.ndarray, num_bins: int = 15,
+                                   shifted_applies: Optional[np.ndarray] = None) -> float:
   """The T minimising the clean NLL among the temperatures at which each shifted slice's NLL,
   and the slices' mean ECE, are no worse than the raw softmax's.
 
@@ -144,7 +144,7 @@ def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.nd
   applies = (np.ones(len(shifted_labels), bool) if shifted_applies is None
              else np.asarray(shifted_applies, bool))
   bounds = [no_worse_than_raw(shifted_logits[(shifted_slices == name) & applies],
-                               shifted_labels[(shifted_slices == name) & applies])
+                              shifted_labels[(shifted_slices == name) & applies])
             for name in np.unique(shifted_slices[applies])] or [(-np.inf, np.inf)]
   low, high = max(bound[0] for bound in bounds), min(bound[1] for bound in bounds)
   target = float(np.clip(np.log(1.0 / fit_temperature(clean_logits, clean_labels)), low, high))
@@ -158,7 +158,7 @@ def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.nd
 
 
 def per_example(logits: np.ndarray, temperature: float,
-                 applies: Optional[np.ndarray]) -> np.ndarray:
+                applies: Optional[np.ndarray]) -> np.ndarray:
   """Logits divided by T where it applies (everywhere when `applies` is None), else by 1."""
   if applies is None:
     return logits / temperature

@@ -43,7 +43,7 @@ def read_feature_support(model_dir: str) -> Support:
   with tf.io.gfile.GFile(os.path.join(model_dir, FEATURE_SUPPORT_PATH), "rb") as f:
     arrays = np.load(io.BytesIO(f.read()))
     support = tuple(FeatureSupport(*(arrays[f"{field}_{index}"] if field in ("class_means",
-                                                                            "precision")
+                                                                             "precision")
                                      else arrays[f"{field}_{index}"].item()
                                      for field in FeatureSupport._fields))
                     for index in range(int(arrays["parts"])))
