@@ -1,4 +1,5 @@
-"""temperature_fit=clean_and_augmix: never worse than raw on the clean images or their AugMix views."""
+"""temperature_fit=clean_and_augmix: never worse than raw on the clean images or their AugMix
+views."""
 import numpy as np
 import pytest
 import tensorflow as tf
