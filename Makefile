@@ -9,8 +9,6 @@ ifneq ($(origin ARGS),command line)
 override ARGS :=
 endif
 
-# TFX 1.16 / TFT / TFMA need Keras 2 (tf_keras); set before TensorFlow loads, in every process.
-export TF_USE_LEGACY_KERAS := 1
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: run test check setup system-packages container-packages test-packages lock clean bench-augmix bench-trainer bench-evaluator \

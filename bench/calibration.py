@@ -2,7 +2,7 @@
 
 From a run's output directory (the model the run evaluated, its transform graph and eval split,
 and EvaluationSetGen's clean test and corrupted test images) it computes the model's logits once
-and then, for each way of choosing T (`trainer_module/temperature.py`, never reimplemented
+and then, for each way of choosing T (`trainer_module/calibration/`, never reimplemented
 here), the clean test accuracy / NLL / ECE, cA / cNLL / cECE over the corrupted set's
 corruption x severity slices (slice means), and the NLL / ECE of the validation shift (the eval
 images under the 4 validation corruptions, as the Trainer makes them; slice means):
@@ -13,7 +13,7 @@ images under the 4 validation corruptions, as the Trainer makes them; slice mean
   under the classes' shared covariance (Lee et al., NeurIPS 2018): `in_support`, one T for
   inputs with d(x) no larger than the farthest eval image's, the raw softmax beyond (chosen by
   the validation_corruptions rule); and `distance_curve` (the pipeline's default), T(x) =
-  exp(a + b z(x)), z the standardised log d(x), fitted by temperature.fit_distance_curve.
+  exp(a + b z(x)), z the standardised log d(x), fitted by distance_curve.fit_distance_curve.
 The test split and the 15 benchmark corruptions are only measured, never used to choose.
 For an ensemble the distance score is the one it serves (the mean of its members' scores, each
 in the member's own feature space, from its recorded support); `in_support` is a single
@@ -43,8 +43,9 @@ import numpy as np  # noqa: E402
 from bench import run_outputs  # noqa: E402
 from bench.run_outputs import LabelledSet  # noqa: E402
 from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
-from trainer_module import augmix, ensemble, temperature  # noqa: E402
-from trainer_module.config import FEATURE_DISTANCE_FITS  # noqa: E402
+from trainer_module import augmix, ensemble  # noqa: E402
+from trainer_module.calibration import (  # noqa: E402
+    clean_and_augmix, distance_curve, distances, inputs, maths, model_outputs, record, registry)
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
@@ -91,9 +92,9 @@ def calibrated_ece_floor(labelled: LabelledSet, num_bins: int, draws: int = FLOO
   rng = np.random.default_rng(seed)
   logits = np.asarray(labelled.values, np.float64)
   predicted = logits.argmax(axis=1)
-  confidence = np.exp(temperature.log_softmax(logits).max(axis=1))
+  confidence = np.exp(maths.log_softmax(logits).max(axis=1))
   wrong = (predicted + 1) % logits.shape[1]
-  return float(np.mean([temperature.slice_means(
+  return float(np.mean([maths.slice_means(
       logits, np.where(rng.random(len(predicted)) < confidence, predicted, wrong),
       labelled.slices, 1.0, num_bins)[1] for _ in range(draws)]))
 
@@ -104,13 +105,13 @@ def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],
   test = scaled(sets.test, temperatures["test"])
   corrupted = scaled(sets.corrupted, temperatures["corrupted"])
   validation = scaled(sets.validation, temperatures["validation"])
-  c_nll, c_ece = temperature.slice_means(corrupted.values, corrupted.labels, corrupted.slices,
-                                         1.0, num_bins)
-  v_nll, v_ece = temperature.slice_means(validation.values, validation.labels,
-                                         validation.slices, 1.0, num_bins)
+  c_nll, c_ece = maths.slice_means(corrupted.values, corrupted.labels, corrupted.slices,
+                                   1.0, num_bins)
+  v_nll, v_ece = maths.slice_means(validation.values, validation.labels,
+                                   validation.slices, 1.0, num_bins)
   return {"test_accuracy": float(np.mean(test.values.argmax(axis=1) == test.labels)),
-          "test_nll": temperature.nll(test.values, test.labels),
-          "test_ece": temperature.ece(test.values, test.labels, 1.0, num_bins),
+          "test_nll": maths.nll(test.values, test.labels),
+          "test_ece": maths.ece(test.values, test.labels, 1.0, num_bins),
           "cA": _slice_accuracy(corrupted), "cNLL": c_nll, "cECE": c_ece,
           "cECE_floor": calibrated_ece_floor(corrupted, num_bins),
           "validation_nll": v_nll, "validation_ece": v_ece}
@@ -131,38 +132,38 @@ def scalar_rows(sets: ModelSets, num_bins: int) -> List[Tuple[str, float]]:
   pooled = np.full(len(sets.validation.labels), "pooled")
   return [
       ("`validation_corruptions` (the standalone trainer's default)",
-       temperature.select_temperature_under_shift(
+       maths.select_temperature_under_shift(
           sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
           sets.validation.slices, num_bins)),
       ("raw softmax", 1.0),
-      ("`clean_and_augmix`", temperature.select_temperature(
+      ("`clean_and_augmix`", clean_and_augmix.select_temperature(
           sets.eval.values, sets.eval.labels, sets.augmented.values, sets.augmented.labels)),
-      ("`clean`", temperature.fit_temperature(sets.eval.values, sets.eval.labels)),
-      ("validation slices pooled into one", temperature.select_temperature_under_shift(
+      ("`clean`", maths.fit_temperature(sets.eval.values, sets.eval.labels)),
+      ("validation slices pooled into one", maths.select_temperature_under_shift(
           sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
           pooled, num_bins)),
   ]
 
 
 def feature_distances(features: Callable[[str], LabelledSet]
-                      ) -> Tuple[temperature.FeatureSupport, Dict[str, np.ndarray]]:
+                      ) -> Tuple[distances.FeatureSupport, Dict[str, np.ndarray]]:
   """The feature support as `in_support` computes it, and each set's Mahalanobis distances to
   the nearest training class mean."""
   train = features("train")
-  support = temperature.support_from_features(train.values, train.labels,
-                                              features("eval").values)
-  return support, {name: temperature.mahalanobis_distance(
+  support = distances.support_from_features(train.values, train.labels,
+                                            features("eval").values)
+  return support, {name: distances.mahalanobis_distance(
       features(name).values, support.class_means, support.precision)
                    for name in ("eval", "validation", TEST, CORRUPTED)}
 
 
-def in_support_row(sets: ModelSets, support: temperature.FeatureSupport,
-                   distances: Dict[str, np.ndarray],
+def in_support_row(sets: ModelSets, support: distances.FeatureSupport,
+                   set_distances: Dict[str, np.ndarray],
                    num_bins: int) -> Tuple[str, str, Dict[str, float]]:
   """`in_support`: T for inputs no farther from the training classes than the farthest eval
   image (the data T is fitted on), the raw softmax beyond; T chosen by the default fit's rule."""
-  inside = {name: d <= support.radius for name, d in distances.items()}
-  t = temperature.select_temperature_under_shift(
+  inside = {name: d <= support.radius for name, d in set_distances.items()}
+  t = maths.select_temperature_under_shift(
       sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
       sets.validation.slices, num_bins, shifted_applies=inside["validation"])
   label = (f"{t:.3f} inside, 1 outside (inside: test {inside[TEST].mean():.2f}, corrupted "
@@ -172,17 +173,17 @@ def in_support_row(sets: ModelSets, support: temperature.FeatureSupport,
                       num_bins))
 
 
-def distance_scores(support: temperature.FeatureSupport,
+def distance_scores(support: distances.FeatureSupport,
                     features: Callable[[str], LabelledSet]) -> Dict[str, np.ndarray]:
   """Each set's distance score z, as the served model computes it."""
-  return {name: temperature.distance_scores(features(name).values, support)
+  return {name: distances.distance_scores(features(name).values, support)
           for name in ("eval", "validation", TEST, CORRUPTED)}
 
 
 def distance_curve_row(sets: ModelSets, scores: Dict[str, np.ndarray],
                        num_bins: int) -> Tuple[str, str, Dict[str, float]]:
   """`distance_curve`: T(x) = exp(a + b z(x)), fitted as the Trainer fits it."""
-  curve = temperature.fit_distance_curve(
+  curve = distance_curve.fit_distance_curve(
       sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
       sets.validation.labels, sets.validation.slices, scores["validation"], num_bins)
   temperatures = {name: curve.temperatures(z) for name, z in scores.items()}
@@ -200,8 +201,8 @@ def distance_ceiling_row(sets: ModelSets, scores: Dict[str, np.ndarray], num_bin
   of z that is constant on the bins). Other sets get the T of the bin their z falls in."""
   edges = np.quantile(scores[CORRUPTED], np.linspace(0.0, 1.0, bins + 1))[1:-1]
   corrupted_bins = np.searchsorted(edges, scores[CORRUPTED], side="right")
-  per_bin = np.array([temperature.fit_temperature(sets.corrupted.values[corrupted_bins == b],
-                                                  sets.corrupted.labels[corrupted_bins == b])
+  per_bin = np.array([maths.fit_temperature(sets.corrupted.values[corrupted_bins == b],
+                                            sets.corrupted.labels[corrupted_bins == b])
                       for b in range(bins)])
   temperatures = {name: per_bin[np.searchsorted(edges, scores[name], side="right")]
                   for name in (TEST, CORRUPTED, "validation")}
@@ -217,7 +218,7 @@ def slice_ceiling_row(sets: ModelSets, num_bins: int) -> Tuple[str, str, Dict[st
     t = np.ones(len(labelled.labels))
     for name in np.unique(labelled.slices):
       mask = labelled.slices == name
-      t[mask] = temperature.fit_temperature(labelled.values[mask], labelled.labels[mask])
+      t[mask] = maths.fit_temperature(labelled.values[mask], labelled.labels[mask])
     return t
   temperatures = {TEST: per_slice(sets.test), CORRUPTED: per_slice(sets.corrupted),
                   "validation": per_slice(sets.validation)}
@@ -234,11 +235,11 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
   tft_output = run.tft_output()
   network = run_outputs.load_network(model_dir)
   eval_batches = run.split_batches(tft_output, config.eval_batch_size)
-  mean, std = temperature.channel_statistics(tft_output)
-  validation = temperature.validation_corrupted_set(eval_batches, mean, std,
-                                                    config.validation_corruption_examples,
-                                                    config.eval_batch_size)
-  augmented = temperature.augmented_eval_batches(
+  mean, std = inputs.channel_statistics(tft_output)
+  validation = inputs.validation_corrupted_set(eval_batches, mean, std,
+                                               config.validation_corruption_examples,
+                                               config.eval_batch_size)
+  augmented = inputs.augmented_eval_batches(
       eval_batches, mean, std, config.seed,
       augmix.params_from_options(config.transform_options()))
   examples = run.evaluation_set()
@@ -261,10 +262,10 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
   sets = ModelSets(**{name: on(network, name) for name in
                       ("eval", "validation", "augmented", TEST, CORRUPTED)})
   try:
-    feature_model = temperature.penultimate_model(network)
+    feature_model = model_outputs.penultimate_model(network)
     batches["train"] = (run.split_batches(tft_output, config.eval_batch_size, "train"),
                         np.full(0, ""))
-  except temperature.TemperatureFitError:  # An ensemble: its members' features side by side.
+  except maths.TemperatureFitError:  # An ensemble: its members' features side by side.
     feature_model = ensemble.member_features_model(network)
   computed: Dict[str, LabelledSet] = {}
 
@@ -286,15 +287,15 @@ def main():
   model_dir = run.model_dir(args.model)
   sets, features, config = model_sets(run, model_dir)
   num_bins = config.num_bins
-  recorded = temperature.read_calibration_info(model_dir)
+  recorded = record.read_calibration_info(model_dir)
   rows = [(name, f"{t:.3f}", row_metrics(sets, {s: t for s in ("test", "corrupted",
                                                                  "validation")}, num_bins))
           for name, t in scalar_rows(sets, num_bins)]
   if read_record(model_dir, ENSEMBLE_FILE) is None:
-    support, distances = feature_distances(features)
-    rows.append(in_support_row(sets, support, distances, num_bins))
-  elif recorded.get("temperature_fit") in FEATURE_DISTANCE_FITS:
-    support = temperature.read_feature_support(model_dir)  # Its members' parts, as served.
+    support, set_distances = feature_distances(features)
+    rows.append(in_support_row(sets, support, set_distances, num_bins))
+  elif registry.recorded(recorded).needs_feature_distances:
+    support = record.read_feature_support(model_dir)  # Its members' parts, as served.
   else:
     support = None
     print("An ensemble calibrated without its members' feature distances: no distance rows.")

@@ -29,7 +29,9 @@ import tensorflow as tf  # noqa: E402
 from bench import run_outputs  # noqa: E402
 from bench.run_outputs import LabelledSet  # noqa: E402
 from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
-from trainer_module import ensemble, metrics, temperature  # noqa: E402
+from trainer_module import ensemble, metrics  # noqa: E402
+from trainer_module.calibration import maths  # noqa: E402
+from trainer_module.calibration.record import read_calibration_info  # noqa: E402
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 from trainer_module.features import (PROBABILITIES_KEY,  # noqa: E402
                                      UNCALIBRATED_PROBABILITIES_KEY)
@@ -49,7 +51,7 @@ class Scored:
 
 def scored(labelled: LabelledSet, num_bins: int) -> Scored:
   """labelled.values: served logits (softmax gives the served probabilities)."""
-  log_p = temperature.log_softmax(np.asarray(labelled.values, np.float64))
+  log_p = maths.log_softmax(np.asarray(labelled.values, np.float64))
   confidence = np.exp(log_p.max(axis=1))
   return Scored(-log_p[np.arange(len(labelled.labels)), labelled.labels],
                 (log_p.argmax(axis=1) == labelled.labels).astype(np.float64), confidence,
@@ -60,7 +62,7 @@ def weighted_metrics(s: Scored, slices: np.ndarray, weights: np.ndarray,
                      num_bins: int) -> Dict[str, np.ndarray]:
   """Accuracy, NLL and ECE under example weights [replicates, examples], each the mean over
   slices of its weighted value on the slice (one slice: the plain value). Weights of 1 give
-  temperature.nll / ece / slice_means."""
+  maths.nll / ece / slice_means."""
   out = {"accuracy": [], "nll": [], "ece": []}
   for name in np.unique(slices):
     mask = slices == name
@@ -174,7 +176,7 @@ def main():
   served, raw, fits = {}, {}, {}
   for name, model_dir in models.items():
     served[name], raw[name] = served_sets(model_dir, examples, _BATCH)
-    info = temperature.read_calibration_info(model_dir) or {}
+    info = read_calibration_info(model_dir) or {}
     fits[name] = f"{info.get('temperature_fit', 'none')} {info.get('temperature', 1.0):.3f}"
     print(f"scored {name} ({fits[name]})", flush=True)
 

@@ -18,7 +18,8 @@ import tf_keras as keras
 from components.evaluation_set import EvaluationSet, read_evaluation_set  # noqa: F401
 from pipeline.config import PipelineConfig
 from reporting.run_record import RunRecord
-from trainer_module import data, temperature
+from trainer_module import data
+from trainer_module.calibration import model_outputs
 from trainer_module.config import TrainerConfig
 from trainer_module.ensemble import LogMeanProbability
 from trainer_module.export import ENSEMBLE_FILE, TRAINING_FILE, read_record
@@ -111,5 +112,5 @@ def transformed_batches(tft_output: tft.TFTransformOutput, pngs: np.ndarray, lab
 
 def labelled(model, batches: tf.data.Dataset, slices: np.ndarray) -> LabelledSet:
   """`model`'s outputs on (images, labels[, weights]) batches, padding left out."""
-  values, labels = temperature.model_logits(model, batches)
+  values, labels = model_outputs.model_logits(model, batches)
   return LabelledSet(values, labels, np.asarray(slices))

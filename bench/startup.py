@@ -17,12 +17,16 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS, which the probes inherit.
+
 _PROBE = "import tfx.v1, google.api_core, sys; print(google.api_core.__version__, file=sys.stderr)"
 
 
 def import_seconds(extra_path: str = "") -> tuple:
   """(wall seconds, google-api-core version) of importing TFX in a fresh interpreter."""
-  env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   if extra_path:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, env.get("PYTHONPATH", "")]))
   start = time.perf_counter()

@@ -90,8 +90,8 @@ def _read_split(examples_uri: str, split: str) -> List[Record]:
   return sorted(records)
 
 
-def make_example(key: str, png: bytes, label: int, eval_set: str,
-                 corruption: Optional[str] = None, severity: Optional[int] = None):
+def make_evaluation_example(key: str, png: bytes, label: int, eval_set: str,
+                            corruption: Optional[str] = None, severity: Optional[int] = None):
   example = image_sources.make_example(key, png, label)
   feature = example.features.feature
   feature[EVAL_SET_KEY].bytes_list.value.append(eval_set.encode("utf-8"))
@@ -115,8 +115,8 @@ def generated_corruptions(test_records: List[Record], names: List[str], per_corr
   images = corruptions.corrupt_all(requests, workers)
   for name, severity in slices:
     for (key, _, label), image in zip(chosen, images):
-      yield make_example(f"{key}/{name}_{severity}", image_sources.encode_png(image), label,
-                         CORRUPTED, name, severity)
+      yield make_evaluation_example(f"{key}/{name}_{severity}", image_sources.encode_png(image),
+                                    label, CORRUPTED, name, severity)
 
 
 def cifar10_corrupted(names: List[str], per_corruption: int,
@@ -131,9 +131,9 @@ def cifar10_corrupted(names: List[str], per_corruption: int,
       if per_corruption > 0:
         dataset = dataset.take(per_corruption)
       for index, record in enumerate(tfds.as_numpy(dataset)):
-        yield make_example(f"cifar10_corrupted-{index:05d}/{name}_{severity}",
-                           image_sources.encode_png(record["image"]), int(record["label"]),
-                           CORRUPTED, name, severity)
+        yield make_evaluation_example(f"cifar10_corrupted-{index:05d}/{name}_{severity}",
+                                      image_sources.encode_png(record["image"]),
+                                      int(record["label"]), CORRUPTED, name, severity)
 
 
 def _write(uri: str, split: str, examples) -> int:
@@ -176,9 +176,9 @@ def write_evaluation_set(examples_uri: str, input_splits: List[str], output_uri:
     raise ValueError(f"The generated robustness set corrupts the test split, and the examples "
                      f"at {examples_uri} have none; give a test split or set --corruptions=.")
   counts = {
-      EVAL: _write(output_uri, EVAL, (make_example(*r, EVAL)
+      EVAL: _write(output_uri, EVAL, (make_evaluation_example(*r, EVAL)
                                       for r in _read_split(examples_uri, EVAL))),
-      TEST: _write(output_uri, TEST, (make_example(*r, TEST) for r in test_records)),
+      TEST: _write(output_uri, TEST, (make_evaluation_example(*r, TEST) for r in test_records)),
   }
   if source == "generated":
     corrupted = generated_corruptions(test_records, names, per_corruption, workers)

@@ -27,12 +27,12 @@ from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME,
 from components import plots, tfma_results
 from components.tfma_results import EXAMPLE_COUNT_NAME
 from trainer_module import reference_corruptions as corruptions
-from trainer_module import temperature
+from trainer_module.calibration import registry
 from trainer_module.features import (DISTANCE_SCORE_KEY, LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
-from trainer_module.temperature import read_calibration_info
+from trainer_module.calibration.record import read_calibration_info
 from trainer_module.warm_start import TRAINING_INFO_PATH
 
 DISTANCE_CHART = "temperature_by_distance.png"
@@ -182,76 +182,7 @@ def _metric_table(settings, values) -> List[str]:
 def _temperature_description(calibration: Optional[dict]) -> str:
   if not calibration:
     return "No calibration record in the model."
-  fit = calibration.get("temperature_fit")
-  clean_only = f"T = {calibration['clean_fit_temperature']:.4f}"
-  if fit == "in_support":
-    radius = calibration["support_radius"]
-    where = (f"whose penultimate features lie within Mahalanobis distance {radius:.2f} of the "
-             "nearest training class mean (the farthest clean eval image's)"
-             if not isinstance(radius, list) else
-             "whose penultimate features, in some member's own feature space, lie within that "
-             "member's Mahalanobis distance of its nearest training class mean (the farthest "
-             f"clean eval image's: {', '.join(f'{r:.2f}' for r in radius)})")
-    return (
-        f"T = {calibration['temperature']:.4f} for inputs {where}, the raw softmax (T = 1) "
-        "beyond. T is "
-        f"chosen on {calibration['eval_examples']} clean eval examples and "
-        f"{calibration['validation_examples']} eval images under the validation corruptions "
-        f"({', '.join(calibration['validation_corruptions'])}; severities 1-5; "
-        f"{calibration['validation_inside_support']:.0%} of them within the radius), never on "
-        "test and never on an evaluated corruption: the clean NLL minimum among the "
-        "temperatures at which every validation slice's NLL, and the slices' mean ECE, are no "
-        "worse than the raw softmax's. The clean eval examples alone would give "
-        f"{clean_only}. The eval and validation-shift rows are in-sample; the test and "
-        "corrupted rows are not.")
-  if fit == "distance_curve":
-    curve = calibration["distance_curve"]
-    where = ("its penultimate features" if not isinstance(calibration["support_radius"], list)
-             else "its members' penultimate features (each member's own feature space; "
-             "z is the mean of the members' scores)")
-    return (
-        f"A temperature per input: T(x) = exp({curve['log_temperature']:.4f} + "
-        f"{curve['slope']:.4f} z(x)), where z(x) is how far the input lies from the training "
-        f"data: the log Mahalanobis distance of {where} to the nearest training class mean, in "
-        "standard deviations of the clean eval images' log distances above their mean. A "
-        f"typical eval image (z = 0) gets T = {calibration['temperature']:.4f}; T grows with "
-        "z, softening the inputs farthest from the data. The curve is fitted on "
-        f"{calibration['eval_examples']} clean eval examples and "
-        f"{calibration['validation_examples']} eval images under the validation corruptions "
-        f"({', '.join(calibration['validation_corruptions'])}; severities 1-5), never on test "
-        "and never on an evaluated corruption: the mean over the clean images and each "
-        "validation slice of its NLL, kept no worse than the raw softmax on the validation "
-        "slices' mean NLL and mean ECE. The clean eval examples alone would give one "
-        f"{clean_only}. The eval and validation-shift rows are in-sample; the test and "
-        "corrupted rows are not.")
-  if fit == "validation_corruptions":
-    return (
-        f"T = {calibration['temperature']:.4f}, chosen on {calibration['eval_examples']} clean "
-        f"eval examples and {calibration['validation_examples']} eval images under the "
-        f"validation corruptions ({', '.join(calibration['validation_corruptions'])}; "
-        "severities 1-5), never on test and never on an evaluated corruption: the clean NLL "
-        "minimum among the temperatures at which every validation corruption x severity slice's "
-        "NLL, and the slices' mean ECE, are no worse than the raw softmax's. The clean eval "
-        f"examples alone would give {clean_only} "
-        f"(validation shift at that T: NLL {calibration['validation_nll_clean_fit']:.4f}, ECE "
-        f"{calibration['validation_ece_clean_fit']:.4f}). Served probabilities are "
-        "softmax(logits / T). The eval and validation-shift rows are in-sample; the test and "
-        "corrupted rows are not.")
-  if fit == "clean_and_augmix":
-    return (
-        f"T = {calibration['temperature']:.4f}, chosen on {calibration['eval_examples']} clean "
-        f"eval examples and {calibration['augmented_examples']} AugMix views of them (never on "
-        "test, never on a corruption): the T minimising their mean NLL among those at which "
-        "neither NLL is above the raw softmax's. A fit on the clean eval examples alone would "
-        f"give {clean_only} (NLL of the AugMix views: raw "
-        f"{calibration['augmented_nll_before']:.4f}, chosen T "
-        f"{calibration['augmented_nll_after']:.4f}, clean-only T "
-        f"{calibration['augmented_nll_clean_fit']:.4f}). Served probabilities are "
-        "softmax(logits / T). On the eval split the fit is in-sample; the test and corrupted "
-        "rows are not.")
-  return (f"T = {calibration['temperature']:.4f}, fitted on {calibration['eval_examples']} clean "
-          "eval examples (never on test); served probabilities are softmax(logits / T). On the "
-          "eval split the fit is in-sample; the test and corrupted rows are not.")
+  return registry.recorded(calibration).describe(calibration)
 
 
 def _temperature_section(settings, values, calibration: Optional[dict]) -> List[str]:
@@ -269,8 +200,7 @@ def _temperature_section(settings, values, calibration: Optional[dict]) -> List[
     lines.append("| corrupted, mean over slices (cNLL, cECE) | " + " | ".join(
         _fmt(means[name]) for name in (NLL_NAME, ECE_NAME) for means in (raw, calibrated))
                  + " | | |")
-  if calibration and calibration.get("temperature_fit") in ("validation_corruptions",
-                                                             "in_support", "distance_curve"):
+  if calibration and registry.recorded(calibration).needs_validation_corruptions:
     lines.append("| validation shift (eval images, validation corruptions; chose T) | " +
                  " | ".join(_fmt(calibration[f"validation_{name}_{when}"]) for name in
                             ("nll", "ece") for when in ("before", "after")) + " | | |")
@@ -279,10 +209,12 @@ def _temperature_section(settings, values, calibration: Optional[dict]) -> List[
 
 def _distance_section(report_dir: str, calibration: Optional[dict],
                       test_scores: Optional[Dict[str, np.ndarray]]) -> List[str]:
-  """Under distance_curve: the fitted T against the distance score, over histograms of the
-  scores of the clean eval images and the validation shift (recorded by the fit) and of the
-  clean and corrupted test images per family (served by the candidate)."""
-  if not calibration or calibration.get("temperature_fit") != "distance_curve":
+  """For a T that follows the distance score (distance_curve): the fitted T against the score,
+  over histograms of the scores of the clean eval images and the validation shift (recorded by
+  the fit) and of the clean and corrupted test images per family (served by the candidate)."""
+  temperature_of_score = (registry.recorded(calibration).temperature_of_score(calibration)
+                          if calibration else None)
+  if temperature_of_score is None:
     return []
   validation = np.asarray(calibration["validation_distance_scores"])
   slices = np.asarray(calibration["validation_slices"])
@@ -292,8 +224,7 @@ def _distance_section(report_dir: str, calibration: Optional[dict],
             "validation shift, severities 3-5 (fit)": validation[
                 ~(np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2"))],
             **(test_scores or {})}
-  curve = temperature.DistanceCurve(**calibration["distance_curve"])
-  plots.distance_chart(os.path.join(report_dir, DISTANCE_CHART), curve.temperatures, groups,
+  plots.distance_chart(os.path.join(report_dir, DISTANCE_CHART), temperature_of_score, groups,
                        "Temperature against distance from the training data")
   lines = ["## Where the calibrator sharpens and where it softens", "",
            f"![temperature and distance]({DISTANCE_CHART})", "",
@@ -304,14 +235,14 @@ def _distance_section(report_dir: str, calibration: Optional[dict],
            "| --- | --- | --- | --- | --- |"]
   for name, scores in groups.items():
     if len(scores):
-      t = curve.temperatures(scores)
+      t = temperature_of_score(scores)
       lines.append(f"| {name} | {len(scores)} | {np.median(scores):.2f} | {np.median(t):.3f} "
                    f"| {np.mean(t < 1):.0%} |")
   return lines + [""]
 
 
-def served_distance_scores(model_dir: str, evaluation_set_uri: str,
-                           per_slice: int = 0) -> Dict[str, np.ndarray]:
+def candidate_distance_scores(model_dir: str, evaluation_set_uri: str,
+                              per_slice: int = 0) -> Dict[str, np.ndarray]:
   """The candidate's served distance scores of the clean test images and of the corrupted
   ones by family (`per_slice` > 0: the first that many of each corruption x severity slice)."""
   examples = evaluation_set.read_evaluation_set(evaluation_set_uri)
@@ -587,8 +518,8 @@ def run_report_markdown(settings: ReportSettings, report_dir: str, evaluation_ur
   if ensemble:
     lines += _ensemble_section(ensemble)
   lines += _temperature_section(settings, values, calibration)
-  if calibration and calibration.get("temperature_fit") == "distance_curve":
-    lines += _distance_section(report_dir, calibration, served_distance_scores(
+  if calibration and registry.recorded(calibration).temperature_of_score(calibration):
+    lines += _distance_section(report_dir, calibration, candidate_distance_scores(
         model_dir, evaluation_set_uri, REPORT_IMAGES_PER_SLICE) if evaluation_set_uri else None)
   lines += _baseline_section(settings, values)
   lines += _charts(report_dir, settings, values, model_class_names(settings, model_dir))

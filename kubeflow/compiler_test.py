@@ -58,7 +58,7 @@ def test_every_container_runs_the_pipeline_image(compiled):
   # Custom executors are imported from the image's packages.
   classes = {c["args"][c["args"].index("--executor_class_path") + 1] for c in containers.values()}
   assert {"components.example_gen._Executor", "components.pusher.VersionedPusherExecutor",
-          "components.validation_gate.ValidationGate_Executor",
+          "components.data_check.DataCheck_Executor",
           "components.evaluation_set.EvaluationSetGen_Executor",
           "components.production_model.ProductionModelExecutor",
           "components.evaluator.ProductionBaselineExecutor",

@@ -2,8 +2,8 @@
 import os
 import warnings
 
-# TFX 1.16 needs Keras 2; set before TensorFlow resolves tf.keras (see trainer_module).
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+import trainer_module  # noqa: F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
+
 # Quiet TensorFlow's C++ start-up chatter (CUDA plugin registration on CPU-only machines) and
 # the Google client libraries' Python-version notices, here and in the Beam workers this
 # process starts. C++ errors still surface as Python exceptions; set TF_CPP_MIN_LOG_LEVEL=0

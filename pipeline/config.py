@@ -26,8 +26,8 @@ from pipeline.cluster_config import (IMAGE_PROJECT_DIR, PROJECT_DIR, KubeflowCon
                                      check_cluster_config)
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
-from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS,
-                                   FEATURE_DISTANCE_FITS, NO_WARM_START,
+from trainer_module.calibration import registry as calibration_methods
+from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START,
                                    WARM_START_FROM_PRODUCTION, TrainerConfig,
                                    hyper_trials, require)
 
@@ -221,15 +221,16 @@ class PipelineConfig:
       _check_tfrecord_examples(self.tfrecord_dir, self.schema_path)
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
     fit = self.trainer.temperature_fit
-    if fit in ("validation_corruptions",) + FEATURE_DISTANCE_FITS:
+    if calibration_methods.get(fit).needs_validation_corruptions:
       tuning = [name for name in self.corruptions
                 if name in reference_corruptions.EXTRA_CORRUPTIONS]
       require(not tuning, "corruptions", ",".join(self.corruptions),
               f"{tuning} choose the temperature (temperature_fit={fit}), so "
               "they cannot also be evaluated; leave them out or pick another temperature_fit")
-    require(self.hyper_trials == 1 or fit in ENSEMBLE_TEMPERATURE_FITS, "temperature_fit", fit,
-            "is for single models: an ensemble's members saw different AugMix views; with "
-            f"hyper_trials > 1, pass one of {ENSEMBLE_TEMPERATURE_FITS}")
+    require(self.hyper_trials == 1 or calibration_methods.get(fit).for_ensembles,
+            "temperature_fit", fit, "is for single models: an ensemble's members saw different "
+            "AugMix views; with hyper_trials > 1, pass one of "
+            f"{calibration_methods.ENSEMBLE_NAMES}")
     require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
             "`python -m trainer_module`)")

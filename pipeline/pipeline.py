@@ -1,9 +1,9 @@
 """The pipeline graph, as one function of the run's config.
 
 ExampleGen -> StatisticsGen, ClassSchemaGen (the curated schema and the class names) ->
-ExampleValidator -> ValidationGate -> Transform -> Trainer -> Evaluator (against the
-ProductionModel) -> ServedModelCheck -> Pusher -> RunReport, and ValidationGate ->
-EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
+ExampleValidator -> the data check (step ValidationGate) -> Transform -> Trainer -> Evaluator
+(against the ProductionModel) -> ServedModelCheck -> Pusher -> RunReport, and the data check
+-> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
 With hyper_trials > 1 the Trainer is hyper_trials independent trial Trainers whose models an
 EnsembleSelector turns into one ensemble model, the candidate of ProductionModel, Evaluator and
 Pusher.
@@ -34,9 +34,9 @@ from components.example_gen import ImageDatasetExampleGen
 from components.evaluator import Evaluator
 from components.production_model import ProductionModel
 from components.pusher import VersionedPusherExecutor
+from components.data_check import STEP_ID as DATA_CHECK_ID, DataCheck
 from components.run_report import RunReport
 from components.served_model_check import ServedModelCheck
-from components.validation_gate import ValidationGate
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config, report_settings
 from trainer_module import preprocessing, reference_corruptions
@@ -120,7 +120,7 @@ def evaluation_set_examples(config: PipelineConfig):
 
 
 def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) -> tuple:
-  """ExampleGen, StatisticsGen, ClassSchemaGen, ExampleValidator, ValidationGate, Transform:
+  """ExampleGen, StatisticsGen, ClassSchemaGen, ExampleValidator, the data check, Transform:
   the steps over the input data, the Beam ones with the engine for its size."""
   examples = example_gen(config, parts)
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
@@ -128,27 +128,27 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
                           class_names=json.dumps(list(config.declared_class_names)))
   validator = tfx.components.ExampleValidator(statistics=statistics.outputs["statistics"],
                                               schema=schema.outputs["schema"])
-  gate = ValidationGate(examples=examples.outputs["examples"],
-                        anomalies=validator.outputs["anomalies"], schema=schema.outputs["schema"],
-                        input_base=parts.tfrecord_input_base if config.dataset == "tfrecord"
-                        else "", min_train_examples=config.trainer.per_core_batch_size,
-                        min_eval_examples=config.min_eval_examples)
+  data_check = DataCheck(examples=examples.outputs["examples"],
+                         anomalies=validator.outputs["anomalies"], schema=schema.outputs["schema"],
+                         input_base=parts.tfrecord_input_base if config.dataset == "tfrecord"
+                         else "", min_train_examples=config.trainer.per_core_batch_size,
+                         min_eval_examples=config.min_eval_examples).with_id(DATA_CHECK_ID)
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
-  transform.add_upstream_node(gate)
+  transform.add_upstream_node(data_check)
   # Transform counts its input examples like the others, not the AugMix views it writes: the
   # views are TensorFlow work, which runs on every core in one process, and worker processes
   # only add their start-up (bench/beam_modes.py: 1,797 x 9 images 13.3 s in_memory against
   # 21.7 s multi_processing; with 4x the views, --augmix_view_sets 16, 19.1 s against 28.4 s).
-  for step in (examples, statistics, gate, transform):
+  for step in (examples, statistics, data_check, transform):
     step.with_beam_pipeline_args(config.beam_step_args(config.input_examples))
-  return examples, statistics, schema, validator, gate, transform
+  return examples, statistics, schema, validator, data_check, transform
 
 
 def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipeline:
   fingerprint = trainer_module_fingerprint()
-  examples, statistics, schema, validator, gate, transform = input_steps(config, parts,
-                                                                         fingerprint)
+  examples, statistics, schema, validator, data_check, transform = input_steps(
+      config, parts, fingerprint)
 
   # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
   # base model comes from an instance of its own, resolved before training.
@@ -172,7 +172,7 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       corruption_names=",".join(config.corruptions),
       examples_per_corruption=config.examples_per_corruption,
       tfds_data_dir=config.tfds_data_dir or "", workers=config.corruption_workers)
-  eval_examples.add_upstream_node(gate)
+  eval_examples.add_upstream_node(data_check)
 
   model_components = list(trainers)
   if len(trainers) > 1:
@@ -220,7 +220,7 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,
-      components=[examples, statistics, schema, validator, gate, transform, eval_examples,
+      components=[examples, statistics, schema, validator, data_check, transform, eval_examples,
                   *([warm_start_model] if warm_start_model else []), *model_components,
                   production, evaluator, served_check, pusher, report],
       enable_cache=config.enable_cache,

@@ -107,7 +107,7 @@ class Pod:
 
 
 @dataclasses.dataclass
-class TaskRun:
+class BackendTaskRun:
   name: str
   executor_input: Optional[dict]  # As the command received it; None for importers.
   outputs: Dict[str, int]  # Output artifact name -> artifact id.
@@ -121,7 +121,7 @@ class TaskRun:
 class PipelineRun:
   run_id: str
   run_root: str
-  tasks: Dict[str, TaskRun]
+  tasks: Dict[str, BackendTaskRun]
   seconds: float
 
 
@@ -471,7 +471,7 @@ class Harness:
     pipeline_name = self.spec["pipelineInfo"]["name"]
     run_root = join_uri(pipeline_root or self.spec["defaultPipelineRoot"], pipeline_name, run_id)
     tasks = self.spec["root"]["dag"]["tasks"]
-    done: Dict[str, TaskRun] = {}
+    done: Dict[str, BackendTaskRun] = {}
     for name in task_order(tasks):
       done[name] = self._run_task(run_id, run_root, name, tasks[name], root_parameters, done,
                                   enable_caching)
@@ -493,7 +493,7 @@ class Harness:
         raise ValueError(f"runtime parameter {name!r} is required")
     return resolved
 
-  def _inputs(self, task: dict, root_parameters: dict, done: Dict[str, TaskRun]) -> dict:
+  def _inputs(self, task: dict, root_parameters: dict, done: Dict[str, BackendTaskRun]) -> dict:
     """driver/resolve.go: the task's parameter values and input artifacts."""
     parameters, artifacts = {}, {}
     for name, spec in task.get("inputs", {}).get("parameters", {}).items():
@@ -515,7 +515,7 @@ class Harness:
     return {"parameterValues": parameters, "artifacts": artifacts}
 
   def _run_task(self, run_id: str, run_root: str, name: str, task: dict, root_parameters: dict,
-                done: Dict[str, TaskRun], enable_caching: bool) -> TaskRun:
+                done: Dict[str, BackendTaskRun], enable_caching: bool) -> BackendTaskRun:
     start = time.monotonic()
     component = self.spec["components"][task["componentRef"]["name"]]
     executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
@@ -524,7 +524,7 @@ class Harness:
       outputs = self._import(executor["importer"], task, component, root_parameters)
       self.metadata.record_execution(run_id, name, outputs, {}, None)
       self.metadata.save()
-      return TaskRun(name, None, outputs, {}, False, time.monotonic() - start)
+      return BackendTaskRun(name, None, outputs, {}, False, time.monotonic() - start)
 
     container = executor["container"]
     pod = container_pod(container, self.executor_configs.get(
@@ -542,8 +542,8 @@ class Harness:
     if cached is not None:  # reuseCachedOutputs: the earlier execution's very artifacts.
       self.metadata.record_execution(run_id, name, cached["outputs"], cached["parameters"], None)
       self.metadata.save()
-      return TaskRun(name, executor_input, dict(cached["outputs"]), dict(cached["parameters"]),
-                     True, time.monotonic() - start, pod)
+      return BackendTaskRun(name, executor_input, dict(cached["outputs"]),
+                            dict(cached["parameters"]), True, time.monotonic() - start, pod)
 
     with_defaults = json.loads(json.dumps(executor_input))
     for param, definition in component.get("inputDefinitions", {}).get("parameters", {}).items():
@@ -589,8 +589,8 @@ class Harness:
     self.metadata.record_execution(run_id, name, outputs, parameters,
                                    fingerprint if use_cache else None)
     self.metadata.save()
-    return TaskRun(name, executor_input, outputs, parameters, False, time.monotonic() - start,
-                   pod)
+    return BackendTaskRun(name, executor_input, outputs, parameters, False,
+                          time.monotonic() - start, pod)
 
   def _secret_values(self, task: str, pod: Pod) -> Dict[str, str]:
     """The kubelet's secretKeyRef lookups: a missing Secret or key keeps the pod from starting."""

@@ -4,7 +4,7 @@ import pytest
 
 from bench import calibration
 from bench.run_outputs import LabelledSet
-from trainer_module import temperature
+from trainer_module.calibration import distance_curve, distances, maths
 
 
 def _labelled(logits, labels, slices=None):
@@ -34,11 +34,11 @@ def _sets(rng):
 def test_row_metrics_are_the_temperature_modules_metrics_of_the_scaled_logits():
   sets = _sets(np.random.default_rng(0))
   metrics = calibration.row_metrics(sets, {"test": 0.7, "corrupted": 0.7, "validation": 0.7}, 15)
-  assert metrics["test_nll"] == pytest.approx(temperature.nll(sets.test.values,
-                                                              sets.test.labels, 0.7))
+  assert metrics["test_nll"] == pytest.approx(maths.nll(sets.test.values,
+                                                        sets.test.labels, 0.7))
   assert metrics["test_ece"] == pytest.approx(
-      temperature.ece(sets.test.values, sets.test.labels, 0.7), abs=1e-6)
-  assert (metrics["cNLL"], metrics["cECE"]) == pytest.approx(temperature.slice_means(
+      maths.ece(sets.test.values, sets.test.labels, 0.7), abs=1e-6)
+  assert (metrics["cNLL"], metrics["cECE"]) == pytest.approx(maths.slice_means(
       sets.corrupted.values, sets.corrupted.labels, sets.corrupted.slices, 0.7), abs=1e-6)
   per_example = {name: np.full(len(getattr(sets, name).labels), 0.7)
                  for name in ("test", "corrupted", "validation")}
@@ -62,7 +62,7 @@ def test_the_table_has_a_row_per_way_of_choosing_with_every_column():
 
 
 def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_input():
-  """The row is temperature.fit_distance_curve on the support's distance scores: under-
+  """The row is distance_curve.fit_distance_curve on the support's distance scores: under-
   confident clean data near the training features, over-confident shifted data far away."""
   rng = np.random.default_rng(1)
   sets = _sets(rng)
@@ -72,13 +72,13 @@ def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_inpu
   features = {"train": train, "eval": near(len(sets.eval.labels)),
               "validation": far(len(sets.validation.labels)), "test": near(len(sets.test.labels)),
               "corrupted": far(len(sets.corrupted.labels))}
-  support = temperature.support_from_features(train, np.arange(200) % 2, features["eval"])
+  support = distances.support_from_features(train, np.arange(200) % 2, features["eval"])
   get = lambda name: _labelled(features[name], np.zeros(len(features[name]), int))  # noqa: E731
   scores = calibration.distance_scores(support, get)
   name, label, metrics = calibration.distance_curve_row(sets, scores, 15)
   assert name.startswith("`distance_curve`") and label.startswith("exp(")
-  assert scores["test"] == pytest.approx(temperature.distance_scores(features["test"], support))
-  curve = temperature.fit_distance_curve(
+  assert scores["test"] == pytest.approx(distances.distance_scores(features["test"], support))
+  curve = distance_curve.fit_distance_curve(
       sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
       sets.validation.labels, sets.validation.slices, scores["validation"], 15)
   assert curve.slope > 0 and curve.temperatures(np.zeros(1))[0] < 1
@@ -132,7 +132,7 @@ def test_the_ece_floor_is_what_a_calibrated_model_measures_and_shrinks_with_the_
     return _labelled(logits, labels, np.repeat([f"s_{i}" for i in range(20)], per_slice))
   small, large = calibrated(100), calibrated(1000)
   floor_small = calibration.calibrated_ece_floor(small, 15)
-  measured = temperature.slice_means(small.values, small.labels, small.slices)[1]
+  measured = maths.slice_means(small.values, small.labels, small.slices)[1]
   assert 0.04 < floor_small < 0.15 and measured == pytest.approx(floor_small, rel=0.25)
   assert calibration.calibrated_ece_floor(large, 15) < 0.45 * floor_small
   assert calibration.calibrated_ece_floor(small, 15) == floor_small  # Seeded.

@@ -4,7 +4,7 @@ import pytest
 
 from bench import ensemble as bench
 from bench.run_outputs import LabelledSet
-from trainer_module import temperature
+from trainer_module.calibration import maths
 
 
 def _scored(rng, count=300, classes=4, scale=3.0, slices=None):
@@ -20,7 +20,7 @@ def test_unit_weights_give_the_temperature_modules_metrics():
   slices = np.repeat(["a_1", "a_2", "b_1"], 100)
   labelled, scored = _scored(rng, slices=slices)
   metrics = bench.weighted_metrics(scored, slices, np.ones((1, 300)), 15)
-  nll, ece = temperature.slice_means(labelled.values, labelled.labels, slices)
+  nll, ece = maths.slice_means(labelled.values, labelled.labels, slices)
   assert metrics["nll"][0] == pytest.approx(nll)
   assert metrics["ece"][0] == pytest.approx(ece, abs=1e-6)
   assert metrics["accuracy"][0] == pytest.approx(np.mean(
@@ -35,9 +35,9 @@ def test_integer_weights_are_the_metrics_of_the_examples_repeated():
   repeated = np.repeat(np.arange(50), counts)
   weighted = bench.weighted_metrics(scored, labelled.slices, counts[None].astype(float), 15)
   assert weighted["nll"][0] == pytest.approx(
-      temperature.nll(labelled.values[repeated], labelled.labels[repeated]))
+      maths.nll(labelled.values[repeated], labelled.labels[repeated]))
   assert weighted["ece"][0] == pytest.approx(
-      temperature.ece(labelled.values[repeated], labelled.labels[repeated]), abs=1e-6)
+      maths.ece(labelled.values[repeated], labelled.labels[repeated]), abs=1e-6)
 
 
 def test_bootstrap_weights_draw_whole_groups_and_are_seeded():
@@ -80,5 +80,5 @@ def test_the_nll_split_adds_up_and_counts_the_errors():
   scored = bench.scored(LabelledSet(logits, labels, np.full(3, "")), 15)
   right, wrong, count = bench.nll_split(scored)
   assert count == 1
-  assert right + wrong == pytest.approx(temperature.nll(logits, labels))
-  assert wrong == pytest.approx(-temperature.log_softmax(logits)[2, 1] / 3)
+  assert right + wrong == pytest.approx(maths.nll(logits, labels))
+  assert wrong == pytest.approx(-maths.log_softmax(logits)[2, 1] / 3)

@@ -196,8 +196,8 @@ def _write_evaluation_set(path, rng):
                for z, y in zip(logits, labels)]
   with tf.io.TFRecordWriter(path) as writer:
     for index, (eval_set, corruption, severity, z, y) in enumerate(rows):
-      example = evaluation_set.make_example(f"k{index}", b"", int(y), eval_set, corruption,
-                                            severity)
+      example = evaluation_set.make_evaluation_example(f"k{index}", b"", int(y), eval_set,
+                                                       corruption, severity)
       example.features.feature[LOGITS_KEY].float_list.value.extend(z.astype(np.float32))
       writer.write(example.SerializeToString())
   return rows

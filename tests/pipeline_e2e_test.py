@@ -18,7 +18,7 @@ from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from testing.tiny_config import SMALL_MODEL
 from trainer_module.distribution import resolve_precision
 from trainer_module.export import PRECISION_FILE, read_record
-from trainer_module.temperature import read_calibration_info
+from trainer_module.calibration.record import read_calibration_info
 
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",

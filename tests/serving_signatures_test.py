@@ -19,7 +19,9 @@ from components import image_folder, image_sources
 from testing import image_folders
 from testing.tfrecord_inputs import png_bomb
 from testing.transform_runs import raw_digit_examples, run_transform
-from trainer_module import temperature
+from trainer_module.calibration import model_outputs, record, registry
+from trainer_module.calibration.distances import (FeatureSupport, class_statistics, distance_scores,
+                                                  mahalanobis_distance, support_from_features)
 from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.config import TrainerConfig
 from trainer_module.export import PRECISION_FILE, export_serving_model, float32_model, read_record
@@ -278,14 +280,14 @@ def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyon
   tft_output = tft.TFTransformOutput(transform_dir)
   pngs = [raw["image"] for raw in raw_digit_examples(8)]
   transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
-  features = temperature.penultimate_model(model)(transformed).numpy()
-  means, precision = temperature.class_statistics(features, np.arange(8) % 2)
-  distances = temperature.mahalanobis_distance(features, means, precision)
-  support = temperature.FeatureSupport(means, precision, float(np.median(distances)))
+  features = model_outputs.penultimate_model(model)(transformed).numpy()
+  means, precision = class_statistics(features, np.arange(8) % 2)
+  distances = mahalanobis_distance(features, means, precision)
+  support = FeatureSupport(means, precision, float(np.median(distances)))
   export_serving_model(model, tft_output, str(tmp_path), calibration={
       "temperature_fit": "in_support", "temperature": SERVED_TEMPERATURE,
       "feature_support": support, "support_radius": support.radius})
-  assert "feature_support" not in temperature.read_calibration_info(str(tmp_path))
+  assert "feature_support" not in record.read_calibration_info(str(tmp_path))
   served = tf.saved_model.load(str(tmp_path))
   result = served.signatures["serving_images"](images=tf.constant(pngs))
   inside = distances <= support.radius
@@ -300,7 +302,7 @@ def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyon
 
 def test_distance_curve_serves_each_inputs_own_t_as_the_numpy_calibrator_computes_it(
     tmp_path, transform_dir):
-  """The exported graph's distance score and temperature equal temperature.py's numpy ones,
+  """The exported graph's distance score and temperature equal the calibration package's numpy ones,
   input by input; the support's arrays are written beside the model for numpy to read."""
   keras.utils.set_random_seed(4)
   model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
@@ -310,24 +312,24 @@ def test_distance_curve_serves_each_inputs_own_t_as_the_numpy_calibrator_compute
   noise = np.random.default_rng(1).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
   pngs += [tf.io.encode_png(image).numpy() for image in noise]
   transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
-  features = temperature.penultimate_model(model)(transformed).numpy()
-  support = temperature.support_from_features(
+  features = model_outputs.penultimate_model(model)(transformed).numpy()
+  support = support_from_features(
       features[:120], np.array([raw["label"] for raw in digits[:120]]), features[120:160])
   pngs, features = pngs[150:], features[150:]  # Digits the support did not see, and noise.
   info = {"temperature_fit": "distance_curve", "temperature": float(np.exp(-0.7)),
           "feature_support": support, "support_radius": support.radius,
           "distance_curve": {"log_temperature": -0.7, "slope": 0.4}}
   export_serving_model(model, tft_output, str(tmp_path), calibration=info)
-  assert temperature.read_feature_support(str(tmp_path)).log_distance_std == pytest.approx(
+  assert record.read_feature_support(str(tmp_path)).log_distance_std == pytest.approx(
       support.log_distance_std)
   result = tf.saved_model.load(str(tmp_path)).signatures["serving_images"](
       images=tf.constant(pngs))
-  scores = temperature.distance_scores(features, support)
+  scores = distance_scores(features, support)
   # The graph computes the features with other kernels than eager Keras: float32 rounding.
   np.testing.assert_allclose(result["distance_score"], scores, rtol=1e-3, atol=2e-3)
-  expected_t = temperature.served_calibration(
-      temperature.read_calibration_info(str(tmp_path)),
-      temperature.read_feature_support(str(tmp_path)), features)
+  expected_t = registry.served_calibration(
+      record.read_calibration_info(str(tmp_path)),
+      record.read_feature_support(str(tmp_path)), features)
   assert expected_t.min() < 1 < expected_t.max()  # Sharpened near, softened far.
   log_raw = np.log(result["uncalibrated_probabilities"].numpy().astype(np.float64))
   expected = np.exp(log_raw / expected_t[:, np.newaxis])

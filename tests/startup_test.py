@@ -17,7 +17,7 @@ def test_importing_tfx_does_not_scan_every_installed_distribution_per_google_pac
   """google-api-core 2.28-2.43 calls packages_distributions() (~0.2 s: every installed
   distribution's file list) for each Google Cloud client TFX's imports load, 14 of them, ~4 s
   a process; the lock keeps a google-api-core without that check."""
-  env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")  # TF_USE_LEGACY_KERAS: conftest.py.
   done = subprocess.run([sys.executable, "-W", "ignore", "-c", _COUNT_SCANS], env=env,
                         capture_output=True, text=True, timeout=300, check=True)
   scans = int(done.stdout.strip().splitlines()[-1])

@@ -36,7 +36,7 @@ class TrainingState(tf.Module):
     self.precision = tf.Variable(precision, dtype=tf.int64, trainable=False)
 
 
-class RunRecord(tf.Module):
+class ConfigRecord(tf.Module):
   """The trainer config and the warm start (JSON; "" for none), host strings built outside the
   strategy scope (TPUs hold no string variables)."""
 

@@ -11,6 +11,8 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from trainer_module.calibration import registry as calibration_methods
+
 # Keys of the TFX custom_config the pipeline hands Transform and the Trainer (producers:
 # pipeline/, kubeflow/; consumers: trainer_module.preprocessing and trainer_module.tfx_trainer).
 TRAINER_CONFIG_KEY = "trainer"  # TrainerConfig.to_dict() of the Trainer (trial).
@@ -85,7 +87,7 @@ class TrainerConfig:
   augmix_severity: int = 3  # Upper bound of operation levels (the paper's CIFAR setting).
   augmix_jsd_weight: float = 12.0  # Jensen-Shannon consistency weight, when aug_count >= 2.
   augmix_online: bool = False  # Fresh views each epoch in the Trainer instead of in Transform.
-  # Temperature scaling (trainer_module/temperature.py): the clean eval NLL minimum among the
+  # Temperature scaling (trainer_module/calibration/): the clean eval NLL minimum among the
   # temperatures at which the eval images under the four validation corruptions (never the 15
   # evaluated ones) are no worse calibrated than the raw softmax, in NLL and ECE
   # ("validation_corruptions"); fitted on the clean eval split alone ("clean"); or on it and its
@@ -179,8 +181,8 @@ class TrainerConfig:
     require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
     require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
             "must be in [1, 10]")
-    require(self.temperature_fit in TEMPERATURE_FITS, "temperature_fit", self.temperature_fit,
-            f"must be one of {TEMPERATURE_FITS}")
+    require(self.temperature_fit in calibration_methods.NAMES, "temperature_fit",
+            self.temperature_fit, f"must be one of {calibration_methods.NAMES}")
     require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
             self.validation_corruption_examples, "must be >= 1")
     require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
@@ -247,11 +249,6 @@ class TrainerConfig:
     return cls(**values)
 
 
-# trainer_module/temperature.py.
-TEMPERATURE_FITS = ("validation_corruptions", "clean", "clean_and_augmix", "in_support",
-                    "distance_curve")
-# The fits that measure how far inputs lie from the training data (the train split's features).
-FEATURE_DISTANCE_FITS = ("in_support", "distance_curve")
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
@@ -266,9 +263,6 @@ HYPER_LABEL_SMOOTHING_RANGE = (1e-5, 0.2)
 HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
 # What greedy member selection minimises: NLL, -accuracy, or NLL - accuracy.
 ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
-# How an ensemble's own temperature can be fitted (its members saw different AugMix views, so
-# there is no one set for clean_and_augmix).
-ENSEMBLE_TEMPERATURE_FITS = ("validation_corruptions", "clean", "in_support", "distance_curve")
 
 
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:

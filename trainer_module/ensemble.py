@@ -13,7 +13,7 @@ decides where sharpening and softening apply.
 
 The ensemble network maps images to the log of the selection-weighted mean of its members'
 probabilities. Softmax of that is the mean itself, so the network is a "logits" model like a
-single one: temperature scaling (temperature.py) fits the ensemble's own T on it with the
+single one: temperature scaling (calibration/) fits the ensemble's own T on it with the
 configured rule and the serving export (export.py) takes it as it is; the served model has the
 same signatures and outputs (`uncalibrated_probabilities` is then the members' mean before the
 ensemble's T). Under `in_support`, the ensemble's T applies to an input that lies within the
@@ -25,7 +25,7 @@ farther out. On the digits (K=4 of N=8, members [3, 7, 3]) it held 40% of the co
 images, fewer than either member's own support (43%, 51%), and the ensemble then served the
 raw, under-confident mean on inputs its members would have sharpened. Under `distance_curve`
 the ensemble's distance score is the mean of its members' scores, each likewise in the member's
-own feature space (temperature.distance_scores).
+own feature space (calibration/distances.py).
 """
 import dataclasses
 import itertools
@@ -38,10 +38,10 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
-from trainer_module import data, temperature
-from trainer_module.config import (ENSEMBLE_OBJECTIVES, ENSEMBLE_TEMPERATURE_FITS,
-                                   FEATURE_DISTANCE_FITS, L2_GROUPS)
+from trainer_module import data
+from trainer_module.calibration import inputs, maths, model_outputs, record, registry
 from trainer_module.class_names import CLASS_NAMES_FILE
+from trainer_module.config import ENSEMBLE_OBJECTIVES, L2_GROUPS
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import IMAGE_SHAPE
@@ -75,7 +75,7 @@ def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objectiv
   if objective in ("nll", "nll-acc"):
     if calibrated:
       logits = np.log(np.maximum(mean_probabilities, _PROBABILITY_FLOOR))
-      value += temperature.nll(logits, labels, temperature.fit_temperature(logits, labels))
+      value += maths.nll(logits, labels, maths.fit_temperature(logits, labels))
     else:
       value += _nll(mean_probabilities, labels)
   if objective in ("acc", "nll-acc"):
@@ -170,7 +170,7 @@ def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
   images = keras.Input(shape=IMAGE_SHAPE, name="image")
   member_logits, member_features = [], []
   for index, member in enumerate(members):
-    features = temperature.penultimate_model(member).output
+    features = model_outputs.penultimate_model(member).output
     with_features = keras.Model(member.inputs, [member.output, features], name=f"member_{index}")
     logits, features = with_features(images, training=False)
     member_logits.append(logits)
@@ -185,7 +185,7 @@ def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
 def member_features_model(network: keras.Model) -> keras.Model:
   """The members' penultimate features side by side, in members' order, from an ensemble
   network built by ensemble_network (and loaded back from its SavedModel): the features its
-  served distance score reads (temperature.read_feature_support has the support's parts)."""
+  served distance score reads (record.read_feature_support has the support's parts)."""
   members = [layer for layer in network.layers if layer.name.startswith("member_")]
   if not members:
     raise ValueError(f"{network.name} has no member_<i> layers: not an ensemble network.")
@@ -209,7 +209,7 @@ class Member:
 
 
 def _calibration(model_dir: str) -> dict:
-  return read_record(model_dir, os.path.basename(temperature.CALIBRATION_INFO_PATH)) or {}
+  return read_record(model_dir, os.path.basename(record.CALIBRATION_INFO_PATH)) or {}
 
 
 def served_temperatures(model_dir: str, network: keras.Model,
@@ -218,20 +218,20 @@ def served_temperatures(model_dir: str, network: keras.Model,
   exported without calibration; under a feature-distance fit, recomputed from its features
   and the support it was exported with)."""
   info = _calibration(model_dir)
-  if info.get("temperature_fit") not in FEATURE_DISTANCE_FITS:
-    return np.full(len(temperature.model_logits(network, batches)[1]),
+  method = registry.recorded(info)
+  if method is None or not method.needs_feature_distances:
+    return np.full(len(model_outputs.model_logits(network, batches)[1]),
                    info.get("temperature", 1.0))
-  features = temperature.model_logits(temperature.penultimate_model(network), batches)[0]
-  return temperature.served_calibration(info, temperature.read_feature_support(model_dir),
-                                        features)
+  features = model_outputs.model_logits(model_outputs.penultimate_model(network), batches)[0]
+  return method.temperatures(info, record.read_feature_support(model_dir), features)
 
 
 def member_temperature(model_dir: str) -> float:
   """The T a member enters the ensemble with: the one it is served with, or 1 when it is
   calibrated by its feature distance (see the module docstring)."""
   info = _calibration(model_dir)
-  return 1.0 if info.get("temperature_fit") in FEATURE_DISTANCE_FITS else info.get(
-      "temperature", 1.0)
+  method = registry.recorded(info)
+  return 1.0 if method and method.needs_feature_distances else info.get("temperature", 1.0)
 
 
 def member_record(member: Member, served: np.ndarray, labels: np.ndarray, temperature_value,
@@ -267,10 +267,11 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
   same within the eval images' feature distance of the training split, `train_files`)."""
   if not members:
     raise ValueError("An ensemble needs at least one member model.")
-  if temperature_fit not in ENSEMBLE_TEMPERATURE_FITS:
+  method = registry.get(temperature_fit)
+  if not method.for_ensembles:
     raise ValueError(f"Invalid config value temperature_fit={temperature_fit!r}: an ensemble's "
-                     f"temperature is fitted with one of {ENSEMBLE_TEMPERATURE_FITS}.")
-  if temperature_fit in FEATURE_DISTANCE_FITS and not train_files:
+                     f"temperature is fitted with one of {registry.ENSEMBLE_NAMES}.")
+  if method.needs_feature_distances and not train_files:
     raise ValueError(f"temperature_fit={temperature_fit}: the ensemble's feature support is "
                      "measured on the training split; give its transformed files (train_files).")
   tft_output = tft.TFTransformOutput(transform_output)
@@ -281,7 +282,7 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                           for member in members]
   for member, member_t in zip(members, temperatures):
     network = load_member(member.model_dir)
-    logits, labels = temperature.model_logits(network, batches)
+    logits, labels = model_outputs.model_logits(network, batches)
     served_t = served_temperatures(member.model_dir, network, batches)
     networks.append(network)
     probabilities.append(tf.nn.softmax(logits.astype(np.float64) / member_t).numpy())
@@ -291,7 +292,7 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
   probabilities = np.stack(probabilities)
   # An ensemble T that sharpens within the support is served there after selection: judge
   # each candidate after its own T, as a single member is judged after its own.
-  calibrated = temperature_fit in ("clean",) + FEATURE_DISTANCE_FITS
+  calibrated = method.calibrated_selection
   picks = greedy_selection(probabilities, labels, ensemble_size, objective, calibrated)
   weights = selection_weights(picks, len(members))
   chosen = [i for i in range(len(members)) if weights[i] > 0]
@@ -299,24 +300,15 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
            [round(float(weights[i]), 4) for i in chosen])
   network, features_model = ensemble_network([networks[i] for i in chosen], weights[chosen],
                                              [temperatures[i] for i in chosen])
-  shift = train_batches = None
-  if temperature_fit in ("validation_corruptions",) + FEATURE_DISTANCE_FITS:
-    mean, std = temperature.channel_statistics(tft_output)
-    shift = temperature.validation_corrupted_set(batches, mean, std,
-                                                 validation_corruption_examples, eval_batch_size)
-  if temperature_fit in FEATURE_DISTANCE_FITS:
-    train_batches = data.eval_batches(train_files, tft_output.transformed_feature_spec(),
-                                      eval_batch_size)
-  feature_widths = [temperature.penultimate_model(networks[i]).output_shape[-1] for i in chosen]
-  calibration = temperature.calibrate(network, batches, validation_corrupted=shift,
-                                      num_bins=num_bins, train_batches=train_batches,
-                                      features_model=features_model,
-                                      feature_widths=feature_widths,
-                                      distance_curve=temperature_fit == "distance_curve")
+  train_batches = (data.eval_batches(train_files, tft_output.transformed_feature_spec(),
+                                     eval_batch_size) if method.needs_feature_distances else None)
+  held_out = inputs.held_out_sets(method, batches, tft_output, validation_corruption_examples,
+                                  eval_batch_size, train_batches)
+  feature_widths = [model_outputs.penultimate_model(networks[i]).output_shape[-1]
+                    for i in chosen]
+  calibration = method.fit(network, held_out, num_bins, features_model, feature_widths)
   mean = np.tensordot(weights, probabilities, axes=1)
-  eval_temperatures = (temperature.DistanceCurve(**calibration["distance_curve"]).temperatures(
-      calibration["eval_distance_scores"]) if "distance_curve" in calibration
-                       else calibration["temperature"])
+  eval_temperatures = method.eval_temperatures(calibration)
   record = {
       "objective": objective, "calibrated_selection": calibrated,
       "ensemble_size": ensemble_size, "picks": picks,

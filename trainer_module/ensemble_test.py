@@ -10,7 +10,10 @@ import tensorflow_transform as tft
 import tf_keras as keras
 
 from testing.transform_runs import transformed_digits
-from trainer_module import data, ensemble, temperature
+from trainer_module import data, ensemble
+from trainer_module.calibration import distances, model_outputs
+from trainer_module.calibration.record import (read_calibration_info, read_feature_support,
+                                               write_calibration_info)
 from trainer_module.config import TrainerConfig
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
@@ -110,7 +113,7 @@ def _penultimate_features(network, spec, files):
   """(penultimate features, labels) of a member on a transformed split, padding left out."""
   batches = list(data.eval_batches([files], spec, 256))
   keep = np.concatenate([b[2].numpy() > 0 for b in batches])
-  features = temperature.penultimate_model(network)
+  features = model_outputs.penultimate_model(network)
   return (np.concatenate([features(b[0]).numpy() for b in batches])[keep],
           np.concatenate([b[1].numpy() for b in batches])[keep])
 
@@ -159,7 +162,7 @@ def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(
                                    flags["transform_output"], export_dir, ensemble_size=3,
                                    validation_corruption_examples=2, temperature_fit="in_support",
                                    train_files=[flags["train_files"]])
-  calibration = temperature.read_calibration_info(export_dir)
+  calibration = read_calibration_info(export_dir)
   assert calibration["temperature_fit"] == "in_support"
   # The support, recomputed here: for each chosen member, the class statistics of its
   # penultimate features on the train split and the farthest eval image's distance as radius;
@@ -171,9 +174,9 @@ def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(
 
   supports = []
   for network in networks:
-    means, precision = temperature.class_statistics(
+    means, precision = distances.class_statistics(
         *_penultimate_features(network, spec, flags["train_files"]))
-    radius = temperature.mahalanobis_distance(
+    radius = distances.mahalanobis_distance(
         _penultimate_features(network, spec, flags["eval_files"])[0], means, precision).max()
     supports.append((network, means, precision, radius))
   radii = [radius for *_, radius in supports]
@@ -186,8 +189,8 @@ def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(
   images = ([example["image"] for example in raw_digit_examples(12)] +
             [encode_png(image) for image in noise])  # Digits, and inputs far from them.
   transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
-  inside = np.any([temperature.mahalanobis_distance(
-      temperature.penultimate_model(network)(transformed).numpy(), means, precision) <= radius
+  inside = np.any([distances.mahalanobis_distance(
+      model_outputs.penultimate_model(network)(transformed).numpy(), means, precision) <= radius
                    for network, means, precision, radius in supports], axis=0)
   assert inside.any() and not inside.all(), inside
   served = _serve(export_dir, images)
@@ -226,11 +229,11 @@ def test_a_member_enters_with_its_served_t_or_raw_when_its_t_depends_on_its_feat
     tmp_path):
   assert ensemble.member_temperature(str(tmp_path)) == 1.0  # Exported without calibration.
   for fit in ("in_support", "distance_curve"):
-    temperature.write_calibration_info(str(tmp_path), {"temperature_fit": fit,
-                                                       "temperature": 0.4})
+    write_calibration_info(str(tmp_path), {"temperature_fit": fit,
+                                           "temperature": 0.4})
     assert ensemble.member_temperature(str(tmp_path)) == 1.0
-  temperature.write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
-                                                     "corruptions", "temperature": 0.8})
+  write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
+                                         "corruptions", "temperature": 0.8})
   assert ensemble.member_temperature(str(tmp_path)) == 0.8
 
 
@@ -244,7 +247,7 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
                                    validation_corruption_examples=2,
                                    temperature_fit="distance_curve",
                                    train_files=[flags["train_files"]])
-  calibration = temperature.read_calibration_info(export_dir)
+  calibration = read_calibration_info(export_dir)
   assert calibration["temperature_fit"] == "distance_curve" and record["calibrated_selection"]
   assert calibration["distance_curve"]["slope"] >= 0
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
@@ -261,12 +264,12 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
   transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
   member_scores = []
   for network in networks:
-    means, precision = temperature.class_statistics(
+    means, precision = distances.class_statistics(
         *_penultimate_features(network, spec, flags["train_files"]))
-    eval_log = np.log(temperature.mahalanobis_distance(
+    eval_log = np.log(distances.mahalanobis_distance(
         _penultimate_features(network, spec, flags["eval_files"])[0], means, precision))
-    served_log = np.log(temperature.mahalanobis_distance(
-        temperature.penultimate_model(network)(transformed).numpy(), means, precision))
+    served_log = np.log(distances.mahalanobis_distance(
+        model_outputs.penultimate_model(network)(transformed).numpy(), means, precision))
     member_scores.append((served_log - eval_log.mean()) / eval_log.std())
   scores = np.mean(member_scores, axis=0)
   curve = calibration["distance_curve"]
@@ -277,8 +280,8 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
   loaded = keras.models.load_model(export_dir, compile=False, custom_objects={
       "LogMeanProbability": ensemble.LogMeanProbability})
   features = ensemble.member_features_model(loaded)(transformed).numpy()
-  np.testing.assert_allclose(temperature.distance_scores(
-      features, temperature.read_feature_support(export_dir)), scores, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(distances.distance_scores(
+      features, read_feature_support(export_dir)), scores, rtol=1e-4, atol=1e-4)
   log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
   expected = np.exp(log_mean / expected_t[:, np.newaxis])
   np.testing.assert_allclose(served[PROBABILITIES_KEY],

@@ -28,7 +28,7 @@ import tensorflow_transform as tft
 import tf_keras as keras
 
 from trainer_module import image_format
-from trainer_module import temperature as temperature_scaling
+from trainer_module.calibration import model_outputs, record, registry, serving
 from trainer_module.config import TrainerConfig
 from trainer_module.class_names import CLASS_NAMES_FILE, index_names
 from trainer_module.features import (CLASS_IDS_KEY, CLASS_NAMES_KEY, DISTANCE_SCORE_KEY,
@@ -86,29 +86,24 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
                          records: Mapping[str, dict] = {}, features_model=None,
                          class_names: Optional[Sequence[str]] = None) -> None:
   """model maps transformed images to logits (an ensemble: to log mean probabilities) and must
-  compute in float32 (see float32_model). calibration: `temperature.calibrate`'s result; its T
-  is baked into `probabilities` (T = 1 without it; under in_support, for the inputs within the
-  feature support only (an ensemble's: any member's), measured in the space of
-  `features_model`, by default the network's penultimate_model, which must share model's
-  graph) and it is recorded in
-  assets.extra, as is each of `records` ({file name: JSON value}), copied with the model and
-  ignored by serving. class_names: in index order (default '0', '1', ...); served beside the
-  probabilities and recorded in assets.extra/CLASS_NAMES_FILE."""
-  temperature = calibration["temperature"] if calibration else 1.0
-  # temperature_fit=in_support: T only within the eval images' feature distance, 1 beyond;
-  # distance_curve: T of each input's distance (both also serve that distance's score).
-  support = (calibration or {}).get("feature_support")
-  curve = (calibration or {}).get("distance_curve")
-  curve = curve and temperature_scaling.DistanceCurve(**curve)
+  compute in float32 (see float32_model). calibration: a calibration method's fit; its
+  temperatures are baked into `probabilities` (T = 1 without it). A method that reads feature
+  distances measures them in the space of `features_model`, by default the network's
+  penultimate_model, which must share model's graph, and also serves the distance score. The
+  calibration is recorded in assets.extra, as is each of `records` ({file name: JSON value}),
+  copied with the model and ignored by serving. class_names: in index order (default '0', '1',
+  ...); served beside the probabilities and recorded in assets.extra/CLASS_NAMES_FILE."""
+  method = registry.recorded(calibration)
+  reads_features = method is not None and method.needs_feature_distances
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
   num_classes = model.output_shape[-1]
   class_names = list(class_names or index_names(num_classes))
   if len(class_names) != num_classes:
     raise ValueError(f"{len(class_names)} class names for a model of {num_classes} classes.")
-  if support is not None:
-    features_model = features_model or temperature_scaling.penultimate_model(model)
-  network = (model if support is None else
+  if reads_features:
+    features_model = features_model or model_outputs.penultimate_model(model)
+  network = (model if not reads_features else
              keras.Model(model.inputs, [model.output, features_model.output]))
 
   def predict(encoded_images):
@@ -118,25 +113,24 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
     def logits_and_temperatures():
       transformed = model.tft_layer({IMAGE_KEY: encoded_images})
       outputs = network(transformed[IMAGE_KEY], training=False)
-      if support is None:
-        logits = tf.cast(outputs, tf.float32)
-        return logits, tf.fill([tf.shape(logits)[0]], tf.constant(temperature, tf.float32))
-      scores = temperature_scaling.served_distance_scores(outputs[1], support)
-      temperatures = (curve.served_temperatures(scores) if curve else
-                      temperature_scaling.served_temperatures(outputs[1], support, temperature))
-      return tf.cast(outputs[0], tf.float32), temperatures, tf.cast(scores, tf.float32)
+      logits = tf.cast(outputs[0] if reads_features else outputs, tf.float32)
+      if method is None:
+        return logits, serving.constant_temperatures(logits, 1.0)
+      temperatures, scores = method.served_temperatures(
+          calibration, logits, outputs[1] if reads_features else None)
+      return (logits, temperatures) + (() if scores is None else (tf.cast(scores, tf.float32),))
 
     # An empty batch gets empty outputs (the convolutions reject a batch of 0 images).
     empty = (tf.zeros([0, num_classes], tf.float32), tf.zeros([0], tf.float32))
     outputs = tf.cond(tf.size(encoded_images) > 0, logits_and_temperatures,
-                      lambda: empty + (() if support is None else (tf.zeros([0], tf.float32),)))
+                      lambda: empty + ((tf.zeros([0], tf.float32),) if reads_features else ()))
     logits, temperatures = outputs[:2]
     probabilities = tf.nn.softmax(logits / temperatures[:, tf.newaxis])
     class_ids = tf.argmax(probabilities, axis=-1)
     served = {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: class_ids,
               CLASS_NAMES_KEY: tf.gather(tf.constant(class_names), class_ids),
               UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
-    if support is not None:
+    if reads_features:
       served[DISTANCE_SCORE_KEY] = outputs[2]
     return served
 
@@ -160,7 +154,7 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   model.save(export_dir, save_format="tf", save_traces=False,
              signatures={"serving_default": serve_tf_examples, "serving_images": serve_images})
   if calibration:
-    temperature_scaling.write_calibration_info(export_dir, calibration)
+    record.write_calibration_info(export_dir, calibration)
   for name, value in {**records, CLASS_NAMES_FILE: {"class_names": class_names}}.items():
     write_record(export_dir, name, value)
 

@@ -14,7 +14,7 @@ UNCALIBRATED_PROBABILITIES_KEY = "uncalibrated_probabilities"  # softmax(logits)
 CLASS_IDS_KEY = "class_ids"
 CLASS_NAMES_KEY = "class_names"  # string [batch]: the name of the class of class_ids.
 # Models calibrated by feature distance (in_support, distance_curve) also serve how far each
-# input lies from the training data (temperature.distance_scores).
+# input lies from the training data (calibration/distances.py distance_scores).
 DISTANCE_SCORE_KEY = "distance_score"
 
 # Transform outputs besides IMAGE_KEY and LABEL_KEY.

@@ -13,7 +13,8 @@ length and type, then the declared width, height (big-endian uint32), bit depth 
 type; a JPEG's size is in its SOF marker, which tf.image.extract_jpeg_shape reads without
 decoding. A PNG ends with its IEND chunk (12 fixed bytes), so a truncated PNG (a cut upload or
 copy) is refused by its last bytes, naming its batch position, rather than by the decoder's
-"Invalid PNG data" that names none. `header_problem` checks a stored example in Python (ValidationGate);
+"Invalid PNG data" that names none. `header_problem` checks a stored example in Python (the data check,
+components/data_check.py);
 `assert_served_headers` checks a served batch as TensorFlow ops, failing a request with
 InvalidArgument.
 """

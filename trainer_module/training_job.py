@@ -12,9 +12,10 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorboard.plugins.hparams import api as hparams_api
 
-from trainer_module import augmix, data, temperature, warm_start
+from trainer_module import augmix, data, warm_start
+from trainer_module.calibration import inputs, registry
 from trainer_module.checkpoints import StopSignal
-from trainer_module.config import FEATURE_DISTANCE_FITS, TrainerConfig
+from trainer_module.config import TrainerConfig
 from trainer_module.distribution import (Precision, is_chief, make_strategy,
                                          set_precision_policy)
 from trainer_module.export import PRECISION_FILE, TRAINING_FILE, export_serving_model, float32_model
@@ -106,24 +107,13 @@ def run(config: TrainerConfig, paths: RunPaths,
 
 
 def _calibrate(model, config: TrainerConfig, tft_output, eval_batches, train_batches) -> dict:
-  """Post-hoc temperature scaling on the eval split (never test), also looking at its images
-  under the validation corruptions (and, for in_support and distance_curve, at the train split's
-  features) or
-  training-time AugMix, as temperature_fit says (trainer_module/temperature.py)."""
-  if config.temperature_fit == "clean":
-    return temperature.calibrate(model, eval_batches, num_bins=config.num_bins)
-  mean, std = temperature.channel_statistics(tft_output)
-  if config.temperature_fit in ("validation_corruptions",) + FEATURE_DISTANCE_FITS:
-    return temperature.calibrate(
-        model, eval_batches, num_bins=config.num_bins,
-        validation_corrupted=temperature.validation_corrupted_set(
-            eval_batches, mean, std, config.validation_corruption_examples,
-            config.eval_batch_size),
-        train_batches=train_batches if config.temperature_fit in FEATURE_DISTANCE_FITS else None,
-        distance_curve=config.temperature_fit == "distance_curve")
-  params = augmix.params_from_options(config.transform_options())
-  return temperature.calibrate(model, eval_batches, temperature.augmented_eval_batches(
-      eval_batches, mean, std, config.seed, params), num_bins=config.num_bins)
+  """Post-hoc temperature scaling on the eval split (never test), by the method temperature_fit
+  names (trainer_module/calibration/)."""
+  method = registry.get(config.temperature_fit)
+  return method.fit(model, inputs.held_out_sets(
+      method, eval_batches, tft_output, config.validation_corruption_examples,
+      config.eval_batch_size, train_batches,
+      (config.seed, augmix.params_from_options(config.transform_options()))), config.num_bins)
 
 
 def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, float]:

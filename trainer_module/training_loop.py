@@ -17,7 +17,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module import warm_start
-from trainer_module.checkpoints import (Checkpoints, Preempted, RunRecord, StopSignal,
+from trainer_module.checkpoints import (Checkpoints, ConfigRecord, Preempted, StopSignal,
                                         TrainingState)
 from trainer_module.config import PRECISION_POLICIES, TrainerConfig
 from trainer_module.metrics import ClassificationMetrics
@@ -178,7 +178,7 @@ class Training:
       self.eval_metrics = ClassificationMetrics(config.num_bins)
       self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
       self.state = TrainingState(config.seed, PRECISION_POLICIES.index(self.precision_policy))
-    self.record = RunRecord(json.dumps(config.to_dict(), sort_keys=True))
+    self.record = ConfigRecord(json.dumps(config.to_dict(), sort_keys=True))
     self.checkpoints = Checkpoints(checkpoint_dir, config.max_checkpoints_to_keep, is_chief,
                                    check=self._check_precision,
                                    model=self.model, optimizer=self.optimizer, state=self.state,

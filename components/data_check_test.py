@@ -1,4 +1,4 @@
-"""What the validation gate calls a bad image, and how it reports problems."""
+"""What the data check calls a bad image, and how it reports problems."""
 import io
 import os
 import re
@@ -7,10 +7,10 @@ import numpy as np
 from PIL import Image, ImageFile
 from tfx.utils import io_utils
 
-from components import image_sources, tfrecord_check, validation_gate
+from components import data_check, image_sources, tfrecord_check
 from components.image_sources import encode_png, make_example
 from components.tfrecord_check import example_id
-from components.validation_gate import format_problems, image_problem, key_problem
+from components.data_check import format_problems, image_problem, key_problem
 from testing.tfrecord_inputs import png_bomb
 from trainer_module import image_format
 
@@ -121,28 +121,28 @@ def test_report_lists_every_problem_and_how_many_were_left_out():
 
 
 def test_an_example_that_breaks_an_anomalous_features_rule_is_named_with_the_rule():
-  schema = io_utils.SchemaReader().read(os.path.join(os.path.dirname(validation_gate.__file__),
+  schema = io_utils.SchemaReader().read(os.path.join(os.path.dirname(data_check.__file__),
                                                      "schema.pbtxt"))
   label = [feature for feature in schema.feature if feature.name == "label"]
   png = encode_png(np.zeros((32, 32, 3), np.uint8))
-  assert validation_gate.schema_problem(make_example("k", png, 3), label) is None
-  assert validation_gate.schema_problem(make_example("k", png, 10), label) == (
+  assert data_check.schema_problem(make_example("k", png, 3), label) is None
+  assert data_check.schema_problem(make_example("k", png, 10), label) == (
       "feature 'label' is 10, outside the schema's domain [0, 9]")
-  assert validation_gate.schema_problem(make_example("k", png, -1), label) == (
+  assert data_check.schema_problem(make_example("k", png, -1), label) == (
       "feature 'label' is -1, outside the schema's domain [0, 9]")
   missing = make_example("k", png, 3)
   del missing.features.feature["label"]
-  assert validation_gate.schema_problem(missing, label) == "feature 'label' is missing"
+  assert data_check.schema_problem(missing, label) == "feature 'label' is missing"
   two = make_example("k", png, 3)
   two.features.feature["label"].int64_list.value.append(4)
-  assert validation_gate.schema_problem(two, label) == "feature 'label' has 2 values, expected 1"
+  assert data_check.schema_problem(two, label) == "feature 'label' has 2 values, expected 1"
   text = make_example("k", png, 3)
   text.features.feature["label"].ClearField("int64_list")
   text.features.feature["label"].bytes_list.value.append(b"three")
-  assert validation_gate.schema_problem(text, label) == (
+  assert data_check.schema_problem(text, label) == (
       "feature 'label' holds bytes_list, expected int64_list")
   # Only the features ExampleValidator found anomalous are judged.
-  assert validation_gate.schema_problem(make_example("k", png, 10), []) is None
+  assert data_check.schema_problem(make_example("k", png, 10), []) is None
 
 
 def _run_gate(tmp_path, split_sizes, **parameters):
@@ -171,19 +171,19 @@ def _run_gate(tmp_path, split_sizes, **parameters):
     with open(os.path.join(anomalies.uri, f"Split-{split}", "SchemaDiff.pb"), "wb") as f:
       f.write(anomalies_pb2.Anomalies().SerializeToString())
   schema = artifact(standard_artifacts.Schema, "schema")
-  with open(os.path.join(os.path.dirname(validation_gate.__file__), "schema.pbtxt")) as f:
+  with open(os.path.join(os.path.dirname(data_check.__file__), "schema.pbtxt")) as f:
     io_utils.write_string_file(os.path.join(schema.uri, "schema.pbtxt"), f.read())
   report = artifact(simple_artifacts.Metrics, "report")
   context = base_beam_executor.BaseBeamExecutor.Context(
       beam_pipeline_args=["--direct_running_mode=in_memory"], tmp_dir=str(tmp_path / "tmp"))
-  validation_gate.ValidationGate.EXECUTOR_SPEC.executor_class(context).Do(
+  data_check.DataCheck.EXECUTOR_SPEC.executor_class(context).Do(
       {"examples": [examples], "anomalies": [anomalies], "schema": [schema]},
       {"report": [report]}, {"input_base": "", **parameters})
 
 
 def test_splits_too_small_to_train_or_to_judge_on_stop_the_run_before_transform(tmp_path):
   import pytest
-  with pytest.raises(validation_gate.DataValidationError) as error:
+  with pytest.raises(data_check.DataValidationError) as error:
     _run_gate(tmp_path, {"train": 6, "eval": 1}, min_train_examples=8, min_eval_examples=5)
   assert ("split 'train' has 6 examples, fewer than 8 (per_core_batch_size: the Trainer drops "
           "an incomplete batch, so it would take no step)") in str(error.value)

@@ -30,6 +30,9 @@ from components.tfrecord_check import schema_problem
 from trainer_module import image_format
 from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE
 
+# The step's id in runs, caches and compiled specs: its name before "gate" came to mean the
+# deployment decision alone.
+STEP_ID = "ValidationGate"
 MAX_REPORTED_PROBLEMS = 20
 REPORT_FILE = "validation_report.json"
 
@@ -156,7 +159,7 @@ def format_problems(schema_problems: List[str], example_problems: List[Problem],
 
 
 @component(use_beam=True)
-def ValidationGate(
+def DataCheck(
     examples: InputArtifact[standard_artifacts.Examples],
     anomalies: InputArtifact[standard_artifacts.ExampleAnomalies],
     schema: InputArtifact[standard_artifacts.Schema],

@@ -1,0 +1,49 @@
+"""Synthetic logits, images and a tiny network for the calibration tests."""
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+
+def overconfident(rng, count=4000, true_temperature=2.0, classes=10):
+  """Logits whose labels are drawn from softmax(logits / true_temperature)."""
+  logits = rng.normal(0.0, 4.0, (count, classes))
+  p = np.exp(logits / true_temperature)
+  p /= p.sum(axis=1, keepdims=True)
+  labels = np.array([rng.choice(classes, p=row) for row in p])
+  return logits, labels
+
+
+def miscalibrated(rng, true_temperature, count=3000, classes=10):
+  """Logits of a model whose confidence is off by `true_temperature` (< 1: under-confident)."""
+  return overconfident(rng, count, true_temperature, classes)
+
+
+def one_slice(data):
+  return (*data, np.full(len(data[1]), "all"))
+
+
+def normalised_batches(rng, count, batch_size, mean, std):
+  images01 = rng.integers(0, 256, (count, 32, 32, 3)).astype(np.float32) / 255.0
+  labels = np.arange(count) % 4
+  weights = np.ones(count, np.float32)
+  return ((images01 - mean) / std, labels, weights), tf.data.Dataset.from_tensor_slices(
+      ((images01 - mean) / std, labels, weights)).batch(batch_size)
+
+
+def tiny_pooled_network():
+  """Images -> 4 logits through one global average pooling (a penultimate layer)."""
+  keras.utils.set_random_seed(0)
+  inputs = keras.Input((32, 32, 3))
+  pooled = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(6, 3)(inputs))
+  return keras.Model(inputs, keras.layers.Dense(4)(pooled))
+
+
+def labelled_logits(rng, count, margin, correct_fraction, classes=4):
+  """Logits whose top class is the label for `correct_fraction` of the examples, a random
+  other class otherwise, `margin` above the rest."""
+  labels = rng.integers(0, classes, count)
+  top = np.where(rng.random(count) < correct_fraction, labels,
+                 (labels + rng.integers(1, classes, count)) % classes)
+  logits = rng.normal(0.0, 0.1, (count, classes))
+  logits[np.arange(count), top] += margin
+  return logits, labels

@@ -1,0 +1,87 @@
+"""Feature distances: Mahalanobis to the nearest class mean, supports and scores, in numpy and in
+the served graph."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_module.calibration import distance_curve, serving
+from trainer_module.calibration.distances import (class_statistics, distance_scores,
+                                                  mahalanobis_distance, support_from_features,
+                                                  within_support)
+
+
+def test_the_mahalanobis_distance_is_zero_at_a_class_mean_and_blind_to_linear_rescaling():
+  rng = np.random.default_rng(12)
+  labels = np.arange(600) % 3
+  features = rng.normal(size=(600, 4)) + labels[:, np.newaxis] * 3.0
+  means, precision = class_statistics(features, labels)
+  assert mahalanobis_distance(means, means, precision) == pytest.approx(0.0,
+                                                                        abs=1e-6)
+  mixing = rng.normal(size=(4, 4)) + 4 * np.eye(4)
+  queries = rng.normal(size=(20, 4)) * 5
+  moved_means, moved_precision = class_statistics(features @ mixing, labels)
+  np.testing.assert_allclose(
+      mahalanobis_distance(queries @ mixing, moved_means, moved_precision),
+      mahalanobis_distance(queries, means, precision), rtol=1e-4)
+  far = mahalanobis_distance(means + 100.0, means, precision)
+  assert np.all(far > mahalanobis_distance(features, means, precision).max())
+
+
+def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temperatures():
+  rng = np.random.default_rng(13)
+  labels = np.arange(300) % 3
+  train = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
+  eval_features = rng.normal(size=(40, 5))
+  support = support_from_features(train, labels, eval_features)
+  distances = mahalanobis_distance(eval_features, support.class_means,
+                                   support.precision)
+  assert np.all(distances <= support.radius)
+  queries = np.concatenate([eval_features, rng.normal(size=(40, 5)) * 1.5]).astype(np.float32)
+  served = serving.support_temperatures(tf.constant(queries), support, 0.4).numpy()
+  inside = mahalanobis_distance(queries, support.class_means,
+                                support.precision) <= support.radius
+  assert 0 < inside[40:].sum() < 40
+  np.testing.assert_array_equal(served, np.where(inside, 0.4, 1.0).astype(np.float32))
+
+
+def test_an_ensembles_support_is_the_union_of_its_members_each_in_its_own_columns():
+  rng = np.random.default_rng(15)
+  labels = np.arange(300) % 3
+  # Two members' features side by side: 5 columns, then 4.
+  member_a = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
+  member_b = rng.normal(size=(300, 4)) - labels[:, np.newaxis]
+  eval_a, eval_b = rng.normal(size=(40, 5)), rng.normal(size=(40, 4))
+  support = (support_from_features(member_a, labels, eval_a),
+             support_from_features(member_b, labels, eval_b, start=5))
+  a, b = support
+  far_a, far_b = a.class_means[:1] + 100.0, b.class_means[:1] + 100.0
+  near_a, near_b = eval_a[:1], eval_b[:1]
+  queries = np.concatenate([np.concatenate(pair, axis=1) for pair in
+                            ((near_a, near_b), (near_a, far_b), (far_a, near_b),
+                             (far_a, far_b))])
+  np.testing.assert_array_equal(within_support(queries, support),
+                                [True, True, True, False])
+  served = serving.support_temperatures(tf.constant(queries, tf.float32), support, 0.4)
+  np.testing.assert_array_equal(served.numpy(), np.float32([0.4, 0.4, 0.4, 1.0]))
+
+
+def test_distance_scores_are_the_parts_mean_standardised_log_distance_in_numpy_and_tf():
+  rng = np.random.default_rng(28)
+  train = rng.normal(0, 1, (80, 6))
+  labels = np.arange(80) % 2
+  evaluated = rng.normal(0, 1, (30, 6))
+  parts = (support_from_features(train[:, :3], labels, evaluated[:, :3], 0),
+           support_from_features(train[:, 3:], labels, evaluated[:, 3:], 3))
+  inputs = np.concatenate([evaluated[:5], evaluated[5:10] + [[9, 9, 9, 0, 0, 0]]])
+  each = [(np.log(mahalanobis_distance(part.columns(inputs), part.class_means,
+                                       part.precision)) - part.log_distance_mean)
+          / part.log_distance_std for part in parts]
+  expected = np.mean(each, axis=0)
+  np.testing.assert_allclose(distance_scores(inputs, parts), expected)
+  np.testing.assert_allclose(serving.graph_distance_scores(tf.constant(inputs), parts),
+                             expected, rtol=1e-9)
+  own = distance_scores(evaluated[:, :3], parts[0])
+  assert abs(own.mean()) < 1e-9 and own.std() == pytest.approx(1.0)  # The eval images' unit.
+  curve = distance_curve.DistanceCurve(-0.5, 0.3)
+  np.testing.assert_allclose(serving.curve_temperatures(curve, tf.constant(expected)),
+                             curve.temperatures(expected), rtol=1e-6)

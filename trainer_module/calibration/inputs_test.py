@@ -1,0 +1,78 @@
+"""The held-out sets: AugMix views and validation corruptions of the eval images, repeatable."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from testing.calibration_data import normalised_batches
+from trainer_module import reference_corruptions
+from trainer_module.calibration import maths
+from trainer_module.calibration.inputs import (VALIDATION_CORRUPTIONS, augmented_eval_batches,
+                                               channel_statistics, validation_corrupted_set)
+
+
+def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_repeatable():
+  from trainer_module import augmix
+  rng = np.random.default_rng(8)
+  mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
+  images01 = rng.integers(0, 256, (6, 32, 32, 3)).astype(np.float32) / 255.0
+  images = (images01 - mean) / std
+  labels, weights = np.arange(6), np.ones(6, np.float32)
+  batches = tf.data.Dataset.from_tensor_slices((images, labels, weights)).batch(4)
+  views = augmented_eval_batches(batches, mean, std, 42, augmix.AugMixParams())
+  first, again = list(views), list(views)
+  for (view, view_labels, view_weights), batch, (repeat, *_) in zip(first, batches, again):
+    assert view.shape == batch[0].shape
+    np.testing.assert_array_equal(view_labels, batch[1])
+    np.testing.assert_array_equal(view_weights, batch[2])
+    np.testing.assert_array_equal(view, repeat)
+    pixels01 = view.numpy() * std + mean
+    assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
+  assert not np.allclose(first[0][0], images[:4], atol=1e-3), "the views are augmented"
+
+
+def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
+  """From a real transform graph (TF1-traced, as Transform writes it), in eager mode."""
+  import tensorflow_transform as tft
+  from testing.transform_runs import raw_digit_examples, run_transform
+  from trainer_module.config import TrainerConfig
+  from trainer_module.preprocessing import decode_images
+  raw = raw_digit_examples(8)
+  _, transform_dir = run_transform(raw, TrainerConfig().transform_options(), str(tmp_path),
+                                   ["--direct_running_mode=in_memory"])
+  mean, std = channel_statistics(tft.TFTransformOutput(transform_dir))
+  pixels = decode_images(tf.constant([r["image"] for r in raw])).numpy().reshape(-1, 3) / 255.0
+  np.testing.assert_allclose(mean.numpy(), pixels.mean(axis=0), atol=1e-5)
+  np.testing.assert_allclose(std.numpy(), pixels.std(axis=0), rtol=1e-4)
+
+
+def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_any_order():
+  rng = np.random.default_rng(9)
+  mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
+  (images, labels, weights), batches = normalised_batches(rng, 7, 3, mean, std)
+  corrupted, slices = validation_corrupted_set(batches, mean, std, 2, 8)
+  reversed_batches = tf.data.Dataset.from_tensor_slices(
+      (images[::-1], labels[::-1], weights[::-1])).batch(4)
+  again, _ = validation_corrupted_set(reversed_batches, mean, std, 2, 8)
+  assert list(slices[:4]) == ["speckle_noise_1"] * 2 + ["speckle_noise_2"] * 2
+  assert len(set(slices)) == 20 and all(list(slices).count(name) == 2 for name in set(slices))
+  first_images = np.concatenate([b[0].numpy() for b in corrupted])
+  first_labels = np.concatenate([b[1].numpy() for b in corrupted])
+  assert len(first_labels) == 2 * len(VALIDATION_CORRUPTIONS) * 5
+  np.testing.assert_array_equal(first_images, np.concatenate([b[0].numpy() for b in again]))
+  np.testing.assert_array_equal(first_labels, np.concatenate([b[1].numpy() for b in again]))
+  pixels01 = first_images * std + mean
+  assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
+  # Two eval images, the same two in every slice, each its own label.
+  slices = first_images.reshape(len(VALIDATION_CORRUPTIONS) * 5, 2, 32, 32, 3)
+  assert not np.allclose(slices[0], slices[-1], atol=1e-3), "different corruptions differ"
+  assert set(first_labels.reshape(-1, 2)[0]) <= set(labels)
+  assert not set(VALIDATION_CORRUPTIONS) & set(
+      reference_corruptions.BENCHMARK_CORRUPTIONS), "no evaluated corruption tunes T"
+
+
+def test_validation_corrupted_batches_of_an_empty_eval_split_fail():
+  mean, std = np.zeros(3, np.float32), np.ones(3, np.float32)
+  empty = tf.data.Dataset.from_tensor_slices((np.zeros((0, 32, 32, 3), np.float32),
+                                              np.zeros(0, np.int64))).batch(4)
+  with pytest.raises(maths.TemperatureFitError, match="eval split is empty"):
+    validation_corrupted_set(empty, mean, std, 2, 8)

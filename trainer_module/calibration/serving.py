@@ -1,0 +1,43 @@
+"""The calibration's part of the served graph: the temperatures each input is served with, and
+its distance score, computed as the numpy fit computed them (float64 distances)."""
+import tensorflow as tf
+
+from trainer_module.calibration.distances import MIN_DISTANCE, FeatureSupport, Support, parts
+from trainer_module.calibration.maths import MAX_TEMPERATURE, MIN_TEMPERATURE
+
+
+def graph_distances(features: tf.Tensor, part: FeatureSupport) -> tf.Tensor:
+  """[batch] mahalanobis_distance in the serving graph (float64, as the fit computed it)."""
+  means = tf.constant(part.class_means, tf.float64)
+  diff = tf.cast(part.columns(features), tf.float64)[:, tf.newaxis, :] - means[tf.newaxis]
+  squared = tf.einsum("ncd,de,nce->nc", diff, tf.constant(part.precision, tf.float64), diff)
+  return tf.sqrt(tf.maximum(tf.reduce_min(squared, axis=1), 0.0))
+
+
+def constant_temperatures(logits: tf.Tensor, temperature: float) -> tf.Tensor:
+  """[batch] one T for every input."""
+  return tf.fill([tf.shape(logits)[0]], tf.constant(temperature, tf.float32))
+
+
+def support_temperatures(features: tf.Tensor, support: Support, temperature: float) -> tf.Tensor:
+  """[batch] temperatures the served model divides logits by under `in_support`: T where an
+  input lies within_support, 1 beyond."""
+  inside = [graph_distances(features, part) <= part.radius for part in parts(support)]
+  return tf.where(tf.reduce_any(tf.stack(inside), axis=0), tf.constant(temperature, tf.float32),
+                  tf.constant(1.0, tf.float32))
+
+
+def graph_distance_scores(features: tf.Tensor, support: Support) -> tf.Tensor:
+  """distance_scores in the serving graph ([batch] float64)."""
+  return tf.reduce_mean(tf.stack([
+      (tf.math.log(tf.maximum(graph_distances(features, part), MIN_DISTANCE)) -
+       part.log_distance_mean) / part.log_distance_std for part in parts(support)]), axis=0)
+
+
+
+def curve_temperatures(curve, scores: tf.Tensor) -> tf.Tensor:
+  """distance_curve.DistanceCurve.temperatures in the serving graph: [batch] float32 from
+  float64 scores."""
+  return tf.cast(tf.clip_by_value(
+      tf.exp(curve.log_temperature + curve.slope * tf.cast(scores, tf.float64)),
+      MIN_TEMPERATURE, MAX_TEMPERATURE), tf.float32)
