@@ -135,8 +135,8 @@ def _push_after_barrier(barrier, model, bases, fingerprint, collisions):
   next_version, rename_if_absent = pusher._next_version, pusher._rename_if_absent
   first_choice = [True]
 
-  def next_version_chosen_together(taken):
-    version = next_version(taken)
+  def next_version_chosen_together(base_directory, taken):
+    version = next_version(base_directory, taken)
     if first_choice[0]:
       first_choice[0] = False
       barrier.wait(timeout=60)

@@ -67,7 +67,8 @@ def test_a_missing_or_damaged_evaluator_output_fails_naming_it(tmp_path, damage)
                               ("served_check", standard_artifacts.InfraBlessing),
                               ("model", standard_artifacts.Model),
                               ("pushed_model", standard_artifacts.PushedModel),
-                              ("evaluation_set", standard_artifacts.Examples)):
+                              ("evaluation_set", standard_artifacts.Examples),
+                              ("input_examples", standard_artifacts.Examples)):
     artifact = artifact_class()
     artifact.uri = str(tmp_path / key)
     inputs[key] = [artifact]

@@ -103,6 +103,16 @@ def test_the_compiled_kfp_spec_with_two_replicas_runs_the_launcher_in_the_traine
   assert trainer["image"] == "registry/wrn:5"
   custom_config = json.loads(
       spec["root"]["inputDefinitions"]["parameters"]["trainer_config"]["defaultValue"])
+  # Each node gets the Trainer's pod: its resources and the S3 Secret's keys in its env.
   assert custom_config["kubeflow_trainjob"] == {
-      "num_nodes": 2, "image": "registry/wrn:5", "placement": trainjob.NodePlacement().to_dict()}
+      "num_nodes": 2, "image": "registry/wrn:5", "placement": trainjob.NodePlacement(
+          resources={"requests": {"cpu": "8", "memory": "32Gi"},
+                     "limits": {"cpu": "8", "memory": "32Gi"}},
+          env=tuple({"name": variable, "valueFrom": {"secretKeyRef": {
+              "name": "mlpipeline-minio-artifact", "key": key}}}
+              for key, variable in (("accesskey", "AWS_ACCESS_KEY_ID"),
+                                    ("secretkey", "AWS_SECRET_ACCESS_KEY")))).to_dict()}
+  # The launcher's own pod only watches the TrainJob: it asks for nothing.
+  trainer_resources = trainer.get("resources", {})
+  assert not trainer_resources, trainer_resources
   assert custom_config["trainer"]["distribution_strategy"] == "multi_worker_mirrored"

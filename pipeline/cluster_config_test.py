@@ -64,7 +64,6 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
      "accelerator_type='GTX_1080'"),
     (VERTEX + ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"],
      "vertex_project=''"),
-    (CLUSTER + ["--replica_count=2"], "vertex_project=''"),
     (VERTEX + ["--vertex_project=p", "--accelerator_type=NVIDIA_TESLA_T4"],
      "accelerator_count=0"),
     (VERTEX + ["--vertex_project=p", "--replica_count=4"],
@@ -127,7 +126,7 @@ def test_no_secret_is_mapped_without_s3_nor_on_vertex():
   assert not kubeflow_config.step_pod(from_flags(S3 + ["--credentials_secret=",
                                                       "--credentials_secret_keys="]),
                                       kubeflow_config.TRAINER_STEP).secret_env
-  vertex = from_flags(VERTEX + ["--output_dir=s3://bucket/wrn"])
+  vertex = from_flags(VERTEX)  # Vertex reads gs:// only, with the pods' own identity.
   assert kubeflow_config.step_pod(vertex, kubeflow_config.TRAINER_STEP) == \
       kubeflow_config.StepPod(resources=kubeflow_config.PodResources("8", "32Gi"))
   # A Vertex Trainer's pod only submits the CustomJob; its pools have the accelerators.

@@ -11,6 +11,8 @@ from reporting.run_record import RunRecord
 from tests.conftest import run_pipeline
 from testing.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
 
+pytestmark = pytest.mark.e2e  # Each starts a local pipeline run that stops at the bad input.
+
 
 def _not_a_png(example):
   example.features.feature["image"].bytes_list.value[:] = [b"this is not a png"]

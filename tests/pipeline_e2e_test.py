@@ -20,6 +20,8 @@ from trainer_module.distribution import resolve_precision
 from trainer_module.export import PRECISION_FILE, read_record
 from trainer_module.calibration.record import read_calibration_info
 
+pytestmark = pytest.mark.e2e  # Local pipeline runs.
+
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
                        "EvaluationSetGen", "Evaluator", "ServedModelCheck", "Pusher",
