@@ -59,8 +59,16 @@ $(STAMP): requirements.lock pyproject.toml
 run: system-packages $(STAMP)
 	$(VENV_PY) -m local_runner $(ARGS)
 
+# The fast tier, for the edit loop: unit and component tests, no pipeline run, no image.
+check: test-packages $(STAMP)
+	$(VENV_PY) -m pytest -m "not e2e and not container" $(ARGS)
+
+# Everything, as CI runs it: the suite, then the container image's build and runs, timed apart
+# (docs/development.md, "Tiers"). A selection (ARGS) without container tests skips the second.
 test: test-packages $(STAMP)
-	$(VENV_PY) -m pytest --durations=10 $(ARGS)
+	$(VENV_PY) -m pytest --durations=15 -m "not container" $(ARGS)
+	@status=0; $(VENV_PY) -m pytest --durations=5 -m container $(ARGS) || status=$$?; \
+		[ $$status = 0 ] || [ $$status = 5 ]
 
 # Regenerates requirements.lock from requirements.in. The resolver is told Python 3.10 because
 # tfx and ml-pipelines-sdk 1.16 declare Requires-Python <3.11 (metadata only; they run on 3.11);

@@ -719,6 +719,14 @@ def _option(argv: List[str], name: str, default: str) -> str:
   return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), default)
 
 
+def local_output_metadata(task, name: str) -> dict:
+  """The metadata a kfp.local task (kubeflow/local_run.py) wrote for its output artifact
+  `name` in its executor output file."""
+  with open(task.executor_input["outputs"]["outputFile"]) as f:
+    (artifact,) = json.load(f)["artifacts"][name]["artifacts"]
+  return artifact["metadata"]
+
+
 def _run_on_kfp_local(spec_path: str, pipeline_root: str, env: Mapping[str, str]) -> None:
   """`python -m kubeflow local-run` on the spec, as a user runs it (it prints each task's log,
   then their times and the run directory); raises TaskFailed if it fails."""

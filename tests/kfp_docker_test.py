@@ -12,10 +12,10 @@ import sys
 import time
 
 import pytest
-import yaml
 
 from kubeflow import cli
 from kubeflow import local_run
+from kubeflow import submit
 from pipeline.cluster_config import IMAGE_PROJECT_DIR
 from testing import container_image
 from testing import container_run
@@ -84,8 +84,7 @@ def test_every_project_module_the_compiled_spec_runs_imports_inside_the_image(
   image: a package the image does not copy fails here, not on a cluster."""
   import docker
   _, compiled_spec = compiled
-  with open(compiled_spec.spec_path) as f:
-    spec = yaml.safe_load(f)
+  spec = submit.load_spec(compiled_spec.spec_path)  # The pipeline, not the platform section.
   named = _named_modules(spec)
   assert "kubeflow.kfp_entrypoint" in named and "trainer_module.tfx_trainer" in named, named
   here = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT, PROJECT_DIR + os.sep, *named],
@@ -115,16 +114,6 @@ def test_every_project_module_the_compiled_spec_runs_imports_inside_the_image(
   assert not in_image, f"imported from the source tree, not the installed project: {in_image}"
 
 
-def _executor_output(task) -> dict:
-  with open(task.executor_input["outputs"]["outputFile"]) as f:
-    return json.load(f)
-
-
-def _output_metadata(task, name) -> dict:
-  (artifact,) = _executor_output(task)["artifacts"][name]["artifacts"]
-  return artifact["metadata"]
-
-
 def test_the_compiled_spec_runs_in_containers_of_the_image_twice_with_the_baseline_handed_over(
     image, compiled, podman_service, s3_server, tmp_path, monkeypatch):
   config, compiled_spec = compiled
@@ -141,8 +130,8 @@ def test_the_compiled_spec_runs_in_containers_of_the_image_twice_with_the_baseli
   assert cli.main(container_run.local_run_command(compiled_spec.spec_path, root)) == 0
   times["run 1 s"] = round(time.monotonic() - start)
   (first,) = runs
-  with open(compiled_spec.spec_path) as f:
-    assert set(first.tasks) == set(yaml.safe_load(f)["root"]["dag"]["tasks"])
+  assert set(first.tasks) == set(
+      submit.load_spec(compiled_spec.spec_path)["root"]["dag"]["tasks"])
   for task in first.tasks.values():  # Each in its own container, as a pod runs it.
     container = task.container
     assert container["entrypoint"] == ["python"], task.name  # The image's ENTRYPOINT replaced.
@@ -155,21 +144,21 @@ def test_the_compiled_spec_runs_in_containers_of_the_image_twice_with_the_baseli
   versions = kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
   assert len(versions) == 1
   first_version = f"{config.serving_model_dir}/{versions[0]}"
-  assert _output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
+  assert kfp_harness.local_output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
 
   start = time.monotonic()
   assert cli.main(container_run.local_run_command(compiled_spec.spec_path, root,
                                                   *container_run.SECOND_RUN_FLAGS)) == 0
   times["run 2 s"] = round(time.monotonic() - start)
   second = runs[1]
-  production = _output_metadata(second.tasks["ProductionModel"], "model")
+  production = kfp_harness.local_output_metadata(second.tasks["ProductionModel"], "model")
   assert production["production_version"] == first_version
   evaluator = second.tasks["Evaluator"]
   (baseline,) = evaluator.executor_input["inputs"]["artifacts"]["baseline_model"]["artifacts"]
-  blessing = _output_metadata(evaluator, "blessing")
+  blessing = kfp_harness.local_output_metadata(evaluator, "blessing")
   assert blessing["baseline_model"] == baseline["uri"]
   assert blessing["blessed"] == 0
-  assert _output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
+  assert kfp_harness.local_output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
   assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
   times.update({f"{name} s": round(task.seconds) for name, task in first.tasks.items()})
   print(json.dumps(times))

@@ -40,16 +40,6 @@ def recorded(monkeypatch):
   return runs, built
 
 
-def _executor_output(task) -> dict:
-  with open(task.executor_input["outputs"]["outputFile"]) as f:
-    return json.load(f)
-
-
-def _output_metadata(task, name) -> dict:
-  (artifact,) = _executor_output(task)["artifacts"][name]["artifacts"]
-  return artifact["metadata"]
-
-
 @pytest.mark.e2e
 def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_baseline(
     tmp_path, s3_server, monkeypatch, recorded):
@@ -77,10 +67,10 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   versions = kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
   assert len(versions) == 1
   first_version = f"{config.serving_model_dir}/{versions[0]}"
-  assert _output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
-  assert _output_metadata(first.tasks["ProductionModel"], "model")["in_production"] == 0
+  assert kfp_harness.local_output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
+  assert kfp_harness.local_output_metadata(first.tasks["ProductionModel"], "model")["in_production"] == 0
   # The report step's page: the file at its artifact's URI, with the figures as its metadata.
-  report = _output_metadata(first.tasks["RunReport"], "report")
+  report = kfp_harness.local_output_metadata(first.tasks["RunReport"], "report")
   assert report["display_name"] == "run report" and report["blessed"] == 1
   assert report["pushed_version"] == first_version
   (report_artifact,) = (first.tasks["RunReport"].executor_input["outputs"]["artifacts"]
@@ -94,7 +84,7 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   assert cli.main(local_run_command + ["--train_steps=2"]) == 0
   second = runs[1]
   assert second.run_root != first.run_root
-  production = _output_metadata(second.tasks["ProductionModel"], "model")
+  production = kfp_harness.local_output_metadata(second.tasks["ProductionModel"], "model")
   assert production["production_version"] == first_version
   evaluator = second.tasks["Evaluator"]
   (baseline,) = evaluator.executor_input["inputs"]["artifacts"]["baseline_model"]["artifacts"]
@@ -105,11 +95,11 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   # As kfp.local hands an upstream output over (an OSS backend: MLMD id, empty instance schema).
   assert baseline["name"] == "model"
   assert baseline["type"] == {"schemaTitle": "system.Artifact", "schemaVersion": "0.0.1"}
-  blessing = _output_metadata(evaluator, "blessing")
+  blessing = kfp_harness.local_output_metadata(evaluator, "blessing")
   # TFX records on the blessing the baseline its change thresholds were checked against.
   assert blessing["baseline_model"] == baseline["uri"]
   assert blessing["blessed"] == 0
-  assert _output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
-  assert _output_metadata(second.tasks["RunReport"], "report")["blessed"] == 0
+  assert kfp_harness.local_output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
+  assert kfp_harness.local_output_metadata(second.tasks["RunReport"], "report")["blessed"] == 0
   assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
   print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in enumerate(runs)}))
