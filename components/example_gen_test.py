@@ -1,7 +1,6 @@
 """ImageDatasetExampleGen on an image folder, run as its executor (no pipeline, no training):
 bad files stop it naming each one, or are skipped and listed; the examples are deterministic."""
 import glob
-import gzip
 import os
 
 import pytest

@@ -166,6 +166,4 @@ def test_the_compiled_spec_runs_in_containers_of_the_image_twice_with_the_baseli
 
 def test_an_unchanged_build_is_found_not_rebuilt(image):
   environ, tag, _ = image
-  start = time.monotonic()
-  assert container_image.build_image(environ) == (tag, None)
-  assert time.monotonic() - start < 60
+  assert container_image.build_image(environ) == (tag, None)  # None: no build ran.

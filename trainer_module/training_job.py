@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorboard.plugins.hparams import api as hparams_api
 
-from trainer_module import augmix, data, warm_start
+from trainer_module import augmix, data
 from trainer_module.calibration import inputs, registry
 from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
