@@ -17,7 +17,8 @@ def _command(target, *make_args, environ_args=None):
 
 
 @pytest.mark.parametrize("target, command", [("run", ".venv/bin/python -m local_runner"),
-                                             ("test", ".venv/bin/python -m pytest --durations=10")])
+                                             ("check", '.venv/bin/python -m pytest -m "not e2e '
+                                                       'and not container"')])
 def test_args_come_from_the_command_line_and_never_from_the_environment(target, command):
   assert _command(target) == command
   assert _command(target, environ_args="--from_the_environment") == command
