@@ -7,9 +7,17 @@ import pytest
 from tests.conftest import REPO
 
 
+# What an outer `make test` passes down to a make run inside it (its level, its flags): a nested
+# make would print "make[1]: Entering directory" lines around the command.
+_OUTER_MAKE_VARIABLES = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
+
+
 def _command(target, *make_args, environ_args=None):
-  """The line `make -n` prints for the target's command (nothing runs)."""
-  environ = {**os.environ, "ARGS": environ_args} if environ_args else dict(os.environ)
+  """The line `make -n` prints for the target's command (nothing runs), as a shell's make would."""
+  environ = {name: value for name, value in os.environ.items()
+             if name not in _OUTER_MAKE_VARIABLES}
+  if environ_args:
+    environ["ARGS"] = environ_args
   result = subprocess.run(["make", "-n", target, *make_args], cwd=REPO, env=environ,
                           capture_output=True, text=True, timeout=60)
   assert result.returncode == 0, result.stderr
