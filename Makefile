@@ -10,6 +10,9 @@ override ARGS :=
 endif
 
 export PYTHONDONTWRITEBYTECODE := 1
+# The suite on pytest-xdist's workers, one per core: a file's tests (and all s3 tests) on one
+# worker, the longest files first (conftest.py).
+PYTEST_PARALLEL := $(VENV_PY) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
 
 .PHONY: run test check setup system-packages container-packages test-packages lock clean bench-augmix bench-trainer bench-evaluator \
 	bench-calibration bench-ensemble bench-corruptions bench-beam bench-startup \
@@ -61,12 +64,12 @@ run: system-packages $(STAMP)
 
 # The fast tier, for the edit loop: unit and component tests, no pipeline run, no image.
 check: test-packages $(STAMP)
-	$(VENV_PY) -m pytest -m "not e2e and not container" $(ARGS)
+	$(PYTEST_PARALLEL) -m "not e2e and not container" $(ARGS)
 
 # Everything, as CI runs it: the suite, then the container image's build and runs, timed apart
 # (docs/development.md, "Tiers"). A selection (ARGS) without container tests skips the second.
 test: test-packages $(STAMP)
-	$(VENV_PY) -m pytest --durations=15 -m "not container" $(ARGS)
+	$(PYTEST_PARALLEL) --durations=15 -m "not container" $(ARGS)
 	@status=0; $(VENV_PY) -m pytest --durations=5 -m container $(ARGS) || status=$$?; \
 		[ $$status = 0 ] || [ $$status = 5 ]
 

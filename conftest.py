@@ -1,6 +1,31 @@
 """Shared by every test directory: one moto S3 server per session, and the process of the tests
-that use s3:// in-process (testing/s3_server.py)."""
+that use s3:// in-process (testing/s3_server.py); how the suite is spread over pytest-xdist's
+workers (the Makefile runs it with `-n auto --dist loadgroup`)."""
+import pytest
+
 import trainer_module  # noqa: F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 from testing.s3_server import (  # noqa: F401  (pytest finds them by name)
     pytest_pyfunc_call, pytest_runtest_logreport, pytest_sessionfinish, pytest_unconfigure, s3,
     s3_server)
+
+# The files whose pipeline runs take longest start first, so the workers finish together.
+LONGEST_FILES_FIRST = ("tests/kfp_harness_test.py", "tests/kfp_local_test.py",
+                       "tests/portable_beam_test.py", "tests/standalone_trainer_test.py",
+                       "tests/pipeline_e2e_test.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # Before xdist's own hook reads the groups.
+def pytest_collection_modifyitems(items):
+  """One worker per file (its module-scoped runs are made once) and one for the s3 tests (they
+  share the process they run in); the longest files first, then the other end-to-end files."""
+  for item in items:
+    path = item.nodeid.split("::")[0]
+    item.add_marker(pytest.mark.xdist_group("s3" if "s3" in item.fixturenames else path))
+  items.sort(key=_start_rank)
+
+
+def _start_rank(item):
+  path = item.nodeid.split("::")[0]
+  if path in LONGEST_FILES_FIRST:
+    return LONGEST_FILES_FIRST.index(path)
+  return len(LONGEST_FILES_FIRST) + (0 if item.get_closest_marker("e2e") else 1)

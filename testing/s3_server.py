@@ -215,9 +215,9 @@ def pytest_pyfunc_call(pyfuncitem):
     return None
   if "reports" not in _session:
     _session["reports"] = _run_s3_tests(pyfuncitem.config, [  # Those selected (-k, -m) only.
-        item.nodeid for item in pyfuncitem.session.items if "s3" in item.fixturenames])
+        _test_id(item) for item in pyfuncitem.session.items if "s3" in item.fixturenames])
   reports, status, output = _session["reports"]
-  report = reports.get(pyfuncitem.nodeid)
+  report = reports.get(_test_id(pyfuncitem))
   if report is None:
     pytest.fail(f"The s3 tests' process (exit status {status}) reported nothing for this test:"
                 f"\n{output}", pytrace=False)
@@ -226,6 +226,13 @@ def pytest_pyfunc_call(pyfuncitem):
   if report["outcome"] == "failed":
     pytest.fail(f"In the s3 tests' process:\n{report['text']}", pytrace=False)
   return True
+
+
+def _test_id(item) -> str:
+  """The item's node id without the `@group` pytest-xdist's loadgroup appends to it (as
+  xdist's LoadGroupScheduling._split_scope reads it): the id pytest takes on a command line."""
+  node_id = item.nodeid
+  return node_id.rsplit("@", 1)[0] if node_id.rfind("@") > node_id.rfind("]") else node_id
 
 
 def _run_s3_tests(config, node_ids):
