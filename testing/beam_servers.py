@@ -40,6 +40,13 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_SECONDS = 60
 STOP_TIMEOUT_SECONDS = 10
 RECORD_DIR_VARIABLE = "BEAM_TEST_WORKER_RECORDS"
+# A top-level transform of each Beam step of the pipeline (the first part of its transforms'
+# names): a step ran in the pool when a worker's records name it.
+BEAM_STEP_TRANSFORMS = {"ImageDatasetExampleGen": "WriteSplit[train]",
+                        "StatisticsGen": "GenerateStatistics[train]",
+                        "ValidationGate": "Inspect[train]",
+                        "Transform": "Analyze",
+                        "Evaluator": "ExtractEvaluateAndWriteResults"}
 
 
 class PortableBeam:
@@ -128,6 +135,22 @@ class PortableBeam:
         records[int(re.search(r"worker-(\d+)", path).group(1))] = [
             json.loads(line) for line in f if line.strip()]
     return records
+
+  def transforms_by_worker(self) -> Dict[int, set]:
+    """{worker pid: the top-level transforms it ran}; every worker a child of the pool, none
+    this process."""
+    workers = self.worker_records()
+    assert workers, "no SDK worker started"
+    ran = {}
+    for pid, records in workers.items():
+      assert records[0]["parent"] == self.pool_pid and pid != os.getpid()
+      ran[pid] = {name.split("/")[0] for record in records[1:] for name in record["transforms"]}
+    return ran
+
+  def steps_not_run_here(self) -> List[str]:
+    """The pipeline's Beam steps no worker of the pool ran a transform of."""
+    ran = set().union(*self.transforms_by_worker().values())
+    return [step for step, transform in BEAM_STEP_TRANSFORMS.items() if transform not in ran]
 
   def stop(self) -> None:
     """Ends the servers and the workers they started (each in its server's process group)."""

@@ -2,7 +2,9 @@
 twice on s3:// of a local S3 server: a first model is blessed and pushed; the next run's
 Evaluator compares its (degraded) candidate with that pushed model and refuses it: nothing is
 pushed. The spec has two Trainer nodes: its Trainer step launches a Kubeflow Trainer TrainJob,
-whose nodes run as local processes (testing/trainjob_nodes.py)."""
+whose nodes run as local processes (testing/trainjob_nodes.py). Its Beam steps go to a Beam
+worker pool (testing/beam_servers.py) whose environment has the S3 credentials only: the
+endpoint and the region reach the workers in the pipeline's Beam options."""
 import json
 import os
 import re
@@ -11,7 +13,9 @@ import pytest
 import yaml
 
 from kubeflow import submit
+from storage import object_storage
 from testing import kfp_harness
+from testing.beam_servers import PortableBeam
 from testing.tiny_config import SMALL_MODEL
 from testing.trainjob_nodes import LocalTrainJobs
 
@@ -169,19 +173,29 @@ def test_numbers_are_printed_as_gos_fmt_prints_them(value, text):
 @pytest.mark.e2e
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
     tmp_path, s3_server):
-  config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
-                                                SMALL_MODEL + TWO_NODES, PIPELINE_NAME)
-  spec = submit.load_spec(compiled.spec_path)
   secrets = kfp_harness.s3_secrets(s3_server)
-  with LocalTrainJobs(str(tmp_path / "trainjobs"),
-                      kfp_harness.without_host_credentials(os.environ),
-                      secrets=secrets) as cluster:
+  with PortableBeam(env=_credentials_only(s3_server)) as beam, \
+      LocalTrainJobs(str(tmp_path / "trainjobs"), kfp_harness.without_host_credentials(os.environ),
+                     secrets=secrets) as cluster:
+    config, compiled = kfp_harness.compile_for_s3(
+        s3_server, str(tmp_path / "package"), SMALL_MODEL + TWO_NODES + beam.beam_flags(),
+        PIPELINE_NAME)
+    spec = submit.load_spec(compiled.spec_path)
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
                                   env=cluster.environ(), secrets=secrets)
-    _run_twice(config, spec, harness, s3_server, cluster)
+    _run_twice(config, spec, harness, s3_server, cluster, beam)
 
 
-def _run_twice(config, spec, harness, s3_server, cluster):
+def _credentials_only(s3_server):
+  """A worker pool's environment: the S3 credentials, no endpoint or region."""
+  environ = {name: "" for name in (*object_storage.ENDPOINT_VARIABLES,
+                                   *object_storage.REGION_VARIABLES)}
+  environ.update({name: s3_server.environ()[name] for name in ("AWS_ACCESS_KEY_ID",
+                                                                "AWS_SECRET_ACCESS_KEY")})
+  return environ
+
+
+def _run_twice(config, spec, harness, s3_server, cluster, beam):
   metadata = harness.metadata
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
@@ -222,6 +236,14 @@ def _run_twice(config, spec, harness, s3_server, cluster):
   for task in first.tasks.values():
     for artifact_id in task.outputs.values():
       assert metadata.artifact(artifact_id)["uri"].startswith(f"{first.run_root}/{task.name}/")
+
+  # Every Beam step ran in the pool's workers, the endpoint and region from the run's options.
+  assert beam.steps_not_run_here() == []
+  for records in beam.worker_records().values():
+    options = records[0]["options"]
+    assert options["s3_endpoint_url"] == s3_server.endpoint_url
+    assert options["beam_plugins"] == [object_storage.BEAM_PLUGIN]
+    assert records[0]["staged"] == ["submission_environment_dependencies.txt"]  # The image's.
 
   # The Trainer ran as one TrainJob of two nodes, both exiting 0.
   assert list(cluster.runs.values()) == [[0, 0]]
