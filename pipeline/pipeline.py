@@ -40,7 +40,7 @@ from components.served_model_check import ServedModelCheck
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config, report_settings
 from trainer_module import preprocessing, reference_corruptions
-from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY, TRANSFORM_OPTIONS_KEY,
+from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY,
                                    WARM_START_FROM_PRODUCTION)
 
 WARM_START_MODEL_ID = "WarmStartModel"
@@ -103,7 +103,7 @@ def transform_component(config: PipelineConfig, examples, schema, fingerprint: s
       schema=schema,
       preprocessing_fn="trainer_module.preprocessing.preprocessing_fn",
       splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
-      custom_config={TRANSFORM_OPTIONS_KEY: config.trainer.transform_options(),
+      custom_config={preprocessing.TRANSFORM_OPTIONS_KEY: config.trainer.transform_options(),
                      FINGERPRINT_KEY: fingerprint},
       force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1,
       disable_statistics=True)  # StatisticsGen already covers the raw data.

@@ -10,9 +10,11 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from trainer_module import augmix, image_format
-from trainer_module.config import TRANSFORM_OPTIONS_KEY
 from trainer_module.features import (AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY,
                                      EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY)
+
+# Transform's key in the TFX custom_config the pipeline hands it: TrainerConfig.transform_options().
+TRANSFORM_OPTIONS_KEY = "transform"
 
 _MIN_STD = 1e-6  # A constant channel normalises to 0 instead of dividing by zero.
 
