@@ -14,7 +14,7 @@ from tfx import v1 as tfx
 from kubeflow import trainjob_launcher
 from kubeflow.parameters import DATA_ROOT_PARAMETER, trainer_config_parameter
 from kubeflow.trainjob import NodePlacement
-from pipeline.cluster_config import TRAINER_STEP, image_path, step_pod
+from kubeflow.cluster_config import TRAINER_STEP, image_path, step_pod
 from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
 
 Parameter = tfx.dsl.experimental.RuntimeParameter

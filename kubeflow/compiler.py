@@ -27,9 +27,8 @@ from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
 from kubeflow import kfp_entrypoint, platform
-from pipeline.cluster_config import step_kind, step_pod
-from pipeline.config import PipelineConfig
 from kubeflow.cluster import cluster_parts
+from kubeflow.cluster_config import ClusterConfig, step_kind, step_pod
 from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
 
 # What backend/src/v2/compiler/argocompiler/dag.go (kubeflow/pipelines) turns into a workflow;
@@ -56,11 +55,8 @@ def runtime_parameter_defaults(pipeline: tfx.dsl.Pipeline) -> Dict[str, object]:
   return defaults
 
 
-def pipeline_job(config: PipelineConfig) -> dict:
-  """The PipelineJob of this config, as a dict; raises before compiling a local config."""
-  if config.kubeflow is None:
-    raise ValueError("A Kubeflow pipeline needs cluster settings: pass --image and an "
-                     "object-storage --output_dir (gs:// or s3://).")
+def pipeline_job(config: ClusterConfig) -> dict:
+  """The PipelineJob of this config, as a dict."""
   pipeline = create_pipeline(config, cluster_parts(config))
   for component in pipeline.components:
     resources = step_pod(config, step_kind(component.id)).resources
@@ -157,7 +153,7 @@ def artifact_title(artifact_type: dict) -> str:
   return yaml.safe_load(artifact_type["instanceSchema"])["title"]
 
 
-def compile_pipeline(config: PipelineConfig, package_dir: str) -> CompiledPipeline:
+def compile_pipeline(config: ClusterConfig, package_dir: str) -> CompiledPipeline:
   job = pipeline_job(config)
   os.makedirs(package_dir, exist_ok=True)
   base = os.path.join(package_dir, config.pipeline_name)
