@@ -675,7 +675,7 @@ def compile_for_s3(server, package_dir: str, flags: List[str],
   if BUCKET not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
     server.create_bucket(BUCKET)
   client.upload_file(DEFAULT_SCHEMA_PATH, BUCKET, "schema/schema.pbtxt")
-  config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out",
+  config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out", "--dataset=digits",
                        f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
                        f"--pipeline_name={pipeline_name}", "--beam_running_mode=in_memory",
                        f"--s3_endpoint={server.endpoint_url}",
