@@ -46,7 +46,8 @@ def cluster_parts(config) -> RunnerParts:
       tfrecord_input_base=Parameter(name=DATA_ROOT_PARAMETER, ptype=str,
                                     default=config.tfrecord_dir),
       tfrecord_splits=("train", "eval"),  # A test split is only scored locally.
-      make_trainer=make_trainer, metadata_connection_config=None)
+      make_trainer=make_trainer, metadata_connection_config=None,
+      beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args)
 
 
 def vertex_training_config(kubeflow) -> dict:

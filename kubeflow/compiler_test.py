@@ -16,7 +16,7 @@ from kubeflow.conftest import OPEN_SOURCE_GPU_FLAGS, VERTEX_FLAGS
 from kubeflow import cluster_config as kubeflow_config
 from local_runner import runner as local_runner
 from kubeflow.cluster_config import from_flags
-from pipeline.config import PipelineConfig
+from pipeline.config import from_preset
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
@@ -32,7 +32,7 @@ def _compiled_edges(spec):
 
 
 def _local_pipeline():
-  config = PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1))
+  config = from_preset("tiny")
   return create_pipeline(config, local_runner.local_parts(config))
 
 

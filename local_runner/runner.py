@@ -106,6 +106,7 @@ def local_parts(config: config_lib.PipelineConfig):
   return RunnerParts(
       schema_file=config.schema_path, tfrecord_input_base=config.tfrecord_dir,
       tfrecord_splits=splits, make_trainer=make_trainer,
+      beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args,
       metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
           config.metadata_path))
 
