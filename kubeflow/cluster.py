@@ -1,11 +1,6 @@
-"""The Kubeflow runner's parts of the graph (pipeline.pipeline.RunnerParts).
-
-Where a cluster run differs from a local one: the input base is a runtime parameter, so a run
-can read new data; the schema is the copy inside the image; each trial Trainer's custom_config
-is a runtime parameter (with Vertex worker pools the Trainer is Vertex AI's; with several
-replicas on an open-source cluster it launches a Kubeflow Trainer TrainJob); KFP brings its
-own metadata store.
-"""
+"""The Kubeflow runner's parts of the graph (pipeline.pipeline.RunnerParts): the input base and
+each Trainer's config as runtime parameters, the schema inside the image, Vertex AI's Trainer or
+a TrainJob launcher where the pools ask for one, KFP's own metadata store."""
 import json
 from typing import Any
 

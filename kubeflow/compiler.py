@@ -1,22 +1,6 @@
-"""Compiles the pipeline (the same create_pipeline as the local runner) for Kubeflow Pipelines.
-
-TFX's KubeflowV2DagRunner writes a PipelineJob: the KFP v2 pipeline spec plus a runtime config.
-Two files come out of one compile:
-- `<name>.json`, that PipelineJob (Vertex AI Pipelines takes it as is);
-- `<name>.yaml`, the pipeline spec alone, which is what a Kubeflow Pipelines server uploads.
-Both carry the pipeline root (object storage) and the runtime parameters with their defaults.
-
-With kubeflow_target=kfp (an open-source KFP v2 server) the spec is adapted to what that
-backend runs: only container and importer executors (its argocompiler refuses the rest), every
-container started through kubeflow.kfp_entrypoint (which repairs the artifacts the OSS driver
-hands over and runs ExampleGen's pre-cache-check driver, a hook the OSS backend ignores), and
-KFP's cache off for tasks whose result depends on state their cache key cannot see.
-
-Every heavy step's container asks for its resources (both targets); with kfp, the YAML has a
-second document, the Kubernetes platform section (S3 credentials from a Secret, the Trainer's
-node placement, image pull secrets), and each container the object store's endpoint and
-region in its environment (kubeflow/platform.py).
-"""
+"""Compiles the same create_pipeline as the local runner, with the cluster's parts, into a KFP v2
+PipelineJob (`<name>.json`, for Vertex AI) and pipeline spec (`<name>.yaml`, for a KFP server),
+adapted to what an open-source backend runs (docs/kubeflow.md says what and why)."""
 import dataclasses
 import json
 import os
