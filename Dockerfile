@@ -10,7 +10,7 @@ FROM ${BASE_IMAGE}
 
 # TFX 1.16, TFT and TFMA need Keras 2 (tf_keras) in every process.
 ENV TF_USE_LEGACY_KERAS=1 PYTHONDONTWRITEBYTECODE=1
-# pipeline.cluster_config.IMAGE_PROJECT_DIR: the compiled pipeline reads the schema from here.
+# kubeflow.cluster_config.IMAGE_PROJECT_DIR: the compiled pipeline reads the schema from here.
 WORKDIR /pipeline
 
 # requirements.lock is resolved for Python 3.10, the image's Python. --no-deps installs exactly

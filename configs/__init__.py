@@ -1,18 +1,17 @@
-"""Named presets: one module per experiment, each with a `get_config()` (as big_vision's
-configs/*.py) that returns the fields it sets, as plain data. Every runner starts from one
-(`--config=NAME`, pipeline.config.from_flags) and flags override its fields; a field no preset
-sets keeps its PipelineConfig / TrainerConfig / KubeflowConfig default.
+"""Named presets: one module per experiment whose `get_config()` returns the fields it sets,
+starting from the preset it builds on (flax's examples/imagenet/configs); flags override them.
 
-  local_digits       the `make run` default: WRN-16-2 on the embedded digits, minutes on a CPU
-  wrn28_10_cifar10   the flagship recipe: WRN-28-10 on CIFAR-10 (tensorflow-datasets), locally
-  kubeflow           the cluster preset: WRN-28-10 under a Kubeflow-legal pipeline name
+  local_digits       the default (`make run`): WRN-16-2 on the embedded digits, minutes on a CPU
+  wrn28_10_cifar10   local_digits at the original size: WRN-28-10 on CIFAR-10
+  kubeflow           wrn28_10_cifar10 under a Kubeflow-legal pipeline name (the cluster's)
+  tiny               local_digits at the tests' size: WRN-10-1 for 6 epochs
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any, Dict, Tuple
 
-PRESETS: Tuple[str, ...] = ("local_digits", "wrn28_10_cifar10", "kubeflow")
+PRESETS: Tuple[str, ...] = ("local_digits", "wrn28_10_cifar10", "kubeflow", "tiny")
 DEFAULT_PRESET = "local_digits"
 
 

@@ -10,7 +10,9 @@ from pipeline.config import PipelineConfig, from_flags, from_preset
 @pytest.mark.parametrize("name", configs.PRESETS)
 def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
   fields = configs.get_config(name)
-  assert all(isinstance(value, (str, int, float, bool)) for value in fields.values())
+  assert all(isinstance(value, (str, int, float, bool)) or (
+      isinstance(value, tuple) and all(isinstance(item, int) for item in value))
+             for value in fields.values())
   config = from_preset(name)
   assert config == from_flags([f"--config={name}"]) == PipelineConfig().replace(**fields)
   assert config.trainer.augmix  # The pipeline's AugMix is on in every preset.
@@ -32,11 +34,23 @@ def test_flags_override_the_chosen_preset_whatever_their_order():
   assert config.trainer.train_epochs == 3
 
 
-def test_the_flagship_and_cluster_presets_keep_the_original_recipe():
+def test_the_flagship_and_cluster_presets_keep_the_original_recipe_on_cifar10():
   for name in ("wrn28_10_cifar10", "kubeflow"):
-    trainer = from_preset(name).trainer
-    assert (trainer.depth, trainer.width_multiplier, trainer.train_epochs) == (28, 10, 200)
+    config = from_preset(name)
+    assert (config.trainer.depth, config.trainer.width_multiplier,
+            config.trainer.train_epochs) == (28, 10, 200)
+    assert config.dataset == "cifar10"  # WRN-28-10 for 200 epochs is not for 1,797 digits.
   assert from_preset("kubeflow").pipeline_name == "wrn-image-classifier"
+
+
+def test_presets_build_on_the_default_and_tiny_is_the_tests_size():
+  default = configs.get_config(configs.DEFAULT_PRESET)
+  for name in configs.PRESETS:
+    fields = configs.get_config(name)
+    assert set(default) <= set(fields)  # Every preset starts from the default...
+  tiny = from_preset("tiny")
+  assert (tiny.dataset, tiny.trainer.depth, tiny.trainer.width_multiplier) == ("digits", 10, 1)
+  assert tiny.trainer.augmix == from_preset().trainer.augmix
 
 
 @pytest.mark.parametrize("argv, message", [

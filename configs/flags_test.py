@@ -6,7 +6,7 @@ import contextlib
 import pytest
 
 from configs.flags import FLAG_GROUPS, field_help, name_value_pairs, parse_flags
-from pipeline.cluster_config import KubeflowConfig
+from kubeflow.cluster_config import KubeflowConfig, usage as cluster_usage
 from pipeline.config import CONFIG_FLAG, PipelineConfig, usage
 from trainer_module.config import TrainerConfig
 
@@ -45,12 +45,13 @@ def test_help_is_the_trailing_comment_then_the_block_above_the_first_field():
 
 
 def test_pipeline_help_lists_every_flag_by_group_with_its_meaning():
-  text = usage(cluster=True)
+  text = cluster_usage("python -m kubeflow compile")
   for title in FLAG_GROUPS:
     assert f"\n{title}:\n" in text
   for name in _flags() + [CONFIG_FLAG]:
     assert f"  --{name}  (default: " in text
   assert "Wide ResNet depth, 6n+4" in text
+  assert "Names the run's directories and MLMD contexts." in text  # The pipeline's own fields.
   assert "  --image  (default: " not in usage()  # Cluster flags only for the Kubeflow CLI.
 
 

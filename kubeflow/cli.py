@@ -6,7 +6,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from configs.flags import name_value_pairs, parse_value
 from kubeflow import cron
-from pipeline import config as config_lib
+from kubeflow import cluster_config
 
 DEFAULT_PACKAGE_DIR = os.path.join("outputs", "kubeflow")
 DEFAULT_LOCAL_PIPELINE_ROOT = os.path.join("outputs", "kubeflow-local-run")
@@ -75,7 +75,6 @@ def split_flags(argv: Sequence[str], names: Sequence[str]) -> Tuple[Dict[str, st
   return ours, rest
 
 
-CLUSTER_PRESET = "kubeflow"  # What compile starts from without --config (configs/kubeflow.py).
 
 
 def _required(flags: dict, name: str, example: str) -> str:
@@ -86,8 +85,7 @@ def _required(flags: dict, name: str, example: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
   if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
-    print(USAGE + config_lib.usage(CLUSTER_PRESET,
-                                   "python -m kubeflow compile", cluster=True))
+    print(USAGE + cluster_config.usage("python -m kubeflow compile"))
     return 0
   command, args = argv[0], argv[1:]
   if command not in COMMAND_FLAGS:
@@ -107,11 +105,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _compile(flags: dict, rest: List[str]) -> int:
-  config = config_lib.from_flags(rest, base=config_lib.from_preset(CLUSTER_PRESET))
-  if config.kubeflow is None:
-    raise ValueError("Invalid config value image='': is required on Kubeflow (e.g. "
-                     "--image=gcr.io/my-project/wrn-pipeline:1), with an object-storage "
-                     "--output_dir (gs://... or s3://...).")
+  config = cluster_config.from_flags(rest)
   from kubeflow import compiler
   compiled = compiler.compile_pipeline(config, flags.get("package_dir", DEFAULT_PACKAGE_DIR))
   print(f"Compiled {config.pipeline_name} for Kubeflow Pipelines:\n"

@@ -1,11 +1,6 @@
-"""The Kubeflow runner's parts of the graph (pipeline.pipeline.RunnerParts).
-
-Where a cluster run differs from a local one: the input base is a runtime parameter, so a run
-can read new data; the schema is the copy inside the image; each trial Trainer's custom_config
-is a runtime parameter (with Vertex worker pools the Trainer is Vertex AI's; with several
-replicas on an open-source cluster it launches a Kubeflow Trainer TrainJob); KFP brings its
-own metadata store.
-"""
+"""The Kubeflow runner's parts of the graph (pipeline.pipeline.RunnerParts): the input base and
+each Trainer's config as runtime parameters, the schema inside the image, Vertex AI's Trainer or
+a TrainJob launcher where the pools ask for one, KFP's own metadata store."""
 import json
 from typing import Any
 
@@ -14,7 +9,7 @@ from tfx import v1 as tfx
 from kubeflow import trainjob_launcher
 from kubeflow.parameters import DATA_ROOT_PARAMETER, trainer_config_parameter
 from kubeflow.trainjob import NodePlacement
-from pipeline.cluster_config import TRAINER_STEP, image_path, step_pod
+from kubeflow.cluster_config import TRAINER_STEP, image_path, step_pod
 from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
 
 Parameter = tfx.dsl.experimental.RuntimeParameter
@@ -46,7 +41,8 @@ def cluster_parts(config) -> RunnerParts:
       tfrecord_input_base=Parameter(name=DATA_ROOT_PARAMETER, ptype=str,
                                     default=config.tfrecord_dir),
       tfrecord_splits=("train", "eval"),  # A test split is only scored locally.
-      make_trainer=make_trainer, metadata_connection_config=None)
+      make_trainer=make_trainer, metadata_connection_config=None,
+      beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args)
 
 
 def vertex_training_config(kubeflow) -> dict:

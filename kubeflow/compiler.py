@@ -1,22 +1,6 @@
-"""Compiles the pipeline (the same create_pipeline as the local runner) for Kubeflow Pipelines.
-
-TFX's KubeflowV2DagRunner writes a PipelineJob: the KFP v2 pipeline spec plus a runtime config.
-Two files come out of one compile:
-- `<name>.json`, that PipelineJob (Vertex AI Pipelines takes it as is);
-- `<name>.yaml`, the pipeline spec alone, which is what a Kubeflow Pipelines server uploads.
-Both carry the pipeline root (object storage) and the runtime parameters with their defaults.
-
-With kubeflow_target=kfp (an open-source KFP v2 server) the spec is adapted to what that
-backend runs: only container and importer executors (its argocompiler refuses the rest), every
-container started through kubeflow.kfp_entrypoint (which repairs the artifacts the OSS driver
-hands over and runs ExampleGen's pre-cache-check driver, a hook the OSS backend ignores), and
-KFP's cache off for tasks whose result depends on state their cache key cannot see.
-
-Every heavy step's container asks for its resources (both targets); with kfp, the YAML has a
-second document, the Kubernetes platform section (S3 credentials from a Secret, the Trainer's
-node placement, image pull secrets), and each container the object store's endpoint and
-region in its environment (kubeflow/platform.py).
-"""
+"""Compiles the same create_pipeline as the local runner, with the cluster's parts, into a KFP v2
+PipelineJob (`<name>.json`, for Vertex AI) and pipeline spec (`<name>.yaml`, for a KFP server),
+adapted to what an open-source backend runs (docs/kubeflow.md says what and why)."""
 import dataclasses
 import json
 import os
@@ -27,9 +11,8 @@ from tfx import v1 as tfx
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 
 from kubeflow import kfp_entrypoint, platform
-from pipeline.cluster_config import step_kind, step_pod
-from pipeline.config import PipelineConfig
 from kubeflow.cluster import cluster_parts
+from kubeflow.cluster_config import ClusterConfig, step_kind, step_pod
 from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
 
 # What backend/src/v2/compiler/argocompiler/dag.go (kubeflow/pipelines) turns into a workflow;
@@ -56,11 +39,8 @@ def runtime_parameter_defaults(pipeline: tfx.dsl.Pipeline) -> Dict[str, object]:
   return defaults
 
 
-def pipeline_job(config: PipelineConfig) -> dict:
-  """The PipelineJob of this config, as a dict; raises before compiling a local config."""
-  if config.kubeflow is None:
-    raise ValueError("A Kubeflow pipeline needs cluster settings: pass --image and an "
-                     "object-storage --output_dir (gs:// or s3://).")
+def pipeline_job(config: ClusterConfig) -> dict:
+  """The PipelineJob of this config, as a dict."""
   pipeline = create_pipeline(config, cluster_parts(config))
   for component in pipeline.components:
     resources = step_pod(config, step_kind(component.id)).resources
@@ -157,7 +137,7 @@ def artifact_title(artifact_type: dict) -> str:
   return yaml.safe_load(artifact_type["instanceSchema"])["title"]
 
 
-def compile_pipeline(config: PipelineConfig, package_dir: str) -> CompiledPipeline:
+def compile_pipeline(config: ClusterConfig, package_dir: str) -> CompiledPipeline:
   job = pipeline_job(config)
   os.makedirs(package_dir, exist_ok=True)
   base = os.path.join(package_dir, config.pipeline_name)

@@ -13,9 +13,10 @@ from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
 from kubeflow import cli, compiler, kfp_entrypoint
 from kubeflow.conftest import OPEN_SOURCE_GPU_FLAGS, VERTEX_FLAGS
-from pipeline import cluster_config as kubeflow_config
+from kubeflow import cluster_config as kubeflow_config
 from local_runner import runner as local_runner
-from pipeline.config import PipelineConfig, from_flags, from_preset
+from kubeflow.cluster_config import from_flags
+from pipeline.config import from_preset
 from pipeline.pipeline import create_pipeline
 from trainer_module.config import TrainerConfig
 
@@ -31,7 +32,7 @@ def _compiled_edges(spec):
 
 
 def _local_pipeline():
-  config = PipelineConfig(trainer=TrainerConfig(depth=10, width_multiplier=1))
+  config = from_preset("tiny")
   return create_pipeline(config, local_runner.local_parts(config))
 
 
@@ -167,7 +168,7 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
 
 def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_path):
   from kubeflow.conftest import TFRECORD_FLAGS
-  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"], base=from_preset("kubeflow"))
+  config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"])
   spec = _spec(compiler.compile_pipeline(config, str(tmp_path)))
   tasks = spec.root.dag.tasks
   base_model = tasks["Trainer"].inputs.artifacts["base_model"].task_output_artifact
@@ -221,7 +222,7 @@ def test_an_image_folder_is_read_again_on_every_kubeflow_run(tmp_path):
   """KFP's cache key cannot see new photos under the same image_dir."""
   config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=s3://bucket/wrn",
                        "--dataset=image_dir", "--image_dir=s3://data/photos",
-                       "--pipeline_name=wrn-photos"], base=from_preset("kubeflow"))
+                       "--pipeline_name=wrn-photos"])
   tasks = compiler.pipeline_job(config)["pipelineSpec"]["root"]["dag"]["tasks"]
   assert tasks["ImageDatasetExampleGen"]["cachingOptions"] == {"enableCache": False}
   assert tasks["ClassSchemaGen"].get("cachingOptions", {}).get("enableCache", True)
@@ -296,7 +297,7 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
                                                                             monkeypatch):
   monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "compile-me-not")
   monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://minio-service.kubeflow:9000")
-  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags, base=from_preset("kubeflow"))
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7"] + flags)
   job = compiler.pipeline_job(config)
   executors = job["pipelineSpec"]["deploymentSpec"]["executors"]
   for step in BEAM_STEPS:
@@ -308,8 +309,7 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
 
 def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):
   from kubeflow import compiler, submit
-  config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"],
-                      base=from_preset("kubeflow"))
+  config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"])
   assert config.trainer.temperature_fit == "distance_curve"  # The preset's, for ensembles too.
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)

@@ -1,9 +1,9 @@
 import pytest
 
-from pipeline.config import from_flags, from_preset
+from kubeflow.cluster_config import from_flags
 
 # A Vertex multi-worker GPU pipeline on the embedded digits, and a TFRecord one without Vertex.
-VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn",
+VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn", "--dataset=digits",
                 "--kubeflow_target=vertex", "--vertex_project=proj",
                 "--vertex_region=europe-west4",
                 "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=2",
@@ -29,6 +29,6 @@ def compiled(tmp_path_factory):
   result = {}
   for name, flags in (("vertex", VERTEX_FLAGS), ("tfrecord", TFRECORD_FLAGS),
                       ("gpus", OPEN_SOURCE_GPU_FLAGS)):
-    config = from_flags(flags, base=from_preset("kubeflow"))
+    config = from_flags(flags)
     result[name] = (config, compiler.compile_pipeline(config, str(tmp_path_factory.mktemp(name))))
   return result

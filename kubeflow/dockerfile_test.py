@@ -7,7 +7,7 @@ import re
 
 import tfx
 
-from pipeline.cluster_config import IMAGE_PACKAGES, IMAGE_PROJECT_DIR, PROJECT_DIR
+from kubeflow.cluster_config import IMAGE_PACKAGES, IMAGE_PROJECT_DIR, PROJECT_DIR
 from testing import container_image
 
 

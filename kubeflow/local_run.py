@@ -44,7 +44,7 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import compiler
 from kubeflow import kfp_entrypoint
-from pipeline.cluster_config import IMAGE_PROJECT_DIR
+from kubeflow.cluster_config import IMAGE_PROJECT_DIR
 from storage import object_storage
 
 RUNNERS = ("subprocess", "docker")

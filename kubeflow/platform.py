@@ -1,4 +1,4 @@
-"""Each step's pod in the compiled spec (pipeline.cluster_config.step_pod): its container
+"""Each step's pod in the compiled spec (kubeflow.cluster_config.step_pod): its container
 resources, and, for an open-source KFP server, the spec's Kubernetes platform section.
 
 - Resources: TFX's `with_platform_config` takes a `PipelineContainerSpec.ResourceSpec`, which
@@ -17,7 +17,7 @@ from kfp.compiler import pipeline_spec_builder
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 
-from pipeline.cluster_config import (PodResources, StepPod, cpu_cores, memory_bytes, step_kind,
+from kubeflow.cluster_config import (PodResources, StepPod, cpu_cores, memory_bytes, step_kind,
                                      step_pod)
 
 ResourceSpec = pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec.ResourceSpec

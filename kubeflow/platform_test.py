@@ -6,8 +6,8 @@ from kfp import compiler as kfp_compiler
 from kfp import dsl, kubernetes
 
 from kubeflow import platform
-from pipeline.cluster_config import PodResources, StepPod, Toleration
-from pipeline.config import from_flags
+from kubeflow.cluster_config import PodResources, StepPod, Toleration
+from kubeflow.cluster_config import from_flags
 
 POD = StepPod(secret_name="wrn-s3", secret_env=(("accesskey", "AWS_ACCESS_KEY_ID"),
                                                 ("secretkey", "AWS_SECRET_ACCESS_KEY")),

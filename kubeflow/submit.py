@@ -18,7 +18,7 @@ import yaml
 
 from kubeflow.parameters import DATA_ROOT_PARAMETER, TRAINER_CONFIG_PARAMETER
 from pipeline import config as config_lib
-from pipeline.cluster_config import KubeflowConfig
+from kubeflow.cluster_config import KubeflowConfig
 from storage.object_storage import is_object_store_uri
 from trainer_module.config import HYPER_L2_GROUPS, TRAINER_CONFIG_KEY, TrainerConfig
 

@@ -11,7 +11,7 @@ from tfx.utils import json_utils
 
 from kubeflow import trainjob
 from kubeflow.compiler import pipeline_job
-from pipeline.config import from_flags, from_preset
+from kubeflow.cluster_config import from_flags
 from kubeflow.trainjob_launcher import TrainJobExecutor, build_manifest, trainjob_settings
 from kubeflow.trainjob_node import NodeExecutor
 from testing.kube_api import KubeApi, write_kubeconfig
@@ -93,8 +93,7 @@ def test_the_executor_runs_the_trainjob_and_wants_the_chiefs_model(tmp_path, mon
 
 def test_the_compiled_kfp_spec_with_two_replicas_runs_the_launcher_in_the_trainer_step():
   config = from_flags(["--image=registry/wrn:5", "--output_dir=s3://bucket/wrn",
-                       "--replica_count=2", "--distribution_strategy=multi_worker_mirrored"],
-                      base=from_preset("kubeflow"))
+                       "--replica_count=2", "--distribution_strategy=multi_worker_mirrored"])
   spec = pipeline_job(config)["pipelineSpec"]
   trainer = spec["deploymentSpec"]["executors"]["Trainer_executor"]["container"]
   args = trainer["args"]

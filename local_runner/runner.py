@@ -12,9 +12,13 @@ from typing import Iterator, Optional, Sequence
 from absl import logging as absl_logging
 
 from components import tfrecord_check
+from configs.flags import FLAG_GROUPS, name_value_pairs
 from pipeline import beam_engine
 from pipeline import config as config_lib
 from local_runner import run_lock
+
+CLUSTER_FLAGS = {name for title, names in FLAG_GROUPS.items() if "Kubeflow" in title
+                 for name in names}  # kubeflow/cluster_config.py's, named in --help.
 
 log = logging.getLogger("pipeline")
 
@@ -102,6 +106,7 @@ def local_parts(config: config_lib.PipelineConfig):
   return RunnerParts(
       schema_file=config.schema_path, tfrecord_input_base=config.tfrecord_dir,
       tfrecord_splits=splits, make_trainer=make_trainer,
+      beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args,
       metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
           config.metadata_path))
 
@@ -143,17 +148,17 @@ def main(argv: Sequence[str]) -> int:
     print(config_lib.usage())
     return 0
   try:
+    cluster_flags = [name for name, _ in name_value_pairs(argv) if name in CLUSTER_FLAGS]
+    if cluster_flags:
+      raise ValueError(f"cluster flags (--{', --'.join(cluster_flags)}) are for Kubeflow runs: "
+                       "python -m kubeflow compile|run|schedule ...")
     config = config_lib.from_flags(argv)
-    if config.kubeflow is None:
-      config.check_output_dir()
-      config_lib.check_runs_here(config)
-      beam_engine.check_job_server_answers(config)
+    config.check_output_dir()
+    config_lib.check_runs_here(config)
+    if config.beam_runner == "portable":
+      beam_engine.check_job_server_answers(config.beam_job_endpoint)
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
-    return 2
-  if config.kubeflow is not None:
-    print("error: cluster flags (--image, --vertex_project, ...) are for Kubeflow runs: "
-          "python -m kubeflow compile|run|schedule ...", file=sys.stderr)
     return 2
   run_id = new_run_id()
   try:

@@ -1,4 +1,4 @@
-"""The pipeline graph, its configuration and the local runner."""
+"""The pipeline: its configuration, its graph and the gate; the runners are beside it."""
 import os
 import warnings
 

@@ -12,7 +12,6 @@ EXTERNAL = ["--beam_runner=portable", "--beam_job_endpoint=127.0.0.1:8099",
 
 def test_a_local_run_submits_every_beam_step_to_the_portable_job_server(tmp_path):
   config = from_flags([f"--output_dir={tmp_path}"] + EXTERNAL)
-  assert config.kubeflow is None
   assert config.beam_pipeline_args(10) == [
       "--runner=PortableRunner", "--job_endpoint=127.0.0.1:8099", "--environment_type=EXTERNAL",
       "--environment_config=127.0.0.1:50000", f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}",

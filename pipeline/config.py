@@ -1,10 +1,6 @@
-"""One configuration object per run: a preset (configs/), plus overrides from flags, validated
-up front.
-
-The local runner, the Kubeflow runner and the standalone trainer all take their values from
-here (the trainer's part is `trainer_module.config.TrainerConfig`, the cluster's
-`pipeline.cluster_config.KubeflowConfig`). Every flag is a field name:
-`--config=wrn28_10_cifar10 --train_epochs=50`.
+"""One configuration object per run: a preset (configs/) with flags over it, validated once,
+as a local run needs it; a Kubeflow run's config (kubeflow/cluster_config.py) extends it.
+Every flag is a field name: `--config=wrn28_10_cifar10 --train_epochs=50`.
 """
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ import math
 import os
 import re
 import typing
-from typing import Optional, Sequence, Tuple
+from typing import ClassVar, Dict, Optional, Sequence, Tuple
 
 import configs
 from components import tfrecord_check
@@ -22,8 +18,6 @@ from trainer_module.class_names import DATASET_CLASS_NAMES, index_names
 from pipeline import beam_engine
 from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
                            parse_flags)
-from pipeline.cluster_config import (IMAGE_PROJECT_DIR, PROJECT_DIR, KubeflowConfig,
-                                     check_cluster_config)
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
 from trainer_module.calibration import registry as calibration_methods
@@ -43,6 +37,7 @@ BEAM_RUNNING_MODES = ("auto", "multi_processing", "multi_threading", "in_memory"
 # make_beam_dependency_flags, skipped when a dependency flag is set): ~1-3 s per step, and
 # 52 MB of /tmp left behind each time.
 REQUIREMENTS_FILE = "requirements.lock"
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_BEAM_REQUIREMENTS = os.path.join(PROJECT_DIR, REQUIREMENTS_FILE)
 # Examples in the embedded and tfds datasets (tfrecord inputs are not counted ahead of the run).
 DATASET_EXAMPLES = {"digits": 1797, "cifar10": 60000}
@@ -58,7 +53,7 @@ CONFIG_FLAG = "config"  # --config=NAME picks the preset (configs/) the other fl
 class PipelineConfig:
   # Every field is a flag; its trailing comment is its --help (configs.flags.field_help).
   pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
-  # On Kubeflow (with `kubeflow` set) output_dir is on object storage: gs:// or s3://.
+  # On Kubeflow output_dir is on object storage: gs:// or s3://.
   output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
   # digits (embedded), cifar10 (tensorflow-datasets), tfrecord (tf.Examples) or image_dir (a
   # folder of images in class folders: docs/pipeline.md, "Data").
@@ -137,7 +132,8 @@ class PipelineConfig:
   beam_environment_config: str = ""  # Depends on beam_environment_type.
   # The presets in configs/ choose the model; bare, it is the original script's recipe.
   trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # Its own flags.
-  kubeflow: Optional[KubeflowConfig] = None  # Cluster settings; None for a local run.
+  # The config objects inside this one whose fields are flags too (a cluster config adds one).
+  PARTS: ClassVar[Dict[str, type]] = {"trainer": TrainerConfig}
 
   def __post_init__(self):
     for field in dataclasses.fields(self):  # inf passes every bound below.
@@ -145,8 +141,6 @@ class PipelineConfig:
       require(not isinstance(value, float) or math.isfinite(value), field.name, value,
               "must be a finite number")
     require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
-    if self.kubeflow is None:
-      object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
     require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
     require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
             self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
@@ -184,7 +178,7 @@ class PipelineConfig:
             self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
     require(self.beam_in_memory_max_examples >= 0, "beam_in_memory_max_examples",
             self.beam_in_memory_max_examples, "must be >= 0")
-    beam_engine.check(self)
+    self._check_beam_engine()
     if self.dataset != "tfrecord":
       require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
               "is only used with dataset=tfrecord")
@@ -201,24 +195,7 @@ class PipelineConfig:
               "is only used with dataset=image_dir")
       require(not self.skip_bad_images, "skip_bad_images", self.skip_bad_images,
               "is only used with dataset=image_dir")
-    if self.kubeflow is not None:
-      require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
-              self.tfrecord_dir, "is required with dataset=tfrecord")
-      require(self.dataset != "image_dir" or bool(self.image_dir), "image_dir",
-              self.image_dir, "is required with dataset=image_dir")
-      check_cluster_config(self)  # Paths on object storage are not read here.
-    else:
-      if self.dataset == "tfrecord":
-        _check_tfrecord_dir(self.tfrecord_dir)
-      if self.dataset == "image_dir":
-        _check_image_dir(self.image_dir)
-      _check_local_paths(self)
-    if self.kubeflow is None or not is_object_store_uri(self.schema_path):
-      # An image folder's classes set the label domain and the model's outputs at run time.
-      _check_schema(self.schema_path, None if self.dataset == "image_dir"
-                    else self.trainer.num_classes)
-    if self.kubeflow is None and self.dataset == "tfrecord":
-      _check_tfrecord_examples(self.tfrecord_dir, self.schema_path)
+    self._check_where_it_runs()
     _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
     fit = self.trainer.temperature_fit
     if calibration_methods.get(fit).needs_validation_corruptions:
@@ -234,6 +211,56 @@ class PipelineConfig:
     require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
             "`python -m trainer_module`)")
+
+  def _check_beam_engine(self) -> None:
+    """The engine flags (beam_engine.py), wherever the run is; a runner adds its own rules."""
+    runner = self.beam_runner
+    require(runner in beam_engine.BEAM_RUNNERS, "beam_runner", runner,
+            f"must be one of {beam_engine.BEAM_RUNNERS}")
+    if runner != "portable":
+      for name in ("beam_job_endpoint", "beam_environment_config"):
+        value = getattr(self, name)
+        require(not value, name, value, f"is not used with beam_runner={runner}")
+    if runner == "direct":
+      return
+    require(self.beam_workers == 0, "beam_workers", self.beam_workers,
+            f"is for the direct runner; with beam_runner={runner} the engine scales its workers")
+    if runner != "portable":
+      return
+    require(beam_engine.HOST_PORT.fullmatch(self.beam_job_endpoint) is not None,
+            "beam_job_endpoint", self.beam_job_endpoint, "must be host:port of the job server "
+            "with beam_runner=portable (e.g. flink-jobserver.flink:8099)")
+    kind, given = self.beam_environment_type, self.beam_environment_config
+    require(kind in beam_engine.BEAM_ENVIRONMENT_TYPES, "beam_environment_type", kind,
+            f"must be one of {beam_engine.BEAM_ENVIRONMENT_TYPES}")
+    if kind == "EXTERNAL":
+      require(beam_engine.HOST_PORT.fullmatch(given) is not None, "beam_environment_config",
+              given, "must be host:port of the SDK worker pool with "
+              "beam_environment_type=EXTERNAL")
+    elif kind == "PROCESS" and given:
+      require(beam_engine.is_process_config(given), "beam_environment_config", given,
+              'must be JSON with a "command" with beam_environment_type=PROCESS')
+
+  def _check_where_it_runs(self) -> None:
+    """A local run's rules: its inputs on this machine, and a Beam engine it can start without
+    a cluster's image. A cluster config replaces them with its own."""
+    object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
+    require(self.beam_runner != "dataflow", "beam_runner", self.beam_runner,
+            "is for Kubeflow runs (python -m kubeflow ... --image=...): Dataflow's workers run "
+            "the pipeline image; locally, use direct or portable")
+    require(self.beam_runner != "portable" or self.beam_environment_type == "EXTERNAL"
+            or bool(self.beam_environment_config), "beam_environment_config",
+            self.beam_environment_config, "is required with beam_environment_type="
+            f"{self.beam_environment_type} on a local run: the SDK harness image (DOCKER) or "
+            "the boot command as JSON (PROCESS)")
+    if self.dataset == "tfrecord":
+      _check_tfrecord_dir(self.tfrecord_dir)
+    if self.dataset == "image_dir":
+      _check_image_dir(self.image_dir)
+    _check_local_paths(self)
+    check_schema(self)
+    if self.dataset == "tfrecord":
+      _check_tfrecord_examples(self.tfrecord_dir, self.schema_path)
 
   def check_output_dir(self) -> None:
     """For a local run: output_dir, and the serving directory under it, must be directories
@@ -291,111 +318,114 @@ class PipelineConfig:
   def beam_step_args(self, examples: Optional[int]) -> list:
     """What a Beam step adds to beam_pipeline_args() for an input of `examples` (TFX puts a
     step's arguments after the pipeline's, and Beam keeps a repeated flag's last value): the
-    engine auto picks for that size on a local run; nothing otherwise."""
-    if (self.beam_running_mode != "auto" or self.kubeflow is not None
-        or self.beam_runner != "direct"):
+    engine auto picks for that size."""
+    if self.beam_running_mode != "auto" or self.beam_runner != "direct":
       return []
     return [arg for arg in self.beam_pipeline_args(examples) if arg.startswith("--direct_")]
 
   def beam_pipeline_args(self, examples: Optional[int] = None) -> list:
-    """A Beam step's arguments: the engine, and s3:// set up in each SDK worker. `examples`:
-    the size of the step's input, when known (beam_running_mode=auto picks by it)."""
-    s3_workers = [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
-    # A compiled pipeline's steps run in the pipeline's image, which installs the same file
-    # from its project directory (Dockerfile).
-    installed = (f"{IMAGE_PROJECT_DIR}/{REQUIREMENTS_FILE}" if self.kubeflow
-                 else LOCAL_BEAM_REQUIREMENTS)
-    if self.beam_runner == "dataflow":
-      return self.kubeflow.dataflow_args() + s3_workers
+    """A Beam step's arguments on this machine: the engine, and s3:// set up in each SDK
+    worker. `examples`: the size of the step's input, when known (auto picks by it)."""
     if self.beam_runner == "portable":
-      # What the harnesses have installed, which also stops TFX from building an sdist of
-      # itself for them to install (tfx/utils/dependency_utils.py, make_beam_dependency_flags):
-      # on Kubeflow, the image they run; locally, the requirements of this environment,
-      # staged without the download of every package (beam_engine.SKIP_REQUIREMENTS_DOWNLOAD).
-      installed_by = ([f"--sdk_container_image={self.kubeflow.image}"] if self.kubeflow else
-                      [f"--requirements_file={installed}",
-                       beam_engine.SKIP_REQUIREMENTS_DOWNLOAD])
-      return (beam_engine.portable_args(self, self.kubeflow.image if self.kubeflow else "")
-              + installed_by + s3_workers)
+      # What the harnesses have installed, staged without the download of every package
+      # (beam_engine.SKIP_REQUIREMENTS_DOWNLOAD), which also stops TFX from building an sdist
+      # of itself for them (tfx/utils/dependency_utils.py, make_beam_dependency_flags).
+      return (self.portable_args("") + [f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}",
+                                        beam_engine.SKIP_REQUIREMENTS_DOWNLOAD]
+              + self.s3_worker_args())
     mode = self.beam_running_mode
     if mode == "auto":
       small = examples is not None and examples <= self.beam_in_memory_max_examples
-      mode = "in_memory" if small and self.kubeflow is None else "multi_processing"
-    # In a cluster, 0 tells Beam to use the cores of the machine the component runs on.
-    workers = 1 if mode == "in_memory" else (
-        self.beam_workers or (0 if self.kubeflow else os.cpu_count() or 1))
+      mode = "in_memory" if small else "multi_processing"
+    workers = 1 if mode == "in_memory" else self.beam_workers or os.cpu_count() or 1
     return ([f"--direct_running_mode={mode}", f"--direct_num_workers={workers}",
-             f"--requirements_file={installed}"] + s3_workers)
+             f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}"] + self.s3_worker_args())
+
+  def s3_worker_args(self) -> list:
+    """s3:// set up in each SDK worker, when the run reads or writes it."""
+    return [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
+
+  def portable_args(self, image: str) -> list:
+    """Beam arguments submitting a step to the portable job server; `image`: the default
+    harness of DOCKER (a Kubeflow run's pipeline image)."""
+    return beam_engine.portable_args(self.beam_job_endpoint, self.beam_environment_type,
+                                     self.beam_environment_config, image)
 
   def replace(self, **overrides) -> "PipelineConfig":
-    """A copy with overrides; trainer and cluster fields may be given by name alongside
-    pipeline fields (a cluster field turns a local config into a cluster one)."""
-    pipeline_fields = {f.name for f in dataclasses.fields(PipelineConfig)}
-    trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
-    kubeflow_fields = {f.name for f in dataclasses.fields(KubeflowConfig)}
-    unknown = set(overrides) - pipeline_fields - trainer_fields - kubeflow_fields
-    if unknown:
-      raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
-    trainer_overrides = {k: v for k, v in overrides.items() if k in trainer_fields}
-    kubeflow_overrides = {k: v for k, v in overrides.items() if k in kubeflow_fields}
-    pipeline_overrides = {k: v for k, v in overrides.items() if k in pipeline_fields}
-    trainer = pipeline_overrides.pop("trainer", self.trainer)
-    if trainer_overrides:
-      trainer = dataclasses.replace(trainer, **trainer_overrides)
-    kubeflow = pipeline_overrides.pop("kubeflow", self.kubeflow)
-    if kubeflow_overrides:
-      kubeflow = (dataclasses.replace(kubeflow, **kubeflow_overrides) if kubeflow
-                  else KubeflowConfig(**kubeflow_overrides))
-    return dataclasses.replace(self, trainer=trainer, kubeflow=kubeflow, **pipeline_overrides)
+    """A copy with overrides; the fields of its PARTS may be given by name alongside its own."""
+    return build(type(self), overrides, self)
 
 
-def _flag_fields() -> dict:
-  fields = {f.name: f for f in dataclasses.fields(PipelineConfig)
-            if f.name not in ("trainer", "kubeflow")}
-  fields.update({f.name: f for f in dataclasses.fields(TrainerConfig)})
-  fields.update({f.name: f for f in dataclasses.fields(KubeflowConfig)})
+def flag_fields(config_class: type = PipelineConfig) -> Dict[str, dataclasses.Field]:
+  """Every flag of a config class: its own fields, then those of its PARTS."""
+  fields = {f.name: f for f in dataclasses.fields(config_class)
+            if f.name not in config_class.PARTS}
+  for part in config_class.PARTS.values():
+    fields.update({f.name: f for f in dataclasses.fields(part)})
   return fields
+
+
+def build(config_class: type, values: dict, start: Optional[PipelineConfig] = None):
+  """A `config_class` from field values by name (its own and its PARTS'), over `start`'s values
+  (else the defaults): each object built, and validated, once."""
+  own = {f.name for f in dataclasses.fields(config_class)}
+  part_fields = {part: {f.name for f in dataclasses.fields(cls)}
+                 for part, cls in config_class.PARTS.items()}
+  unknown = set(values) - own - set().union(*part_fields.values())
+  if unknown:
+    raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
+  fields = {name: getattr(start, name) for name in own if hasattr(start, name)}
+  fields.update({name: value for name, value in values.items() if name in own})
+  for part, names in part_fields.items():
+    given = {name: value for name, value in values.items() if name in names}
+    current = fields.get(part)
+    if given:
+      fields[part] = (dataclasses.replace(current, **given) if current is not None
+                      else config_class.PARTS[part](**given))
+  return config_class(**fields)
 
 
 def usage(preset: str = configs.DEFAULT_PRESET,
           command: str = "python -m local_runner [--flag=value ...]   (or: make run ARGS=...)",
-          cluster: bool = False) -> str:
-  """Every flag, grouped, with its default (the preset's) and what it means (the comments of
-  its field); cluster flags on request."""
+          config_class: type = PipelineConfig) -> str:
+  """Every flag, grouped, with its default (the preset's, else its class's) and what it means
+  (the comments of its field)."""
   config = from_preset(preset)
-  helps = {**field_help(PipelineConfig), **field_help(TrainerConfig),
-           **field_help(KubeflowConfig), CONFIG_FLAG: f"{CONFIG_HELP} {configs.PRESETS}"}
+  holders = (config, *(getattr(config, part) for part in PipelineConfig.PARTS))
+  helps = {CONFIG_FLAG: f"{CONFIG_HELP} {configs.PRESETS}"}
+  classes = [cls for cls in reversed(config_class.__mro__) if dataclasses.is_dataclass(cls)]
+  for cls in (*classes, *config_class.PARTS.values()):
+    helps.update(field_help(cls))
   defaults = {CONFIG_FLAG: preset}
-  kubeflow_defaults = {f.name: f.default for f in dataclasses.fields(KubeflowConfig)}
-  for name in _flag_fields():
-    if name in kubeflow_defaults:
-      if cluster:
-        defaults[name] = getattr(config.kubeflow, name, kubeflow_defaults[name])
-    else:
-      defaults[name] = getattr(config.trainer if hasattr(config.trainer, name) else config, name)
+  for name, field in flag_fields(config_class).items():
+    holder = next((h for h in holders if name in {f.name for f in dataclasses.fields(h)}), None)
+    defaults[name] = getattr(holder, name) if holder is not None else field.default
   return f"usage: {command}\n" + describe_flags(grouped(helps, defaults))
 
 
 def from_preset(name: str = configs.DEFAULT_PRESET) -> PipelineConfig:
   """The config of a preset in configs/ (its fields over the dataclasses' defaults)."""
-  return PipelineConfig().replace(**configs.get_config(name))
+  return build(PipelineConfig, configs.get_config(name))
 
 
-def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> PipelineConfig:
-  """The run's config: `--config=NAME`'s preset (else `base`, else configs.DEFAULT_PRESET)
-  with `--field value` / `--field=value` flags over it."""
-  hints = {**typing.get_type_hints(PipelineConfig), **typing.get_type_hints(TrainerConfig),
-           **typing.get_type_hints(KubeflowConfig)}
-  hints = {name: hints[name] for name in _flag_fields()}
+def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None,
+               config_class: type = PipelineConfig,
+               default_preset: str = configs.DEFAULT_PRESET) -> PipelineConfig:
+  """The run's config: `--config=NAME`'s preset (else `base`, else `default_preset`) with
+  `--field value` / `--field=value` flags over it, built once."""
+  hints = {**typing.get_type_hints(config_class)}
+  for part in config_class.PARTS.values():
+    hints.update(typing.get_type_hints(part))
+  hints = {name: hints[name] for name in flag_fields(config_class)}
   pairs = name_value_pairs(argv)
   presets = [value for name, value in pairs if name == CONFIG_FLAG]
   require(len(presets) <= 1, CONFIG_FLAG, ",".join(presets), "is given more than once")
-  if presets:
-    base = from_preset(presets[0])
-  elif base is None:
-    base = from_preset(configs.DEFAULT_PRESET)
-  rest = [f"--{name}={value}" for name, value in pairs if name != CONFIG_FLAG]
-  return base.replace(**parse_flags(rest, hints))
+  flags = parse_flags([f"--{name}={value}" for name, value in pairs if name != CONFIG_FLAG],
+                      hints)
+  if presets or base is None:
+    return build(config_class, {**configs.get_config(presets[0] if presets else default_preset),
+                                **flags})
+  return build(config_class, flags, base)
 
 
 def _check_writable_dir(output_dir: str, path: str, what: str) -> None:
@@ -508,8 +538,14 @@ def check_runs_here(config: PipelineConfig) -> None:
           + " (or leave it out of --corruptions)")
 
 
+def check_schema(config: PipelineConfig) -> None:
+  """The curated schema must exist and bound the label to [0, num_classes) (an image folder's
+  classes set the label domain and the model's outputs at run time)."""
+  _check_schema(config.schema_path, None if config.dataset == "image_dir"
+                else config.trainer.num_classes)
+
+
 def _check_schema(path: str, num_classes: Optional[int]) -> None:
-  """The curated schema must exist and bound the label to [0, num_classes) (when known)."""
   from google.protobuf import text_format
   from tensorflow_metadata.proto.v0 import schema_pb2
   require(os.path.isfile(path), "schema_path", path, "does not exist")

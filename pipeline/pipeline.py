@@ -1,27 +1,13 @@
-"""The pipeline graph, as one function of the run's config.
-
-ExampleGen -> StatisticsGen, ClassSchemaGen (the curated schema and the class names) ->
-ExampleValidator -> the data check (step ValidationGate) -> Transform -> Trainer -> Evaluator
-(against the ProductionModel) -> ServedModelCheck -> Pusher -> RunReport, and the data check
--> EvaluationSetGen (clean eval/test + corrupted test images) -> Evaluator.
-With hyper_trials > 1 the Trainer is hyper_trials independent trial Trainers whose models an
-EnsembleSelector turns into one ensemble model, the candidate of ProductionModel, Evaluator and
-Pusher.
-
-With warm_start=production, a second ProductionModel (WarmStartModel, no candidate) gives the
-Trainer the model in production as its base_model.
-
-What differs between runners (where the schema and the input data are, which Trainer runs,
-which metadata store) is not decided here: each runner builds its RunnerParts and hands them
-in, as the TFX templates' runners do (local_runner/runner.py, kubeflow/cluster.py).
-"""
+"""The pipeline graph (docs/pipeline.md draws it), one function of the run's config and the
+parts its runner hands in (RunnerParts: schema, input base, Trainer, metadata store, Beam
+arguments), as the TFX templates' runners do."""
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
@@ -40,7 +26,7 @@ from components.served_model_check import ServedModelCheck
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config, report_settings
 from trainer_module import preprocessing, reference_corruptions
-from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY, TRANSFORM_OPTIONS_KEY,
+from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY,
                                    WARM_START_FROM_PRODUCTION)
 
 WARM_START_MODEL_ID = "WarmStartModel"
@@ -61,6 +47,8 @@ class RunnerParts:
   tfrecord_splits: Tuple[str, ...]  # dataset=tfrecord: the splits ImportExampleGen reads.
   make_trainer: TrainerFactory
   metadata_connection_config: Optional[Any]  # None: the orchestrator brings its own MLMD.
+  beam_pipeline_args: Sequence[str]  # Every Beam step's engine where the runner runs them.
+  beam_step_args: Callable[[Optional[int]], list]  # What a step of that many examples adds.
 
 
 def trainer_custom_config(config: PipelineConfig, fingerprint: str, trial: int = 0) -> dict:
@@ -103,7 +91,7 @@ def transform_component(config: PipelineConfig, examples, schema, fingerprint: s
       schema=schema,
       preprocessing_fn="trainer_module.preprocessing.preprocessing_fn",
       splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "eval"]),
-      custom_config={TRANSFORM_OPTIONS_KEY: config.trainer.transform_options(),
+      custom_config={preprocessing.TRANSFORM_OPTIONS_KEY: config.trainer.transform_options(),
                      FINGERPRINT_KEY: fingerprint},
       force_tf_compat_v1=preprocessing.FORCE_TF_COMPAT_V1,
       disable_statistics=True)  # StatisticsGen already covers the raw data.
@@ -141,7 +129,7 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
   # only add their start-up (bench/beam_modes.py: 1,797 x 9 images 13.3 s in_memory against
   # 21.7 s multi_processing; with 4x the views, --augmix_view_sets 16, 19.1 s against 28.4 s).
   for step in (examples, statistics, data_check, transform):
-    step.with_beam_pipeline_args(config.beam_step_args(config.input_examples))
+    step.with_beam_pipeline_args(parts.beam_step_args(config.input_examples))
   return examples, statistics, schema, validator, data_check, transform
 
 
@@ -193,7 +181,7 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       baseline_model=production.outputs["model"],
       example_splits=[evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED],
       eval_config=eval_config(config)).with_beam_pipeline_args(
-          config.beam_step_args(evaluation_set_examples(config)))
+          parts.beam_step_args(evaluation_set_examples(config)))
 
   # The candidate as a serving client sees it (raw tf.Examples through its signature, in a
   # fresh process): the Pusher publishes only what passes this and the gate.
@@ -225,4 +213,4 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
                   production, evaluator, served_check, pusher, report],
       enable_cache=config.enable_cache,
       metadata_connection_config=parts.metadata_connection_config,
-      beam_pipeline_args=config.beam_pipeline_args())
+      beam_pipeline_args=list(parts.beam_pipeline_args))

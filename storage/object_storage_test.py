@@ -9,7 +9,7 @@ import pytest
 
 from storage import object_storage
 from storage.object_storage import S3Settings
-from pipeline.config import from_flags
+from kubeflow.cluster_config import from_flags
 from testing.s3_server import S3Server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

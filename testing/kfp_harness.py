@@ -656,7 +656,7 @@ PIPELINE_NAME = "wrn-kfp-harness"
 def s3_secrets(server) -> Dict[str, Dict[str, str]]:
   """The namespace's Secrets for a spec compiled by compile_for_s3: KFP's own object-store
   Secret (the compile's default credentials_secret) holding `server`'s credentials."""
-  from pipeline.cluster_config import KFP_MINIO_SECRET
+  from kubeflow.cluster_config import KFP_MINIO_SECRET
   environ = server.environ()
   return {KFP_MINIO_SECRET: {"accesskey": environ["AWS_ACCESS_KEY_ID"],
                              "secretkey": environ["AWS_SECRET_ACCESS_KEY"]}}
@@ -669,17 +669,18 @@ def compile_for_s3(server, package_dir: str, flags: List[str],
   credentials from KFP's Secret (s3_secrets); returns (config, CompiledPipeline). Pipelines of
   other names share the bucket but not their pipeline root or serving directory."""
   from kubeflow import compiler
-  from pipeline.config import DEFAULT_SCHEMA_PATH, from_flags, from_preset
+  from kubeflow.cluster_config import from_flags
+  from pipeline.config import DEFAULT_SCHEMA_PATH
   client = server.client()
   if BUCKET not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
     server.create_bucket(BUCKET)
   client.upload_file(DEFAULT_SCHEMA_PATH, BUCKET, "schema/schema.pbtxt")
-  config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out",
+  config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out", "--dataset=digits",
                        f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
                        f"--pipeline_name={pipeline_name}", "--beam_running_mode=in_memory",
                        f"--s3_endpoint={server.endpoint_url}",
                        f"--s3_region={server.environ()['AWS_REGION']}",
-                       *flags], base=from_preset("kubeflow"))
+                       *flags])
   return config, compiler.compile_pipeline(config, package_dir)
 
 

@@ -16,7 +16,7 @@ import pytest
 from kubeflow import cli
 from kubeflow import local_run
 from kubeflow import submit
-from pipeline.cluster_config import IMAGE_PROJECT_DIR
+from kubeflow.cluster_config import IMAGE_PROJECT_DIR
 from testing import container_image
 from testing import container_run
 from testing import kfp_harness

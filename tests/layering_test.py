@@ -69,3 +69,54 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path):
   module = tmp_path / "module.py"
   module.write_text("def f():\n  from kubeflow import cluster\n  import os\n")
   assert list(first_party_imports(str(module))) == [(2, "kubeflow")]
+
+
+def module_imports(path):
+  """The first-party modules `path` imports (a name taken from a package is its module when
+  there is one), TYPE_CHECKING and in-function imports included."""
+  with open(path) as f:
+    tree = ast.parse(f.read(), path)
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      candidates = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      candidates = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+    else:
+      continue
+    for name in candidates:
+      relative = os.path.join(REPO, *name.split("."))
+      if name.split(".")[0] in MAY_IMPORT and os.path.isfile(relative + ".py"):
+        yield name
+        if not isinstance(node, ast.Import):
+          break
+
+
+def test_no_two_modules_import_each_other_through_any_path():
+  graph = {}
+  for package in MAY_IMPORT:
+    for path in modules(package):
+      name = os.path.relpath(path, REPO)[:-len(".py")].replace(os.sep, ".")
+      graph[name] = set(module_imports(path)) - {name}
+  circles, index, low, stack, counter = [], {}, {}, [], [0]
+
+  def visit(node):  # Tarjan's strongly connected components.
+    index[node] = low[node] = counter[0]
+    counter[0] += 1
+    stack.append(node)
+    for target in graph.get(node, ()):
+      if target not in index:
+        visit(target)
+        low[node] = min(low[node], low[target])
+      elif target in stack:
+        low[node] = min(low[node], index[target])
+    if low[node] == index[node]:
+      component = []
+      while not component or component[-1] != node:
+        component.append(stack.pop())
+      if len(component) > 1:
+        circles.append(sorted(component))
+
+  for node in sorted(graph):
+    if node not in index:
+      visit(node)
+  assert not circles, circles

@@ -13,10 +13,9 @@ import numpy as np
 
 from trainer_module.calibration import registry as calibration_methods
 
-# Keys of the TFX custom_config the pipeline hands Transform and the Trainer (producers:
-# pipeline/, kubeflow/; consumers: trainer_module.preprocessing and trainer_module.tfx_trainer).
+# Keys of the TFX custom_config the pipeline hands the Trainer (producers: pipeline/, kubeflow/;
+# consumer: trainer_module.tfx_trainer). Transform's is preprocessing.TRANSFORM_OPTIONS_KEY.
 TRAINER_CONFIG_KEY = "trainer"  # TrainerConfig.to_dict() of the Trainer (trial).
-TRANSFORM_OPTIONS_KEY = "transform"  # TrainerConfig.transform_options() for preprocessing_fn.
 FINGERPRINT_KEY = "trainer_module_fingerprint"  # Invalidates the cache when the code changes.
 
 

@@ -1,18 +1,15 @@
-"""Transform's preprocessing_fn: decode, scale to [0, 1], normalise per channel, AugMix.
-
-The per-channel mean and standard deviation are full-pass statistics over the training split
-(tft analyzers), baked into the transform graph that serving applies too. AugMix view sets
-(uint8, for training examples only) are computed from the example key, which serving does not
-feed, so TFT prunes them (and all their random ops) from the serving graph; the Trainer
-normalises them with the same statistics.
-"""
+"""Transform's preprocessing_fn: decode, scale to [0, 1], normalise per channel by the train
+split's full-pass statistics (baked into the serving graph too), and AugMix view sets made from
+the example key, which serving does not feed, so TFT prunes them from the serving graph."""
 import tensorflow as tf
 import tensorflow_transform as tft
 
 from trainer_module import augmix, image_format
-from trainer_module.config import TRANSFORM_OPTIONS_KEY
 from trainer_module.features import (AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY,
                                      EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY)
+
+# Transform's key in the TFX custom_config the pipeline hands it: TrainerConfig.transform_options().
+TRANSFORM_OPTIONS_KEY = "transform"
 
 _MIN_STD = 1e-6  # A constant channel normalises to 0 instead of dividing by zero.
 

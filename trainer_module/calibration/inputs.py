@@ -8,12 +8,7 @@ import tensorflow as tf
 
 from trainer_module import reference_corruptions
 from trainer_module.calibration.maths import TemperatureFitError
-from trainer_module.calibration.method import HeldOut
-
-# Set apart for validation by Hendrycks & Dietterich (hendrycks/robustness,
-# ImageNet-C/imagenet_c/README.md: "the last four are validation functions"); tfds ships them as
-# cifar10_corrupted's 4 extra corruptions. Disjoint from the 15 the gate and report evaluate.
-VALIDATION_CORRUPTIONS = reference_corruptions.EXTRA_CORRUPTIONS
+from trainer_module.calibration.method import VALIDATION_CORRUPTIONS, HeldOut
 
 
 class ShiftedSet(NamedTuple):

@@ -1,32 +1,25 @@
-"""Cluster settings of a run: the `kubeflow` part of the one PipelineConfig.
-
-A config that has them describes a run on Kubeflow Pipelines: the code comes from a container
-image, every location is on object storage (gs:// or s3://), each heavy step asks for CPU, memory
-and (the Trainer) GPUs, and on an open-source KFP server each pod gets its S3 credentials from a
-Kubernetes Secret, its node placement and image pull secrets (`step_pod`); the Trainer can
-instead run on Vertex AI worker pools with GPUs or TPUs. They live beside the rest of the run's config, as the TFX
-templates keep their Vertex and Dataflow arguments in `pipeline/configs.py`; the Kubeflow
-runner (kubeflow/) reads them, the graph never does. Nothing here imports TFX.
-"""
+"""A Kubeflow run's config: the pipeline's (pipeline/config.py) with the cluster's settings,
+which decide each step's pod, the Trainer's machines and the Beam engine's arguments. The graph
+never reads them; nothing here imports TFX."""
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
+from pipeline import config as config_lib
+from pipeline.config import PROJECT_DIR, REQUIREMENTS_FILE, PipelineConfig, check_schema
 from storage.object_storage import is_object_store_uri, object_store_uri_problem
 from trainer_module.config import require
 
-if TYPE_CHECKING:  # pipeline.config imports this module.
-  from pipeline.config import PipelineConfig
+CLUSTER_PRESET = "kubeflow"  # configs/kubeflow.py: what `python -m kubeflow compile` starts from.
 
 # The Dockerfile's WORKDIR: the project's packages are copied there, and it is on sys.path.
 IMAGE_PROJECT_DIR = "/pipeline"
 # The packages the pipeline imports at run time; the image must hold every one.
 IMAGE_PACKAGES = ("pipeline", "components", "trainer_module", "kubeflow", "storage", "configs")
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Kubeflow V2 pipeline (and TFX KubeflowV2DagRunner) names.
 KFP_PIPELINE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")
@@ -286,7 +279,7 @@ def step_kind(component_id: str) -> str:
   return BEAM_STEP if component_id in HEAVY_BEAM_COMPONENTS else LIGHT_STEP
 
 
-def step_pod(config: PipelineConfig, kind: str, training_node: bool = False) -> StepPod:
+def step_pod(config: ClusterConfig, kind: str, training_node: bool = False) -> StepPod:
   """The pod of a step of this kind (`step_kind`) on config's cluster; with training_node, the
   pod a Trainer's launcher (a Kubeflow Trainer TrainJob) gives each training node. A Trainer
   step that launches a TrainJob or a Vertex CustomJob only submits and watches it, so its own
@@ -365,8 +358,60 @@ def image_path(local_path: str) -> str:
   return "/".join([IMAGE_PROJECT_DIR] + relative.split(os.sep))
 
 
-def check_cluster_config(config: PipelineConfig) -> None:
-  """What a PipelineConfig with cluster settings must satisfy on top of the local rules."""
+@dataclasses.dataclass(frozen=True)
+class ClusterConfig(PipelineConfig):
+  """A run on Kubeflow Pipelines: the pipeline's fields, and the cluster's settings."""
+  kubeflow: Optional[KubeflowConfig] = None  # Required: --image and the other cluster flags.
+  PARTS: ClassVar[Dict[str, type]] = {**PipelineConfig.PARTS, "kubeflow": KubeflowConfig}
+
+  def _check_where_it_runs(self) -> None:
+    """Every location on object storage (read by the steps, not here), and pools, pods and
+    Beam engine that fit the trainer config."""
+    require(self.kubeflow is not None, "image", "", "is required on Kubeflow (e.g. "
+            "--image=gcr.io/my-project/wrn-pipeline:1), with an object-storage --output_dir "
+            "(gs://... or s3://...)")
+    require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
+            self.tfrecord_dir, "is required with dataset=tfrecord")
+    require(self.dataset != "image_dir" or bool(self.image_dir), "image_dir",
+            self.image_dir, "is required with dataset=image_dir")
+    _check_cluster_config(self)
+    if not is_object_store_uri(self.schema_path):
+      check_schema(self)
+
+  def beam_step_args(self, examples: Optional[int]) -> list:
+    """Steps keep the pipeline's engine in a cluster."""
+    return []
+
+  def beam_pipeline_args(self, examples: Optional[int] = None) -> list:
+    """A Beam step's arguments in the pipeline's image: the engine, and s3:// set up in each
+    SDK worker; the image installs the project's requirements file (Dockerfile)."""
+    image = self.kubeflow.image
+    if self.beam_runner == "dataflow":
+      return self.kubeflow.dataflow_args() + self.s3_worker_args()
+    if self.beam_runner == "portable":
+      return (self.portable_args(image) + [f"--sdk_container_image={image}"]
+              + self.s3_worker_args())
+    mode = "multi_processing" if self.beam_running_mode == "auto" else self.beam_running_mode
+    # 0 tells Beam to use the cores of the machine the component runs on.
+    workers = 1 if mode == "in_memory" else self.beam_workers
+    return ([f"--direct_running_mode={mode}", f"--direct_num_workers={workers}",
+             f"--requirements_file={IMAGE_PROJECT_DIR}/{REQUIREMENTS_FILE}"]
+            + self.s3_worker_args())
+
+
+def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> ClusterConfig:
+  """A Kubeflow run's config from flags, cluster flags included (pipeline.config.from_flags),
+  over the `kubeflow` preset unless `--config` or `base` says otherwise."""
+  return config_lib.from_flags(argv, base, ClusterConfig, CLUSTER_PRESET)
+
+
+def usage(command: str) -> str:
+  """Every flag of a Kubeflow run, grouped, the cluster's too."""
+  return config_lib.usage(CLUSTER_PRESET, command, ClusterConfig)
+
+
+def _check_cluster_config(config: ClusterConfig) -> None:
+  """What a cluster config must satisfy on top of the rules of every run."""
   kubeflow = config.kubeflow
   require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",
           config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
@@ -396,7 +441,7 @@ def check_cluster_config(config: PipelineConfig) -> None:
           f"accelerator_count={kubeflow.accelerator_count}")
 
 
-def _check_dataflow(config: PipelineConfig) -> None:
+def _check_dataflow(config: ClusterConfig) -> None:
   kubeflow = config.kubeflow
   dataflow = {"dataflow_project": kubeflow.dataflow_project,
               "dataflow_region": kubeflow.dataflow_region,

@@ -3,9 +3,10 @@ import re
 
 import pytest
 
-from pipeline import cluster_config as kubeflow_config
+from kubeflow import cluster_config as kubeflow_config
 from local_runner import runner as local_runner
-from pipeline.config import from_flags
+from kubeflow.cluster_config import from_flags
+from pipeline import config as config_lib
 
 CLUSTER = ["--image=gcr.io/proj/wrn:1", "--output_dir=gs://bucket/wrn",
            "--pipeline_name=wrn-image-classifier"]
@@ -25,7 +26,7 @@ def test_cluster_flags_make_one_config_with_everything_on_object_storage():
   # The image's own requirements (Dockerfile: /pipeline), so TFX builds no sdist in each pod.
   assert "--requirements_file=/pipeline/requirements.lock" in config.beam_pipeline_args()
   assert config.beam_step_args(100) == []  # Steps keep the pipeline's engine in a cluster.
-  assert from_flags([]).kubeflow is None
+  assert not hasattr(config_lib.from_flags([]), "kubeflow")  # A local run has no cluster.
 
 
 def test_several_replicas_on_kfp_are_the_nodes_of_a_trainjob():
@@ -59,7 +60,7 @@ def test_worker_pools_are_a_chief_and_the_other_replicas_on_the_pipeline_image()
     (CLUSTER + ["--dataset=cifar10", "--tfds_data_dir=/home/me/tfds"],
      "tfds_data_dir='/home/me/tfds'"),
     (CLUSTER + ["--schema_path=/etc/passwd"], "schema_path='/etc/passwd'"),
-    (["--image=i", "--output_dir=gs://bucket/wrn"], "pipeline_name='wrn_image_classifier'"),
+    (["--config=local_digits", "--image=i", "--output_dir=gs://bucket/wrn"], "pipeline_name='wrn_image_classifier'"),
     (VERTEX + ["--vertex_project=p", "--accelerator_type=GTX_1080", "--accelerator_count=1"],
      "accelerator_type='GTX_1080'"),
     (VERTEX + ["--accelerator_type=NVIDIA_TESLA_T4", "--accelerator_count=1"],
@@ -259,7 +260,7 @@ def test_every_sdk_worker_sets_up_s3_when_a_path_is_on_s3():
   assert plugin in from_flags(CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tf"]
                               ).beam_pipeline_args()
   assert from_flags(PORTABLE + ["--output_dir=s3://bucket/wrn"]).beam_pipeline_args()[-1] == plugin
-  assert plugin not in from_flags([]).beam_pipeline_args()
+  assert plugin not in config_lib.from_flags([]).beam_pipeline_args()
 
 
 def test_the_consistent_tpu_and_multi_gpu_pools_are_accepted():
