@@ -175,7 +175,10 @@ def generated_corruptions(test_records: List[Record], names: List[str], per_corr
     if (name, severity) in missing:
       images = [next(made) for _ in chosen]
       if cache_dir:
-        _save_atomically(paths[(name, severity)], np.stack(images))
+        try:
+          _save_atomically(paths[(name, severity)], np.stack(images))
+        except OSError as error:  # A cache is an optimisation: a read-only home loses nothing.
+          log.warning("Could not cache slice %s_%d in %s: %s", name, severity, cache_dir, error)
     else:
       images = np.load(paths[(name, severity)])
     for (key, _, label), image in zip(chosen, images):

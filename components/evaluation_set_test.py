@@ -156,6 +156,17 @@ def test_cached_slices_are_read_back_byte_identical_and_new_images_miss(tmp_path
                                         ["snow"], 2, cache_dir=cache)
 
 
+def test_an_unwritable_cache_is_warned_about_and_the_set_still_written(tmp_path, caplog):
+  examples = _example_gen_output(tmp_path / "examples", per_split=2)
+  blocked = tmp_path / "blocked"
+  blocked.write_text("a file where the cache directory should be")
+  counts = evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"],
+                                               str(tmp_path / "out"), "generated", ["contrast"],
+                                               0, cache_dir=str(blocked / "cache"))
+  assert counts["corrupted"] == 2 * 5
+  assert "Could not cache slice contrast_1" in caplog.text
+
+
 def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
   monkeypatch.setenv("CORRUPTION_CACHE_DIR", str(tmp_path / "here"))
   assert evaluation_set.corruption_cache_dir() == str(tmp_path / "here")
