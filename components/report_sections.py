@@ -187,7 +187,8 @@ def _metric_table(settings, values) -> List[str]:
       gap = family_values["gap"]
       lines.append(f"| {family} | {', '.join(members)} | {_fmt(family_values[ACCURACY_NAME])} "
                    f"| {_fmt(family_values[NLL_NAME])} | {_fmt(family_values[ECE_NAME])} | "
-                   f"{_fmt(family_values[ECE_FLOOR])} | {'n/a' if gap is None else f'{gap:+.4f}'} |")
+                   f"{_fmt(family_values[ECE_FLOOR])} | "
+                   f"{'n/a' if gap is None else f'{gap:+.4f}'} |")
     lines += ["", "Confidence - accuracy: the mean over the family's slices of the mean "
               "top-label probability minus the accuracy (> 0 over-confident, < 0 "
               "under-confident)."]
