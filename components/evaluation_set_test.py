@@ -138,7 +138,7 @@ def test_cached_slices_are_read_back_byte_identical_and_new_images_miss(tmp_path
   examples = _example_gen_output(tmp_path / "examples", per_split=3)
   splits, cache = ["train", "eval", "test"], str(tmp_path / "cache")
   evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fresh"), "generated",
-                                      ["snow", "contrast"], 0, cache_dir=cache)
+                                      ["brightness", "contrast"], 0, cache_dir=cache)
   assert len(os.listdir(cache)) == 2 * 5
 
   def refuse(*_):
@@ -146,14 +146,14 @@ def test_cached_slices_are_read_back_byte_identical_and_new_images_miss(tmp_path
 
   monkeypatch.setattr(evaluation_set.corruptions, "corrupt_all", refuse)
   evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "cached"), "generated",
-                                      ["snow", "contrast"], 0, cache_dir=cache)
+                                      ["brightness", "contrast"], 0, cache_dir=cache)
   fresh, cached = (_read(str(tmp_path / name), "corrupted") for name in ("fresh", "cached"))
   assert [f["key"].bytes_list.value for f in fresh] == [f["key"].bytes_list.value for f in cached]
   assert [f["image"].bytes_list.value for f in fresh] == \
       [f["image"].bytes_list.value for f in cached]
   with pytest.raises(AssertionError, match="corrupted again"):
     evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fewer"), "generated",
-                                        ["snow"], 2, cache_dir=cache)
+                                        ["contrast"], 2, cache_dir=cache)
 
 
 def test_an_unwritable_cache_is_warned_about_and_the_set_still_written(tmp_path, caplog):
