@@ -23,7 +23,8 @@ Two more rows are ceilings, not rules: T chosen with the corrupted set's own lab
 any function of the distance score can do (one T per bin of z) and the best one T per slice can
 do. They say how much of what is left a better rule could remove. The "cECE floor" column is
 the cECE a perfectly calibrated model with the row's confidences would measure on slices of
-this size: ECE over ~100 images is biased upward by binomial noise, so no row can go below it.
+this size (exact: each bin's accuracy Binomial(n, its mean confidence) / n): ECE over a few
+hundred images is biased upward by binomial noise, so no row can go below it.
 
   make bench-calibration ARGS="--output_dir outputs"
   .venv/bin/python bench/calibration.py --output_dir /work/runs/mr4
@@ -47,10 +48,10 @@ from trainer_module import augmix, ensemble  # noqa: E402
 from trainer_module.calibration import (  # noqa: E402
     clean_and_augmix, distance_curve, distances, inputs, maths, model_outputs, record, registry)
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
+from trainer_module.metrics import confidence_bins, ece_floor  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
 CEILING_DISTANCE_BINS = 20  # Equal-count bins of the corrupted set's distance scores.
-FLOOR_DRAWS = 20  # Label draws averaged by calibrated_ece_floor.
 
 # Table columns: (header, metric key, decimals).
 COLUMNS = (("clean test acc.", "test_accuracy", 4), ("clean test NLL", "test_nll", 4),
@@ -84,19 +85,21 @@ def _slice_accuracy(labelled: LabelledSet) -> float:
                         for name in np.unique(labelled.slices)]))
 
 
-def calibrated_ece_floor(labelled: LabelledSet, num_bins: int, draws: int = FLOOR_DRAWS,
-                         seed: int = 0) -> float:
-  """The slices' mean ECE that a perfectly calibrated model with these logits would measure:
-  each example's predicted class is drawn right with probability its confidence (else another
-  class), the mean over `draws` seeded draws. The ECE's sampling bias on slices of this size."""
-  rng = np.random.default_rng(seed)
+def calibrated_ece_floor(labelled: LabelledSet, num_bins: int) -> float:
+  """The slices' mean ECE that a perfectly calibrated model with these logits would measure
+  (trainer_module.metrics.ece_floor of each slice's reliability bins, as the run report
+  computes it): the ECE's sampling bias on slices of this size."""
   logits = np.asarray(labelled.values, np.float64)
-  predicted = logits.argmax(axis=1)
   confidence = np.exp(maths.log_softmax(logits).max(axis=1))
-  wrong = (predicted + 1) % logits.shape[1]
-  return float(np.mean([maths.slice_means(
-      logits, np.where(rng.random(len(predicted)) < confidence, predicted, wrong),
-      labelled.slices, 1.0, num_bins)[1] for _ in range(draws)]))
+  bins = confidence_bins(confidence, num_bins)
+  floors = []
+  for name in np.unique(labelled.slices):
+    inside = labelled.slices == name
+    counts = np.bincount(bins[inside], minlength=num_bins)
+    sums = np.bincount(bins[inside], weights=confidence[inside], minlength=num_bins)
+    floors.append(ece_floor(counts, np.divide(sums, counts, out=np.zeros(num_bins),
+                                              where=counts > 0)))
+  return float(np.mean(floors))
 
 
 def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],

@@ -130,3 +130,46 @@ def test_a_negative_worker_count_is_refused_before_writing(tmp_path):
     evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"], str(out),
                                         "generated", ["contrast"], 0, workers=-1)
   assert not out.exists()
+
+
+def test_cached_slices_are_read_back_byte_identical_and_new_images_miss(tmp_path, monkeypatch):
+  """A second run with the same test images reads every slice from the cache (the corruption
+  code is not called) and writes the same bytes; other images make a new entry."""
+  examples = _example_gen_output(tmp_path / "examples", per_split=3)
+  splits, cache = ["train", "eval", "test"], str(tmp_path / "cache")
+  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fresh"), "generated",
+                                      ["brightness", "contrast"], 0, cache_dir=cache)
+  assert len(os.listdir(cache)) == 2 * 5
+
+  def refuse(*_):
+    raise AssertionError("a cached slice was corrupted again")
+
+  monkeypatch.setattr(evaluation_set.corruptions, "corrupt_all", refuse)
+  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "cached"), "generated",
+                                      ["brightness", "contrast"], 0, cache_dir=cache)
+  fresh, cached = (_read(str(tmp_path / name), "corrupted") for name in ("fresh", "cached"))
+  assert [f["key"].bytes_list.value for f in fresh] == [f["key"].bytes_list.value for f in cached]
+  assert [f["image"].bytes_list.value for f in fresh] == \
+      [f["image"].bytes_list.value for f in cached]
+  with pytest.raises(AssertionError, match="corrupted again"):
+    evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fewer"), "generated",
+                                        ["contrast"], 2, cache_dir=cache)
+
+
+def test_an_unwritable_cache_is_warned_about_and_the_set_still_written(tmp_path, caplog):
+  examples = _example_gen_output(tmp_path / "examples", per_split=2)
+  blocked = tmp_path / "blocked"
+  blocked.write_text("a file where the cache directory should be")
+  counts = evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"],
+                                               str(tmp_path / "out"), "generated", ["contrast"],
+                                               0, cache_dir=str(blocked / "cache"))
+  assert counts["corrupted"] == 2 * 5
+  assert "Could not cache slice contrast_1" in caplog.text
+
+
+def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+  monkeypatch.setenv("CORRUPTION_CACHE_DIR", str(tmp_path / "here"))
+  assert evaluation_set.corruption_cache_dir() == str(tmp_path / "here")
+  monkeypatch.delenv("CORRUPTION_CACHE_DIR")
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  assert evaluation_set.corruption_cache_dir().startswith(str(tmp_path / "xdg"))

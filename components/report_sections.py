@@ -31,6 +31,7 @@ from trainer_module.calibration import registry
 from trainer_module.features import (DISTANCE_SCORE_KEY, LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.class_names import CLASS_NAMES_FILE
+from trainer_module.metrics import ece_floor
 from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
 from trainer_module.calibration.record import read_calibration_info
 from trainer_module.warm_start import TRAINING_INFO_PATH
@@ -41,6 +42,7 @@ CALIBRATED, RAW = PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
 EVAL = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
 TEST = ((evaluation_set.EVAL_SET_KEY, evaluation_set.TEST),)
 CORRUPTED = ((evaluation_set.EVAL_SET_KEY, evaluation_set.CORRUPTED),)
+ECE_FLOOR = "ece_floor"  # corrupted_means' key of the cECE floor.
 SET_NAMES = {EVAL: "clean eval (gated)", TEST: "clean test", CORRUPTED: "corrupted test"}
 
 
@@ -57,12 +59,22 @@ def _corruption_slice(name: str, severity: int) -> tfma_results.Slice:
   return ((evaluation_set.CORRUPTION_KEY, name), (evaluation_set.SEVERITY_KEY, severity))
 
 
+def slice_ece_floor(values: Dict, slice_, output: str) -> Optional[float]:
+  """The ECE a perfectly calibrated model would measure on this slice, from its reliability
+  diagram's bins (metrics.ece_floor): what the slice's size alone adds to its ECE."""
+  bins = tfma_results.metric(values, slice_, output, RELIABILITY_NAME)
+  if bins is None or not np.sum(bins[:, 0]):
+    return None
+  return ece_floor(bins[:, 0], bins[:, 1])
+
+
 def corrupted_means(values: Dict, output: str, names) -> Dict[str, Optional[float]]:
-  """cA, cNLL, cECE: each metric's mean over the corruption x severity slices (UB's tables)."""
-  result = {}
-  for name in (ACCURACY_NAME, NLL_NAME, ECE_NAME):
-    result[name] = _mean(tfma_results.metric(values, _corruption_slice(c, s), output, name)
-                         for c in names for s in corruptions.SEVERITIES)
+  """cA, cNLL, cECE: each metric's mean over the corruption x severity slices (UB's tables),
+  and the cECE floor, the mean of the slices' ECE floors (ECE_FLOOR)."""
+  slices = [_corruption_slice(c, s) for c in names for s in corruptions.SEVERITIES]
+  result = {name: _mean(tfma_results.metric(values, slice_, output, name) for slice_ in slices)
+            for name in (ACCURACY_NAME, NLL_NAME, ECE_NAME)}
+  result[ECE_FLOOR] = _mean(slice_ece_floor(values, slice_, output) for slice_ in slices)
   return result
 
 
@@ -164,14 +176,18 @@ def _metric_table(settings, values) -> List[str]:
     lines += ["", f"Robustness ({len(settings.corruptions)} corruptions x "
               f"{len(corruptions.SEVERITIES)} severities, means over the slices as in "
               f"Uncertainty Baselines): **cA {_fmt(means[ACCURACY_NAME])}, cNLL "
-              f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}**.", "",
-              "| corruption family | corruptions | cA | cNLL | cECE | confidence - accuracy |",
-              "| --- | --- | --- | --- | --- | --- |"]
+              f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}** (cECE floor "
+              f"{_fmt(means[ECE_FLOOR])}: what a perfectly calibrated model with these "
+              f"confidences would measure on slices of this size).", "",
+              "| corruption family | corruptions | cA | cNLL | cECE | cECE floor | "
+              "confidence - accuracy |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for family, family_values in family_means(values, CALIBRATED, settings.corruptions).items():
       members = [name for name in settings.corruptions if corruptions.FAMILY_OF[name] == family]
       gap = family_values["gap"]
       lines.append(f"| {family} | {', '.join(members)} | {_fmt(family_values[ACCURACY_NAME])} "
                    f"| {_fmt(family_values[NLL_NAME])} | {_fmt(family_values[ECE_NAME])} | "
+                   f"{_fmt(family_values[ECE_FLOOR])} | "
                    f"{'n/a' if gap is None else f'{gap:+.4f}'} |")
     lines += ["", "Confidence - accuracy: the mean over the family's slices of the mean "
               "top-label probability minus the accuracy (> 0 over-confident, < 0 "
@@ -461,7 +477,7 @@ def headline(settings: ReportSettings, values: Dict) -> Dict[str, float]:
   if settings.corruptions:
     means = corrupted_means(values, CALIBRATED, settings.corruptions)
     figures.update(corrupted_accuracy=means[ACCURACY_NAME], corrupted_nll=means[NLL_NAME],
-                   corrupted_ece=means[ECE_NAME])
+                   corrupted_ece=means[ECE_NAME], corrupted_ece_floor=means[ECE_FLOOR])
   return {name: float(value) for name, value in figures.items() if value is not None}
 
 

@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 
 from components import report_sections
-from components.calibration_metrics import ACCURACY_NAME, ECE_NAME, NLL_NAME
+from components.calibration_metrics import ACCURACY_NAME, ECE_NAME, NLL_NAME, RELIABILITY_NAME
 from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.export import write_record
 from trainer_module.features import PROBABILITIES_KEY
+from trainer_module.metrics import ece_floor
 from trainer_module.reference_corruptions import BENCHMARK_CORRUPTIONS
 
 _SETTINGS = report_sections.ReportSettings(
@@ -37,6 +38,22 @@ def test_ca_is_the_mean_over_slices_and_families_group_as_hendrycks_and_dietteri
   assert families["noise"][ACCURACY_NAME] == pytest.approx(0.6 + 0.03)
   assert families["weather"][NLL_NAME] == pytest.approx(0.1)
   assert families["digital"][ACCURACY_NAME] == pytest.approx(0.33)
+
+
+def test_the_cece_floor_is_the_mean_of_the_slices_floors_from_their_reliability_bins():
+  """Each slice's floor comes from its own bins (count, mean confidence, accuracy): slices of
+  100 and of 900 images at the same confidences, so the small one's floor is 3 times larger."""
+  values = _values({"fog": 0.9, "contrast": 0.3})
+  for slice_, row in values.items():
+    count = 100 if dict(slice_)["corruption"] == "fog" else 900
+    row[("candidate", PROBABILITIES_KEY, RELIABILITY_NAME, False)] = np.array(
+        [[count * 0.4, 0.55, 0.5], [count * 0.6, 0.95, 0.9]])
+  means = report_sections.corrupted_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
+  small, large = ece_floor([40, 60], [0.55, 0.95]), ece_floor([360, 540], [0.55, 0.95])
+  assert small == pytest.approx(3 * large, rel=0.05)
+  assert means[report_sections.ECE_FLOOR] == pytest.approx((small + large) / 2)
+  assert report_sections.family_means(values, PROBABILITIES_KEY, ["fog"])["weather"][
+      report_sections.ECE_FLOOR] == pytest.approx(small)
 
 
 def test_missing_slices_give_no_number_rather_than_a_wrong_one():

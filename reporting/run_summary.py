@@ -35,7 +35,8 @@ def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
            f"NLL {_fmt(get('eval_nll'))}, temperature-scaled)"]
   if config.corruptions:
     lines.append(f"  corrupted:       cA {_fmt(get('corrupted_accuracy'))}, cNLL "
-                 f"{_fmt(get('corrupted_nll'))}, cECE {_fmt(get('corrupted_ece'))}")
+                 f"{_fmt(get('corrupted_nll'))}, cECE {_fmt(get('corrupted_ece'))} (floor "
+                 f"{_fmt(get('corrupted_ece_floor'))})")
   lines.append(f"  metrics (TFMA):  {get('evaluation_uri')}")
   blessed = get("blessed") == 1
   lines.append(f"  blessed:         {'yes' if blessed else 'no, the gate failed:'}")

@@ -124,7 +124,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert _figure(report, "served_accuracy") == pytest.approx(scored["accuracy"])
   assert f"test accuracy:   {scored['accuracy']:.4f} ({scored['correct']}/" in first.stdout
   for name in ("eval_accuracy", "eval_nll", "eval_ece", "corrupted_accuracy", "corrupted_nll",
-               "corrupted_ece"):
+               "corrupted_ece", "corrupted_ece_floor"):
     assert f"{_figure(report, name):.4f}" in first.stdout, name
   # The HTML page in a real browser: every chart loads from the page itself, nothing leaves it.
   page = browser.open_page(os.path.abspath(_report_path(first.stdout)))

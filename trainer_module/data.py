@@ -10,6 +10,20 @@ from trainer_module.features import (AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL
 from trainer_module.preprocessing import denormalize_to_uint8, normalize
 
 _SHUFFLE_BUFFER = 10_000
+# TensorFlow's global seed when the run's seed is 0 (set_run_seeds): nonzero modulo 2**31 - 1,
+# which TensorFlow takes seeds modulo, and no seed a user is likely to pass.
+_GLOBAL_SEED_FOR_ZERO = 2**31 - 2
+
+
+def set_run_seeds(seed: int) -> None:
+  """Python's, numpy's and TensorFlow's global seeds, as keras.utils.set_random_seed sets them,
+  except TensorFlow's for seed 0: TensorFlow compares the (global, op) seed pair with (0, 0) in
+  Python (tensorflow/python/framework/random_seed.py, get_seed), which fails on
+  training_batches' per-epoch tensor seed when the global seed is 0."""
+  import tf_keras as keras
+  keras.utils.set_random_seed(seed)
+  if seed == 0:
+    tf.random.set_seed(_GLOBAL_SEED_FOR_ZERO)
 
 
 def _files(file_patterns: Sequence[str]) -> list:

@@ -5,7 +5,8 @@ context sums over replicas (and workers), so the numbers do not depend on how th
 split. ECE is top-label with `num_bins` equal-width confidence bins (confidence_bins), as in
 Uncertainty Baselines.
 """
-from typing import Dict
+import math
+from typing import Dict, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -21,6 +22,30 @@ def confidence_bins(confidence, num_bins: int):
     return tf.minimum(tf.cast(confidence * num_bins, tf.int32), num_bins - 1)
   return np.minimum((np.asarray(confidence, np.float64) * num_bins).astype(np.int64),
                     num_bins - 1)
+
+
+def binomial_mean_absolute_deviation(n: int, p: float) -> float:
+  """E|X - np| for X ~ Binomial(n, p), by de Moivre's closed form
+  2 (m + 1) C(n, m + 1) p^(m + 1) (1 - p)^(n - m), m = floor(np); in log space, so exact to
+  rounding for any n."""
+  if n <= 0 or p <= 0.0 or p >= 1.0:
+    return 0.0
+  m = min(int(math.floor(n * p)), n - 1)
+  log_term = (math.log(2.0 * (m + 1)) + math.lgamma(n + 1) - math.lgamma(m + 2)
+              - math.lgamma(n - m) + (m + 1) * math.log(p) + (n - m) * math.log1p(-p))
+  return math.exp(log_term)
+
+
+def ece_floor(bin_counts: Sequence[float], bin_mean_confidences: Sequence[float]) -> float:
+  """The ECE a perfectly calibrated model with these reliability bins would measure, in
+  expectation: each bin's accuracy is then Binomial(n_b, c_b) / n_b, and ECE sums
+  n_b / N * E|accuracy - c_b|. ECE on a finite slice is biased upward by this much."""
+  counts = [int(round(float(n))) for n in bin_counts]
+  total = sum(counts)
+  if total <= 0:
+    return float("nan")
+  return sum(binomial_mean_absolute_deviation(n, float(c))
+             for n, c in zip(counts, bin_mean_confidences)) / total
 
 
 class ClassificationMetrics(tf.Module):

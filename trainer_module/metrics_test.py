@@ -1,10 +1,14 @@
 """Accuracy, NLL and ECE as accumulated on devices, against a plain numpy computation."""
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from testing import reference_metrics
-from trainer_module.metrics import ClassificationMetrics, confidence_bins
+from trainer_module.metrics import (ClassificationMetrics, binomial_mean_absolute_deviation,
+                                    confidence_bins, ece_floor)
 
 
 def test_batches_accumulate_to_the_numpy_metrics_and_padding_is_ignored():
@@ -50,3 +54,28 @@ def test_on_device_and_numpy_bins_agree_on_many_confidences():
   confidence = np.random.default_rng(3).uniform(size=5000).astype(np.float32)
   np.testing.assert_array_equal(confidence_bins(tf.constant(confidence), 15).numpy(),
                                 confidence_bins(confidence, 15))
+
+
+def _exact_mean_absolute_deviation(n, p):
+  """E|X - np| summed over the binomial's support in exact rational arithmetic."""
+  p = Fraction(p)
+  return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) * abs(k - n * p)
+             for k in range(n + 1))
+
+
+@pytest.mark.parametrize("n,p", [(1, 0.5), (2, 0.5), (7, 0.3), (30, 0.95), (292, 0.8125),
+                                 (500, 0.99609375), (13, 0.0625)])
+def test_the_binomial_deviation_is_the_exact_sum_over_its_support(n, p):
+  assert binomial_mean_absolute_deviation(n, p) == pytest.approx(
+      float(_exact_mean_absolute_deviation(n, p)), rel=1e-9)
+
+
+def test_the_ece_floor_weights_each_bins_expected_gap_and_shrinks_with_the_slice():
+  counts, confidences = [4, 0, 6], [0.55, 0.0, 0.95]
+  expected = (_exact_mean_absolute_deviation(4, 0.55)
+              + _exact_mean_absolute_deviation(6, 0.95)) / 10
+  assert ece_floor(counts, confidences) == pytest.approx(float(expected), rel=1e-9)
+  assert ece_floor([1, 1], [1.0, 0.0]) == 0.0  # Certain bins have no sampling noise.
+  assert math.isnan(ece_floor([0, 0], [0.5, 0.5]))
+  # 1 / sqrt(n): a 100-image slice at confidence 0.8 sits near 0.032, 900 images near 0.011.
+  assert ece_floor([100], [0.8]) == pytest.approx(3 * ece_floor([900], [0.8]), rel=0.02)

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional
 import tensorflow as tf
 import tf_keras as keras
 
-from trainer_module import warm_start
+from trainer_module import data, warm_start
 from trainer_module.checkpoints import (Checkpoints, ConfigRecord, Preempted, StopSignal,
                                         TrainingState)
 from trainer_module.config import PRECISION_POLICIES, TrainerConfig
@@ -168,7 +168,7 @@ class Training:
     self.steps_per_loop = config.steps_per_loop or default_steps_per_loop(strategy)
     # The global policy set_precision_policy chose (float32 weights under every policy).
     self.precision_policy = keras.mixed_precision.global_policy().name
-    keras.utils.set_random_seed(config.seed)  # The same initial weights on every run.
+    data.set_run_seeds(config.seed)  # The same initial weights on every run.
     with strategy.scope():
       self.model = wide_resnet(config)
       self.optimizer = make_optimizer(config, steps_per_epoch, self.global_batch_size,
