@@ -402,7 +402,7 @@ def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):
   """The pipeline-wide arguments come first and a step's own last: Beam's last flag wins."""
   from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
   from pipeline.pipeline import create_pipeline, evaluation_set_examples
-  small = from_preset().replace(output_dir=str(tmp_path), beam_in_memory_max_examples=30000)
+  small = from_preset().replace(output_dir=str(tmp_path), beam_in_memory_max_examples=20000)
   for component in create_pipeline(small, local_runner.local_parts(small)).components:
     args = getattr(component.executor_spec, "beam_pipeline_args", None)
     if args is None:
