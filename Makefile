@@ -10,9 +10,9 @@ override ARGS :=
 endif
 
 export PYTHONDONTWRITEBYTECODE := 1
-# The suite on pytest-xdist's workers, one per core: a file's tests (and all s3 tests) on one
-# worker, the longest files first (conftest.py).
-PYTEST_PARALLEL := $(VENV_PY) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
+# The suite on pytest-xdist's workers, one per core: a file's tests on one worker, the longest
+# files first (conftest.py).
+PYTEST_PARALLEL := $(VENV_PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 .PHONY: run test check setup system-packages container-packages test-packages lock clean bench-augmix bench-trainer bench-evaluator \
 	bench-calibration bench-ensemble bench-corruptions bench-beam bench-startup \

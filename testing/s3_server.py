@@ -162,8 +162,9 @@ def _write_self_signed_certificate(cert_path: str, key_path: str) -> None:
 #
 # tensorflow-io's S3 filesystem aborts at exit the process that used it
 # (storage.object_storage.end_process says why). So the tests that use s3:// in-process (the
-# `s3` fixture) run in one pytest process of their own, started by the session when it reaches
-# the first of them and ended with its own status; the session process never uses s3:// through
+# `s3` fixture) run in a pytest process of their own, one per test file (a file's tests share a
+# pytest-xdist worker), started by the session when it reaches the file's first s3 test and
+# ended with its own status; the session process never uses s3:// through
 # TensorFlow (importing tensorflow-io, as TFMA does, is harmless) and ends as Python does, so a
 # crash at exit fails it.
 S3_TESTS_PROCESS_TIMEOUT_SECONDS = 1800
@@ -209,15 +210,17 @@ def s3(s3_server, request, monkeypatch):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
-  """In the session process, a test using `s3` takes its outcome from the s3 tests' process
-  (started for all of them at the first)."""
+  """In the session process, a test using `s3` takes its outcome from its file's s3 tests'
+  process (started for all of them at the first)."""
   if _in_s3_tests_process() or "s3" not in pyfuncitem.fixturenames:
     return None
-  if "reports" not in _session:
-    _session["reports"] = _run_s3_tests(pyfuncitem.config, [  # Those selected (-k, -m) only.
-        _test_id(item) for item in pyfuncitem.session.items if "s3" in item.fixturenames])
-  reports, status, output = _session["reports"]
-  report = reports.get(_test_id(pyfuncitem))
+  path = pyfuncitem.nodeid.split("::")[0]
+  if path not in _session.setdefault("reports", {}):
+    _session["reports"][path] = _run_s3_tests(pyfuncitem.config, [  # Those selected (-k, -m).
+        item.nodeid for item in pyfuncitem.session.items
+        if "s3" in item.fixturenames and item.nodeid.startswith(path + "::")])
+  reports, status, output = _session["reports"][path]
+  report = reports.get(pyfuncitem.nodeid)
   if report is None:
     pytest.fail(f"The s3 tests' process (exit status {status}) reported nothing for this test:"
                 f"\n{output}", pytrace=False)
@@ -226,13 +229,6 @@ def pytest_pyfunc_call(pyfuncitem):
   if report["outcome"] == "failed":
     pytest.fail(f"In the s3 tests' process:\n{report['text']}", pytrace=False)
   return True
-
-
-def _test_id(item) -> str:
-  """The item's node id without the `@group` pytest-xdist's loadgroup appends to it (as
-  xdist's LoadGroupScheduling._split_scope reads it): the id pytest takes on a command line."""
-  node_id = item.nodeid
-  return node_id.rsplit("@", 1)[0] if node_id.rfind("@") > node_id.rfind("]") else node_id
 
 
 def _run_s3_tests(config, node_ids):

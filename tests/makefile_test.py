@@ -26,7 +26,7 @@ def _command(target, *make_args, environ_args=None):
 
 @pytest.mark.parametrize("target, command", [("run", ".venv/bin/python -m local_runner"),
                                              ("check", ".venv/bin/python -m pytest -n auto --dist "
-                                                       'loadgroup --no-loadscope-reorder -m "not '
+                                                       'loadfile --no-loadscope-reorder -m "not '
                                                        'e2e and not container"')])
 def test_args_come_from_the_command_line_and_never_from_the_environment(target, command):
   assert _command(target) == command
