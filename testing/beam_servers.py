@@ -136,20 +136,15 @@ class PortableBeam:
             json.loads(line) for line in f if line.strip()]
     return records
 
-  def transforms_by_worker(self) -> Dict[int, set]:
-    """{worker pid: the top-level transforms it ran}; every worker a child of the pool, none
-    this process."""
+  def steps_not_run_here(self) -> List[str]:
+    """The pipeline's Beam steps no worker of the pool ran a transform of (every worker a child
+    of the pool, none this process)."""
     workers = self.worker_records()
     assert workers, "no SDK worker started"
-    ran = {}
+    ran = set()
     for pid, records in workers.items():
       assert records[0]["parent"] == self.pool_pid and pid != os.getpid()
-      ran[pid] = {name.split("/")[0] for record in records[1:] for name in record["transforms"]}
-    return ran
-
-  def steps_not_run_here(self) -> List[str]:
-    """The pipeline's Beam steps no worker of the pool ran a transform of."""
-    ran = set().union(*self.transforms_by_worker().values())
+      ran |= {name.split("/")[0] for record in records[1:] for name in record["transforms"]}
     return [step for step, transform in BEAM_STEP_TRANSFORMS.items() if transform not in ran]
 
   def stop(self) -> None:

@@ -33,17 +33,19 @@ MAY_IMPORT = {
 FIRST_PARTY = set(MAY_IMPORT) | {"testing", "tests", "bench"}
 
 
-def first_party_imports(path):
-  """(line, top-level package) of every absolute import of a first-party package in `path`."""
+def absolute_imports(path):
+  """Every `import x` and absolute `from x import y` statement in `path`, wherever it is."""
   with open(path) as f:
     tree = ast.parse(f.read(), path)
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      names = [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-      names = [node.module]
-    else:
-      continue
+  return [node for node in ast.walk(tree) if isinstance(node, ast.Import) or (
+      isinstance(node, ast.ImportFrom) and node.level == 0 and node.module)]
+
+
+def first_party_imports(path):
+  """(line, top-level package) of every absolute import of a first-party package in `path`."""
+  for node in absolute_imports(path):
+    names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+             else [node.module])
     for name in names:
       if name.split(".")[0] in FIRST_PARTY:
         yield node.lineno, name.split(".")[0]
@@ -74,15 +76,9 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path):
 def module_imports(path):
   """The first-party modules `path` imports (a name taken from a package is its module when
   there is one), TYPE_CHECKING and in-function imports included."""
-  with open(path) as f:
-    tree = ast.parse(f.read(), path)
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      candidates = [alias.name for alias in node.names]
-    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-      candidates = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-    else:
-      continue
+  for node in absolute_imports(path):
+    candidates = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                  [f"{node.module}.{alias.name}" for alias in node.names] + [node.module])
     for name in candidates:
       relative = os.path.join(REPO, *name.split("."))
       if name.split(".")[0] in MAY_IMPORT and os.path.isfile(relative + ".py"):
