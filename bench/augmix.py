@@ -51,7 +51,7 @@ from tfx import v1 as tfx  # noqa: E402
 from components import image_sources  # noqa: E402
 from components.calibration_metrics import NLL_NAME  # noqa: E402
 from components import report_sections, tfma_results  # noqa: E402
-from pipeline.config import PipelineConfig, from_flags, from_preset  # noqa: E402
+from pipeline.config import BeamConfig, PipelineConfig, from_flags, from_preset  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
 from reporting.run_record import RunRecord  # noqa: E402
@@ -96,13 +96,13 @@ def run_transform(config: PipelineConfig, data_dir: str) -> tuple:
       input_base=data_dir,
       input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*")
                                            for s in ("train", "eval")]))
-  schema = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
+  schema = tfx.components.ImportSchemaGen(schema_file=config.data.schema_path)
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   trainer_module_fingerprint())
-  os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
-  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path)
+  os.makedirs(os.path.dirname(config.runner.metadata_path), exist_ok=True)
+  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(config.runner.metadata_path)
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
-      pipeline_name=config.pipeline_name, pipeline_root=config.pipeline_root,
+      pipeline_name=config.runner.pipeline_name, pipeline_root=config.runner.pipeline_root,
       components=[examples, schema, transform], enable_cache=False,
       metadata_connection_config=connection, beam_pipeline_args=config.beam_pipeline_args()))
   cpu = cpu_seconds() - cpu_start
@@ -204,17 +204,17 @@ def input_pipeline_rate(config: PipelineConfig, examples_uri: str, graph_uri: st
   start = time.time()
   for _ in range(batches):
     next(stream)
-  return batches * config.trainer.per_core_batch_size / (time.time() - start)
+  return batches * config.trainer.training.per_core_batch_size / (time.time() - start)
 
 
 def training_rate(config: PipelineConfig, steps: int, work_dir: str) -> float:
   """Examples/s (each with its views) that training steps of the default model consume."""
   trainer = config.trainer
-  batch = trainer.per_core_batch_size
+  batch = trainer.training.per_core_batch_size
   rng = np.random.default_rng(0)
   tensors = (rng.normal(size=(batch, *IMAGE_SHAPE)).astype(np.float32),
-             rng.normal(size=(batch, trainer.num_views, *IMAGE_SHAPE)).astype(np.float32),
-             rng.integers(0, trainer.num_classes, batch))
+             rng.normal(size=(batch, trainer.augmentation.num_views, *IMAGE_SHAPE)).astype(np.float32),
+             rng.integers(0, trainer.model.num_classes, batch))
   strategy = tf.distribute.get_strategy()
   training = Training(trainer, strategy, steps_per_epoch=1000,
                       checkpoint_dir=os.path.join(work_dir, "checkpoints"))
@@ -280,15 +280,15 @@ def speed(args) -> None:
           f"stored (PNG planes), {sizes['raw']:.0f} as uint8 raw bytes, {sizes['float32']:.0f} "
           f"as float32: {sizes['png'] / sizes['float32']:.2f} of float32 (goal <= 0.33)")
   print(f"  Trainer input pipeline: {input_rate:.0f} examples/s; training step of WRN-"
-        f"{trainer.depth}-{trainer.width_multiplier} (batch {trainer.per_core_batch_size}, "
-        f"{trainer.num_views} view(s)) consumes {consumed_rate:.0f} examples/s: "
+        f"{trainer.model.depth}-{trainer.model.width_multiplier} (batch {trainer.training.per_core_batch_size}, "
+        f"{trainer.augmentation.num_views} view(s)) consumes {consumed_rate:.0f} examples/s: "
         f"{input_rate / consumed_rate:.1f}x (goal >= 3x)")
 
 
 def execution_seconds(config: PipelineConfig, component: str) -> float:
   """Wall seconds of the newest execution of a component (by type) in config's MLMD."""
   store = metadata_store.MetadataStore(
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(config.metadata_path))
+      tfx.orchestration.metadata.sqlite_metadata_connection_config(config.runner.metadata_path))
   latest = max((e for e in store.get_executions()
                 if store.get_execution_types_by_id([e.type_id])[0].name.endswith(component)),
                key=lambda e: e.id)
@@ -315,7 +315,7 @@ def robustness(args) -> None:
                      stderr=subprocess.STDOUT)
     run = RunRecord(config)
     values = tfma_results.load_metrics(run.latest_output("evaluation").uri)
-    means = report_sections.corrupted_means(values, PROBABILITIES_KEY, config.corruptions)
+    means = report_sections.corrupted_means(values, PROBABILITIES_KEY, config.evaluation.corruptions)
     accuracy = tfma_results.metric(values, report_sections.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
     examples = run.latest_output("transformed_examples").uri
     name = "online" if source == "online" else f"{source} view set(s)"
@@ -330,9 +330,9 @@ def main(argv=None) -> None:
   defaults = from_preset().trainer
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=int, default=50_000)
-  parser.add_argument("--aug_count", type=int, default=max(defaults.aug_count, 1))
-  parser.add_argument("--augmix_view_sets", type=int, default=defaults.augmix_view_sets)
-  parser.add_argument("--beam_running_mode", default=PipelineConfig.beam_running_mode)
+  parser.add_argument("--aug_count", type=int, default=max(defaults.augmentation.aug_count, 1))
+  parser.add_argument("--augmix_view_sets", type=int, default=defaults.augmentation.augmix_view_sets)
+  parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode)
   parser.add_argument("--repeats", type=int, default=1,
                       help="Transform runs with and without AugMix, interleaved; best of each")
   parser.add_argument("--train_steps", type=int, default=10)

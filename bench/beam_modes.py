@@ -45,10 +45,10 @@ def run_steps(mode: str, work_dir: str, **overrides) -> tuple:
   parts = local_parts(config)
   components = input_steps(config, parts, trainer_module_fingerprint())
   connection = parts.metadata_connection_config
-  os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
+  os.makedirs(os.path.dirname(config.runner.metadata_path), exist_ok=True)
   cpu, wall = _cpu_seconds(), time.perf_counter()
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
-      pipeline_name=config.pipeline_name, pipeline_root=config.pipeline_root,
+      pipeline_name=config.runner.pipeline_name, pipeline_root=config.runner.pipeline_root,
       components=components, enable_cache=False, metadata_connection_config=connection,
       beam_pipeline_args=config.beam_pipeline_args()))  # The running mode: as the pipeline.
   cpu, wall = _cpu_seconds() - cpu, time.perf_counter() - wall

@@ -237,13 +237,13 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
   config = run.trainer_config(model_dir)
   tft_output = run.tft_output()
   network = run_outputs.load_network(model_dir)
-  eval_batches = run.split_batches(tft_output, config.eval_batch_size)
+  eval_batches = run.split_batches(tft_output, config.training.eval_batch_size)
   mean, std = inputs.channel_statistics(tft_output)
   validation = inputs.validation_corrupted_set(eval_batches, mean, std,
-                                               config.validation_corruption_examples,
-                                               config.eval_batch_size)
+                                               config.calibration.validation_corruption_examples,
+                                               config.training.eval_batch_size)
   augmented = inputs.augmented_eval_batches(
-      eval_batches, mean, std, config.seed,
+      eval_batches, mean, std, config.training.seed,
       augmix.params_from_options(config.transform_options()))
   examples = run.evaluation_set()
   batches = {"eval": (eval_batches, np.full(0, "")),
@@ -253,7 +253,7 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
     mask = examples.eval_sets == name
     batches[name] = (run_outputs.transformed_batches(tft_output, examples.pngs[mask],
                                                      examples.labels[mask],
-                                                     config.eval_batch_size),
+                                                     config.training.eval_batch_size),
                      examples.slices[mask])
 
   def on(model, name):
@@ -266,7 +266,7 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
                       ("eval", "validation", "augmented", TEST, CORRUPTED)})
   try:
     feature_model = model_outputs.penultimate_model(network)
-    batches["train"] = (run.split_batches(tft_output, config.eval_batch_size, "train"),
+    batches["train"] = (run.split_batches(tft_output, config.training.eval_batch_size, "train"),
                         np.full(0, ""))
   except maths.TemperatureFitError:  # An ensemble: its members' features side by side.
     feature_model = ensemble.member_features_model(network)
@@ -289,7 +289,7 @@ def main():
   run = run_outputs.Run(args.output_dir)
   model_dir = run.model_dir(args.model)
   sets, features, config = model_sets(run, model_dir)
-  num_bins = config.num_bins
+  num_bins = config.calibration.num_bins
   recorded = record.read_calibration_info(model_dir)
   rows = [(name, f"{t:.3f}", row_metrics(sets, {s: t for s in ("test", "corrupted",
                                                                  "validation")}, num_bins))

@@ -165,7 +165,7 @@ def main():
   ensemble_dir = args.ensemble_dir or run.model_dir("EnsembleSelector")
   record = read_record(ensemble_dir, ENSEMBLE_FILE)
   best = ensemble.best_single(record)
-  num_bins = run.trainer_config(run.model_dir("EnsembleSelector")).num_bins
+  num_bins = run.trainer_config(run.model_dir("EnsembleSelector")).calibration.num_bins
   examples = run.evaluation_set()
   groups = {name: examples.source_keys[examples.eval_sets == name] for name in (TEST, CORRUPTED)}
   models = {"ensemble": ensemble_dir}

@@ -40,7 +40,7 @@ from tfx import v1 as tfx  # noqa: E402
 from components import evaluation_set  # noqa: E402
 from components.evaluator import Evaluator  # noqa: E402
 from components import tfma_results  # noqa: E402
-from pipeline.config import PipelineConfig, from_preset, robustness_source  # noqa: E402
+from pipeline.config import BeamConfig, PipelineConfig, from_preset, robustness_source  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
 from reporting.run_record import RunRecord  # noqa: E402
 from testing import reference_metrics  # noqa: E402
@@ -54,11 +54,11 @@ _BATCH = 256
 def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri: str) -> int:
   examples = RunRecord(config).latest_output("examples")
   if examples is None:
-    raise SystemExit(f"No ExampleGen output in {config.metadata_path}; run `make run` first.")
+    raise SystemExit(f"No ExampleGen output in {config.runner.metadata_path}; run `make run` first.")
   splits = json.loads(examples.properties["split_names"].string_value)
   counts = evaluation_set.write_evaluation_set(
-      examples.uri, splits, output_uri, robustness_source(config.dataset),
-      list(config.corruptions), per_corruption, config.tfds_data_dir)
+      examples.uri, splits, output_uri, robustness_source(config.data.dataset),
+      list(config.evaluation.corruptions), per_corruption, config.data.tfds_data_dir)
   return sum(counts.values())
 
 
@@ -146,12 +146,12 @@ def main():
   parser.add_argument("--output_dir", default="outputs", help="a `make run` output directory")
   parser.add_argument("--examples_per_corruption", type=int, default=0,
                       help="test images per corruption x severity (0: all)")
-  parser.add_argument("--beam_running_mode", default=PipelineConfig.beam_running_mode,
+  parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode,
                       help="the Evaluator's Beam DirectRunner mode (multi_processing: one "
                            "worker process per core; in_memory: this process; auto: by the "
                            "evaluation set's size, as the pipeline)")
   parser.add_argument("--inference_batch_size", type=int,
-                      default=PipelineConfig().trainer.eval_batch_size,
+                      default=PipelineConfig().trainer.training.eval_batch_size,
                       help="rows the Evaluator regroups its input batches to before calling "
                            "the model (the pipeline's: the trainer's eval_batch_size); 0: "
                            "Beam's own adaptive batches")
@@ -164,7 +164,7 @@ def main():
                                         beam_running_mode=args.beam_running_mode)
   model = RunRecord(config).candidate_model()
   if model is None:
-    raise SystemExit(f"No trained model in {config.metadata_path}; run `make run` first.")
+    raise SystemExit(f"No trained model in {config.runner.metadata_path}; run `make run` first.")
   model_dir = os.path.join(model.uri, "Format-Serving")
   with tempfile.TemporaryDirectory() as work:
     examples_uri = os.path.join(work, "evaluation_set")
@@ -174,7 +174,7 @@ def main():
     for _ in range(args.direct_runs):
       cpu = cpu_seconds()
       direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
-                                                         config.trainer.num_bins)
+                                                         config.trainer.calibration.num_bins)
       direct_times.append(direct_time)
       direct_cpu.append(cpu_seconds() - cpu)
       assert direct_count == count

@@ -40,7 +40,7 @@ def measure(output_dir: str, autograph: bool) -> dict:
                                     checkpoint_dir=tempfile.mkdtemp())
   step = (training.train_step if not autograph else tf.function(training._train_step))  # pylint: disable=protected-access
   batches = iter(strategy.distribute_datasets_from_function(
-      lambda context: data.training_batches(files, spec, config, config.per_core_batch_size, 0,
+      lambda context: data.training_batches(files, spec, config, config.training.per_core_batch_size, 0,
                                             context)))
   start = time.perf_counter()
   losses = [float(step(batches))]

@@ -30,12 +30,12 @@ _SERVING = "Format-Serving"
 
 def local_uri(uri: str, config: PipelineConfig) -> str:
   """`uri` under config's pipeline_root (where the run directory is now)."""
-  marker = f"/pipeline_root/{config.pipeline_name}/"
+  marker = f"/pipeline_root/{config.runner.pipeline_name}/"
   if marker not in uri:
     return uri
-  local = os.path.join(config.pipeline_root, uri.split(marker, 1)[1])
+  local = os.path.join(config.runner.pipeline_root, uri.split(marker, 1)[1])
   if not tf.io.gfile.exists(local):
-    raise FileNotFoundError(f"Artifact {uri} (recorded in {config.metadata_path}) is not at "
+    raise FileNotFoundError(f"Artifact {uri} (recorded in {config.runner.metadata_path}) is not at "
                             f"{local}.")
   return local
 
@@ -59,14 +59,14 @@ class Run:
   """The newest pipeline run recorded in an output directory."""
 
   def __init__(self, output_dir: str):
-    self.config = PipelineConfig(output_dir=output_dir)
+    self.config = PipelineConfig().replace(output_dir=output_dir)
     self.record = RunRecord(self.config)
 
   def uri(self, key: str, producer: Optional[str] = None) -> str:
     artifact = self.record.latest_output(key, producer)
     if artifact is None:
       raise FileNotFoundError(f"No {key!r} output{' of ' + producer if producer else ''} in "
-                              f"{self.config.metadata_path}; is {self.config.output_dir} a "
+                              f"{self.config.runner.metadata_path}; is {self.config.runner.output_dir} a "
                               "finished run?")
     return local_uri(artifact.uri, self.config)
 
@@ -75,7 +75,7 @@ class Run:
     if producer is None:
       candidate = self.record.candidate_model()
       if candidate is None:
-        raise FileNotFoundError(f"No trained model in {self.config.metadata_path}.")
+        raise FileNotFoundError(f"No trained model in {self.config.runner.metadata_path}.")
       return os.path.join(local_uri(candidate.uri, self.config), _SERVING)
     return os.path.join(self.uri("model", producer), _SERVING)
 

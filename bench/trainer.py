@@ -126,7 +126,7 @@ def trainer_module_seconds(config: TrainerConfig, files, warmup: int, steps: int
     training.total_steps = last_step
     batches = strategy.distribute_datasets_from_function(
         lambda context: data.training_batches(files, FEATURE_SPEC, config,
-                                              config.per_core_batch_size,
+                                              config.training.per_core_batch_size,
                                               training.examples_seen, context))
     fit(training, batches, None, writer)
 
@@ -140,12 +140,12 @@ def trainer_module_seconds(config: TrainerConfig, files, warmup: int, steps: int
 
 
 def bare_loop_seconds(config: TrainerConfig, files, warmup: int, steps: int) -> float:
-  keras.utils.set_random_seed(config.seed)
+  keras.utils.set_random_seed(config.training.seed)
   model = wide_resnet(config)
   optimizer = make_optimizer(config, steps_per_epoch=10_000,
-                             global_batch_size=config.per_core_batch_size)
+                             global_batch_size=config.training.per_core_batch_size)
   dataset = (tf.data.TFRecordDataset(files, "GZIP").repeat()
-             .batch(config.per_core_batch_size, drop_remainder=True)
+             .batch(config.training.per_core_batch_size, drop_remainder=True)
              .map(lambda s: tf.io.parse_example(s, FEATURE_SPEC),
                   num_parallel_calls=tf.data.AUTOTUNE)
              .map(lambda f: (f[IMAGE_KEY], f[LABEL_KEY])).prefetch(tf.data.AUTOTUNE))
@@ -177,8 +177,8 @@ def write_digits(directory: str) -> tuple:
   config = from_preset()
   splits = {}
   for split in ("train", "eval"):
-    records = list(image_sources.digits_records(split, config.eval_fraction,
-                                                config.test_fraction))
+    records = list(image_sources.digits_records(split, config.data.eval_fraction,
+                                                config.data.test_fraction))
     images = np.stack([tf.io.decode_png(png, channels=3).numpy() for _, png, _ in records])
     splits[split] = (images.astype(np.float32) / 255.0, [label for _, _, label in records])
   mean = splits["train"][0].reshape(-1, 3).mean(axis=0)
@@ -203,13 +203,13 @@ def digits_accuracy(config: TrainerConfig, train_file: str, eval_file: str,
   """(eval accuracy, seconds) of training `config` on the digits from scratch, as the
   Trainer does (same seed, so the same initial weights and batches under every policy)."""
   strategy = tf.distribute.get_strategy()
-  steps_per_epoch = data.count_examples([train_file]) // config.per_core_batch_size
+  steps_per_epoch = data.count_examples([train_file]) // config.training.per_core_batch_size
   training = Training(config, strategy, steps_per_epoch, os.path.join(scratch, "checkpoints"))
   batches = strategy.distribute_datasets_from_function(
       lambda context: data.training_batches([train_file], FEATURE_SPEC, config,
-                                            config.per_core_batch_size, 0, context))
+                                            config.training.per_core_batch_size, 0, context))
   eval_batches = strategy.distribute_datasets_from_function(
-      lambda context: data.eval_batches([eval_file], FEATURE_SPEC, config.eval_batch_size,
+      lambda context: data.eval_batches([eval_file], FEATURE_SPEC, config.training.eval_batch_size,
                                         context))
   start = time.perf_counter()
   metrics = fit(training, batches, eval_batches, tf.summary.create_noop_writer())
@@ -252,17 +252,17 @@ def main():
     for name in args.models:
       depth, width = (int(v) for v in name.split("-"))
       steps = args.steps or {"16-4": 20, "28-10": 12}[name]
-      config = TrainerConfig(depth=depth, width_multiplier=width, per_core_batch_size=BATCH[name],
+      config = TrainerConfig().replace(depth=depth, width_multiplier=width, per_core_batch_size=BATCH[name],
                              train_epochs=200, lr_warmup_epochs=0, log_every_steps=10 ** 6,
                              checkpoint_interval=-1)
       train_flops = 3 * forward_flops(wide_resnet(config))
       bare = bare_loop_seconds(config, files, args.warmup, steps)
-      images = steps * config.per_core_batch_size
+      images = steps * config.training.per_core_batch_size
       for policy in policies:
         with precision_policy(policy):
           ours, checkpoint = trainer_module_seconds(config, files, args.warmup, steps,
                                                     os.path.join(scratch, name, policy))
-        rows.append((name, policy, config.per_core_batch_size, steps, images / bare,
+        rows.append((name, policy, config.training.per_core_batch_size, steps, images / bare,
                      images / ours, images / (ours - checkpoint), checkpoint, train_flops,
                      peaks[policy][0]))
     accuracies = {}
@@ -270,7 +270,7 @@ def main():
       depth, width = (int(v) for v in args.accuracy_model.split("-"))
       train_file, eval_file = write_digits(scratch)
       for policy in policies:
-        config = TrainerConfig(depth=depth, width_multiplier=width,
+        config = TrainerConfig().replace(depth=depth, width_multiplier=width,
                                train_epochs=args.accuracy_epochs, log_every_steps=10 ** 6,
                                checkpoint_interval=-1)
         with precision_policy(policy):

@@ -15,32 +15,32 @@ def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
              for value in fields.values())
   config = from_preset(name)
   assert config == from_flags([f"--config={name}"]) == PipelineConfig().replace(**fields)
-  assert config.trainer.augmix  # The pipeline's AugMix is on in every preset.
+  assert config.trainer.augmentation.augmix  # The pipeline's AugMix is on in every preset.
   # So are spectrally normalised convolutions.
-  assert config.trainer.spectral_norm_bound == PIPELINE_MODEL["spectral_norm_bound"] > 0
+  assert config.trainer.model.spectral_norm_bound == PIPELINE_MODEL["spectral_norm_bound"] > 0
 
 
 def test_without_config_the_local_digits_preset_is_used():
   config = from_flags([])
   assert config == from_preset("local_digits")
-  assert (config.dataset, config.trainer.depth, config.trainer.width_multiplier) == (
+  assert (config.data.dataset, config.trainer.model.depth, config.trainer.model.width_multiplier) == (
       "digits", 16, 2)
 
 
 def test_flags_override_the_chosen_preset_whatever_their_order():
   config = from_flags(["--train_epochs=3", "--config=wrn28_10_cifar10", "--depth=16"])
-  assert config.dataset == "cifar10"
-  assert (config.trainer.depth, config.trainer.width_multiplier) == (16, 10)
-  assert config.trainer.train_epochs == 3
+  assert config.data.dataset == "cifar10"
+  assert (config.trainer.model.depth, config.trainer.model.width_multiplier) == (16, 10)
+  assert config.trainer.training.train_epochs == 3
 
 
 def test_the_flagship_and_cluster_presets_keep_the_original_recipe_on_cifar10():
   for name in ("wrn28_10_cifar10", "kubeflow"):
     config = from_preset(name)
-    assert (config.trainer.depth, config.trainer.width_multiplier,
-            config.trainer.train_epochs) == (28, 10, 200)
-    assert config.dataset == "cifar10"  # WRN-28-10 for 200 epochs is not for 1,797 digits.
-  assert from_preset("kubeflow").pipeline_name == "wrn-image-classifier"
+    assert (config.trainer.model.depth, config.trainer.model.width_multiplier,
+            config.trainer.training.train_epochs) == (28, 10, 200)
+    assert config.data.dataset == "cifar10"  # WRN-28-10 for 200 epochs is not for 1,797 digits.
+  assert from_preset("kubeflow").runner.pipeline_name == "wrn-image-classifier"
 
 
 def test_presets_build_on_the_default_and_tiny_is_the_tests_size():
@@ -49,8 +49,8 @@ def test_presets_build_on_the_default_and_tiny_is_the_tests_size():
     fields = configs.get_config(name)
     assert set(default) <= set(fields)  # Every preset starts from the default...
   tiny = from_preset("tiny")
-  assert (tiny.dataset, tiny.trainer.depth, tiny.trainer.width_multiplier) == ("digits", 10, 1)
-  assert tiny.trainer.augmix == from_preset().trainer.augmix
+  assert (tiny.data.dataset, tiny.trainer.model.depth, tiny.trainer.model.width_multiplier) == ("digits", 10, 1)
+  assert tiny.trainer.augmentation.augmix == from_preset().trainer.augmentation.augmix
 
 
 @pytest.mark.parametrize("argv, message", [

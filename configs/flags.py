@@ -5,7 +5,9 @@ import io
 import textwrap
 import tokenize
 import typing
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from configs import groups
 
 
 def name_value_pairs(argv: Sequence[str]) -> List[Tuple[str, str]]:
@@ -56,47 +58,6 @@ def parse_value(name: str, text: str, hint: Any) -> Any:
                      f"{getattr(hint, '__name__', hint)}.") from None
 
 
-# The --help groups, in order; every flag of the pipeline, the trainer and the cluster is in
-# exactly one (configs/flags_test.py). Flags of one CLI that are in no group (the standalone
-# trainer's paths) are listed first, under the CLI's own heading.
-FLAG_GROUPS = {
-    "data": ("config", "dataset", "tfrecord_dir", "class_names", "image_dir",
-             "skip_bad_images", "tfds_data_dir", "eval_fraction", "test_fraction",
-             "schema_path", "num_classes"),
-    "model": ("depth", "width_multiplier", "l2", "bn_l2", "input_conv_l2", "group_1_conv_l2",
-              "group_2_conv_l2", "group_3_conv_l2", "dense_kernel_l2", "dense_bias_l2",
-              "label_smoothing", "l2_per_train_example", "spectral_norm_bound"),
-    "training": ("base_learning_rate", "one_minus_momentum", "lr_decay_epochs",
-                 "lr_decay_ratio", "lr_warmup_epochs", "train_epochs", "train_steps",
-                 "per_core_batch_size", "eval_batch_size", "seed", "log_every_steps",
-                 "checkpoint_interval", "checkpoint_steps", "max_checkpoints_to_keep",
-                 "distribution_strategy", "tpu", "mixed_precision", "steps_per_loop",
-                 "op_determinism", "mode", "continuous_eval_timeout_secs", "warm_start",
-                 "warm_start_exclude", "warm_start_epochs", "warm_start_lr_ratio"),
-    "AugMix": ("augmix", "aug_count", "augmix_prob_coeff", "augmix_depth", "augmix_width",
-               "augmix_severity", "augmix_jsd_weight", "augmix_online", "augmix_view_sets"),
-    "evaluation and gate": (
-        "num_bins", "temperature_fit", "validation_corruption_examples", "min_eval_examples",
-        "min_eval_accuracy",
-        "max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
-        "max_nll_increase", "min_corrupted_accuracy", "max_corrupted_accuracy_drop",
-        "max_corrupted_nll", "max_corrupted_nll_increase", "max_corrupted_mean_ece",
-        "max_corrupted_mean_ece_increase", "max_corrupted_ece", "max_corrupted_ece_increase",
-        "corruptions", "examples_per_corruption",
-        "corruption_workers",
-        "ensemble_size", "hyper_trials", "ensemble_objective"),
-    "run": ("pipeline_name", "output_dir", "enable_cache", "beam_workers",
-            "beam_running_mode", "beam_in_memory_max_examples", "beam_runner",
-            "beam_job_endpoint", "beam_environment_type", "beam_environment_config"),
-    "cluster (Kubeflow)": (
-        "image", "kubeflow_target", "vertex_project", "vertex_region", "machine_type",
-        "accelerator_type", "accelerator_count", "replica_count", "dataflow_project",
-        "dataflow_region", "dataflow_temp_location"),
-    "cluster pods (Kubeflow)": (
-        "trainer_cpu", "trainer_memory", "beam_cpu", "beam_memory", "credentials_secret",
-        "credentials_secret_keys", "s3_endpoint", "s3_region", "trainer_node_selector",
-        "trainer_tolerations", "image_pull_secrets"),
-}
 CONFIG_HELP = "the preset the other flags override: one of configs.PRESETS"
 
 
@@ -142,13 +103,23 @@ def describe_flags(sections: Sequence[Tuple[str, Sequence[Tuple[str, Any, str]]]
   return "\n".join(lines)
 
 
-def grouped(helps: Mapping[str, str], defaults: Mapping[str, Any],
-            ungrouped_title: str = "") -> List[Tuple[str, List[Tuple[str, Any, str]]]]:
-  """The flags in `defaults` by FLAG_GROUPS (those in no group first, under ungrouped_title)."""
-  grouped_names = {name for names in FLAG_GROUPS.values() for name in names}
-  sections = [(ungrouped_title, [(n, defaults[n], helps.get(n, "")) for n in defaults
-                                 if n not in grouped_names])]
-  for title, names in FLAG_GROUPS.items():
-    sections.append((title, [(n, defaults[n], helps.get(n, "")) for n in names
-                             if n in defaults]))
+def config_sections(config: Any, cls: type) -> List[Tuple[str, List[Tuple[str, Any, str]]]]:
+  """`--help` sections of a grouped config: one per group, headed by its docstring's first line
+  and dotted path, each flag with its value in `config` (an unset group's: the defaults)."""
+  values = groups.defaults(config, cls)
+  sections = []
+  for heading, path, group in groups.sections(cls):
+    helps = field_help(group)
+    nested = groups.group_fields(group)
+    title = f"{heading} ({path.rstrip('.')})" if path else heading
+    sections.append((title, [(f.name, values[f.name], helps.get(f.name, ""))
+                             for f in dataclasses.fields(group) if f.name not in nested]))
   return sections
+
+
+def parse_config_flags(argv: Sequence[str], cls: type,
+                       other_hints: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+  """Flags of a grouped config (`--depth=16`, or by dotted path `--model.depth=16`) and of
+  `other_hints` -> {leaf field: typed value}."""
+  flags = [f"--{groups.flat_name(cls, name)}={value}" for name, value in name_value_pairs(argv)]
+  return parse_flags(flags, {**groups.leaf_hints(cls), **(other_hints or {})})

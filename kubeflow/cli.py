@@ -108,11 +108,11 @@ def _compile(flags: dict, rest: List[str]) -> int:
   config = cluster_config.from_flags(rest)
   from kubeflow import compiler
   compiled = compiler.compile_pipeline(config, flags.get("package_dir", DEFAULT_PACKAGE_DIR))
-  print(f"Compiled {config.pipeline_name} for Kubeflow Pipelines:\n"
+  print(f"Compiled {config.runner.pipeline_name} for Kubeflow Pipelines:\n"
         f"  pipeline spec (upload):  {compiled.spec_path}\n"
         f"  PipelineJob (Vertex AI): {compiled.job_path}\n"
-        f"  pipeline root:           {config.pipeline_root}\n"
-        f"  serving models:          {config.serving_model_dir}")
+        f"  pipeline root:           {config.runner.pipeline_root}\n"
+        f"  serving models:          {config.runner.serving_model_dir}")
   return 0
 
 

@@ -37,9 +37,9 @@ def cluster_parts(config) -> RunnerParts:
     return trainer_class(run_fn=TRAINER_RUN_FN, custom_config=parameter, **inputs)
 
   return RunnerParts(
-      schema_file=image_path(config.schema_path),
+      schema_file=image_path(config.data.schema_path),
       tfrecord_input_base=Parameter(name=DATA_ROOT_PARAMETER, ptype=str,
-                                    default=config.tfrecord_dir),
+                                    default=config.data.tfrecord_dir),
       tfrecord_splits=("train", "eval"),  # A test split is only scored locally.
       make_trainer=make_trainer, metadata_connection_config=None,
       beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args)

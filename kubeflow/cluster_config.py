@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
+from configs import groups
 from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
 from pipeline import config as config_lib
 from pipeline.config import PROJECT_DIR, REQUIREMENTS_FILE, PipelineConfig, check_schema
@@ -67,6 +68,7 @@ HEAVY_BEAM_COMPONENTS = ("Transform", "Evaluator", "EvaluationSetGen")
 
 @dataclasses.dataclass(frozen=True)
 class KubeflowConfig:
+  """Cluster (Kubeflow): the image, where it runs, training machines, Dataflow and pods."""
   image: str = ""  # The pipeline's container image (see Dockerfile); every component runs it.
   kubeflow_target: str = "kfp"  # kfp (open-source KFP v2 server) or vertex (Vertex AI).
   # Vertex AI training: with a project, the Trainer runs as a Vertex CustomJob on these pools.
@@ -362,7 +364,6 @@ def image_path(local_path: str) -> str:
 class ClusterConfig(PipelineConfig):
   """A run on Kubeflow Pipelines: the pipeline's fields, and the cluster's settings."""
   kubeflow: Optional[KubeflowConfig] = None  # Required: --image and the other cluster flags.
-  PARTS: ClassVar[Dict[str, type]] = {**PipelineConfig.PARTS, "kubeflow": KubeflowConfig}
 
   def _check_where_it_runs(self) -> None:
     """Every location on object storage (read by the steps, not here), and pools, pods and
@@ -370,12 +371,12 @@ class ClusterConfig(PipelineConfig):
     require(self.kubeflow is not None, "image", "", "is required on Kubeflow (e.g. "
             "--image=gcr.io/my-project/wrn-pipeline:1), with an object-storage --output_dir "
             "(gs://... or s3://...)")
-    require(self.dataset != "tfrecord" or bool(self.tfrecord_dir), "tfrecord_dir",
-            self.tfrecord_dir, "is required with dataset=tfrecord")
-    require(self.dataset != "image_dir" or bool(self.image_dir), "image_dir",
-            self.image_dir, "is required with dataset=image_dir")
+    require(self.data.dataset != "tfrecord" or bool(self.data.tfrecord_dir), "tfrecord_dir",
+            self.data.tfrecord_dir, "is required with dataset=tfrecord")
+    require(self.data.dataset != "image_dir" or bool(self.data.image_dir), "image_dir",
+            self.data.image_dir, "is required with dataset=image_dir")
     _check_cluster_config(self)
-    if not is_object_store_uri(self.schema_path):
+    if not is_object_store_uri(self.data.schema_path):
       check_schema(self)
 
   def beam_step_args(self, examples: Optional[int]) -> list:
@@ -386,14 +387,14 @@ class ClusterConfig(PipelineConfig):
     """A Beam step's arguments in the pipeline's image: the engine, and s3:// set up in each
     SDK worker; the image installs the project's requirements file (Dockerfile)."""
     image = self.kubeflow.image
-    if self.beam_runner == "dataflow":
+    if self.beam.beam_runner == "dataflow":
       return self.kubeflow.dataflow_args() + self.s3_worker_args()
-    if self.beam_runner == "portable":
-      return (self.portable_args(image) + [f"--sdk_container_image={image}"]
+    if self.beam.beam_runner == "portable":
+      return (self.beam.portable_args(image) + [f"--sdk_container_image={image}"]
               + self.s3_worker_args())
-    mode = "multi_processing" if self.beam_running_mode == "auto" else self.beam_running_mode
+    mode = "multi_processing" if self.beam.beam_running_mode == "auto" else self.beam.beam_running_mode
     # 0 tells Beam to use the cores of the machine the component runs on.
-    workers = 1 if mode == "in_memory" else self.beam_workers
+    workers = 1 if mode == "in_memory" else self.beam.beam_workers
     return ([f"--direct_running_mode={mode}", f"--direct_num_workers={workers}",
              f"--requirements_file={IMAGE_PROJECT_DIR}/{REQUIREMENTS_FILE}"]
             + self.s3_worker_args())
@@ -413,27 +414,27 @@ def usage(command: str) -> str:
 def _check_cluster_config(config: ClusterConfig) -> None:
   """What a cluster config must satisfy on top of the rules of every run."""
   kubeflow = config.kubeflow
-  require(KFP_PIPELINE_NAME.fullmatch(config.pipeline_name) is not None, "pipeline_name",
-          config.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
+  require(KFP_PIPELINE_NAME.fullmatch(config.runner.pipeline_name) is not None, "pipeline_name",
+          config.runner.pipeline_name, "must match [a-z0-9][a-z0-9-]{0,127} on Kubeflow "
           f"(e.g. {KUBEFLOW_PIPELINE_NAME})")
   for name in ("output_dir", "tfrecord_dir", "tfds_data_dir", "schema_path"):
-    value = getattr(config, name)
+    value = groups.flatten(config)[name]
     problem = object_store_uri_problem(value)
     require(problem is None, name, value, problem)
     require(kubeflow.kubeflow_target != "vertex" or not is_object_store_uri(value)
             or value.startswith("gs://"), name, value, "must be on Cloud Storage (gs://) "
             "with kubeflow_target=vertex: Vertex AI Pipelines reads and writes only gs:// paths")
-  require(is_object_store_uri(config.output_dir), "output_dir", config.output_dir,
+  require(is_object_store_uri(config.runner.output_dir), "output_dir", config.runner.output_dir,
           "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow: "
           "the pipeline root and the serving models go under it")
   for name in ("tfrecord_dir", "image_dir", "tfds_data_dir"):
-    value = getattr(config, name)
+    value = groups.flatten(config)[name]
     require(value is None or is_object_store_uri(value), name, value,
             "must be on object storage (gs://bucket/path or s3://bucket/path) on Kubeflow; "
             "the cluster cannot read this machine's files")
-  image_path(config.schema_path)
+  image_path(config.data.schema_path)
   _check_dataflow(config)
-  strategy = config.trainer.distribution_strategy
+  strategy = config.trainer.distribution.distribution_strategy
   expected = kubeflow.expected_distribution_strategies()
   require(strategy in expected, "distribution_strategy", strategy,
           f"must be one of {expected} with replica_count={kubeflow.replica_count}, "
@@ -446,9 +447,9 @@ def _check_dataflow(config: ClusterConfig) -> None:
   dataflow = {"dataflow_project": kubeflow.dataflow_project,
               "dataflow_region": kubeflow.dataflow_region,
               "dataflow_temp_location": kubeflow.dataflow_temp_location}
-  if config.beam_runner != "dataflow":
+  if config.beam.beam_runner != "dataflow":
     for name, value in dataflow.items():
-      require(not value, name, value, f"is not used with beam_runner={config.beam_runner}")
+      require(not value, name, value, f"is not used with beam_runner={config.beam.beam_runner}")
     return
   require(bool(kubeflow.dataflow_project), "dataflow_project", kubeflow.dataflow_project,
           "is required with beam_runner=dataflow (the Google Cloud project of the jobs)")
@@ -460,7 +461,7 @@ def _check_dataflow(config: ClusterConfig) -> None:
           kubeflow.dataflow_temp_location, "must be on Cloud Storage (gs://bucket/path) with "
           "beam_runner=dataflow: Dataflow stages the job and writes temp files there")
   for name in ("output_dir", "tfrecord_dir", "image_dir", "tfds_data_dir"):
-    value = getattr(config, name)
+    value = groups.flatten(config)[name]
     require(value is None or value.startswith("gs://"), name, value,
             "must be on Cloud Storage (gs://) with beam_runner=dataflow: Dataflow's "
             "workers read and write it without this cluster's S3 credentials")

@@ -3,6 +3,8 @@ import re
 
 import pytest
 
+from configs import groups
+from configs.kubeflow import CLUSTER_FLAGS
 from kubeflow import cluster_config as kubeflow_config
 from local_runner import runner as local_runner
 from kubeflow.cluster_config import from_flags
@@ -13,13 +15,17 @@ CLUSTER = ["--image=gcr.io/proj/wrn:1", "--output_dir=gs://bucket/wrn",
 VERTEX = CLUSTER + ["--kubeflow_target=vertex"]
 
 
+def test_the_local_runner_refuses_exactly_the_cluster_flags():
+  assert set(CLUSTER_FLAGS) == set(groups.leaf_paths(kubeflow_config.KubeflowConfig))
+
+
 def test_cluster_flags_make_one_config_with_everything_on_object_storage():
   config = from_flags(CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tfrecords",
                                  "--train_epochs=7"])
   assert config.kubeflow.image == "gcr.io/proj/wrn:1"
-  assert config.pipeline_root == "gs://bucket/wrn/pipeline_root/wrn-image-classifier"
-  assert config.serving_model_dir == "gs://bucket/wrn/serving_model/wrn-image-classifier"
-  assert config.trainer.train_epochs == 7
+  assert config.runner.pipeline_root == "gs://bucket/wrn/pipeline_root/wrn-image-classifier"
+  assert config.runner.serving_model_dir == "gs://bucket/wrn/serving_model/wrn-image-classifier"
+  assert config.trainer.training.train_epochs == 7
   # Beam uses the cores of the pod it runs in, not those of the machine that compiled it.
   assert "--direct_num_workers=0" in config.beam_pipeline_args()
   assert "--direct_running_mode=multi_processing" in config.beam_pipeline_args(100)
@@ -280,9 +286,9 @@ def test_accelerator_names_are_vertex_accelerator_types():
 
 def test_the_schema_maps_to_its_copy_in_the_image():
   config = from_flags(CLUSTER)
-  assert kubeflow_config.image_path(config.schema_path) == "/pipeline/components/schema.pbtxt"
+  assert kubeflow_config.image_path(config.data.schema_path) == "/pipeline/components/schema.pbtxt"
   # A schema on object storage is read by ImportSchemaGen in the cluster, not here.
-  assert from_flags(CLUSTER + ["--schema_path=gs://bucket/schema.pbtxt"]).schema_path == \
+  assert from_flags(CLUSTER + ["--schema_path=gs://bucket/schema.pbtxt"]).data.schema_path == \
       "gs://bucket/schema.pbtxt"
   assert kubeflow_config.image_path("gs://bucket/schema.pbtxt") == "gs://bucket/schema.pbtxt"
 

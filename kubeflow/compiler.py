@@ -49,13 +49,13 @@ def pipeline_job(config: ClusterConfig) -> dict:
   defaults = runtime_parameter_defaults(pipeline)
   runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
       kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
-          display_name=config.pipeline_name, default_image=config.kubeflow.image,
+          display_name=config.runner.pipeline_name, default_image=config.kubeflow.image,
           use_pipeline_spec_2_1=True))
   job = runner.run(pipeline, parameter_values=defaults, write_out=False)
   spec = job["pipelineSpec"]
   # Without these, a KFP server would write to its own default root and make every parameter
   # mandatory at each run: TFX records them in the job's runtime config only.
-  spec["defaultPipelineRoot"] = config.pipeline_root
+  spec["defaultPipelineRoot"] = config.runner.pipeline_root
   for name, default in defaults.items():
     parameter = spec["root"]["inputDefinitions"]["parameters"][name]
     parameter.update(defaultValue=default, isOptional=True)
@@ -63,7 +63,7 @@ def pipeline_job(config: ClusterConfig) -> dict:
   # driver keys the cache on the production version, but drivers do not run on Kubeflow.
   # An image folder's listing is fingerprinted by ExampleGen's driver locally
   # (components/example_gen.py), which does not run on Kubeflow either: it is read every run.
-  folder = ("ImageDatasetExampleGen",) if config.dataset == "image_dir" else ()
+  folder = ("ImageDatasetExampleGen",) if config.data.dataset == "image_dir" else ()
   for task_name in UNCACHEABLE_TASKS + folder:
     if task_name in spec["root"]["dag"]["tasks"]:
       spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
@@ -140,7 +140,7 @@ def artifact_title(artifact_type: dict) -> str:
 def compile_pipeline(config: ClusterConfig, package_dir: str) -> CompiledPipeline:
   job = pipeline_job(config)
   os.makedirs(package_dir, exist_ok=True)
-  base = os.path.join(package_dir, config.pipeline_name)
+  base = os.path.join(package_dir, config.runner.pipeline_name)
   compiled = CompiledPipeline(job_path=base + ".json", spec_path=base + ".yaml")
   with open(compiled.job_path, "w") as f:
     json.dump(job, f, indent=2, sort_keys=True)

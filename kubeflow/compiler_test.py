@@ -44,7 +44,7 @@ def test_the_spec_has_every_component_and_the_local_pipelines_edges(compiled):
   spec = _spec(package)
   assert set(spec.root.dag.tasks) == {c.id for c in local.components}
   assert _compiled_edges(spec) == local_edges
-  assert spec.pipeline_info.name == config.pipeline_name == "wrn-image-classifier"
+  assert spec.pipeline_info.name == config.runner.pipeline_name == "wrn-image-classifier"
   assert spec.default_pipeline_root == "gs://bucket/wrn/pipeline_root/wrn-image-classifier"
 
 
@@ -91,7 +91,7 @@ def test_runtime_parameters_have_defaults_and_feed_the_components(compiled):
   with open(package.job_path) as f:
     job = json.load(f)
   assert job["runtimeConfig"]["parameterValues"]["data_root"] == "s3://data/images"
-  assert job["runtimeConfig"]["gcsOutputDirectory"] == config.pipeline_root
+  assert job["runtimeConfig"]["gcsOutputDirectory"] == config.runner.pipeline_root
 
 
 def test_a_changed_trainer_config_reaches_run_fn_on_every_vertex_replica(compiled):
@@ -131,8 +131,8 @@ def test_a_changed_trainer_config_reaches_run_fn_on_every_vertex_replica(compile
     replica_properties = json.loads(command[command.index("--exec-properties") + 1])
     replica_custom_config = json_utils.loads(replica_properties["custom_config"])
     trainer = TrainerConfig.from_dict(replica_custom_config["trainer"])  # As run_fn reads it.
-    assert trainer.train_epochs == 3
-    assert trainer.distribution_strategy == "multi_worker_mirrored"
+    assert trainer.training.train_epochs == 3
+    assert trainer.distribution.distribution_strategy == "multi_worker_mirrored"
 
 
 def test_no_path_of_this_machine_is_in_the_spec(compiled, tmp_path):
@@ -310,7 +310,7 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
 def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):
   from kubeflow import compiler, submit
   config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"])
-  assert config.trainer.temperature_fit == "distance_curve"  # The preset's, for ensembles too.
+  assert config.trainer.calibration.temperature_fit == "distance_curve"  # The preset's, for ensembles too.
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)
   tasks = spec.root.dag.tasks

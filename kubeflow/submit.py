@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 import yaml
 
+from configs import groups
 from kubeflow.parameters import DATA_ROOT_PARAMETER, TRAINER_CONFIG_PARAMETER
 from pipeline import config as config_lib
 from kubeflow.cluster_config import KubeflowConfig
@@ -109,7 +110,7 @@ def _with_trainer_flags(parameter: str, trainer_flags: Sequence[str], names: Seq
   """A Trainer's custom_config parameter with the flags' trainer fields changed."""
   custom_config = json.loads(parameter)
   compiled = TrainerConfig.from_dict(custom_config[TRAINER_CONFIG_KEY])
-  trainer_fields = {f.name for f in dataclasses.fields(TrainerConfig)}
+  trainer_fields = set(compiled.to_dict())
   for name in names:
     if name not in trainer_fields or name in COMPILED_TRAINER_FIELDS:
       raise ValueError(_fixed_or_unknown(name))
@@ -117,7 +118,7 @@ def _with_trainer_flags(parameter: str, trainer_flags: Sequence[str], names: Seq
   updated = config_lib.from_flags(
       trainer_flags, base=config_lib.PipelineConfig(trainer=compiled)).trainer
   for name in names:
-    changed = dataclasses.replace(compiled, **{name: getattr(updated, name)})
+    changed = compiled.replace(**{name: updated.to_dict()[name]})
     if changed.transform_options() != compiled.transform_options():
       raise ValueError(_fixed_or_unknown(name))
   custom_config[TRAINER_CONFIG_KEY] = updated.to_dict()
@@ -125,8 +126,8 @@ def _with_trainer_flags(parameter: str, trainer_flags: Sequence[str], names: Seq
 
 
 def _fixed_or_unknown(name: str) -> str:
-  config_fields = {f.name for cls in (config_lib.PipelineConfig, KubeflowConfig, TrainerConfig)
-                   for f in dataclasses.fields(cls)}
+  config_fields = {*groups.leaf_paths(config_lib.PipelineConfig),
+                   *groups.leaf_paths(KubeflowConfig)}
   if name not in config_fields:
     return f"Unknown flag --{name}."
   return (f"--{name} is fixed when the pipeline is compiled (Transform, the schema or the "

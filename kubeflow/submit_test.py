@@ -154,7 +154,7 @@ def test_run_uploads_the_pipeline_creates_the_experiment_and_starts_a_run(compil
   run = kfp_server.request("POST", f"{API}/runs")["body"]
   assert run["experiment_id"] == "e-1" and run["display_name"] == "first"
   assert run["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-1"}
-  assert run["runtime_config"]["pipeline_root"] == config.pipeline_root  # What the check reads.
+  assert run["runtime_config"]["pipeline_root"] == config.runner.pipeline_root  # What the check reads.
   custom_config = json.loads(run["runtime_config"]["parameters"]["trainer_config"])
   trainer = TrainerConfig.from_dict(custom_config["trainer"])
   assert trainer == TrainerConfig.from_dict({**config.trainer.to_dict(), "train_epochs": 3,
@@ -252,12 +252,12 @@ def test_a_run_is_refused_while_a_run_on_its_pipeline_root_is_active_naming_that
   config, package = compiled["vertex"]
   kfp_server.pipelines["wrn-image-classifier"] = "p-1"
   # Runs that ended, 150 active ones on other roots, and ours on the second page of 100.
-  kfp_server.runs = [_run(f"old-{i}", "SUCCEEDED", config.pipeline_root) for i in range(20)]
+  kfp_server.runs = [_run(f"old-{i}", "SUCCEEDED", config.runner.pipeline_root) for i in range(20)]
   kfp_server.runs += [_run(f"r-{i}", "RUNNING", f"gs://other/{i}") for i in range(150)]
-  kfp_server.runs.insert(120, _run("r-active", "RUNNING", config.pipeline_root))
+  kfp_server.runs.insert(120, _run("r-active", "RUNNING", config.runner.pipeline_root))
   assert cli.main(_run_flags(package, kfp_server)) == 1
   error = capsys.readouterr().err
-  assert (f"error: {config.pipeline_root} is in use by run r-active ('name-of-r-active', "
+  assert (f"error: {config.runner.pipeline_root} is in use by run r-active ('name-of-r-active', "
           "RUNNING, created 2026-11-20 21:05:00+00:00, experiment e-3).") in error
   assert "terminate_run" in error and "--allow_concurrent_run=true" in error
   assert kfp_server.calls() == [("GET", f"{API}/healthz"), ("GET", f"{API}/pipelines")] + [
@@ -289,7 +289,7 @@ def test_runs_that_ended_or_run_on_another_pipeline_root_do_not_block(compiled, 
   kfp_server.runs = [
       _run("r-other-root", "RUNNING", "gs://bucket/elsewhere/pipeline_root/wrn-image-classifier"),
       _run("r-other-pipeline", "RUNNING", pipeline_root=None, pipeline_id="p-2"),
-      _run("r-failed", "FAILED", config.pipeline_root),
+      _run("r-failed", "FAILED", config.runner.pipeline_root),
       _run("r-canceled", "CANCELED", pipeline_root=None)]
   assert cli.main(_run_flags(package, kfp_server)) == 0
   assert kfp_server.calls()[-1] == ("POST", f"{API}/runs")

@@ -41,23 +41,23 @@ def execution_dirs(pipeline_root: str, node_id: str, execution_id: int) -> List[
 def abandon_interrupted_executions(config: PipelineConfig, run_id: str) -> List[str]:
   """Marks every unfinished execution CANCELED (custom property `abandoned_by_run`: this
   run's id) and deletes its directories; returns one line per execution for the log."""
-  if not os.path.exists(config.metadata_path):
+  if not os.path.exists(config.runner.metadata_path):
     return []
   from tfx.orchestration import metadata
   store = metadata_store.MetadataStore(
-      metadata.sqlite_metadata_connection_config(config.metadata_path))
+      metadata.sqlite_metadata_connection_config(config.runner.metadata_path))
   unfinished = [e for e in store.get_executions() if e.last_known_state in _UNFINISHED]
   if not unfinished:
     return []
   node_type = store.get_context_type(_NODE_CONTEXT_TYPE)
-  prefix = f"{config.pipeline_name}."
+  prefix = f"{config.runner.pipeline_name}."
   cleared = []
   for execution in unfinished:
     nodes = [c.name for c in store.get_contexts_by_execution(execution.id)
              if c.type_id == node_type.id and c.name.startswith(prefix)]
     removed = []
     for node in nodes:
-      for path in execution_dirs(config.pipeline_root, node[len(prefix):], execution.id):
+      for path in execution_dirs(config.runner.pipeline_root, node[len(prefix):], execution.id):
         shutil.rmtree(path)
         removed.append(path)
     execution.last_known_state = metadata_store_pb2.Execution.CANCELED

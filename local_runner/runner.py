@@ -12,13 +12,11 @@ from typing import Iterator, Optional, Sequence
 from absl import logging as absl_logging
 
 from components import tfrecord_check
-from configs.flags import FLAG_GROUPS, name_value_pairs
+from configs.flags import name_value_pairs
+from configs.kubeflow import CLUSTER_FLAGS
 from pipeline import beam_engine
 from pipeline import config as config_lib
 from local_runner import run_lock
-
-CLUSTER_FLAGS = {name for title, names in FLAG_GROUPS.items() if "Kubeflow" in title
-                 for name in names}  # kubeflow/cluster_config.py's, named in --help.
 
 log = logging.getLogger("pipeline")
 
@@ -96,7 +94,7 @@ def local_parts(config: config_lib.PipelineConfig):
   from tfx import v1 as tfx
   from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
   splits = ("train", "eval")
-  if config.dataset == "tfrecord" and os.path.isdir(os.path.join(config.tfrecord_dir, "test")):
+  if config.data.dataset == "tfrecord" and os.path.isdir(os.path.join(config.data.tfrecord_dir, "test")):
     splits += ("test",)  # Scored locally after the run (the held-out test accuracy).
 
   def make_trainer(trial: int, custom_config: dict, **inputs):
@@ -104,11 +102,11 @@ def local_parts(config: config_lib.PipelineConfig):
     return tfx.components.Trainer(run_fn=TRAINER_RUN_FN, custom_config=custom_config, **inputs)
 
   return RunnerParts(
-      schema_file=config.schema_path, tfrecord_input_base=config.tfrecord_dir,
+      schema_file=config.data.schema_path, tfrecord_input_base=config.data.tfrecord_dir,
       tfrecord_splits=splits, make_trainer=make_trainer,
       beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args,
       metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          config.metadata_path))
+          config.runner.metadata_path))
 
 
 def run(config: config_lib.PipelineConfig, run_id: str) -> None:
@@ -122,7 +120,7 @@ def run(config: config_lib.PipelineConfig, run_id: str) -> None:
   from tfx.dsl.compiler import constants
   from tfx.orchestration.portable import runtime_parameter_utils, tfx_runner
   from pipeline.pipeline import create_pipeline
-  os.makedirs(os.path.dirname(config.metadata_path), exist_ok=True)
+  os.makedirs(os.path.dirname(config.runner.metadata_path), exist_ok=True)
   # The compile step LocalDagRunner.run takes (pip dependencies resolved, then compiled).
   ir = tfx_runner._make_pipeline_proto(  # pylint: disable=protected-access
       create_pipeline(config, local_parts(config)))
@@ -135,8 +133,8 @@ def failure_message(config: config_lib.PipelineConfig, error: Exception) -> str:
   """The failing component's message; for damaged TFRecord input, the user's file and the
   byte offset instead of Beam's traceback."""
   message = f"{type(error).__name__}: {error}"
-  if config.dataset == "tfrecord" and tfrecord_check.looks_like_corrupted_input(message):
-    damaged = tfrecord_check.corrupted_files(config.tfrecord_dir)
+  if config.data.dataset == "tfrecord" and tfrecord_check.looks_like_corrupted_input(message):
+    damaged = tfrecord_check.corrupted_files(config.data.tfrecord_dir)
     if damaged:
       return ("Corrupted input TFRecord file(s); replace or remove them and run again:\n" +
               "\n".join(f"  - {line}" for line in damaged))
@@ -155,14 +153,14 @@ def main(argv: Sequence[str]) -> int:
     config = config_lib.from_flags(argv)
     config.check_output_dir()
     config_lib.check_runs_here(config)
-    if config.beam_runner == "portable":
-      beam_engine.check_job_server_answers(config.beam_job_endpoint)
+    if config.beam.beam_runner == "portable":
+      beam_engine.check_job_server_answers(config.beam.beam_job_endpoint)
   except ValueError as error:
     print(f"error: {error}", file=sys.stderr)
     return 2
   run_id = new_run_id()
   try:
-    with run_lock.local_run_lock(config.output_dir, run_id) as holder:
+    with run_lock.local_run_lock(config.runner.output_dir, run_id) as holder:
       return _run_locked(config, run_id, holder.get("took_over"))
   except run_lock.RunLockHeld as error:
     print(f"error: {error}", file=sys.stderr)
@@ -173,9 +171,9 @@ def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optio
   from tfx import v1 as tfx  # noqa: F401  Imported first: it installs log handlers we replace.
   from local_runner import interrupted_runs
   from reporting import run_summary
-  log_path = configure_logging(os.path.join(config.output_dir, "logs"), run_id)
-  log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s", config.pipeline_name,
-           run_id, config.dataset, config.output_dir)
+  log_path = configure_logging(os.path.join(config.runner.output_dir, "logs"), run_id)
+  log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s", config.runner.pipeline_name,
+           run_id, config.data.dataset, config.runner.output_dir)
   if took_over:
     log.info(took_over)
   interrupted_runs.abandon_interrupted_executions(config, run_id)

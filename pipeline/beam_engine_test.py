@@ -17,7 +17,7 @@ def test_a_local_run_submits_every_beam_step_to_the_portable_job_server(tmp_path
       "--environment_config=127.0.0.1:50000", f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}",
       "--requirements_cache=skip"]
   assert config.beam_step_args(10) == []  # No DirectRunner mode overrides the engine.
-  assert from_flags([f"--output_dir={tmp_path}"]).beam_runner == "direct"  # The default.
+  assert from_flags([f"--output_dir={tmp_path}"]).beam.beam_runner == "direct"  # The default.
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -8,22 +8,22 @@ import dataclasses
 import math
 import os
 import re
-import typing
-from typing import ClassVar, Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import configs
 from components import tfrecord_check
 from trainer_module import reference_corruptions
 from trainer_module.class_names import DATASET_CLASS_NAMES, index_names
 from pipeline import beam_engine
-from configs.flags import (CONFIG_HELP, describe_flags, field_help, grouped, name_value_pairs,
-                           parse_flags)
+from configs import groups
+from configs.flags import (CONFIG_HELP, config_sections, describe_flags, name_value_pairs,
+                           parse_config_flags)
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
 from trainer_module.calibration import registry as calibration_methods
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START,
                                    WARM_START_FROM_PRODUCTION, TrainerConfig,
-                                   hyper_trials, require)
+                                   hyper_trials, require, require_finite)
 
 DATASETS = ("digits", "cifar10", "tfrecord", "image_dir")
 TFRECORD_SPLITS_REQUIRED = ("train", "eval")
@@ -50,11 +50,8 @@ CONFIG_FLAG = "config"  # --config=NAME picks the preset (configs/) the other fl
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelineConfig:
-  # Every field is a flag; its trailing comment is its --help (configs.flags.field_help).
-  pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
-  # On Kubeflow output_dir is on object storage: gs:// or s3://.
-  output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
+class DataConfig:
+  """Data: the dataset, its splits and the curated schema."""
   # digits (embedded), cifar10 (tensorflow-datasets), tfrecord (tf.Examples) or image_dir (a
   # folder of images in class folders: docs/pipeline.md, "Data").
   dataset: str = "digits"  # digits, cifar10, tfrecord or image_dir.
@@ -72,6 +69,85 @@ class PipelineConfig:
   eval_fraction: float = 0.15  # Share of keys held out for evaluation (model selection).
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
   schema_path: str = DEFAULT_SCHEMA_PATH  # The curated schema (label domain, features).
+
+  def __post_init__(self):
+    require_finite(self)
+    require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
+    require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
+            "must be in (0, 1)")
+    require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
+            self.test_fraction, "must be in [0, 1 - eval_fraction)")
+    if self.dataset != "tfrecord":
+      require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
+              "is only used with dataset=tfrecord")
+      require(not self.class_names, "class_names", ",".join(self.class_names),
+              "is only used with dataset=tfrecord (the other datasets name their classes)")
+    else:
+      require(len(set(self.class_names)) == len(self.class_names) and all(self.class_names),
+              "class_names", ",".join(self.class_names), "must be distinct, non-empty names")
+    if self.dataset != "image_dir":
+      require(self.image_dir is None, "image_dir", self.image_dir,
+              "is only used with dataset=image_dir")
+      require(not self.skip_bad_images, "skip_bad_images", self.skip_bad_images,
+              "is only used with dataset=image_dir")
+
+  @property
+  def input_examples(self) -> Optional[int]:
+    """Examples of the input dataset, when known without reading it (a local image folder:
+    its files, counted by listing it)."""
+    if self.dataset == "image_dir" and self.image_dir and os.path.isdir(self.image_dir):
+      return sum(not name.startswith(".") for _, _, files in os.walk(self.image_dir)
+                 for name in files)
+    return DATASET_EXAMPLES.get(self.dataset)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+  """Evaluation: the robustness set, corrupted test images."""
+  # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
+  # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
+  # corruptions. Empty: none.
+  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS  # Comma list.
+  examples_per_corruption: int = 100  # Test images per corruption x severity (0: all).
+  # 0 = one per core when the slow corruptions have enough images to pay for the start-up
+  # (trainer_module/reference_corruptions.py, pool_size).
+  corruption_workers: int = 0  # Processes making the generated corrupted images.
+
+  def __post_init__(self):
+    known = reference_corruptions.ALL_CORRUPTIONS
+    unknown = [name for name in self.corruptions if name not in known]
+    require(not unknown, "corruptions", ",".join(self.corruptions),
+            f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
+    require(len(set(self.corruptions)) == len(self.corruptions), "corruptions",
+            ",".join(self.corruptions), "lists a name twice")
+    require(self.examples_per_corruption >= 0, "examples_per_corruption",
+            self.examples_per_corruption, "must be >= 0 (0 = every test image)")
+    require(self.corruption_workers >= 0, "corruption_workers", self.corruption_workers,
+            "must be >= 0 (0 = one per core when that pays)")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsembleConfig:
+  """Ensemble: hyper-deep ensemble trials and the greedy selection of members."""
+  # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
+  # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
+  # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
+  ensemble_size: int = 1  # Most distinct members the ensemble keeps (1: no ensemble).
+  hyper_trials: int = 1  # Trial Trainers to select the members from (>= ensemble_size).
+  ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
+
+  def __post_init__(self):
+    require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
+    require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
+            f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
+            "chosen among the trials")
+    require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
+            self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GateConfig:
+  """Gate: the bounds a model must meet, and may not regress by, to be pushed."""
   min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
   # One eval example moves the eval accuracy by 1/n: on a handful the gate would judge noise.
   min_eval_examples: int = 50  # The gate stops a run whose eval split has fewer examples.
@@ -98,21 +174,54 @@ class PipelineConfig:
   max_corrupted_mean_ece_increase: float = 0.03  # Largest cECE rise allowed against production.
   max_corrupted_ece: float = 0.1  # Upper bound of the ECE of the corrupted set as a whole.
   max_corrupted_ece_increase: float = 0.03  # Largest rise of it allowed against production.
-  # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
-  # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
-  # corruptions. Empty: none.
-  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS  # Comma list.
-  examples_per_corruption: int = 100  # Test images per corruption x severity (0: all).
-  # 0 = one per core when the slow corruptions have enough images to pay for the start-up
-  # (trainer_module/reference_corruptions.py, pool_size).
-  corruption_workers: int = 0  # Processes making the generated corrupted images.
-  # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
-  # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
-  # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
-  ensemble_size: int = 1  # Most distinct members the ensemble keeps (1: no ensemble).
-  hyper_trials: int = 1  # Trial Trainers to select the members from (>= ensemble_size).
-  ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
+
+  def __post_init__(self):
+    require_finite(self)
+    require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
+            "must be in [0, 1]")
+    require(self.min_eval_examples >= 1, "min_eval_examples", self.min_eval_examples,
+            "must be >= 1")
+    for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
+                 "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
+                 "max_corrupted_nll_increase", "max_corrupted_mean_ece",
+                 "max_corrupted_mean_ece_increase", "max_corrupted_ece",
+                 "max_corrupted_ece_increase"):
+      require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
+    require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
+            self.min_corrupted_accuracy, "must be in [0, 1]")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerConfig:
+  """Runner: the run's name, where its outputs go, and the step cache."""
+  pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
+  # On Kubeflow output_dir is on object storage: gs:// or s3://.
+  output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
   enable_cache: bool = True  # Reuse a step's result when its inputs and code are unchanged.
+
+  def __post_init__(self):
+    require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
+    require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
+            self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
+            "'-' or '.', starting with a letter or digit (it names directories and MLMD "
+            "contexts)")
+
+  @property
+  def pipeline_root(self) -> str:
+    return os.path.join(self.output_dir, "pipeline_root", self.pipeline_name)
+
+  @property
+  def metadata_path(self) -> str:
+    return os.path.join(self.output_dir, "metadata", self.pipeline_name, "metadata.sqlite")
+
+  @property
+  def serving_model_dir(self) -> str:
+    return os.path.join(self.output_dir, "serving_model", self.pipeline_name)
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamConfig:
+  """Beam: the engine of every Beam step and its workers."""
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
   # auto: a Beam step whose input has at most beam_in_memory_max_examples examples runs
   # in_memory in one process (starting worker processes, each importing TensorFlow and TFX,
@@ -130,89 +239,17 @@ class PipelineConfig:
   # worker pool (required); PROCESS: {"command": ...} JSON (on Kubeflow, default: the image's
   # Beam boot program).
   beam_environment_config: str = ""  # Depends on beam_environment_type.
-  # The presets in configs/ choose the model; bare, it is the original script's recipe.
-  trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)  # Its own flags.
-  # The config objects inside this one whose fields are flags too (a cluster config adds one).
-  PARTS: ClassVar[Dict[str, type]] = {"trainer": TrainerConfig}
 
   def __post_init__(self):
-    for field in dataclasses.fields(self):  # inf passes every bound below.
-      value = getattr(self, field.name)
-      require(not isinstance(value, float) or math.isfinite(value), field.name, value,
-              "must be a finite number")
-    require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
-    require(self.dataset in DATASETS, "dataset", self.dataset, f"must be one of {DATASETS}")
-    require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
-            self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
-            "'-' or '.', starting with a letter or digit (it names directories and MLMD "
-            "contexts)")
-    require(0.0 < self.eval_fraction < 1.0, "eval_fraction", self.eval_fraction,
-            "must be in (0, 1)")
-    require(0.0 <= self.test_fraction < 1.0 - self.eval_fraction, "test_fraction",
-            self.test_fraction, "must be in [0, 1 - eval_fraction)")
-    require(0.0 <= self.min_eval_accuracy <= 1.0, "min_eval_accuracy", self.min_eval_accuracy,
-            "must be in [0, 1]")
-    require(self.min_eval_examples >= 1, "min_eval_examples", self.min_eval_examples,
-            "must be >= 1")
-    for name in ("max_accuracy_drop", "max_eval_ece", "max_ece_increase", "max_eval_nll",
-                 "max_nll_increase", "max_corrupted_accuracy_drop", "max_corrupted_nll",
-                 "max_corrupted_nll_increase", "max_corrupted_mean_ece",
-                 "max_corrupted_mean_ece_increase", "max_corrupted_ece",
-                 "max_corrupted_ece_increase"):
-      require(getattr(self, name) >= 0.0, name, getattr(self, name), "must be >= 0")
-    require(0.0 <= self.min_corrupted_accuracy <= 1.0, "min_corrupted_accuracy",
-            self.min_corrupted_accuracy, "must be in [0, 1]")
-    require(self.examples_per_corruption >= 0, "examples_per_corruption",
-            self.examples_per_corruption, "must be >= 0 (0 = every test image)")
-    require(self.corruption_workers >= 0, "corruption_workers", self.corruption_workers,
-            "must be >= 0 (0 = one per core when that pays)")
-    require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
-    require(self.hyper_trials >= self.ensemble_size, "hyper_trials", self.hyper_trials,
-            f"must be >= ensemble_size ({self.ensemble_size}): the ensemble's members are "
-            "chosen among the trials")
-    require(self.ensemble_objective in ENSEMBLE_OBJECTIVES, "ensemble_objective",
-            self.ensemble_objective, f"must be one of {ENSEMBLE_OBJECTIVES}")
     require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
             "must be >= 0 (0 = one per CPU core)")
     require(self.beam_running_mode in BEAM_RUNNING_MODES, "beam_running_mode",
             self.beam_running_mode, f"must be one of {BEAM_RUNNING_MODES}")
     require(self.beam_in_memory_max_examples >= 0, "beam_in_memory_max_examples",
             self.beam_in_memory_max_examples, "must be >= 0")
-    self._check_beam_engine()
-    if self.dataset != "tfrecord":
-      require(self.tfrecord_dir is None, "tfrecord_dir", self.tfrecord_dir,
-              "is only used with dataset=tfrecord")
-      require(not self.class_names, "class_names", ",".join(self.class_names),
-              "is only used with dataset=tfrecord (the other datasets name their classes)")
-    else:
-      require(not self.class_names or len(self.class_names) == self.trainer.num_classes,
-              "class_names", ",".join(self.class_names),
-              f"must name num_classes={self.trainer.num_classes} classes")
-      require(len(set(self.class_names)) == len(self.class_names) and all(self.class_names),
-              "class_names", ",".join(self.class_names), "must be distinct, non-empty names")
-    if self.dataset != "image_dir":
-      require(self.image_dir is None, "image_dir", self.image_dir,
-              "is only used with dataset=image_dir")
-      require(not self.skip_bad_images, "skip_bad_images", self.skip_bad_images,
-              "is only used with dataset=image_dir")
-    self._check_where_it_runs()
-    _check_corruptions(self.corruptions, self.dataset, self.tfrecord_dir)
-    fit = self.trainer.temperature_fit
-    if calibration_methods.get(fit).needs_validation_corruptions:
-      tuning = [name for name in self.corruptions
-                if name in reference_corruptions.EXTRA_CORRUPTIONS]
-      require(not tuning, "corruptions", ",".join(self.corruptions),
-              f"{tuning} choose the temperature (temperature_fit={fit}), so "
-              "they cannot also be evaluated; leave them out or pick another temperature_fit")
-    require(self.hyper_trials == 1 or calibration_methods.get(fit).for_ensembles,
-            "temperature_fit", fit, "is for single models: an ensemble's members saw different "
-            "AugMix views; with hyper_trials > 1, pass one of "
-            f"{calibration_methods.ENSEMBLE_NAMES}")
-    require(self.trainer.mode == "train_and_eval", "mode", self.trainer.mode,
-            "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
-            "`python -m trainer_module`)")
+    self._check_engine()
 
-  def _check_beam_engine(self) -> None:
+  def _check_engine(self) -> None:
     """The engine flags (beam_engine.py), wherever the run is; a runner adds its own rules."""
     runner = self.beam_runner
     require(runner in beam_engine.BEAM_RUNNERS, "beam_runner", runner,
@@ -241,26 +278,70 @@ class PipelineConfig:
       require(beam_engine.is_process_config(given), "beam_environment_config", given,
               'must be JSON with a "command" with beam_environment_type=PROCESS')
 
+  def portable_args(self, image: str) -> list:
+    """Beam arguments submitting a step to the portable job server; `image`: the default
+    harness of DOCKER (a Kubeflow run's pipeline image)."""
+    return beam_engine.portable_args(self.beam_job_endpoint, self.beam_environment_type,
+                                     self.beam_environment_config, image)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  """A run of the pipeline: its groups of settings, and the rules that span them."""
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  # The presets in configs/ choose the model; bare, it is the original script's recipe.
+  trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
+  evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
+  ensemble: EnsembleConfig = dataclasses.field(default_factory=EnsembleConfig)
+  gate: GateConfig = dataclasses.field(default_factory=GateConfig)
+  runner: RunnerConfig = dataclasses.field(default_factory=RunnerConfig)
+  beam: BeamConfig = dataclasses.field(default_factory=BeamConfig)
+
+  def __post_init__(self):
+    data, trainer = self.data, self.trainer
+    if data.dataset == "tfrecord":
+      require(not data.class_names or len(data.class_names) == trainer.model.num_classes,
+              "class_names", ",".join(data.class_names),
+              f"must name num_classes={trainer.model.num_classes} classes")
+    self._check_where_it_runs()
+    _check_corruptions(self.evaluation.corruptions, data.dataset, data.tfrecord_dir)
+    fit = trainer.calibration.temperature_fit
+    if calibration_methods.get(fit).needs_validation_corruptions:
+      tuning = [name for name in self.evaluation.corruptions
+                if name in reference_corruptions.EXTRA_CORRUPTIONS]
+      require(not tuning, "corruptions", ",".join(self.evaluation.corruptions),
+              f"{tuning} choose the temperature (temperature_fit={fit}), so "
+              "they cannot also be evaluated; leave them out or pick another temperature_fit")
+    require(self.ensemble.hyper_trials == 1 or calibration_methods.get(fit).for_ensembles,
+            "temperature_fit", fit, "is for single models: an ensemble's members saw different "
+            "AugMix views; with hyper_trials > 1, pass one of "
+            f"{calibration_methods.ENSEMBLE_NAMES}")
+    require(trainer.training.mode == "train_and_eval", "mode", trainer.training.mode,
+            "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
+            "`python -m trainer_module`)")
+
   def _check_where_it_runs(self) -> None:
     """A local run's rules: its inputs on this machine, and a Beam engine it can start without
     a cluster's image. A cluster config replaces them with its own."""
-    object.__setattr__(self, "output_dir", os.path.abspath(self.output_dir))
-    require(self.beam_runner != "dataflow", "beam_runner", self.beam_runner,
+    object.__setattr__(self, "runner", dataclasses.replace(
+        self.runner, output_dir=os.path.abspath(self.runner.output_dir)))
+    beam, data = self.beam, self.data
+    require(beam.beam_runner != "dataflow", "beam_runner", beam.beam_runner,
             "is for Kubeflow runs (python -m kubeflow ... --image=...): Dataflow's workers run "
             "the pipeline image; locally, use direct or portable")
-    require(self.beam_runner != "portable" or self.beam_environment_type == "EXTERNAL"
-            or bool(self.beam_environment_config), "beam_environment_config",
-            self.beam_environment_config, "is required with beam_environment_type="
-            f"{self.beam_environment_type} on a local run: the SDK harness image (DOCKER) or "
+    require(beam.beam_runner != "portable" or beam.beam_environment_type == "EXTERNAL"
+            or bool(beam.beam_environment_config), "beam_environment_config",
+            beam.beam_environment_config, "is required with beam_environment_type="
+            f"{beam.beam_environment_type} on a local run: the SDK harness image (DOCKER) or "
             "the boot command as JSON (PROCESS)")
-    if self.dataset == "tfrecord":
-      _check_tfrecord_dir(self.tfrecord_dir)
-    if self.dataset == "image_dir":
-      _check_image_dir(self.image_dir)
+    if data.dataset == "tfrecord":
+      _check_tfrecord_dir(data.tfrecord_dir)
+    if data.dataset == "image_dir":
+      _check_image_dir(data.image_dir)
     _check_local_paths(self)
     check_schema(self)
-    if self.dataset == "tfrecord":
-      _check_tfrecord_examples(self.tfrecord_dir, self.schema_path)
+    if data.dataset == "tfrecord":
+      _check_tfrecord_examples(data.tfrecord_dir, data.schema_path)
 
   def check_output_dir(self) -> None:
     """For a local run: output_dir, and the serving directory under it, must be directories
@@ -268,76 +349,57 @@ class PipelineConfig:
     version number left for the next push. The runner calls it, not the constructor: it
     depends on who runs where, and a config built only to compile for a cluster writes
     nothing locally."""
-    _check_writable_dir(self.output_dir, self.output_dir, "")
-    _check_writable_dir(self.output_dir, self.serving_model_dir, "its serving directory ")
+    output_dir, serving_model_dir = self.runner.output_dir, self.runner.serving_model_dir
+    _check_writable_dir(output_dir, output_dir, "")
+    _check_writable_dir(output_dir, serving_model_dir, "its serving directory ")
     from components import pusher
-    problem = pusher.serving_directory_problem(self.serving_model_dir)
-    require(problem is None, "output_dir", self.output_dir, f"its serving directory: {problem}")
+    problem = pusher.serving_directory_problem(serving_model_dir)
+    require(problem is None, "output_dir", output_dir, f"its serving directory: {problem}")
 
   @property
   def trials(self) -> Tuple[TrainerConfig, ...]:
     """The trial Trainers' configs (one, the trainer config, without an ensemble)."""
-    return tuple(hyper_trials(self.trainer, self.hyper_trials))
-
-  # Where a run's outputs live.
-  @property
-  def pipeline_root(self) -> str:
-    return os.path.join(self.output_dir, "pipeline_root", self.pipeline_name)
-
-  @property
-  def metadata_path(self) -> str:
-    return os.path.join(self.output_dir, "metadata", self.pipeline_name, "metadata.sqlite")
-
-  @property
-  def serving_model_dir(self) -> str:
-    return os.path.join(self.output_dir, "serving_model", self.pipeline_name)
+    return tuple(hyper_trials(self.trainer, self.ensemble.hyper_trials))
 
   @property
   def uses_s3(self) -> bool:
+    data = self.data
     return any(isinstance(path, str) and path.startswith("s3://") for path in
-               (self.output_dir, self.tfrecord_dir, self.image_dir, self.tfds_data_dir,
-                self.schema_path))
+               (self.runner.output_dir, data.tfrecord_dir, data.image_dir, data.tfds_data_dir,
+                data.schema_path))
 
   @property
   def declared_class_names(self) -> Tuple[str, ...]:
     """The classes' names when known before the run; () for an image folder, whose ExampleGen
     finds them."""
-    if self.dataset == "tfrecord":
-      return self.class_names or index_names(self.trainer.num_classes)
-    return DATASET_CLASS_NAMES.get(self.dataset, ())
-
-  @property
-  def input_examples(self) -> Optional[int]:
-    """Examples of the input dataset, when known without reading it (a local image folder:
-    its files, counted by listing it)."""
-    if self.dataset == "image_dir" and self.image_dir and os.path.isdir(self.image_dir):
-      return sum(not name.startswith(".") for _, _, files in os.walk(self.image_dir)
-                 for name in files)
-    return DATASET_EXAMPLES.get(self.dataset)
+    if self.data.dataset == "tfrecord":
+      return self.data.class_names or index_names(self.trainer.model.num_classes)
+    return DATASET_CLASS_NAMES.get(self.data.dataset, ())
 
   def beam_step_args(self, examples: Optional[int]) -> list:
     """What a Beam step adds to beam_pipeline_args() for an input of `examples` (TFX puts a
     step's arguments after the pipeline's, and Beam keeps a repeated flag's last value): the
     engine auto picks for that size."""
-    if self.beam_running_mode != "auto" or self.beam_runner != "direct":
+    if self.beam.beam_running_mode != "auto" or self.beam.beam_runner != "direct":
       return []
     return [arg for arg in self.beam_pipeline_args(examples) if arg.startswith("--direct_")]
 
   def beam_pipeline_args(self, examples: Optional[int] = None) -> list:
     """A Beam step's arguments on this machine: the engine, and s3:// set up in each SDK
     worker. `examples`: the size of the step's input, when known (auto picks by it)."""
-    if self.beam_runner == "portable":
+    beam = self.beam
+    if beam.beam_runner == "portable":
       # What the harnesses have installed, staged without the download of every package
       # (beam_engine.SKIP_REQUIREMENTS_DOWNLOAD), which also stops TFX from building an sdist
       # of itself for them (tfx/utils/dependency_utils.py, make_beam_dependency_flags).
-      return (self.portable_args("") + [f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}",
+      return (beam.portable_args("") + [f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}",
                                         beam_engine.SKIP_REQUIREMENTS_DOWNLOAD]
               + self.s3_worker_args())
-    mode = self.beam_running_mode
+    mode = beam.beam_running_mode
     if mode == "auto":
-      small = examples is not None and examples <= self.beam_in_memory_max_examples
+      small = examples is not None and examples <= beam.beam_in_memory_max_examples
       mode = "in_memory" if small else "multi_processing"
-    workers = 1 if mode == "in_memory" else self.beam_workers or os.cpu_count() or 1
+    workers = 1 if mode == "in_memory" else beam.beam_workers or os.cpu_count() or 1
     return ([f"--direct_running_mode={mode}", f"--direct_num_workers={workers}",
              f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}"] + self.s3_worker_args())
 
@@ -345,87 +407,40 @@ class PipelineConfig:
     """s3:// set up in each SDK worker, when the run reads or writes it."""
     return [f"--beam_plugin={object_storage.BEAM_PLUGIN}"] if self.uses_s3 else []
 
-  def portable_args(self, image: str) -> list:
-    """Beam arguments submitting a step to the portable job server; `image`: the default
-    harness of DOCKER (a Kubeflow run's pipeline image)."""
-    return beam_engine.portable_args(self.beam_job_endpoint, self.beam_environment_type,
-                                     self.beam_environment_config, image)
-
   def replace(self, **overrides) -> "PipelineConfig":
-    """A copy with overrides; the fields of its PARTS may be given by name alongside its own."""
-    return build(type(self), overrides, self)
-
-
-def flag_fields(config_class: type = PipelineConfig) -> Dict[str, dataclasses.Field]:
-  """Every flag of a config class: its own fields, then those of its PARTS."""
-  fields = {f.name: f for f in dataclasses.fields(config_class)
-            if f.name not in config_class.PARTS}
-  for part in config_class.PARTS.values():
-    fields.update({f.name: f for f in dataclasses.fields(part)})
-  return fields
-
-
-def build(config_class: type, values: dict, start: Optional[PipelineConfig] = None):
-  """A `config_class` from field values by name (its own and its PARTS'), over `start`'s values
-  (else the defaults): each object built, and validated, once."""
-  own = {f.name for f in dataclasses.fields(config_class)}
-  part_fields = {part: {f.name for f in dataclasses.fields(cls)}
-                 for part, cls in config_class.PARTS.items()}
-  unknown = set(values) - own - set().union(*part_fields.values())
-  if unknown:
-    raise ValueError(f"Unknown config field(s): {sorted(unknown)}.")
-  fields = {name: getattr(start, name) for name in own if hasattr(start, name)}
-  fields.update({name: value for name, value in values.items() if name in own})
-  for part, names in part_fields.items():
-    given = {name: value for name, value in values.items() if name in names}
-    current = fields.get(part)
-    if given:
-      fields[part] = (dataclasses.replace(current, **given) if current is not None
-                      else config_class.PARTS[part](**given))
-  return config_class(**fields)
+    """A copy with leaf fields (flat names, the trainer's too) replaced."""
+    return groups.build(type(self), overrides, self)
 
 
 def usage(preset: str = configs.DEFAULT_PRESET,
           command: str = "python -m local_runner [--flag=value ...]   (or: make run ARGS=...)",
           config_class: type = PipelineConfig) -> str:
-  """Every flag, grouped, with its default (the preset's, else its class's) and what it means
+  """Every flag, by group, with its default (the preset's, else its class's) and what it means
   (the comments of its field)."""
-  config = from_preset(preset)
-  holders = (config, *(getattr(config, part) for part in PipelineConfig.PARTS))
-  helps = {CONFIG_FLAG: f"{CONFIG_HELP} {configs.PRESETS}"}
-  classes = [cls for cls in reversed(config_class.__mro__) if dataclasses.is_dataclass(cls)]
-  for cls in (*classes, *config_class.PARTS.values()):
-    helps.update(field_help(cls))
-  defaults = {CONFIG_FLAG: preset}
-  for name, field in flag_fields(config_class).items():
-    holder = next((h for h in holders if name in {f.name for f in dataclasses.fields(h)}), None)
-    defaults[name] = getattr(holder, name) if holder is not None else field.default
-  return f"usage: {command}\n" + describe_flags(grouped(helps, defaults))
+  preset_section = ("preset", [(CONFIG_FLAG, preset, f"{CONFIG_HELP} {configs.PRESETS}")])
+  sections = config_sections(from_preset(preset), config_class)
+  return f"usage: {command}\n" + describe_flags([preset_section] + sections)
 
 
 def from_preset(name: str = configs.DEFAULT_PRESET) -> PipelineConfig:
   """The config of a preset in configs/ (its fields over the dataclasses' defaults)."""
-  return build(PipelineConfig, configs.get_config(name))
+  return groups.build(PipelineConfig, configs.get_config(name))
 
 
 def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None,
                config_class: type = PipelineConfig,
                default_preset: str = configs.DEFAULT_PRESET) -> PipelineConfig:
   """The run's config: `--config=NAME`'s preset (else `base`, else `default_preset`) with
-  `--field value` / `--field=value` flags over it, built once."""
-  hints = {**typing.get_type_hints(config_class)}
-  for part in config_class.PARTS.values():
-    hints.update(typing.get_type_hints(part))
-  hints = {name: hints[name] for name in flag_fields(config_class)}
+  `--field value` / `--field=value` flags (or `--group.field=value`) over it, built once."""
   pairs = name_value_pairs(argv)
   presets = [value for name, value in pairs if name == CONFIG_FLAG]
   require(len(presets) <= 1, CONFIG_FLAG, ",".join(presets), "is given more than once")
-  flags = parse_flags([f"--{name}={value}" for name, value in pairs if name != CONFIG_FLAG],
-                      hints)
+  flags = parse_config_flags([f"--{name}={value}" for name, value in pairs
+                              if name != CONFIG_FLAG], config_class)
   if presets or base is None:
-    return build(config_class, {**configs.get_config(presets[0] if presets else default_preset),
-                                **flags})
-  return build(config_class, flags, base)
+    return groups.build(config_class, {
+        **configs.get_config(presets[0] if presets else default_preset), **flags})
+  return groups.build(config_class, flags, base)
 
 
 def _check_writable_dir(output_dir: str, path: str, what: str) -> None:
@@ -496,10 +511,10 @@ def _check_image_dir(path: Optional[str]) -> None:
 
 def _check_local_paths(config: "PipelineConfig") -> None:
   """Paths the flags name that a step reads later, checked before any step runs."""
-  data_dir = config.tfds_data_dir
+  data_dir = config.data.tfds_data_dir
   if data_dir and not is_object_store_uri(data_dir):
     require(os.path.isdir(data_dir), "tfds_data_dir", data_dir, "is not a directory")
-  warm_start = config.trainer.warm_start
+  warm_start = config.trainer.training.warm_start
   if warm_start not in (NO_WARM_START, WARM_START_FROM_PRODUCTION) and not is_object_store_uri(
       warm_start):
     from trainer_module import warm_start as warm_start_lib
@@ -515,12 +530,7 @@ def robustness_source(dataset: str) -> str:
 
 
 def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optional[str]) -> None:
-  known = reference_corruptions.ALL_CORRUPTIONS
-  unknown = [name for name in names if name not in known]
-  require(not unknown, "corruptions", ",".join(names),
-          f"{unknown} unknown; known: {','.join(known)} (or empty for no robustness set)")
-  require(len(set(names)) == len(names), "corruptions", ",".join(names), "lists a name twice")
-
+  """A tfrecord run's robustness set needs test images to corrupt."""
   if names and dataset == "tfrecord" and tfrecord_dir and os.path.isdir(tfrecord_dir):
     require(os.path.isdir(os.path.join(tfrecord_dir, "test")), "corruptions", ",".join(names),
             f"needs test images to corrupt, and {tfrecord_dir} has no test/ directory; add one "
@@ -530,10 +540,10 @@ def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optio
 def check_runs_here(config: PipelineConfig) -> None:
   """For a local run: every generated corruption can run on this machine (on Kubeflow they
   run in the pipeline's image, which has what they need)."""
-  if robustness_source(config.dataset) != "generated":
+  if robustness_source(config.data.dataset) != "generated":
     return
-  missing = reference_corruptions.unavailable(config.corruptions)
-  require(not missing, "corruptions", ",".join(config.corruptions), "; ".join(
+  missing = reference_corruptions.unavailable(config.evaluation.corruptions)
+  require(not missing, "corruptions", ",".join(config.evaluation.corruptions), "; ".join(
       f"{name} cannot run on this machine: it {reason}" for name, reason in missing.items())
           + " (or leave it out of --corruptions)")
 
@@ -541,8 +551,8 @@ def check_runs_here(config: PipelineConfig) -> None:
 def check_schema(config: PipelineConfig) -> None:
   """The curated schema must exist and bound the label to [0, num_classes) (an image folder's
   classes set the label domain and the model's outputs at run time)."""
-  _check_schema(config.schema_path, None if config.dataset == "image_dir"
-                else config.trainer.num_classes)
+  _check_schema(config.data.schema_path, None if config.data.dataset == "image_dir"
+                else config.trainer.model.num_classes)
 
 
 def _check_schema(path: str, num_classes: Optional[int]) -> None:

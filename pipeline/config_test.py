@@ -25,30 +25,30 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_defaults_are_a_small_local_wrn_on_the_embedded_digits():
   config = from_preset()
-  assert config.dataset == "digits"
-  assert (config.trainer.depth, config.trainer.width_multiplier) == (16, 2)
-  assert os.path.isabs(config.output_dir)
+  assert config.data.dataset == "digits"
+  assert (config.trainer.model.depth, config.trainer.model.width_multiplier) == (16, 2)
+  assert os.path.isabs(config.runner.output_dir)
 
 
 def test_the_standalone_trainer_defaults_are_the_original_recipe():
   trainer = TrainerConfig()
-  assert (trainer.depth, trainer.width_multiplier, trainer.train_epochs) == (28, 10, 200)
-  assert trainer.l2 == 2e-4 and trainer.base_learning_rate == 0.1
-  assert trainer.lr_decay_epochs == (60, 120, 160) and trainer.lr_decay_ratio == 0.2
+  assert (trainer.model.depth, trainer.model.width_multiplier, trainer.training.train_epochs) == (28, 10, 200)
+  assert trainer.model.l2 == 2e-4 and trainer.training.base_learning_rate == 0.1
+  assert trainer.training.lr_decay_epochs == (60, 120, 160) and trainer.training.lr_decay_ratio == 0.2
 
 
 def test_flags_override_pipeline_and_trainer_fields_by_name():
   config = from_flags(["--dataset=cifar10", "--depth", "28", "--width_multiplier=10",
                        "--lr_decay_epochs=30,60", "--bn_l2=none", "--enable_cache=false"])
-  assert config.dataset == "cifar10"
-  assert (config.trainer.depth, config.trainer.width_multiplier) == (28, 10)
-  assert config.trainer.lr_decay_epochs == (30, 60)
-  assert config.trainer.bn_l2 is None and config.enable_cache is False
-  assert config.trainer.train_epochs == from_preset().trainer.train_epochs
+  assert config.data.dataset == "cifar10"
+  assert (config.trainer.model.depth, config.trainer.model.width_multiplier) == (28, 10)
+  assert config.trainer.training.lr_decay_epochs == (30, 60)
+  assert config.trainer.model.bn_l2 is None and config.runner.enable_cache is False
+  assert config.trainer.training.train_epochs == from_preset().trainer.training.train_epochs
 
 
 def test_trainer_config_survives_the_trip_through_tfx_custom_config():
-  trainer = TrainerConfig(depth=10, lr_decay_epochs=(1, 2))
+  trainer = TrainerConfig().replace(depth=10, lr_decay_epochs=(1, 2))
   as_json_types = {k: list(v) if isinstance(v, tuple) else v for k, v in trainer.to_dict().items()}
   assert TrainerConfig.from_dict(as_json_types) == trainer
 
@@ -100,7 +100,7 @@ def test_bad_values_are_rejected_naming_the_flag(flags, named):
 
 def test_an_image_folder_sets_the_classes_whatever_num_classes_and_the_schema_say(tmp_path):
   config = from_flags(["--dataset=image_dir", f"--image_dir={tmp_path}", "--num_classes=3"])
-  assert config.image_dir == str(tmp_path) and config.declared_class_names == ()
+  assert config.data.image_dir == str(tmp_path) and config.declared_class_names == ()
   assert from_flags([]).declared_class_names == tuple("0123456789")  # The digits.
 
 
@@ -123,25 +123,25 @@ def test_tfrecord_dir_needs_train_and_eval_subdirectories(tmp_path):
 
 
 def test_cifar10_takes_every_cifar10_c_corruption_and_no_corruptions_means_no_robustness_set():
-  assert from_flags(["--dataset=cifar10", "--corruptions=snow,frost"]).corruptions == (
+  assert from_flags(["--dataset=cifar10", "--corruptions=snow,frost"]).evaluation.corruptions == (
       "snow", "frost")
-  assert from_flags(["--corruptions="]).corruptions == ()
+  assert from_flags(["--corruptions="]).evaluation.corruptions == ()
 
 
 def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_families():
-  names = from_preset().corruptions
+  names = from_preset().evaluation.corruptions
   assert len(names) == 15
   assert {reference_corruptions.FAMILY_OF[name] for name in names} == {
       "noise", "blur", "weather", "digital"}
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  assert from_preset().trainer.temperature_fit == "distance_curve"  # Every pipeline preset's.
-  assert TrainerConfig().temperature_fit == "validation_corruptions"  # The standalone trainer's.
+  assert from_preset().trainer.calibration.temperature_fit == "distance_curve"  # Every pipeline preset's.
+  assert TrainerConfig().calibration.temperature_fit == "validation_corruptions"  # The standalone trainer's.
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
     from_flags(["--corruptions=contrast,spatter"])
-  assert from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"]).corruptions == (
+  assert from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"]).evaluation.corruptions == (
       "contrast", "spatter")
   with pytest.raises(ValueError, match=r"\['spatter'\] choose the temperature "
                                        r"\(temperature_fit=in_support\)"):
@@ -227,7 +227,7 @@ def test_generated_corruptions_of_tfrecord_input_need_a_test_directory(tmp_path)
   with pytest.raises(ValueError, match="has no test/ directory"):
     from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}"])
   assert from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}",
-                     "--corruptions="]).corruptions == ()
+                     "--corruptions="]).evaluation.corruptions == ()
 
 
 def test_a_config_error_stops_the_runner_before_any_component_runs(tmp_path):
@@ -250,19 +250,19 @@ def test_help_lists_every_flag_with_its_default():
 
 def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_defaults():
   trainer = TrainerConfig()
-  assert (trainer.augmix, trainer.aug_count, trainer.augmix_prob_coeff, trainer.augmix_depth,
-          trainer.augmix_width) == (False, 1, 0.5, -1, 3)
-  assert trainer.num_views == 0
-  assert from_flags(["--augmix=false"]).trainer.num_views == 0
+  assert (trainer.augmentation.augmix, trainer.augmentation.aug_count, trainer.augmentation.augmix_prob_coeff, trainer.augmentation.augmix_depth,
+          trainer.augmentation.augmix_width) == (False, 1, 0.5, -1, 3)
+  assert trainer.augmentation.num_views == 0
+  assert from_flags(["--augmix=false"]).trainer.augmentation.num_views == 0
 
 
 def test_augmix_is_on_in_the_local_and_kubeflow_presets():
   cluster = from_preset("kubeflow")
   for trainer in (from_flags([]).trainer, cluster.trainer):
-    assert (trainer.augmix, trainer.aug_count, trainer.augmix_view_sets,
-            trainer.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
+    assert (trainer.augmentation.augmix, trainer.augmentation.aug_count, trainer.augmentation.augmix_view_sets,
+            trainer.augmentation.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
                                        PIPELINE_AUGMIX["augmix_view_sets"], False)
-  assert cluster.trainer.depth == 28  # The cluster keeps the original recipe otherwise.
+  assert cluster.trainer.model.depth == 28  # The cluster keeps the original recipe otherwise.
 
 
 def test_transform_options_ignore_training_only_fields():
@@ -287,7 +287,7 @@ def test_pipeline_names_that_are_not_one_safe_directory_name_are_rejected(name):
 
 
 def test_a_pipeline_name_may_use_dots_dashes_and_underscores_inside():
-  assert from_flags(["--pipeline_name=wrn-28.10_cifar"]).pipeline_name == "wrn-28.10_cifar"
+  assert from_flags(["--pipeline_name=wrn-28.10_cifar"]).runner.pipeline_name == "wrn-28.10_cifar"
 
 
 def test_an_empty_output_dir_is_rejected_instead_of_meaning_the_current_directory():
@@ -364,18 +364,18 @@ def test_one_trial_is_the_single_model_and_more_trials_are_the_sweep():
   config = from_flags(["--ensemble_size=2", "--hyper_trials=3", "--seed=5",
                        "--temperature_fit=validation_corruptions"])
   assert len(config.trials) == 3 and config.trials[0] == config.trainer
-  assert config.trials[1].l2_per_train_example and config.trials[1].seed != 5
+  assert config.trials[1].model.l2_per_train_example and config.trials[1].training.seed != 5
 
 
 def test_auto_beam_runs_small_steps_in_memory_and_big_or_uncounted_ones_on_every_core(tmp_path):
   config = from_preset().replace(output_dir=str(tmp_path), beam_in_memory_max_examples=2000)
-  assert from_preset().beam_in_memory_max_examples == 10000
+  assert from_preset().beam.beam_in_memory_max_examples == 10000
   cores = os.cpu_count()
   installed = f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}"  # TFX builds no sdist of itself.
   in_memory = ["--direct_running_mode=in_memory", "--direct_num_workers=1", installed]
   processes = ["--direct_running_mode=multi_processing", f"--direct_num_workers={cores}",
                installed]
-  assert config.beam_running_mode == "auto" and config.input_examples == 1797
+  assert config.beam.beam_running_mode == "auto" and config.data.input_examples == 1797
   assert config.beam_pipeline_args(2000) == in_memory
   assert config.beam_pipeline_args(2001) == processes
   assert config.beam_pipeline_args() == processes  # Size unknown (tfrecord inputs).
@@ -442,7 +442,7 @@ def test_values_that_fail_only_in_the_trainer_are_refused_up_front(flag, message
 
 def _serving_dir(tmp_path):
   config = from_flags([f"--output_dir={tmp_path / 'out'}"])
-  return config, pathlib.Path(config.serving_model_dir)
+  return config, pathlib.Path(config.runner.serving_model_dir)
 
 
 def test_a_file_in_place_of_the_serving_directory_is_refused_before_any_step(tmp_path):

@@ -72,29 +72,29 @@ def _mean_slice_ece(num_bins: int) -> tfma.MetricConfig:
 def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
   """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds: on the
   clean eval set, and on the corrupted set (cA, cNLL, cECE and the corrupted set's ECE)."""
-  metrics = {m.class_name: m for m in _accuracy_and_calibration_metrics(config.trainer.num_bins)}
-  if config.corruptions:
-    metrics["MeanSliceECE"] = _mean_slice_ece(config.trainer.num_bins)
+  metrics = {m.class_name: m for m in _accuracy_and_calibration_metrics(config.trainer.calibration.num_bins)}
+  if config.evaluation.corruptions:
+    metrics["MeanSliceECE"] = _mean_slice_ece(config.trainer.calibration.num_bins)
   accuracy = metrics["TopLabelAccuracy"]
   accuracy.per_slice_thresholds.extend(_bounds(
-      CLEAN_EVAL_SLICE, lower=config.min_eval_accuracy, max_change=config.max_accuracy_drop))
-  if config.corruptions:
+      CLEAN_EVAL_SLICE, lower=config.gate.min_eval_accuracy, max_change=config.gate.max_accuracy_drop))
+  if config.evaluation.corruptions:
     accuracy.per_slice_thresholds.extend(_bounds(
-        CORRUPTED_SLICE, lower=config.min_corrupted_accuracy,
-        max_change=config.max_corrupted_accuracy_drop))
+        CORRUPTED_SLICE, lower=config.gate.min_corrupted_accuracy,
+        max_change=config.gate.max_corrupted_accuracy_drop))
   # (slice, metric, upper bound, largest rise): calibration, clean and under shift.
   calibration_bounds = [
-      (CLEAN_EVAL_SLICE, "ExpectedCalibrationError", config.max_eval_ece,
-       config.max_ece_increase),
-      (CLEAN_EVAL_SLICE, "NegativeLogLikelihood", config.max_eval_nll, config.max_nll_increase)]
-  if config.corruptions:
+      (CLEAN_EVAL_SLICE, "ExpectedCalibrationError", config.gate.max_eval_ece,
+       config.gate.max_ece_increase),
+      (CLEAN_EVAL_SLICE, "NegativeLogLikelihood", config.gate.max_eval_nll, config.gate.max_nll_increase)]
+  if config.evaluation.corruptions:
     calibration_bounds += [
-        (CORRUPTED_SLICE, "MeanSliceECE", config.max_corrupted_mean_ece,
-         config.max_corrupted_mean_ece_increase),
-        (CORRUPTED_SLICE, "ExpectedCalibrationError", config.max_corrupted_ece,
-         config.max_corrupted_ece_increase),
-        (CORRUPTED_SLICE, "NegativeLogLikelihood", config.max_corrupted_nll,
-         config.max_corrupted_nll_increase)]
+        (CORRUPTED_SLICE, "MeanSliceECE", config.gate.max_corrupted_mean_ece,
+         config.gate.max_corrupted_mean_ece_increase),
+        (CORRUPTED_SLICE, "ExpectedCalibrationError", config.gate.max_corrupted_ece,
+         config.gate.max_corrupted_ece_increase),
+        (CORRUPTED_SLICE, "NegativeLogLikelihood", config.gate.max_corrupted_nll,
+         config.gate.max_corrupted_nll_increase)]
   for slice_spec, metric, upper, max_rise in calibration_bounds:
     metrics[metric].per_slice_thresholds.extend(_bounds(
         slice_spec, upper=upper, higher_is_better=False, max_change=max_rise))
@@ -111,44 +111,44 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       # inference_batch_size: what components/evaluator.py regroups the input batches to.
       model_specs=[tfma.ModelSpec(
           signature_name="serving_default", label_key=LABEL_KEY, model_type=tfma.TF_GENERIC,
-          inference_batch_size=config.trainer.eval_batch_size,
+          inference_batch_size=config.trainer.training.eval_batch_size,
           prediction_keys={PROBABILITIES_KEY: PROBABILITIES_KEY,
                            UNCALIBRATED_PROBABILITIES_KEY: UNCALIBRATED_PROBABILITIES_KEY})],
       slicing_specs=SLICING_SPECS,
       metrics_specs=[
           tfma.MetricsSpec(output_names=[PROBABILITIES_KEY], metrics=gated_metrics(config)),
           tfma.MetricsSpec(output_names=[UNCALIBRATED_PROBABILITIES_KEY],
-                           metrics=_accuracy_and_calibration_metrics(config.trainer.num_bins)),
+                           metrics=_accuracy_and_calibration_metrics(config.trainer.calibration.num_bins)),
       ])
 
 
 def gate_bounds(config: PipelineConfig) -> Tuple[GateBound, ...]:
   """The bounds gated_metrics sets, as the run report lists them."""
   eval_, corrupted = evaluation_set.EVAL, evaluation_set.CORRUPTED
-  bounds = [GateBound("accuracy", eval_, ACCURACY_NAME, True, config.min_eval_accuracy,
-                      config.max_accuracy_drop),
-            GateBound("ECE", eval_, ECE_NAME, False, config.max_eval_ece,
-                      config.max_ece_increase),
-            GateBound("NLL", eval_, NLL_NAME, False, config.max_eval_nll,
-                      config.max_nll_increase)]
-  if config.corruptions:
+  bounds = [GateBound("accuracy", eval_, ACCURACY_NAME, True, config.gate.min_eval_accuracy,
+                      config.gate.max_accuracy_drop),
+            GateBound("ECE", eval_, ECE_NAME, False, config.gate.max_eval_ece,
+                      config.gate.max_ece_increase),
+            GateBound("NLL", eval_, NLL_NAME, False, config.gate.max_eval_nll,
+                      config.gate.max_nll_increase)]
+  if config.evaluation.corruptions:
     bounds += [
         GateBound("cA (mean corrupted accuracy)", corrupted, ACCURACY_NAME, True,
-                  config.min_corrupted_accuracy, config.max_corrupted_accuracy_drop),
-        GateBound("cNLL (corrupted NLL)", corrupted, NLL_NAME, False, config.max_corrupted_nll,
-                  config.max_corrupted_nll_increase),
+                  config.gate.min_corrupted_accuracy, config.gate.max_corrupted_accuracy_drop),
+        GateBound("cNLL (corrupted NLL)", corrupted, NLL_NAME, False, config.gate.max_corrupted_nll,
+                  config.gate.max_corrupted_nll_increase),
         GateBound("cECE (mean ECE of the corruption x severity slices)", corrupted,
-                  MEAN_SLICE_ECE_NAME, False, config.max_corrupted_mean_ece,
-                  config.max_corrupted_mean_ece_increase),
+                  MEAN_SLICE_ECE_NAME, False, config.gate.max_corrupted_mean_ece,
+                  config.gate.max_corrupted_mean_ece_increase),
         GateBound("ECE of the corrupted set", corrupted, ECE_NAME, False,
-                  config.max_corrupted_ece, config.max_corrupted_ece_increase)]
+                  config.gate.max_corrupted_ece, config.gate.max_corrupted_ece_increase)]
   return tuple(bounds)
 
 
 def report_settings(config: PipelineConfig) -> ReportSettings:
   """What the report step needs of the config."""
   return ReportSettings(
-      pipeline_name=config.pipeline_name, dataset=config.dataset,
-      model=f"WRN-{config.trainer.depth}-{config.trainer.width_multiplier}",
-      num_classes=config.trainer.num_classes, corruptions=tuple(config.corruptions),
+      pipeline_name=config.runner.pipeline_name, dataset=config.data.dataset,
+      model=f"WRN-{config.trainer.model.depth}-{config.trainer.model.width_multiplier}",
+      num_classes=config.trainer.model.num_classes, corruptions=tuple(config.evaluation.corruptions),
       bounds=gate_bounds(config))

@@ -73,15 +73,15 @@ def trainer_module_fingerprint() -> str:
 
 
 def example_gen(config: PipelineConfig, parts: RunnerParts):
-  if config.dataset == "tfrecord":
+  if config.data.dataset == "tfrecord":
     return tfx.components.ImportExampleGen(
         input_base=parts.tfrecord_input_base,
         input_config=tfx.proto.Input(splits=[
             tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in parts.tfrecord_splits]))
-  return ImageDatasetExampleGen(source=config.dataset, eval_fraction=config.eval_fraction,
-                                test_fraction=config.test_fraction,
-                                tfds_data_dir=config.tfds_data_dir, image_dir=config.image_dir,
-                                skip_bad_images=config.skip_bad_images)
+  return ImageDatasetExampleGen(source=config.data.dataset, eval_fraction=config.data.eval_fraction,
+                                test_fraction=config.data.test_fraction,
+                                tfds_data_dir=config.data.tfds_data_dir, image_dir=config.data.image_dir,
+                                skip_bad_images=config.data.skip_bad_images)
 
 
 def transform_component(config: PipelineConfig, examples, schema, fingerprint: str):
@@ -99,12 +99,12 @@ def transform_component(config: PipelineConfig, examples, schema, fingerprint: s
 
 def evaluation_set_examples(config: PipelineConfig):
   """The Evaluator's input size (clean eval and test, and the corrupted slices), when known."""
-  if config.input_examples is None:
+  if config.data.input_examples is None:
     return None
-  test = round(config.input_examples * config.test_fraction)
-  per_slice = min(config.examples_per_corruption, test) if config.examples_per_corruption else test
-  clean = round(config.input_examples * (config.eval_fraction + config.test_fraction))
-  return clean + per_slice * len(config.corruptions) * len(reference_corruptions.SEVERITIES)
+  test = round(config.data.input_examples * config.data.test_fraction)
+  per_slice = min(config.evaluation.examples_per_corruption, test) if config.evaluation.examples_per_corruption else test
+  clean = round(config.data.input_examples * (config.data.eval_fraction + config.data.test_fraction))
+  return clean + per_slice * len(config.evaluation.corruptions) * len(reference_corruptions.SEVERITIES)
 
 
 def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) -> tuple:
@@ -118,9 +118,9 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
                                               schema=schema.outputs["schema"])
   data_check = DataCheck(examples=examples.outputs["examples"],
                          anomalies=validator.outputs["anomalies"], schema=schema.outputs["schema"],
-                         input_base=parts.tfrecord_input_base if config.dataset == "tfrecord"
-                         else "", min_train_examples=config.trainer.per_core_batch_size,
-                         min_eval_examples=config.min_eval_examples).with_id(DATA_CHECK_ID)
+                         input_base=parts.tfrecord_input_base if config.data.dataset == "tfrecord"
+                         else "", min_train_examples=config.trainer.training.per_core_batch_size,
+                         min_eval_examples=config.gate.min_eval_examples).with_id(DATA_CHECK_ID)
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   fingerprint)
   transform.add_upstream_node(data_check)
@@ -129,7 +129,7 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
   # only add their start-up (bench/beam_modes.py: 1,797 x 9 images 13.3 s in_memory against
   # 21.7 s multi_processing; with 4x the views, --augmix_view_sets 16, 19.1 s against 28.4 s).
   for step in (examples, statistics, data_check, transform):
-    step.with_beam_pipeline_args(parts.beam_step_args(config.input_examples))
+    step.with_beam_pipeline_args(parts.beam_step_args(config.data.input_examples))
   return examples, statistics, schema, validator, data_check, transform
 
 
@@ -141,9 +141,9 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
   # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
   # base model comes from an instance of its own, resolved before training.
   warm_start_model = None
-  if config.trainer.warm_start == WARM_START_FROM_PRODUCTION:
+  if config.trainer.training.warm_start == WARM_START_FROM_PRODUCTION:
     warm_start_model = ProductionModel(
-        serving_directory=config.serving_model_dir).with_id(WARM_START_MODEL_ID)
+        serving_directory=config.runner.serving_model_dir).with_id(WARM_START_MODEL_ID)
   trainers = [parts.make_trainer(
       trial, trainer_custom_config(config, fingerprint, trial),
       base_model=warm_start_model.outputs["model"] if warm_start_model else None,
@@ -151,29 +151,29 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       transform_graph=transform.outputs["transform_graph"],
       schema=schema.outputs["schema"],
       train_args=tfx.proto.TrainArgs(splits=["train"]),
-      eval_args=tfx.proto.EvalArgs(splits=["eval"])) for trial in range(config.hyper_trials)]
+      eval_args=tfx.proto.EvalArgs(splits=["eval"])) for trial in range(config.ensemble.hyper_trials)]
   if len(trainers) > 1:  # Independent tasks: a cluster runs them in parallel.
     trainers = [t.with_id(f"Trainer_trial_{i}") for i, t in enumerate(trainers)]
 
   eval_examples = EvaluationSetGen(
-      examples=examples.outputs["examples"], source=robustness_source(config.dataset),
-      corruption_names=",".join(config.corruptions),
-      examples_per_corruption=config.examples_per_corruption,
-      tfds_data_dir=config.tfds_data_dir or "", workers=config.corruption_workers)
+      examples=examples.outputs["examples"], source=robustness_source(config.data.dataset),
+      corruption_names=",".join(config.evaluation.corruptions),
+      examples_per_corruption=config.evaluation.examples_per_corruption,
+      tfds_data_dir=config.data.tfds_data_dir or "", workers=config.evaluation.corruption_workers)
   eval_examples.add_upstream_node(data_check)
 
   model_components = list(trainers)
   if len(trainers) > 1:
     model_components.append(EnsembleSelector(
         trainers, transform.outputs["transformed_examples"], transform.outputs["transform_graph"],
-        eval_examples.outputs["evaluation_set"], ensemble_size=config.ensemble_size,
-        objective=config.ensemble_objective, eval_batch_size=config.trainer.eval_batch_size,
-        num_bins=config.trainer.num_bins, temperature_fit=config.trainer.temperature_fit,
-        validation_corruption_examples=config.trainer.validation_corruption_examples,
+        eval_examples.outputs["evaluation_set"], ensemble_size=config.ensemble.ensemble_size,
+        objective=config.ensemble.ensemble_objective, eval_batch_size=config.trainer.training.eval_batch_size,
+        num_bins=config.trainer.calibration.num_bins, temperature_fit=config.trainer.calibration.temperature_fit,
+        validation_corruption_examples=config.trainer.calibration.validation_corruption_examples,
         fingerprint=fingerprint))
   model = model_components[-1].outputs["model"]
 
-  production = ProductionModel(serving_directory=config.serving_model_dir, candidate=model)
+  production = ProductionModel(serving_directory=config.runner.serving_model_dir, candidate=model)
 
   evaluator = Evaluator(
       examples=eval_examples.outputs["evaluation_set"],
@@ -194,7 +194,7 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       infra_blessing=served_check.outputs["infra_blessing"],
       push_destination=tfx.proto.PushDestination(
           filesystem=tfx.proto.PushDestination.Filesystem(
-              base_directory=config.serving_model_dir)),
+              base_directory=config.runner.serving_model_dir)),
       custom_executor_spec=executor_spec.ExecutorClassSpec(VersionedPusherExecutor))
 
   # Whatever the gate and the check decided: the report says what was pushed, or why not.
@@ -206,11 +206,11 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       input_examples=examples.outputs["examples"], settings=report_settings(config).to_json())
 
   return tfx.dsl.Pipeline(
-      pipeline_name=config.pipeline_name,
-      pipeline_root=config.pipeline_root,
+      pipeline_name=config.runner.pipeline_name,
+      pipeline_root=config.runner.pipeline_root,
       components=[examples, statistics, schema, validator, data_check, transform, eval_examples,
                   *([warm_start_model] if warm_start_model else []), *model_components,
                   production, evaluator, served_check, pusher, report],
-      enable_cache=config.enable_cache,
+      enable_cache=config.runner.enable_cache,
       metadata_connection_config=parts.metadata_connection_config,
       beam_pipeline_args=list(parts.beam_pipeline_args))

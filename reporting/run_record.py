@@ -17,20 +17,20 @@ class RunRecord:
   def __init__(self, config: PipelineConfig, run_id: Optional[str] = None):
     from tfx.orchestration import metadata
     store = metadata_store.MetadataStore(
-        metadata.sqlite_metadata_connection_config(config.metadata_path))
+        metadata.sqlite_metadata_connection_config(config.runner.metadata_path))
     if run_id is None:
       runs = store.get_contexts_by_type("pipeline_run")
       run = max(runs, key=lambda c: c.id) if runs else None
     else:
       run = store.get_context_by_type_and_name("pipeline_run", run_id)
     if run is None:
-      raise RuntimeError(f"No pipeline run {run_id or ''} recorded in {config.metadata_path}.")
+      raise RuntimeError(f"No pipeline run {run_id or ''} recorded in {config.runner.metadata_path}.")
     self.run_id = run.name
     executions = store.get_executions_by_context(run.id)
     # Execution -> its node id (the component's id: "Trainer", "Trainer_trial_1",
     # "WarmStartModel"), from the `node` contexts named "<pipeline>.<node id>".
     in_run = {e.id for e in executions}
-    prefix = config.pipeline_name + "."
+    prefix = config.runner.pipeline_name + "."
     producers = {}
     for node in store.get_contexts_by_type("node"):
       if node.name.startswith(prefix):

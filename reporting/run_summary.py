@@ -33,7 +33,7 @@ def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
   get = lambda name: _value(report, name)  # noqa: E731
   lines = [f"  eval accuracy:   {_fmt(get('eval_accuracy'))}  (ECE {_fmt(get('eval_ece'))}, "
            f"NLL {_fmt(get('eval_nll'))}, temperature-scaled)"]
-  if config.corruptions:
+  if config.evaluation.corruptions:
     lines.append(f"  corrupted:       cA {_fmt(get('corrupted_accuracy'))}, cNLL "
                  f"{_fmt(get('corrupted_nll'))}, cECE {_fmt(get('corrupted_ece'))} (floor "
                  f"{_fmt(get('corrupted_ece_floor'))})")
@@ -69,7 +69,7 @@ def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:
   """Copies the report artifacts (files without an extension, as TFX names a value artifact)
   to <output_dir>/reports/run-<id>/report.html and report.md, which a browser and an editor
   open as what they are; returns the HTML copy's path."""
-  report_dir = os.path.join(config.output_dir, "reports", f"run-{run.run_id}")
+  report_dir = os.path.join(config.runner.output_dir, "reports", f"run-{run.run_id}")
   os.makedirs(report_dir, exist_ok=True)
   markdown = run.latest_output("report_markdown")
   for artifact, name in ((report, "report.html"), (markdown, "report.md")):
@@ -83,11 +83,11 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
   """The console summary of run run_id (never "the latest": another run may have started)."""
   run = RunRecord(config, run_id)
   cached = sum(state == "CACHED" for state in run.states.values())
-  lines = ["", f"Pipeline {config.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
+  lines = ["", f"Pipeline {config.runner.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
            f"({cached} of {len(run.states)} steps reused from cache)."]
   lines += report_lines(config, run)
-  lines.append(f"  serving models:  {config.serving_model_dir}")
-  lines.append(f"  MLMD database:   {config.metadata_path}")
-  lines.append(f"  pipeline root:   {config.pipeline_root}")
+  lines.append(f"  serving models:  {config.runner.serving_model_dir}")
+  lines.append(f"  MLMD database:   {config.runner.metadata_path}")
+  lines.append(f"  pipeline root:   {config.runner.pipeline_root}")
   lines.append(f"  full log:        {log_path}")
   return "\n".join(lines)

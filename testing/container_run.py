@@ -58,13 +58,13 @@ def main(argv: List[str]) -> int:
     root = os.path.join(workdir, "pipeline_root")
     try:
       first = _local_run(local_run_command(compiled.spec_path, root), task_environ(server, service))
-      first_versions = kfp_harness.pushed_versions(server, config.serving_model_dir)
+      first_versions = kfp_harness.pushed_versions(server, config.runner.serving_model_dir)
       second = _local_run(local_run_command(compiled.spec_path, root, *SECOND_RUN_FLAGS),
                           task_environ(server, service))
     except kfp_harness.TaskFailed as error:
       print(f"error: {error}", file=sys.stderr)
       return 1
-    versions = kfp_harness.pushed_versions(server, config.serving_model_dir)
+    versions = kfp_harness.pushed_versions(server, config.runner.serving_model_dir)
   print(f"run 1: {first:.0f} s, pushed {first_versions}; run 2 ({' '.join(SECOND_RUN_FLAGS)}, "
         f"baseline: run 1's model): {second:.0f} s, pushed versions now {versions}; "
         f"all with the build: {time.monotonic() - start:.0f} s")

@@ -777,11 +777,11 @@ def main(argv: List[str]) -> int:
       print(f"error: {error}", file=sys.stderr)
       return 1
     print(f"with compile and S3 server: {time.monotonic() - start:.0f} s")
-    versions = pushed_versions(server, config.serving_model_dir)
+    versions = pushed_versions(server, config.runner.serving_model_dir)
     if not versions:
       print("pushed model:   none (the Evaluator did not bless the candidate)")
       return 1
-    pushed = f"{config.serving_model_dir}/{versions[-1]}"
+    pushed = f"{config.runner.serving_model_dir}/{versions[-1]}"
     local_copy = os.path.join(workdir, "pushed_model", versions[-1])
     download(server, pushed, local_copy)
     print(f"pushed model:   {pushed} (on the test S3 server, gone with it)\n"

@@ -15,7 +15,7 @@ from trainer_module.model import wide_resnet
 
 
 def _options(seed=42, num_views=2):
-  return TrainerConfig(augmix=True, aug_count=num_views, seed=seed).transform_options()
+  return TrainerConfig().replace(augmix=True, aug_count=num_views, seed=seed).transform_options()
 
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -64,7 +64,7 @@ def test_serving_graph_has_no_augmix_or_random_op_and_is_deterministic(reference
     transform_ops |= reachable_op_types(function)
   assert {"ImageProjectiveTransformV3", "StringToHashBucketFast"} <= transform_ops
 
-  config = TrainerConfig(depth=10, width_multiplier=1)
+  config = TrainerConfig().replace(depth=10, width_multiplier=1)
   export_dir = str(tmp_path / "serving")
   export_serving_model(wide_resnet(config), tft_output, export_dir)
   serve = tf.saved_model.load(export_dir).signatures["serving_default"]

@@ -80,7 +80,7 @@ def test_bad_example_stops_the_pipeline_before_training(tmp_path, pipeline_runne
   states = RunRecord(config).states
   assert states["ValidationGate"] == "FAILED"
   assert not {"Transform", "Trainer", "Evaluator", "Pusher"} & set(states)
-  assert not os.path.exists(config.serving_model_dir)
+  assert not os.path.exists(config.runner.serving_model_dir)
 
 
 def test_a_truncated_input_tfrecord_is_named_with_the_byte_offset(tmp_path, pipeline_runner):

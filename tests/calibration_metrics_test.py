@@ -237,7 +237,7 @@ _LOOSE_SHIFT_BOUNDS = dict(max_corrupted_nll=100.0, max_corrupted_ece=1.0,
 def evaluated(tmp_path_factory):
   work = tmp_path_factory.mktemp("tfma")
   rows = _write_evaluation_set(str(work / "data.tfrecord"), np.random.default_rng(1))
-  config = PipelineConfig(min_eval_accuracy=0.95, max_eval_ece=1.0, max_eval_nll=10.0,
+  config = PipelineConfig().replace(min_eval_accuracy=0.95, max_eval_ece=1.0, max_eval_nll=10.0,
                           min_corrupted_accuracy=0.0, **_LOOSE_SHIFT_BOUNDS)
   output = _evaluate(work, config, _save(_FakeModel(), str(work / "model")))
   return rows, output, config
@@ -286,7 +286,7 @@ def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
       "candidate", PROBABILITIES_KEY, calibration_metrics.MEAN_SLICE_ECE_NAME, False)])
   reliability = tfma_results.metric(values, (("eval_set", "eval"),), PROBABILITIES_KEY,
                                    "reliability_diagram")
-  assert reliability.shape == (PipelineConfig().trainer.num_bins, 3)
+  assert reliability.shape == (PipelineConfig().trainer.calibration.num_bins, 3)
   assert reliability[:, 0].sum() == np.sum(eval_set_of == "eval")
 
 
@@ -300,7 +300,7 @@ def test_a_model_below_the_accuracy_bound_is_not_blessed_and_the_reason_names_it
   (failure,) = failures
   assert failure.slice == "eval_set=eval"
   assert failure.value == pytest.approx(eval_accuracy, abs=1e-6)
-  assert failure.margin == pytest.approx(config.min_eval_accuracy - eval_accuracy, abs=1e-6)
+  assert failure.margin == pytest.approx(config.gate.min_eval_accuracy - eval_accuracy, abs=1e-6)
   assert "accuracy on eval_set=eval" in failure.describe()
   assert os.path.isdir(output)
 
@@ -309,7 +309,7 @@ def test_a_model_whose_corrupted_ece_regresses_beyond_the_bound_is_not_blessed(t
   """The same clean predictions as the blessed baseline, but less confident on the corrupted
   images than it should be (its NLL there even improves): only the cECE change bound fails."""
   rows = _write_evaluation_set(str(tmp_path / "data.tfrecord"), np.random.default_rng(1))
-  config = PipelineConfig(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
+  config = PipelineConfig().replace(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
                           min_corrupted_accuracy=0.0, max_corrupted_ece_increase=0.05,
                           max_corrupted_mean_ece_increase=1.0, **_LOOSE_SHIFT_BOUNDS)
   baseline = _save(_FakeModel(corrupted_temperature=0.5), str(tmp_path / "baseline"))
@@ -332,7 +332,7 @@ def test_a_model_whose_cece_regresses_beyond_the_bound_is_not_blessed(tmp_path):
   is not): the cECE change bound fails (the other shift bounds are left loose here, so cECE
   alone is judged)."""
   rows = _write_evaluation_set(str(tmp_path / "data.tfrecord"), np.random.default_rng(1))
-  config = PipelineConfig(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
+  config = PipelineConfig().replace(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
                           min_corrupted_accuracy=0.0, max_corrupted_nll=100.0,
                           max_corrupted_ece=1.0, max_corrupted_ece_increase=1.0,
                           max_corrupted_nll_increase=100.0, max_corrupted_mean_ece=1.0,
@@ -359,7 +359,7 @@ def test_a_model_whose_cece_regresses_beyond_the_bound_is_not_blessed(tmp_path):
 def test_a_model_above_the_cnll_and_cece_bounds_is_not_blessed_on_a_first_run(tmp_path):
   """No baseline: the absolute bounds alone, and both calibration-under-shift bounds fail."""
   rows = _write_evaluation_set(str(tmp_path / "data.tfrecord"), np.random.default_rng(1))
-  config = PipelineConfig(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
+  config = PipelineConfig().replace(min_eval_accuracy=0.0, max_eval_ece=1.0, max_eval_nll=10.0,
                           min_corrupted_accuracy=0.0, max_corrupted_ece=1.0,
                           max_corrupted_nll=1.0, max_corrupted_mean_ece=0.1)
   candidate = _save(_FakeModel(corrupted_temperature=0.3), str(tmp_path / "candidate"))

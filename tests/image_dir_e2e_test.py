@@ -38,15 +38,15 @@ def run(tmp_path_factory):
 
 
 def _pushed(config):
-  versions = sorted(os.listdir(config.serving_model_dir))
+  versions = sorted(os.listdir(config.runner.serving_model_dir))
   assert len(versions) == 1
-  return os.path.join(config.serving_model_dir, versions[0])
+  return os.path.join(config.runner.serving_model_dir, versions[0])
 
 
 @pytest.mark.e2e
 def test_the_class_folders_become_the_schemas_classes(run):
   _, config, _ = run
-  schemas = glob.glob(os.path.join(config.pipeline_root, "ClassSchemaGen", "schema", "*",
+  schemas = glob.glob(os.path.join(config.runner.pipeline_root, "ClassSchemaGen", "schema", "*",
                                     "schema.pbtxt"))
   assert len(schemas) == 1
   assert read_class_names(schemas[0]) == tuple(CLASSES)

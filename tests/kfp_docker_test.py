@@ -141,9 +141,9 @@ def test_the_compiled_spec_runs_in_containers_of_the_image_twice_with_the_baseli
     assert {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(
         container["environment"])
     assert container["working_dir"] == IMAGE_PROJECT_DIR and container["user"] in ("", "root")
-  versions = kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
+  versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
   assert len(versions) == 1
-  first_version = f"{config.serving_model_dir}/{versions[0]}"
+  first_version = f"{config.runner.serving_model_dir}/{versions[0]}"
   assert kfp_harness.local_output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
 
   start = time.monotonic()
@@ -159,7 +159,7 @@ def test_the_compiled_spec_runs_in_containers_of_the_image_twice_with_the_baseli
   assert blessing["baseline_model"] == baseline["uri"]
   assert blessing["blessed"] == 0
   assert kfp_harness.local_output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
-  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
+  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == versions
   times.update({f"{name} s": round(task.seconds) for name, task in first.tasks.items()})
   print(json.dumps(times))
 

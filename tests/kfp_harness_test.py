@@ -199,12 +199,12 @@ def _run_twice(config, spec, harness, s3_server, cluster, beam):
   metadata = harness.metadata
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
-  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == []
+  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == []
   first = harness.run()
-  assert first.run_root.startswith(f"{config.pipeline_root}/{PIPELINE_NAME}/")
-  versions = kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
+  assert first.run_root.startswith(f"{config.runner.pipeline_root}/{PIPELINE_NAME}/")
+  versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
   assert len(versions) == 1
-  first_version = f"{config.serving_model_dir}/{versions[0]}"
+  first_version = f"{config.runner.serving_model_dir}/{versions[0]}"
   blessing = metadata.artifact(first.tasks["Evaluator"].outputs["blessing"])
   assert blessing["custom_properties"]["blessed"] == {"double_value": 1.0}
   baseline = metadata.artifact(first.tasks["ProductionModel"].outputs["model"])
@@ -271,7 +271,7 @@ def _run_twice(config, spec, harness, s3_server, cluster, beam):
   assert blessing["blessed"] == {"double_value": 0.0}
   pushed = metadata.artifact(second.tasks["Pusher"].outputs["pushed_model"])
   assert pushed["custom_properties"]["pushed"] == {"double_value": 0.0}
-  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
+  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == versions
   assert len(cluster.runs) == 2  # A new run's Trainer: a new TrainJob.
   # The refused run's report says why.
   report = metadata.artifact(second.tasks["RunReport"].outputs["report"])

@@ -52,7 +52,7 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
                        f"--pipeline_root={tmp_path / 'root'}"]
 
   # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
-  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == []
+  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == []
   assert cli.main(local_run_command) == 0
   (first,) = runs
   assert set(first.tasks) == set(submit.load_spec(compiled.spec_path)["root"]["dag"]["tasks"])
@@ -64,9 +64,9 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
         executor_input, component_spec), task.name
     for artifacts in task.executor_input["outputs"]["artifacts"].values():
       assert artifacts["artifacts"][0]["uri"].startswith(first.run_root + "/")
-  versions = kfp_harness.pushed_versions(s3_server, config.serving_model_dir)
+  versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
   assert len(versions) == 1
-  first_version = f"{config.serving_model_dir}/{versions[0]}"
+  first_version = f"{config.runner.serving_model_dir}/{versions[0]}"
   assert kfp_harness.local_output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
   assert kfp_harness.local_output_metadata(first.tasks["ProductionModel"], "model")["in_production"] == 0
   # The report step's page: the file at its artifact's URI, with the figures as its metadata.
@@ -101,5 +101,5 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   assert blessing["blessed"] == 0
   assert kfp_harness.local_output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
   assert kfp_harness.local_output_metadata(second.tasks["RunReport"], "report")["blessed"] == 0
-  assert kfp_harness.pushed_versions(s3_server, config.serving_model_dir) == versions
+  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == versions
   print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in enumerate(runs)}))

@@ -81,17 +81,17 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   run = RunRecord(config)
   assert PIPELINE_COMPONENTS <= set(run.states)
   assert {run.states[c] for c in PIPELINE_COMPONENTS} == {"COMPLETE"}
-  versions = _versions(config.serving_model_dir)
+  versions = _versions(config.runner.serving_model_dir)
   assert len(versions) == 1 and versions[0].isdigit()
-  assert f"pushed model:    {os.path.join(config.serving_model_dir, versions[0])}" in first.stdout
+  assert f"pushed model:    {os.path.join(config.runner.serving_model_dir, versions[0])}" in first.stdout
 
   # The pushed model, in a fresh process, on raw serialized tf.Examples of the test split.
   examples = run.latest_output("examples")
-  scored = _score(os.path.join(config.serving_model_dir, versions[0]),
+  scored = _score(os.path.join(config.runner.serving_model_dir, versions[0]),
                   os.path.join(examples.uri, "Split-test", "*"))
   assert scored["examples"] > 200
   assert scored["accuracy"] > 0.6
-  calibration = json.loads((tmp_path / "serving_model" / config.pipeline_name / versions[0] /
+  calibration = json.loads((tmp_path / "serving_model" / config.runner.pipeline_name / versions[0] /
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
   # The preset's distance_curve: a T per input that never falls with its feature distance,
@@ -103,7 +103,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert calibration["validation_examples"] == 4 * 5 * 10
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
-  precision = read_record(os.path.join(config.serving_model_dir, versions[0]), PRECISION_FILE)
+  precision = read_record(os.path.join(config.runner.serving_model_dir, versions[0]), PRECISION_FILE)
   assert precision["policy"] == resolve_precision(config.trainer).policy  # What this CPU has.
   assert precision["serving_policy"] == "float32"
   report_text = _report_markdown(first.stdout)
@@ -120,7 +120,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert report.type == "system.HTML" and _figure(report, "display_name") == "run report"
   assert run.latest_output("report_markdown").type == "system.Markdown"
   assert _figure(report, "blessed") == 1 and _figure(report, "pushed") == 1
-  assert _figure(report, "pushed_version") == os.path.join(config.serving_model_dir, versions[0])
+  assert _figure(report, "pushed_version") == os.path.join(config.runner.serving_model_dir, versions[0])
   assert _figure(report, "served_accuracy") == pytest.approx(scored["accuracy"])
   assert f"test accuracy:   {scored['accuracy']:.4f} ({scored['correct']}/" in first.stdout
   for name in ("eval_accuracy", "eval_nll", "eval_ece", "corrupted_accuracy", "corrupted_nll",
@@ -145,31 +145,31 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert {RunRecord(config).states[c] for c in PIPELINE_COMPONENTS | {"ProductionModel"}} == \
       {"CACHED"}
   assert "the blessed model already serves as" in second.stdout
-  assert _versions(config.serving_model_dir) == versions, "the serving model is not pushed twice"
+  assert _versions(config.runner.serving_model_dir) == versions, "the serving model is not pushed twice"
 
   # A degraded candidate (two training steps) is not blessed: nothing is pushed, the serving
   # directory is byte-for-byte unchanged, and the summary says which bound failed by how much.
   # Higher-numbered versions that TF Serving cannot load (a push killed before it wrote
   # anything, one that wrote only variables/) do not hide the model in production: the change
   # bounds are applied against the newest complete version.
-  damaged = [os.path.join(config.serving_model_dir, "9999999999"),
-             os.path.join(config.serving_model_dir, "9999999998", "variables")]
+  damaged = [os.path.join(config.runner.serving_model_dir, "9999999999"),
+             os.path.join(config.runner.serving_model_dir, "9999999998", "variables")]
   for path in damaged:
     os.makedirs(path)
-  served = _file_hashes(config.serving_model_dir)
+  served = _file_hashes(config.runner.serving_model_dir)
   degraded = pipeline_runner(*flags, "--train_steps=2")
   assert degraded.returncode == 0, degraded.stdout[-3000:] + degraded.stderr[-3000:]
   run = RunRecord(config)
   assert run.states["Trainer"] == "COMPLETE"
   baseline = run.latest_output("model", producer="ProductionModel")
   assert baseline.custom_properties["production_version"].string_value == \
-      os.path.join(config.serving_model_dir, versions[0]), "compared with the model in production"
+      os.path.join(config.runner.serving_model_dir, versions[0]), "compared with the model in production"
   for version in ("9999999999", "9999999998"):
-    assert (f"skipping version {os.path.join(config.serving_model_dir, version)}: no "
+    assert (f"skipping version {os.path.join(config.runner.serving_model_dir, version)}: no "
             "saved_model.pb") in degraded.stdout
   assert run.latest_output("blessing").custom_properties["blessed"].int_value == 0
   assert run.latest_output("pushed_model").custom_properties["pushed"].int_value == 0
-  assert _file_hashes(config.serving_model_dir) == served
+  assert _file_hashes(config.runner.serving_model_dir) == served
   assert "blessed:         no, the gate failed:" in degraded.stdout
   value, bound, margin = map(float, _GATE_FAILURE.search(degraded.stdout).groups())
   assert bound == 0.5 and value < bound and margin == pytest.approx(bound - value, abs=2e-4)
@@ -199,7 +199,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert run.states["WarmStartModel"] == "COMPLETE" and run.states["Trainer"] == "COMPLETE"
   start = run.latest_output("model", producer="WarmStartModel")
   assert start.custom_properties["production_version"].string_value == \
-      os.path.join(config.serving_model_dir, versions[0])
+      os.path.join(config.runner.serving_model_dir, versions[0])
   assert "Warm-started from the model in production" in warm.stdout
   assert "optimizer state starts fresh" in warm.stdout
   assert not _GATE_FAILURE.search(warm.stdout), "the absolute accuracy bound is met"
@@ -235,14 +235,14 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
     assert f"Component Trainer_trial_{trial} is running." in result.stdout
   config = from_flags(flags)
   trainer = config.trainer
-  assert trainer.num_views == 2 and trainer.augmix_view_sets > 1  # AugMix is on by default.
+  assert trainer.augmentation.num_views == 2 and trainer.augmentation.augmix_view_sets > 1  # AugMix is on by default.
   run = RunRecord(config)
   assert run.states["ImportExampleGen"] == "COMPLETE"
   assert run.states["EnsembleSelector"] == run.states["Pusher"] == "COMPLETE"
   assert run.latest_output("blessing").custom_properties["blessed"].int_value == 1
   assert "test accuracy:" in result.stdout
   # Each trial resumes from its own checkpoints.
-  assert all(os.listdir(os.path.join(config.pipeline_root, f"Trainer_trial_{trial}",
+  assert all(os.listdir(os.path.join(config.runner.pipeline_root, f"Trainer_trial_{trial}",
                                      "checkpoints")) for trial in range(3))
 
   def first_example(split):
@@ -254,12 +254,12 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   # Compact view sets (a PNG of uint8 channel planes each) for training examples only.
   view_sets = first_example("train").features.feature["augmix_views"].bytes_list.value
   assert [tuple(tf.io.decode_png(views).shape) for views in view_sets] == (
-      [(2 * 3 * 32, 32, 1)] * trainer.augmix_view_sets)
+      [(2 * 3 * 32, 32, 1)] * trainer.augmentation.augmix_view_sets)
   eval_sets = first_example("eval").features.feature["augmix_views"].bytes_list.value
-  assert list(eval_sets) == [b""] * trainer.augmix_view_sets
+  assert list(eval_sets) == [b""] * trainer.augmentation.augmix_view_sets
 
-  version = _versions(config.serving_model_dir)[0]
-  pushed = os.path.join(config.serving_model_dir, version)
+  version = _versions(config.runner.serving_model_dir)[0]
+  pushed = os.path.join(config.runner.serving_model_dir, version)
   record = json.loads(open(os.path.join(pushed, "assets.extra", "ensemble.json")).read())
   assert [trial["name"] for trial in record["trials"]] == [f"Trainer_trial_{i}" for i in range(3)]
   assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3

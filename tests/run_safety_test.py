@@ -33,7 +33,7 @@ def _wait_for(path, text, process, timeout=600):
 def _store(config):
   from tfx.orchestration import metadata
   return metadata_store.MetadataStore(
-      metadata.sqlite_metadata_connection_config(config.metadata_path))
+      metadata.sqlite_metadata_connection_config(config.runner.metadata_path))
 
 
 def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_the_next(
@@ -56,7 +56,7 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
     assert first.poll() is None, "the second run ended only after the first"
     assert "is in use by run " in second.stderr
     assert f"(pid {first.pid} on host {socket.gethostname()}, started " in second.stderr
-    assert os.path.join(config.output_dir, ".run.lock") in second.stderr
+    assert os.path.join(config.runner.output_dir, ".run.lock") in second.stderr
     assert "delete" in second.stderr, "the message says how to clear a stale lock"
     assert "Component" not in second.stdout, "the refused run ran nothing"
   finally:
@@ -68,7 +68,7 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
   store = _store(config)
   transform = next(e for e in store.get_executions() if
                    e.last_known_state == metadata_store_pb2.Execution.RUNNING)
-  transform_dirs = [os.path.join(config.pipeline_root, "Transform", key, str(transform.id))
+  transform_dirs = [os.path.join(config.runner.pipeline_root, "Transform", key, str(transform.id))
                     for key in ("transform_graph", "transformed_examples")]
   assert all(os.path.isdir(path) for path in transform_dirs), "the kill left these behind"
 
@@ -78,7 +78,7 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
   for run in (run_id, killed.run_id):  # Our ids (start time + random part), not TFX's.
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", run)
   assert re.search(rf"Took over the run lock .* \(pid {first.pid} on host ", third.stdout)
-  assert f"Cleared execution {transform.id} of {config.pipeline_name}.Transform" in third.stdout
+  assert f"Cleared execution {transform.id} of {config.runner.pipeline_name}.Transform" in third.stdout
   [cleared] = store.get_executions_by_id([transform.id])
   assert cleared.last_known_state == metadata_store_pb2.Execution.CANCELED
   assert cleared.custom_properties[ABANDONED_BY_KEY].string_value == run_id
@@ -88,4 +88,4 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
   assert RunRecord(config, run_id).states["Transform"] == "COMPLETE"
   assert re.search(rf"full log: +\S+/logs/run-{run_id}\.log", third.stdout)
   assert re.search(rf"run report: +\S+/reports/run-{run_id}/", third.stdout)
-  assert open(os.path.join(config.output_dir, ".run.lock")).read() == "", "released cleanly"
+  assert open(os.path.join(config.runner.output_dir, ".run.lock")).read() == "", "released cleanly"

@@ -45,7 +45,7 @@ def step_inputs(tmp_path_factory):
 
 def step_manifest(step_inputs, output_root, num_nodes, **trainer):
   """The TrainJob the launcher builds for a Trainer step with these outputs and config."""
-  config = TrainerConfig(depth=10, width_multiplier=1, lr_warmup_epochs=0, log_every_steps=1,
+  config = TrainerConfig().replace(depth=10, width_multiplier=1, lr_warmup_epochs=0, log_every_steps=1,
                          train_epochs=4, train_steps=TRAIN_STEPS, checkpoint_steps=2,
                          checkpoint_interval=-1, mixed_precision="float32", mode="train",
                          temperature_fit="clean", per_core_batch_size=GLOBAL_BATCH // num_nodes,

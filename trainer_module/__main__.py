@@ -28,7 +28,7 @@ from trainer_module.checkpoints import Preempted
 from trainer_module import warm_start
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START, WARM_START_FROM_PRODUCTION,
                                    TrainerConfig)
-from configs.flags import describe_flags, field_help, grouped, parse_flags
+from configs.flags import config_sections, describe_flags, field_help, parse_config_flags, parse_flags
 from trainer_module.training_job import RunPaths, run
 
 
@@ -44,8 +44,8 @@ class StandalonePaths:
     for name in ("train_files", "eval_files", "transform_output", "output_dir"):
       if not getattr(self, name):
         raise ValueError(f"--{name} is required.")
-    if config.warm_start == WARM_START_FROM_PRODUCTION:
-      raise ValueError(f"Invalid config value warm_start={config.warm_start!r}: production is "
+    if config.training.warm_start == WARM_START_FROM_PRODUCTION:
+      raise ValueError(f"Invalid config value warm_start={config.training.warm_start!r}: production is "
                        "a pipeline setting; give the trainer a checkpoint directory or an "
                        "exported SavedModel.")
     self.check_inputs_exist(config)
@@ -55,8 +55,8 @@ class StandalonePaths:
                                                                        "checkpoints"),
                     log_dir=os.path.join(self.output_dir, "logs"),
                     export_dir=os.path.join(self.output_dir, "serving_model"),
-                    warm_start_from=(None if config.warm_start == NO_WARM_START
-                                     else config.warm_start))
+                    warm_start_from=(None if config.training.warm_start == NO_WARM_START
+                                     else config.training.warm_start))
 
   def check_inputs_exist(self, config: TrainerConfig) -> None:
     """Every path the flags name for reading is there, checked before any work."""
@@ -68,28 +68,26 @@ class StandalonePaths:
     if not tf.io.gfile.isdir(self.transform_output):
       raise ValueError(f"Invalid config value transform_output={self.transform_output!r}: is "
                        "not a directory (Transform's transform_graph output).")
-    if config.warm_start != NO_WARM_START:
+    if config.training.warm_start != NO_WARM_START:
       try:
-        warm_start.check_source(config.warm_start, config.to_dict())
+        warm_start.check_source(config.training.warm_start, config.to_dict())
       except warm_start.WarmStartError as error:
         raise ValueError(f"Invalid config value {error}") from None
 
 
 def usage() -> str:
   """This module's docstring, then every flag, grouped, with its default and meaning."""
-  defaults = {f.name: f.default for f in dataclasses.fields(StandalonePaths)}
-  defaults.update({f.name: getattr(TrainerConfig(), f.name)
-                   for f in dataclasses.fields(TrainerConfig)})
-  helps = {**field_help(StandalonePaths), **field_help(TrainerConfig)}
-  return __doc__ + describe_flags(grouped(helps, defaults, ungrouped_title="paths"))
+  helps = field_help(StandalonePaths)
+  paths = [(f.name, f.default, helps[f.name]) for f in dataclasses.fields(StandalonePaths)]
+  return __doc__ + describe_flags([("paths", paths)]
+                                  + config_sections(TrainerConfig(), TrainerConfig))
 
 
 def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
   path_hints = typing.get_type_hints(StandalonePaths)
-  hints = {**typing.get_type_hints(TrainerConfig), **path_hints}
-  values = parse_flags(argv, hints)
+  values = parse_config_flags(argv, TrainerConfig, path_hints)
   paths = StandalonePaths(**{k: v for k, v in values.items() if k in path_hints})
-  config = TrainerConfig(**{k: v for k, v in values.items() if k not in path_hints})
+  config = TrainerConfig.from_dict({k: v for k, v in values.items() if k not in path_hints})
   return config, paths.run_paths(config)
 
 

@@ -11,6 +11,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from configs import groups
 from trainer_module.calibration import registry as calibration_methods
 
 # Keys of the TFX custom_config the pipeline hands the Trainer (producers: pipeline/, kubeflow/;
@@ -19,9 +20,17 @@ TRAINER_CONFIG_KEY = "trainer"  # TrainerConfig.to_dict() of the Trainer (trial)
 FINGERPRINT_KEY = "trainer_module_fingerprint"  # Invalidates the cache when the code changes.
 
 
+def require_finite(group) -> None:
+  """inf passes every bound of a group's rules, and diverges: refused first, by field."""
+  for field in dataclasses.fields(group):
+    value = getattr(group, field.name)
+    require(not isinstance(value, float) or math.isfinite(value), field.name, value,
+            "must be a finite number")
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainerConfig:
-  # Model.
+class ModelConfig:
+  """Model: the Wide ResNet, its regularisation and spectral normalisation."""
   depth: int = 28  # Wide ResNet depth, 6n+4 (28 in WRN-28-10).
   width_multiplier: int = 10  # Channel widening factor k (10 in WRN-28-10).
   num_classes: int = 10  # Classes of the label (an image_dir run: its class folders).
@@ -42,85 +51,9 @@ class TrainerConfig:
   # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
   # train with c / n, n = the train split's example count (known only when the Trainer runs).
   l2_per_train_example: bool = False  # L2s are c, trained as c / n.
-  # Optimisation. The learning rate is given per 128 examples and scaled by the total batch.
-  base_learning_rate: float = 0.1  # Learning rate per 128 examples.
-  one_minus_momentum: float = 0.1  # 1 - Nesterov momentum.
-  lr_decay_epochs: Tuple[int, ...] = (60, 120, 160)  # For 200 epochs; rescaled to train_epochs.
-  lr_decay_ratio: float = 0.2  # Learning rate factor at each decay epoch.
-  lr_warmup_epochs: int = 1  # Epochs of linear warm-up.
-  train_epochs: int = 200  # Epochs the schedule spans.
-  # Stops after this many steps when set (smoke runs); the schedule still spans train_epochs.
-  train_steps: Optional[int] = None  # Stop after this many steps (smoke runs).
-  per_core_batch_size: int = 64  # Training batch per replica.
-  eval_batch_size: int = 256  # Evaluation batch.
-  seed: int = 42  # Seeds initialisation, shuffling and AugMix.
-  num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
-  log_every_steps: int = 20  # Progress line every this many steps.
-  # Checkpoints: every checkpoint_interval epochs as in the original (-1 never), also every
-  # checkpoint_steps steps when > 0, and always when the process is told to stop (SIGTERM).
-  checkpoint_interval: int = 25  # Checkpoint every this many epochs (-1 never).
-  checkpoint_steps: int = 0  # Also every this many steps (0 never).
-  max_checkpoints_to_keep: int = 3  # Newest checkpoints kept.
-  # Where and how to train: default (one device), mirrored (the local GPUs),
-  # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
-  distribution_strategy: str = "default"  # default, mirrored, multi_worker_mirrored or tpu.
-  tpu: str = ""  # TPU address for distribution_strategy=tpu.
-  # auto: mixed_bfloat16 on TPUs and on CPUs with native bfloat16 units, mixed_float16 on
-  # GPUs, float32 otherwise (distribution.resolve_precision_policy).
-  mixed_precision: str = "auto"  # auto, float32, mixed_float16 or mixed_bfloat16.
-  # Training steps per host call (a tf.range loop inside one tf.function), cutting the host
-  # round trip that dominates on TPUs; None: 1 on CPUs, 10 on GPUs, 100 on TPUs. Loops end at
-  # each log, epoch and checkpoint step, so raise log_every_steps with it.
-  steps_per_loop: Optional[int] = None  # Training steps per host call (None: by device).
-  op_determinism: bool = False  # Bit-identical reruns (tf.config op determinism; slower).
-  mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
-  # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
-  continuous_eval_timeout_secs: int = 3600  # continuous_eval's wait for a new checkpoint.
-  # AugMix (Hendrycks et al. 2020), named as in the original script, and off as there; the
-  # pipeline's presets turn it on (configs/shared.py PIPELINE_AUGMIX).
-  augmix: bool = False  # Train on AugMix views (Hendrycks et al. 2020).
-  aug_count: int = 1  # AugMix views per training image (1 for a single model).
-  augmix_prob_coeff: float = 0.5  # Dirichlet and Beta concentration alpha.
-  augmix_depth: int = -1  # Operations per chain; -1 samples it in [1, 3].
-  augmix_width: int = 3  # Chains mixed per view.
-  augmix_severity: int = 3  # Upper bound of operation levels (the paper's CIFAR setting).
-  augmix_jsd_weight: float = 12.0  # Jensen-Shannon consistency weight, when aug_count >= 2.
-  augmix_online: bool = False  # Fresh views each epoch in the Trainer instead of in Transform.
-  # Temperature scaling (trainer_module/calibration/): the clean eval NLL minimum among the
-  # temperatures at which the eval images under the four validation corruptions (never the 15
-  # evaluated ones) are no worse calibrated than the raw softmax, in NLL and ECE
-  # ("validation_corruptions"); fitted on the clean eval split alone ("clean"); or on it and its
-  # training-time AugMix views, never worse than raw on either ("clean_and_augmix"); or, by the
-  # first rule, a T that applies only to inputs no farther from the training data (feature
-  # space) than the eval images, the raw softmax beyond ("in_support"; an ensemble measures
-  # that distance on its members' features); or a T per input that grows with that distance,
-  # never worse than raw on the validation corruptions ("distance_curve").
-  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support,
-  # distance_curve.
-  # Eval images per validation corruption x severity (4 x 5 slices, the same images in each).
-  validation_corruption_examples: int = 50  # Eval images per validation slice.
-  # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
-  # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
-  augmix_view_sets: int = 1  # View sets per image, one per epoch.
-  # Warm start (trainer_module/warm_start.py): none, production (pipeline only: the model in
-  # production, when there is one), or a checkpoint directory / exported SavedModel. Variables
-  # named by a warm_start_exclude prefix ("head" = the logits layer) start freshly initialised.
-  # A warm-started run trains warm_start_epochs (default: a quarter of train_epochs) on the
-  # fine-tuning schedule (warm-up, cosine decay from base_learning_rate): restored variables at
-  # warm_start_lr_ratio x that rate, freshly initialised ones (a new head) at the full rate.
-  warm_start: str = "none"  # none, production, or a checkpoint/SavedModel path.
-  warm_start_exclude: Tuple[str, ...] = ()  # Variable prefixes left fresh (head = logits).
-  warm_start_epochs: Optional[int] = None  # Fine-tuning epochs (None: train_epochs / 4).
-  warm_start_lr_ratio: float = 0.1  # Restored variables' rate / the schedule's.
 
   def __post_init__(self):
-    for field in dataclasses.fields(self):  # inf passes every bound below, and diverges.
-      value = getattr(self, field.name)
-      require(not isinstance(value, float) or math.isfinite(value), field.name, value,
-              "must be a finite number")
-    require(0 <= self.seed <= 2**63 - 1, "seed", self.seed,
-            "must be in [0, 2**63 - 1]: numpy's and TensorFlow's random generators take a "
-            "non-negative int64")
+    require_finite(self)
     require(self.depth >= 10 and (self.depth - 4) % 6 == 0, "depth", self.depth,
             "must be 6n+4 with n >= 1 (10, 16, 22, 28, ...)")
     require(self.width_multiplier >= 1, "width_multiplier", self.width_multiplier, "must be >= 1")
@@ -136,6 +69,60 @@ class TrainerConfig:
             "must be >= 0 (0 = no spectral normalisation)")
     require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
             "must be in [0, 1]")
+
+  def group_l2(self, name: str) -> float:
+    """The L2 coefficient of one parameter group, falling back to `l2`."""
+    value = getattr(self, name)
+    return self.l2 if value is None else value
+
+  def for_train_examples(self, count: int) -> "ModelConfig":
+    """The model a run trains: per-example L2 coefficients divided by `count`."""
+    if not self.l2_per_train_example:
+      return self
+    return dataclasses.replace(self, l2_per_train_example=False,
+                               **{name: self.group_l2(name) / count for name in HYPER_L2_GROUPS})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+  """Training: optimisation, schedule, batches, seed, checkpoints, mode and warm start."""
+  # Optimisation. The learning rate is given per 128 examples and scaled by the total batch.
+  base_learning_rate: float = 0.1  # Learning rate per 128 examples.
+  one_minus_momentum: float = 0.1  # 1 - Nesterov momentum.
+  lr_decay_epochs: Tuple[int, ...] = (60, 120, 160)  # For 200 epochs; rescaled to train_epochs.
+  lr_decay_ratio: float = 0.2  # Learning rate factor at each decay epoch.
+  lr_warmup_epochs: int = 1  # Epochs of linear warm-up.
+  train_epochs: int = 200  # Epochs the schedule spans.
+  # Stops after this many steps when set (smoke runs); the schedule still spans train_epochs.
+  train_steps: Optional[int] = None  # Stop after this many steps (smoke runs).
+  per_core_batch_size: int = 64  # Training batch per replica.
+  eval_batch_size: int = 256  # Evaluation batch.
+  seed: int = 42  # Seeds initialisation, shuffling and AugMix.
+  log_every_steps: int = 20  # Progress line every this many steps.
+  # Checkpoints: every checkpoint_interval epochs as in the original (-1 never), also every
+  # checkpoint_steps steps when > 0, and always when the process is told to stop (SIGTERM).
+  checkpoint_interval: int = 25  # Checkpoint every this many epochs (-1 never).
+  checkpoint_steps: int = 0  # Also every this many steps (0 never).
+  max_checkpoints_to_keep: int = 3  # Newest checkpoints kept.
+  mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
+  # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
+  continuous_eval_timeout_secs: int = 3600  # continuous_eval's wait for a new checkpoint.
+  # Warm start (trainer_module/warm_start.py): none, production (pipeline only: the model in
+  # production, when there is one), or a checkpoint directory / exported SavedModel. Variables
+  # named by a warm_start_exclude prefix ("head" = the logits layer) start freshly initialised.
+  # A warm-started run trains warm_start_epochs (default: a quarter of train_epochs) on the
+  # fine-tuning schedule (warm-up, cosine decay from base_learning_rate): restored variables at
+  # warm_start_lr_ratio x that rate, freshly initialised ones (a new head) at the full rate.
+  warm_start: str = "none"  # none, production, or a checkpoint/SavedModel path.
+  warm_start_exclude: Tuple[str, ...] = ()  # Variable prefixes left fresh (head = logits).
+  warm_start_epochs: Optional[int] = None  # Fine-tuning epochs (None: train_epochs / 4).
+  warm_start_lr_ratio: float = 0.1  # Restored variables' rate / the schedule's.
+
+  def __post_init__(self):
+    require_finite(self)
+    require(0 <= self.seed <= 2**63 - 1, "seed", self.seed,
+            "must be in [0, 2**63 - 1]: numpy's and TensorFlow's random generators take a "
+            "non-negative int64")
     require(self.base_learning_rate > 0, "base_learning_rate", self.base_learning_rate,
             "must be > 0")
     require(0.0 < self.one_minus_momentum <= 1.0, "one_minus_momentum",
@@ -153,7 +140,6 @@ class TrainerConfig:
     require(self.per_core_batch_size > 0, "per_core_batch_size", self.per_core_batch_size,
             "must be > 0")
     require(self.eval_batch_size > 0, "eval_batch_size", self.eval_batch_size, "must be > 0")
-    require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
     require(self.log_every_steps > 0, "log_every_steps", self.log_every_steps, "must be > 0")
     require(self.checkpoint_interval == -1 or self.checkpoint_interval > 0,
             "checkpoint_interval", self.checkpoint_interval, "must be > 0 epochs, or -1 (never)")
@@ -161,33 +147,9 @@ class TrainerConfig:
             "must be >= 0 (0 = only every checkpoint_interval epochs)")
     require(self.max_checkpoints_to_keep >= 1, "max_checkpoints_to_keep",
             self.max_checkpoints_to_keep, "must be >= 1")
-    require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
-            self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
-    require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
-            "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
-    require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
-            f"must be one of {PRECISION_CHOICES}")
-    require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
-            self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
     require(self.mode in MODES, "mode", self.mode, f"must be one of {MODES}")
     require(self.continuous_eval_timeout_secs > 0, "continuous_eval_timeout_secs",
             self.continuous_eval_timeout_secs, "must be > 0")
-    require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
-    require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
-            "must be > 0")
-    require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
-            self.augmix_depth, "must be in [1, 3], or -1 to sample it")
-    require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
-    require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
-            "must be in [1, 10]")
-    require(self.temperature_fit in calibration_methods.NAMES, "temperature_fit",
-            self.temperature_fit, f"must be one of {calibration_methods.NAMES}")
-    require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
-            self.validation_corruption_examples, "must be >= 1")
-    require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
-            "must be >= 1")
-    require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
-            "must be >= 0")
     require(bool(self.warm_start.strip()), "warm_start", self.warm_start,
             "must be none, production or a checkpoint / SavedModel path")
     require(all(prefix.strip() for prefix in self.warm_start_exclude), "warm_start_exclude",
@@ -198,54 +160,150 @@ class TrainerConfig:
             self.warm_start_lr_ratio, "must be in (0, 1]")
 
   @property
-  def num_views(self) -> int:
-    """AugMix views per training image (0 when AugMix is off)."""
-    return self.aug_count if self.augmix else 0
-
-  def transform_options(self) -> dict:
-    """What Transform needs: only these fields, so other changes keep its cache valid."""
-    written_views = 0 if self.augmix_online else self.num_views
-    return {"num_views": written_views,
-            "view_sets": self.augmix_view_sets if written_views else 1,
-            "emit_augmix_inputs": self.augmix_online and self.num_views > 0,
-            "seed": self.seed, "augmix_width": self.augmix_width,
-            "augmix_depth": self.augmix_depth, "augmix_prob_coeff": self.augmix_prob_coeff,
-            "augmix_severity": self.augmix_severity}
-
-  @property
   def fine_tuning_epochs(self) -> int:
     """Epochs of a warm-started run."""
     return self.warm_start_epochs or max(1, self.train_epochs // 4)
-
-  def group_l2(self, name: str) -> float:
-    """The L2 coefficient of one parameter group, falling back to `l2`."""
-    value = getattr(self, name)
-    return self.l2 if value is None else value
-
-  def for_train_examples(self, count: int) -> "TrainerConfig":
-    """The config a run trains with: per-example L2 coefficients divided by `count`."""
-    if not self.l2_per_train_example:
-      return self
-    return dataclasses.replace(self, l2_per_train_example=False,
-                               **{name: self.group_l2(name) / count for name in HYPER_L2_GROUPS})
 
   def scaled_decay_epochs(self) -> Tuple[int, ...]:
     """lr_decay_epochs are given for a 200-epoch run; rescale them to train_epochs."""
     return tuple(e * self.train_epochs // 200 for e in self.lr_decay_epochs)
 
+
+@dataclasses.dataclass(frozen=True)
+class DistributionConfig:
+  """Devices: distribution strategy, TPU, precision, steps per host call and determinism."""
+  # Where and how to train: default (one device), mirrored (the local GPUs),
+  # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
+  distribution_strategy: str = "default"  # default, mirrored, multi_worker_mirrored or tpu.
+  tpu: str = ""  # TPU address for distribution_strategy=tpu.
+  # auto: mixed_bfloat16 on TPUs and on CPUs with native bfloat16 units, mixed_float16 on
+  # GPUs, float32 otherwise (distribution.resolve_precision_policy).
+  mixed_precision: str = "auto"  # auto, float32, mixed_float16 or mixed_bfloat16.
+  # Training steps per host call (a tf.range loop inside one tf.function), cutting the host
+  # round trip that dominates on TPUs; None: 1 on CPUs, 10 on GPUs, 100 on TPUs. Loops end at
+  # each log, epoch and checkpoint step, so raise log_every_steps with it.
+  steps_per_loop: Optional[int] = None  # Training steps per host call (None: by device).
+  op_determinism: bool = False  # Bit-identical reruns (tf.config op determinism; slower).
+
+  def __post_init__(self):
+    require(self.distribution_strategy in DISTRIBUTION_STRATEGIES, "distribution_strategy",
+            self.distribution_strategy, f"must be one of {DISTRIBUTION_STRATEGIES}")
+    require(bool(self.tpu) == (self.distribution_strategy == "tpu"), "tpu", self.tpu,
+            "is the TPU address (or 'local'), required with distribution_strategy=tpu only")
+    require(self.mixed_precision in PRECISION_CHOICES, "mixed_precision", self.mixed_precision,
+            f"must be one of {PRECISION_CHOICES}")
+    require(self.steps_per_loop is None or self.steps_per_loop >= 1, "steps_per_loop",
+            self.steps_per_loop, "must be >= 1 (or unset for the device's default)")
+
+
+@dataclasses.dataclass(frozen=True)
+class AugMixConfig:
+  """AugMix (Hendrycks et al. 2020): views of each training image, mixed chains of operations."""
+  # Named as in the original script, and off as there; the pipeline's presets turn it on
+  # (configs/shared.py PIPELINE_AUGMIX).
+  augmix: bool = False  # Train on AugMix views (Hendrycks et al. 2020).
+  aug_count: int = 1  # AugMix views per training image (1 for a single model).
+  augmix_prob_coeff: float = 0.5  # Dirichlet and Beta concentration alpha.
+  augmix_depth: int = -1  # Operations per chain; -1 samples it in [1, 3].
+  augmix_width: int = 3  # Chains mixed per view.
+  augmix_severity: int = 3  # Upper bound of operation levels (the paper's CIFAR setting).
+  augmix_jsd_weight: float = 12.0  # Jensen-Shannon consistency weight, when aug_count >= 2.
+  augmix_online: bool = False  # Fresh views each epoch in the Trainer instead of in Transform.
+  # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
+  # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
+  augmix_view_sets: int = 1  # View sets per image, one per epoch.
+
+  def __post_init__(self):
+    require_finite(self)
+    require(self.aug_count >= 0, "aug_count", self.aug_count, "must be >= 0")
+    require(self.augmix_prob_coeff > 0, "augmix_prob_coeff", self.augmix_prob_coeff,
+            "must be > 0")
+    require(self.augmix_depth == -1 or 1 <= self.augmix_depth <= 3, "augmix_depth",
+            self.augmix_depth, "must be in [1, 3], or -1 to sample it")
+    require(self.augmix_width >= 1, "augmix_width", self.augmix_width, "must be >= 1")
+    require(1 <= self.augmix_severity <= 10, "augmix_severity", self.augmix_severity,
+            "must be in [1, 10]")
+    require(self.augmix_view_sets >= 1, "augmix_view_sets", self.augmix_view_sets,
+            "must be >= 1")
+    require(self.augmix_jsd_weight >= 0, "augmix_jsd_weight", self.augmix_jsd_weight,
+            "must be >= 0")
+
+  @property
+  def num_views(self) -> int:
+    """AugMix views per training image (0 when AugMix is off)."""
+    return self.aug_count if self.augmix else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationConfig:
+  """Calibration: the temperature fit and the calibration error's bins."""
+  # Temperature scaling (trainer_module/calibration/): the clean eval NLL minimum among the
+  # temperatures at which the eval images under the four validation corruptions (never the 15
+  # evaluated ones) are no worse calibrated than the raw softmax, in NLL and ECE
+  # ("validation_corruptions"); fitted on the clean eval split alone ("clean"); or on it and its
+  # training-time AugMix views, never worse than raw on either ("clean_and_augmix"); or, by the
+  # first rule, a T that applies only to inputs no farther from the training data (feature
+  # space) than the eval images, the raw softmax beyond ("in_support"; an ensemble measures
+  # that distance on its members' features); or a T per input that grows with that distance,
+  # never worse than raw on the validation corruptions ("distance_curve").
+  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support,
+  # distance_curve.
+  # Eval images per validation corruption x severity (4 x 5 slices, the same images in each).
+  validation_corruption_examples: int = 50  # Eval images per validation slice.
+  num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
+
+  def __post_init__(self):
+    require(self.temperature_fit in calibration_methods.NAMES, "temperature_fit",
+            self.temperature_fit, f"must be one of {calibration_methods.NAMES}")
+    require(self.validation_corruption_examples >= 1, "validation_corruption_examples",
+            self.validation_corruption_examples, "must be >= 1")
+    require(self.num_bins > 0, "num_bins", self.num_bins, "must be > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  """The trainer's settings, in groups; `--help` lists each group's flags under its heading."""
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+  distribution: DistributionConfig = dataclasses.field(default_factory=DistributionConfig)
+  augmentation: AugMixConfig = dataclasses.field(default_factory=AugMixConfig)
+  calibration: CalibrationConfig = dataclasses.field(default_factory=CalibrationConfig)
+
+  def transform_options(self) -> dict:
+    """What Transform needs: only these fields, so other changes keep its cache valid."""
+    augmix = self.augmentation
+    written_views = 0 if augmix.augmix_online else augmix.num_views
+    return {"num_views": written_views,
+            "view_sets": augmix.augmix_view_sets if written_views else 1,
+            "emit_augmix_inputs": augmix.augmix_online and augmix.num_views > 0,
+            "seed": self.training.seed, "augmix_width": augmix.augmix_width,
+            "augmix_depth": augmix.augmix_depth, "augmix_prob_coeff": augmix.augmix_prob_coeff,
+            "augmix_severity": augmix.augmix_severity}
+
+  def for_train_examples(self, count: int) -> "TrainerConfig":
+    """The config a run trains with: per-example L2 coefficients divided by `count`."""
+    model = self.model.for_train_examples(count)
+    return self if model is self.model else dataclasses.replace(self, model=model)
+
+  def replace(self, **fields) -> "TrainerConfig":
+    """A copy with leaf fields (flat names) replaced; each group given one is validated."""
+    return groups.build(type(self), fields, self)
+
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    """Every leaf field by flat name: the Trainer's custom_config and the checkpoints' record."""
+    return groups.flatten(self)
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any]) -> "TrainerConfig":
+    """The config `to_dict` (or JSON of it) wrote, or any leaf fields over the defaults."""
     values = dict(values)
     for name in ("lr_decay_epochs", "warm_start_exclude"):
       if name in values:
         values[name] = tuple(values[name])
-    unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - set(groups.leaf_paths(cls))
     if unknown:
       raise ValueError(f"Unknown trainer config field(s): {sorted(unknown)}")
-    return cls(**values)
+    return groups.build(cls, values)
 
 
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
@@ -267,17 +325,17 @@ ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:
   """Hyper-deep ensemble trials: trial 0 is `base`; each other draws the per-group L2s
   (log-uniform per train example), label smoothing (log-uniform) and a seed, from a generator
-  seeded by (base.seed, trial), so the draws are the same on every run and machine."""
+  seeded by (base's seed, trial), so the draws are the same on every run and machine."""
   trials = [base]
   for trial in range(1, count):
-    rng = np.random.default_rng([base.seed, trial])
+    rng = np.random.default_rng([base.training.seed, trial])
 
     def log_uniform(low, high):
       return float(np.exp(rng.uniform(np.log(low), np.log(high))))
 
     l2s = {name: log_uniform(*HYPER_L2_RANGE) for name in HYPER_L2_GROUPS}
-    trials.append(dataclasses.replace(
-        base, **l2s, l2_per_train_example=True, bn_l2=base.group_l2("bn_l2"),
+    trials.append(base.replace(
+        **l2s, l2_per_train_example=True, bn_l2=base.model.group_l2("bn_l2"),
         label_smoothing=log_uniform(*HYPER_LABEL_SMOOTHING_RANGE),
         seed=int(rng.integers(*HYPER_SEED_RANGE))))
   return trials

@@ -77,19 +77,19 @@ def _split_for_replicas(batches: tf.data.Dataset, global_batch_size: int,
 def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
                      config: TrainerConfig, global_batch_size: Optional[int] = None,
                      start_example: int = 0, input_context=None) -> tf.data.Dataset:
-  """(images, views, labels) batches forever. views is [batch, config.num_views, 32, 32, 3]:
+  """(images, views, labels) batches forever. views is [batch, config.augmentation.num_views, 32, 32, 3]:
   epoch e reads view set e mod augmix_view_sets written by Transform, or makes them here
   (augmix_online); either way normalised here with Transform's channel statistics.
 
-  Epoch e is shuffled with seed (config.seed, e), so the order is the same on every run, and
+  Epoch e is shuffled with seed (config.training.seed, e), so the order is the same on every run, and
   the stream can start at any example: `start_example` is where a resumed run left off.
   With `input_context` (distribute_datasets_from_function) the batches are this worker's
   replicas' slices of the global batches.
   """
-  global_batch_size = global_batch_size or config.per_core_batch_size
-  views_online = config.augmix_online and config.num_views > 0
+  global_batch_size = global_batch_size or config.training.per_core_batch_size
+  views_online = config.augmentation.augmix_online and config.augmentation.num_views > 0
   keys = [IMAGE_KEY, LABEL_KEY]
-  if config.num_views:
+  if config.augmentation.num_views:
     keys += [EXAMPLE_KEY if views_online else AUGMIX_VIEWS_KEY, CHANNEL_MEAN_KEY, CHANNEL_STD_KEY]
   spec = _spec(feature_spec, keys)
   records = _records(file_patterns)
@@ -98,23 +98,23 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
                        else (0, 0))
 
   def one_epoch(epoch):
-    seed = tf.cast(config.seed, tf.int64) * 1_000_003 + epoch
+    seed = tf.cast(config.training.seed, tf.int64) * 1_000_003 + epoch
     shuffled = records.shuffle(_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=False)
     return shuffled.map(lambda record: (record, epoch))
 
   def to_batch(serialized, epochs):
     features = tf.io.parse_example(serialized, spec)
     images, labels = features[IMAGE_KEY], features[LABEL_KEY]
-    if not config.num_views:
+    if not config.augmentation.num_views:
       return images, tf.zeros(tf.concat([tf.shape(images)[:1], [0], IMAGE_SHAPE], 0)), labels
     mean = features[CHANNEL_MEAN_KEY][:, tf.newaxis, tf.newaxis, :]  # [batch, 1, 1, 3]
     std = features[CHANNEL_STD_KEY][:, tf.newaxis, tf.newaxis, :]
     if views_online:
       originals = denormalize_to_uint8(images, mean, std)
-      views01 = augmix.augmix_views(originals, features[EXAMPLE_KEY], config.seed,
-                                    config.num_views, params, epochs=epochs)
+      views01 = augmix.augmix_views(originals, features[EXAMPLE_KEY], config.training.seed,
+                                    config.augmentation.num_views, params, epochs=epochs)
     else:
-      views01 = augmix.decode_view_set(features[AUGMIX_VIEWS_KEY], epochs, config.num_views,
+      views01 = augmix.decode_view_set(features[AUGMIX_VIEWS_KEY], epochs, config.augmentation.num_views,
                                        IMAGE_SHAPE)
     views = normalize(views01, mean[:, tf.newaxis], std[:, tf.newaxis])  # Over the view axis.
     return images, views, labels

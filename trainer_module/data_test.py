@@ -63,7 +63,7 @@ def _labels(dataset, batches):
 
 def test_epochs_are_shuffled_differently_but_the_same_on_every_run(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig(per_core_batch_size=8)
+  config = TrainerConfig().replace(per_core_batch_size=8)
   first = _labels(data.training_batches(files, spec, config), 6)
   again = _labels(data.training_batches(files, spec, config), 6)
   np.testing.assert_array_equal(first, again)
@@ -74,7 +74,7 @@ def test_epochs_are_shuffled_differently_but_the_same_on_every_run(tmp_path):
 def test_without_augmix_views_are_empty(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
   images, views, labels = next(iter(data.training_batches(files, spec,
-                                                          TrainerConfig(per_core_batch_size=8))))
+                                                          TrainerConfig().replace(per_core_batch_size=8))))
   assert images.shape == (8, 32, 32, 3) and views.shape == (8, 0, 32, 32, 3)
   assert labels.shape == (8,)
 
@@ -89,7 +89,7 @@ def _example_ids(images):
 
 def test_epoch_e_reads_view_set_e_mod_sets_normalised_like_the_images(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2, view_sets=3)
-  config = TrainerConfig(per_core_batch_size=10, augmix=True, aug_count=2, augmix_view_sets=3)
+  config = TrainerConfig().replace(per_core_batch_size=10, augmix=True, aug_count=2, augmix_view_sets=3)
   batches = list(data.training_batches(files, spec, config).take(NUM * 4 // 10))
   images = np.concatenate([images.numpy() for images, _, _ in batches])
   views = np.concatenate([views.numpy() for _, views, _ in batches])
@@ -104,7 +104,7 @@ def test_epoch_e_reads_view_set_e_mod_sets_normalised_like_the_images(tmp_path):
 
 def test_views_of_a_resumed_stream_are_those_of_the_uninterrupted_one(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=1, view_sets=2)
-  config = TrainerConfig(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
+  config = TrainerConfig().replace(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
   uninterrupted = [views.numpy() for _, views, _ in data.training_batches(files, spec,
                                                                           config).take(9)]
   resumed = [views.numpy() for _, views, _ in data.training_batches(
@@ -114,14 +114,14 @@ def test_views_of_a_resumed_stream_are_those_of_the_uninterrupted_one(tmp_path):
 
 def test_a_view_count_other_than_transforms_is_named(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=1)
-  config = TrainerConfig(per_core_batch_size=8, augmix=True, aug_count=2)
+  config = TrainerConfig().replace(per_core_batch_size=8, augmix=True, aug_count=2)
   with pytest.raises(tf.errors.InvalidArgumentError, match="aug_count"):
     next(iter(data.training_batches(files, spec, config)))
 
 
 def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), online_inputs=True)
-  config = TrainerConfig(per_core_batch_size=NUM, augmix=True, aug_count=1, augmix_online=True)
+  config = TrainerConfig().replace(per_core_batch_size=NUM, augmix=True, aug_count=1, augmix_online=True)
 
   def two_epochs():
     batches = list(data.training_batches(files, spec, config).take(2))
@@ -139,12 +139,12 @@ def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):
 def test_missing_transform_outputs_are_named(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
   with pytest.raises(ValueError, match="augmix_views"):
-    data.training_batches(files, spec, TrainerConfig(augmix=True, aug_count=2))
+    data.training_batches(files, spec, TrainerConfig().replace(augmix=True, aug_count=2))
 
 
 def test_a_resumed_stream_continues_at_the_example_it_left_off(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig(per_core_batch_size=8)
+  config = TrainerConfig().replace(per_core_batch_size=8)
   uninterrupted = _labels(data.training_batches(files, spec, config), 9)
   resumed = _labels(data.training_batches(files, spec, config, start_example=5 * 8), 4)
   np.testing.assert_array_equal(resumed, uninterrupted[5 * 8:])
@@ -152,7 +152,7 @@ def test_a_resumed_stream_continues_at_the_example_it_left_off(tmp_path):
 
 def test_replicas_take_consecutive_slices_of_each_global_batch(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig(per_core_batch_size=3)
+  config = TrainerConfig().replace(per_core_batch_size=3)
   global_batches = _labels(data.training_batches(files, spec, config, global_batch_size=12), 2)
   # Two workers with two replicas each: worker 1 feeds replicas 2 and 3.
   context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
@@ -179,7 +179,7 @@ def test_seed_0_shuffles_reproducibly_like_any_other_seed(tmp_path):
   """TensorFlow refuses a per-epoch tensor seed under a global seed of 0 (a Python comparison
   with (0, 0) in random_seed.get_seed); the run's seeds are set so that seed 0 trains too."""
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig(per_core_batch_size=8, seed=0)
+  config = TrainerConfig().replace(per_core_batch_size=8, seed=0)
   try:
     data.set_run_seeds(0)
     first = _labels(data.training_batches(files, spec, config), 3)

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def make_strategy(config: TrainerConfig) -> tf.distribute.Strategy:
-  kind = config.distribution_strategy
+  kind = config.distribution.distribution_strategy
   if kind == "default":
     strategy = tf.distribute.get_strategy()
   elif kind == "mirrored":
@@ -31,7 +31,7 @@ def make_strategy(config: TrainerConfig) -> tf.distribute.Strategy:
                        "environment variable describing the cluster and this worker's task.")
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
   elif kind == "tpu":
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.distribution.tpu)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     strategy = tf.distribute.TPUStrategy(resolver)
@@ -82,9 +82,9 @@ def onednn_enabled() -> bool:
 def resolve_precision(config: TrainerConfig) -> Precision:
   """`mixed_precision=auto`: mixed_bfloat16 on TPUs and on CPUs whose bf16 units oneDNN
   drives, mixed_float16 on GPUs, float32 otherwise. Other values are taken as given."""
-  if config.mixed_precision != "auto":
-    return Precision(config.mixed_precision, "asked for (mixed_precision flag)")
-  if config.distribution_strategy == "tpu":
+  if config.distribution.mixed_precision != "auto":
+    return Precision(config.distribution.mixed_precision, "asked for (mixed_precision flag)")
+  if config.distribution.distribution_strategy == "tpu":
     return Precision("mixed_bfloat16", "auto: TPU")
   if tf.config.list_physical_devices("GPU"):
     return Precision("mixed_float16", "auto: GPU")

@@ -99,7 +99,7 @@ def members(tmp_path_factory):
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   result = []
   for seed in range(3):
-    config = TrainerConfig(depth=10, width_multiplier=1, seed=seed, label_smoothing=0.01 * seed)
+    config = TrainerConfig().replace(depth=10, width_multiplier=1, seed=seed, label_smoothing=0.01 * seed)
     tf.keras.utils.set_random_seed(seed)
     model_dir = str(work / f"member_{seed}")
     export_serving_model(wide_resnet(config), tft_output, model_dir,

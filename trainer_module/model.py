@@ -161,14 +161,14 @@ def _basic_block(x, filters, strides, conv_l2, bn_l2, name, norm_bound):
 
 def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
   """WRN-`depth`-`width_multiplier` returning logits."""
-  blocks_per_group = (config.depth - 4) // 6
-  bn_l2 = config.group_l2("bn_l2")
+  blocks_per_group = (config.model.depth - 4) // 6
+  bn_l2 = config.model.group_l2("bn_l2")
   inputs = keras.Input(shape=input_shape, name="image")
-  norm_bound = config.spectral_norm_bound
-  x = _conv(16, 3, 1, config.group_l2("input_conv_l2"), "input_conv", norm_bound)(inputs)
+  norm_bound = config.model.spectral_norm_bound
+  x = _conv(16, 3, 1, config.model.group_l2("input_conv_l2"), "input_conv", norm_bound)(inputs)
   for group, (base_filters, strides) in enumerate([(16, 1), (32, 2), (64, 2)], start=1):
-    conv_l2 = config.group_l2(f"group_{group}_conv_l2")
-    filters = base_filters * config.width_multiplier
+    conv_l2 = config.model.group_l2(f"group_{group}_conv_l2")
+    filters = base_filters * config.model.width_multiplier
     for block in range(blocks_per_group):
       x = _basic_block(x, filters, strides if block == 0 else 1, conv_l2, bn_l2,
                        f"group_{group}_block_{block}", norm_bound)
@@ -177,8 +177,8 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
   # metrics see full-precision logits); the convolutions run in the 16-bit compute type.
   x = keras.layers.GlobalAveragePooling2D(dtype="float32")(x)
   logits = keras.layers.Dense(
-      config.num_classes, kernel_initializer="he_normal",
-      kernel_regularizer=keras.regularizers.l2(config.group_l2("dense_kernel_l2")),
-      bias_regularizer=keras.regularizers.l2(config.group_l2("dense_bias_l2")),
+      config.model.num_classes, kernel_initializer="he_normal",
+      kernel_regularizer=keras.regularizers.l2(config.model.group_l2("dense_kernel_l2")),
+      bias_regularizer=keras.regularizers.l2(config.model.group_l2("dense_bias_l2")),
       dtype="float32", name="logits")(x)
-  return keras.Model(inputs, logits, name=f"wrn_{config.depth}_{config.width_multiplier}")
+  return keras.Model(inputs, logits, name=f"wrn_{config.model.depth}_{config.model.width_multiplier}")

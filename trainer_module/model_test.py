@@ -12,7 +12,7 @@ from trainer_module.model import BatchNormalization, SpectralNormConv2D, wide_re
 def test_wrn_28_10_has_the_published_parameter_count():
   """36,479,194 trainable (Zagoruyko & Komodakis's 36.5M); batch norm's running mean and
   variance are the only other weights: 2 per channel of each pre-activation batch norm."""
-  model = wide_resnet(TrainerConfig(depth=28, width_multiplier=10))
+  model = wide_resnet(TrainerConfig().replace(depth=28, width_multiplier=10))
   blocks, widths = (28 - 4) // 6, (16, 160, 320, 640)
   # Each group: its first block's two (input width, then group width), 2 x group width for the
   # others; then one before the classifier.
@@ -24,7 +24,7 @@ def test_wrn_28_10_has_the_published_parameter_count():
 
 
 def test_small_wrn_maps_images_to_logits_per_class():
-  model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1, num_classes=7))
+  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=7))
   logits = model(tf.zeros([2, 32, 32, 3]), training=False)
   assert logits.shape == (2, 7)
   convs = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Conv2D)
@@ -35,8 +35,8 @@ def test_small_wrn_maps_images_to_logits_per_class():
 
 
 def test_per_group_l2_falls_back_to_l2():
-  base = TrainerConfig(depth=10, width_multiplier=1, l2=1e-3)
-  override = TrainerConfig(depth=10, width_multiplier=1, l2=1e-3, dense_kernel_l2=0.5)
+  base = TrainerConfig().replace(depth=10, width_multiplier=1, l2=1e-3)
+  override = TrainerConfig().replace(depth=10, width_multiplier=1, l2=1e-3, dense_kernel_l2=0.5)
   model_base, model_override = wide_resnet(base), wide_resnet(override)
   model_override.set_weights(model_base.get_weights())
   dense = model_base.get_layer("logits").kernel.numpy()
@@ -46,13 +46,13 @@ def test_per_group_l2_falls_back_to_l2():
 
 def test_depth_must_be_6n_plus_4():
   with pytest.raises(ValueError, match="depth=12"):
-    TrainerConfig(depth=12)
+    TrainerConfig().replace(depth=12)
 
 
 def test_under_mixed_bfloat16_convolutions_are_16_bit_and_logits_and_statistics_float32():
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
+    model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
   finally:
     keras.mixed_precision.set_global_policy("float32")
   convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
@@ -105,7 +105,7 @@ def test_keras_batch_norm_checkpoints_restore_into_the_fused_layer_and_back(tmp_
 
 
 def test_a_saved_model_rebuilds_the_fused_layer_from_its_config(tmp_path):
-  model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
+  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
   model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
   loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
   assert isinstance(loaded.get_layer("final_bn"), BatchNormalization)
@@ -172,9 +172,9 @@ def test_the_power_iteration_finds_the_operator_s_norm_and_leaves_smaller_kernel
 
 
 def test_spectral_norm_is_off_by_default_and_then_the_model_is_today_s():
-  assert TrainerConfig().spectral_norm_bound == 0
-  plain = wide_resnet(TrainerConfig(depth=10, width_multiplier=1))
-  normalised = wide_resnet(TrainerConfig(depth=10, width_multiplier=1, spectral_norm_bound=3.0))
+  assert TrainerConfig().model.spectral_norm_bound == 0
+  plain = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
+  normalised = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1, spectral_norm_bound=3.0))
   convs = [layer for layer in plain.layers if isinstance(layer, keras.layers.Conv2D)]
   assert {type(conv) for conv in convs} == {keras.layers.Conv2D}
   assert not any("power_vector" in v.name for v in plain.variables)
@@ -191,14 +191,14 @@ def test_spectral_norm_is_off_by_default_and_then_the_model_is_today_s():
 
 def test_spectral_norm_bound_must_not_be_negative():
   with pytest.raises(ValueError, match=r"^Invalid config value spectral_norm_bound=-1.0: "):
-    TrainerConfig(spectral_norm_bound=-1.0)
+    TrainerConfig().replace(spectral_norm_bound=-1.0)
 
 
 def test_a_spectrally_normalised_model_trains_in_mixed_bfloat16_and_reloads_from_its_config(
     tmp_path):
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    model = wide_resnet(TrainerConfig(depth=10, width_multiplier=1, spectral_norm_bound=1.0))
+    model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1, spectral_norm_bound=1.0))
   finally:
     keras.mixed_precision.set_global_policy("float32")
   conv = model.get_layer("group_2_block_0_conv_1")

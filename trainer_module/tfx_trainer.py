@@ -14,7 +14,6 @@ The run's schema names the classes (trainer_module/class_names.py): the model ge
 per name, whatever the config's num_classes (an image folder's classes are known only once
 ExampleGen has listed it), and serves the names.
 """
-import dataclasses
 import hashlib
 import json
 import logging
@@ -47,11 +46,11 @@ def checkpoint_dir(fn_args, config: TrainerConfig) -> str:
 
 def warm_start_source(config: TrainerConfig, base_model: Optional[str]
                       ) -> Tuple[Optional[str], Optional[str]]:
-  """(what to warm-start from, what it is a copy of) for config.warm_start."""
-  if config.warm_start == NO_WARM_START:
+  """(what to warm-start from, what it is a copy of) for config.training.warm_start."""
+  if config.training.warm_start == NO_WARM_START:
     return None, None
-  if config.warm_start != WARM_START_FROM_PRODUCTION:
-    return config.warm_start, None
+  if config.training.warm_start != WARM_START_FROM_PRODUCTION:
+    return config.training.warm_start, None
   if not base_model or not tf.io.gfile.exists(os.path.join(base_model, "saved_model.pb")):
     log.info("warm_start=production: no model in production yet; training from scratch on "
              "the full schedule.")
@@ -67,10 +66,10 @@ def warm_start_source(config: TrainerConfig, base_model: Optional[str]
 def run_fn(fn_args) -> None:
   config = TrainerConfig.from_dict(fn_args.custom_config[TRAINER_CONFIG_KEY])
   class_names = read_class_names(fn_args.schema_path) if fn_args.schema_path else None
-  if class_names and len(class_names) != config.num_classes:
+  if class_names and len(class_names) != config.model.num_classes:
     log.info("The schema names %d classes: the model gets %d outputs (num_classes=%d ignored).",
-             len(class_names), len(class_names), config.num_classes)
-    config = dataclasses.replace(config, num_classes=len(class_names))
+             len(class_names), len(class_names), config.model.num_classes)
+    config = config.replace(num_classes=len(class_names))
   warm_start_from, warm_start_origin = warm_start_source(config, fn_args.base_model)
   run(config, RunPaths(train_files=fn_args.train_files, eval_files=fn_args.eval_files,
                        transform_output=fn_args.transform_output,

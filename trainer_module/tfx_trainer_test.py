@@ -27,12 +27,12 @@ def test_other_inputs_or_config_train_elsewhere():
   config = TrainerConfig()
   reference = checkpoint_dir(_fn_args(12), config)
   assert checkpoint_dir(_fn_args(12, transform_execution=8), config) != reference
-  assert checkpoint_dir(_fn_args(12), TrainerConfig(train_epochs=100)) != reference
+  assert checkpoint_dir(_fn_args(12), TrainerConfig().replace(train_epochs=100)) != reference
   assert checkpoint_dir(_fn_args(12, trainer_module_fingerprint="edited"), config) != reference
 
 
 def test_a_new_production_model_to_warm_start_from_trains_elsewhere():
-  config = TrainerConfig(warm_start="production")
+  config = TrainerConfig().replace(warm_start="production")
   first = checkpoint_dir(_fn_args(12, base_model=f"{ROOT}/WarmStartModel/model/5/Format-Serving"),
                          config)
   assert checkpoint_dir(_fn_args(13, base_model=f"{ROOT}/WarmStartModel/model/9/Format-Serving"),
@@ -43,16 +43,16 @@ def test_warm_start_production_without_a_model_in_production_trains_from_scratch
                                                                                   caplog):
   snapshot = tmp_path / "Format-Serving"  # What ProductionModel writes then: no SavedModel.
   with caplog.at_level("INFO"):
-    assert warm_start_source(TrainerConfig(warm_start="production"), str(snapshot)) == (None,
+    assert warm_start_source(TrainerConfig().replace(warm_start="production"), str(snapshot)) == (None,
                                                                                         None)
   assert "no model in production yet; training from scratch" in caplog.text
   (snapshot / "assets.extra").mkdir(parents=True)
   (snapshot / "saved_model.pb").write_bytes(b"")
   (snapshot / "assets.extra" / "push_info.json").write_text('{"model_fingerprint": "ab12"}')
-  path, origin = warm_start_source(TrainerConfig(warm_start="production"), str(snapshot))
+  path, origin = warm_start_source(TrainerConfig().replace(warm_start="production"), str(snapshot))
   assert path == str(snapshot) and "fingerprint ab12" in origin
 
 
 def test_warm_start_none_or_a_path_ignores_the_base_model():
   assert warm_start_source(TrainerConfig(), "/base") == (None, None)
-  assert warm_start_source(TrainerConfig(warm_start="/ckpts"), "/base") == ("/ckpts", None)
+  assert warm_start_source(TrainerConfig().replace(warm_start="/ckpts"), "/base") == ("/ckpts", None)

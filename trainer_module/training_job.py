@@ -32,7 +32,7 @@ class RunPaths:
   checkpoint_dir: str  # Must outlive the process: a rerun resumes from here.
   log_dir: str  # TensorBoard summaries.
   export_dir: Optional[str] = None  # The serving SavedModel, when the mode trains.
-  # A checkpoint or SavedModel to warm-start from (config.warm_start resolved), and what it
+  # A checkpoint or SavedModel to warm-start from (config.training.warm_start resolved), and what it
   # is a copy of (the production version), for the record.
   warm_start_from: Optional[str] = None
   warm_start_origin: Optional[str] = None
@@ -40,40 +40,40 @@ class RunPaths:
 
 def run(config: TrainerConfig, paths: RunPaths,
         class_names: Optional[Sequence[str]] = None) -> Dict[str, float]:
-  """Trains and/or evaluates as `config.mode` says; returns the last metrics. class_names: what
+  """Trains and/or evaluates as `config.training.mode` says; returns the last metrics. class_names: what
   the served model names its classes (default: their indices)."""
   precision = set_precision_policy(config)
-  if config.op_determinism:
+  if config.distribution.op_determinism:
     tf.config.experimental.enable_op_determinism()
   strategy = make_strategy(config)
   chief = is_chief(strategy)
   tft_output = tft.TFTransformOutput(paths.transform_output)
   feature_spec = tft_output.transformed_feature_spec()
-  global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
+  global_batch_size = config.training.per_core_batch_size * strategy.num_replicas_in_sync
   num_train_examples = data.count_examples(paths.train_files)
   if num_train_examples < global_batch_size:
     raise ValueError(f"The train split has {num_train_examples} examples, fewer than one global "
                      f"batch of {global_batch_size} (per_core_batch_size="
-                     f"{config.per_core_batch_size} x {strategy.num_replicas_in_sync} replicas).")
+                     f"{config.training.per_core_batch_size} x {strategy.num_replicas_in_sync} replicas).")
   config = config.for_train_examples(num_train_examples)
   training = Training(config, strategy, num_train_examples // global_batch_size,
                       paths.checkpoint_dir, chief, paths.warm_start_from,
                       paths.warm_start_origin)
   log.info("Checkpoints: %s", paths.checkpoint_dir)
-  eval_batch_size = config.eval_batch_size * strategy.num_replicas_in_sync
-  eval_dataset = None if config.mode == "train" else strategy.distribute_datasets_from_function(
+  eval_batch_size = config.training.eval_batch_size * strategy.num_replicas_in_sync
+  eval_dataset = None if config.training.mode == "train" else strategy.distribute_datasets_from_function(
       lambda context: data.eval_batches(paths.eval_files, feature_spec, eval_batch_size, context))
-  subdir = "eval" if config.mode in ("eval", "continuous_eval") else "train"
+  subdir = "eval" if config.training.mode in ("eval", "continuous_eval") else "train"
   writer = (tf.summary.create_file_writer(os.path.join(paths.log_dir, subdir)) if chief
             else tf.summary.create_noop_writer())
   with writer.as_default():
     hparams_api.hparams(_hparams(config))
 
-  if config.mode == "eval":
+  if config.training.mode == "eval":
     if training.checkpoints.restore_latest() is None:
       raise FileNotFoundError(f"mode=eval: no checkpoint in {paths.checkpoint_dir}.")
     metrics = _evaluate_and_write(training, eval_dataset, writer)
-  elif config.mode == "continuous_eval":
+  elif config.training.mode == "continuous_eval":
     metrics = _evaluate_continuously(training, eval_dataset, writer)
   else:
     training.restore()
@@ -92,15 +92,15 @@ def run(config: TrainerConfig, paths: RunPaths,
   writer.flush()
   if not all(math.isfinite(value) for value in metrics.values()):
     raise FloatingPointError(f"Training diverged: final metrics {metrics}.")
-  if paths.export_dir and config.mode in ("train", "train_and_eval"):
+  if paths.export_dir and config.training.mode in ("train", "train_and_eval"):
     # Post-hoc temperature scaling on the eval split (never test), on the float32 model that
     # is served, baked into the export.
     serving_model = float32_model(training.model, config)
     calibration = _calibrate(serving_model, config, tft_output,
                              data.eval_batches(paths.eval_files, feature_spec,
-                                               config.eval_batch_size),
+                                               config.training.eval_batch_size),
                              data.eval_batches(paths.train_files, feature_spec,
-                                               config.eval_batch_size))
+                                               config.training.eval_batch_size))
     _export(training, serving_model, tft_output, paths.export_dir, chief, calibration, precision,
             class_names)
   return metrics
@@ -109,11 +109,11 @@ def run(config: TrainerConfig, paths: RunPaths,
 def _calibrate(model, config: TrainerConfig, tft_output, eval_batches, train_batches) -> dict:
   """Post-hoc temperature scaling on the eval split (never test), by the method temperature_fit
   names (trainer_module/calibration/)."""
-  method = registry.get(config.temperature_fit)
+  method = registry.get(config.calibration.temperature_fit)
   return method.fit(model, inputs.held_out_sets(
-      method, eval_batches, tft_output, config.validation_corruption_examples,
-      config.eval_batch_size, train_batches,
-      (config.seed, augmix.params_from_options(config.transform_options()))), config.num_bins)
+      method, eval_batches, tft_output, config.calibration.validation_corruption_examples,
+      config.training.eval_batch_size, train_batches,
+      (config.training.seed, augmix.params_from_options(config.transform_options()))), config.calibration.num_bins)
 
 
 def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, float]:
@@ -130,7 +130,7 @@ def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str
   """Evaluates each new checkpoint as it appears, until the last step's (or a timeout)."""
   metrics = {}
   for path in tf.train.checkpoints_iterator(training.checkpoints.directory,
-                                            timeout=training.config.continuous_eval_timeout_secs):
+                                            timeout=training.config.training.continuous_eval_timeout_secs):
     if not training.checkpoints.restore(path):
       continue
     metrics = _evaluate_and_write(training, eval_dataset, writer)
@@ -138,7 +138,7 @@ def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str
       break
   else:
     log.warning("No new checkpoint in %ds; stopping continuous evaluation.",
-                training.config.continuous_eval_timeout_secs)
+                training.config.training.continuous_eval_timeout_secs)
   return metrics
 
 

@@ -98,18 +98,18 @@ def learning_rate_schedule(config: TrainerConfig, steps_per_epoch: int, global_b
   """base_learning_rate is per 128 examples; decay epochs are rescaled to train_epochs. A
   fine-tuning run spans fine_tuning_epochs, at the full peak rate (restored variables' share
   of it is applied to their gradients)."""
-  base_learning_rate = config.base_learning_rate * global_batch_size / 128
+  base_learning_rate = config.training.base_learning_rate * global_batch_size / 128
   if fine_tuning:
-    total_steps = config.fine_tuning_epochs * steps_per_epoch
+    total_steps = config.training.fine_tuning_epochs * steps_per_epoch
     return FineTuningSchedule(base_learning_rate,
                               min(steps_per_epoch, int(FINE_TUNING_WARMUP * total_steps)),
                               total_steps)
   return WarmUpPiecewiseConstantSchedule(
       steps_per_epoch=steps_per_epoch,
       base_learning_rate=base_learning_rate,
-      decay_ratio=config.lr_decay_ratio,
-      decay_epochs=config.scaled_decay_epochs(),
-      warmup_epochs=config.lr_warmup_epochs)
+      decay_ratio=config.training.lr_decay_ratio,
+      decay_epochs=config.training.scaled_decay_epochs(),
+      warmup_epochs=config.training.lr_warmup_epochs)
 
 
 def make_optimizer(config: TrainerConfig, steps_per_epoch: int, global_batch_size: int,
@@ -118,7 +118,7 @@ def make_optimizer(config: TrainerConfig, steps_per_epoch: int, global_batch_siz
   clipping inside it; L2 is in the loss), so scaling a variable's gradient by r is scaling its
   rate by r: how restored variables get their share of the fine-tuning rate."""
   schedule = learning_rate_schedule(config, steps_per_epoch, global_batch_size, fine_tuning)
-  optimizer = keras.optimizers.SGD(schedule, momentum=1.0 - config.one_minus_momentum,
+  optimizer = keras.optimizers.SGD(schedule, momentum=1.0 - config.training.one_minus_momentum,
                                    nesterov=True)
   if keras.mixed_precision.global_policy().name == "mixed_float16":
     optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)  # float16 gradients underflow.
@@ -128,8 +128,8 @@ def make_optimizer(config: TrainerConfig, steps_per_epoch: int, global_batch_siz
 def cross_entropy(labels, logits, config: TrainerConfig):
   """Per-example NLL with label smoothing."""
   return keras.losses.categorical_crossentropy(
-      tf.one_hot(labels, config.num_classes), logits, from_logits=True,
-      label_smoothing=config.label_smoothing)
+      tf.one_hot(labels, config.model.num_classes), logits, from_logits=True,
+      label_smoothing=config.model.label_smoothing)
 
 
 def jensen_shannon(clean_logits, view_logits):
@@ -156,30 +156,30 @@ class Training:
                warm_start_from: Optional[str] = None, warm_start_origin: Optional[str] = None):
     self.config = config
     self.strategy = strategy
-    self.global_batch_size = config.per_core_batch_size * strategy.num_replicas_in_sync
+    self.global_batch_size = config.training.per_core_batch_size * strategy.num_replicas_in_sync
     self.steps_per_epoch = steps_per_epoch
     self.warm_start_from, self.warm_start_origin = warm_start_from, warm_start_origin
     # Per trainable variable, its share of the schedule's rate (restored ones of a warm start);
     # set by restore(), before the train step is traced. None: all at the full rate.
     self.learning_rate_ratios: Optional[List[float]] = None
     fine_tuning = warm_start_from is not None
-    epochs = config.fine_tuning_epochs if fine_tuning else config.train_epochs
-    self.total_steps = config.train_steps or epochs * steps_per_epoch
-    self.steps_per_loop = config.steps_per_loop or default_steps_per_loop(strategy)
+    epochs = config.training.fine_tuning_epochs if fine_tuning else config.training.train_epochs
+    self.total_steps = config.training.train_steps or epochs * steps_per_epoch
+    self.steps_per_loop = config.distribution.steps_per_loop or default_steps_per_loop(strategy)
     # The global policy set_precision_policy chose (float32 weights under every policy).
     self.precision_policy = keras.mixed_precision.global_policy().name
-    data.set_run_seeds(config.seed)  # The same initial weights on every run.
+    data.set_run_seeds(config.training.seed)  # The same initial weights on every run.
     with strategy.scope():
       self.model = wide_resnet(config)
       self.optimizer = make_optimizer(config, steps_per_epoch, self.global_batch_size,
                                       fine_tuning)
       self.optimizer.build(self.model.trainable_variables)
-      self.train_metrics = ClassificationMetrics(config.num_bins)
-      self.eval_metrics = ClassificationMetrics(config.num_bins)
+      self.train_metrics = ClassificationMetrics(config.calibration.num_bins)
+      self.eval_metrics = ClassificationMetrics(config.calibration.num_bins)
       self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-      self.state = TrainingState(config.seed, PRECISION_POLICIES.index(self.precision_policy))
+      self.state = TrainingState(config.training.seed, PRECISION_POLICIES.index(self.precision_policy))
     self.record = ConfigRecord(json.dumps(config.to_dict(), sort_keys=True))
-    self.checkpoints = Checkpoints(checkpoint_dir, config.max_checkpoints_to_keep, is_chief,
+    self.checkpoints = Checkpoints(checkpoint_dir, config.training.max_checkpoints_to_keep, is_chief,
                                    check=self._check_precision,
                                    model=self.model, optimizer=self.optimizer, state=self.state,
                                    train_metrics=self.train_metrics, loss_sum=self.loss_sum,
@@ -208,14 +208,14 @@ class Training:
     if path is None:
       if self.warm_start_from is not None:
         record = warm_start.warm_start(self.model, self.warm_start_from,
-                                       self.config.warm_start_exclude, self.warm_start_origin)
+                                       self.config.training.warm_start_exclude, self.warm_start_origin)
         self.record.warm_start.assign(json.dumps(record, sort_keys=True))
         self._set_learning_rate_ratios()
       return
     seed = int(_value(self.state.seed))
-    if seed != self.config.seed:
+    if seed != self.config.training.seed:
       raise ValueError(f"Checkpoint {path} was trained with seed={seed}, this run has "
-                       f"seed={self.config.seed}: use the same seed or a new checkpoint "
+                       f"seed={self.config.training.seed}: use the same seed or a new checkpoint "
                        "directory.")
     self.record.config.assign(json.dumps(self.config.to_dict(), sort_keys=True))
     self.state.precision.assign(PRECISION_POLICIES.index(self.precision_policy))
@@ -227,7 +227,7 @@ class Training:
 
   def _set_learning_rate_ratios(self) -> None:
     """Restored variables at warm_start_lr_ratio, freshly initialised ones at 1."""
-    ratio, record = self.config.warm_start_lr_ratio, self.warm_start_record
+    ratio, record = self.config.training.warm_start_lr_ratio, self.warm_start_record
     restored = [warm_start.was_restored(v, record) for v in self.model.trainable_variables]
     self.learning_rate_ratios = [ratio if r else 1.0 for r in restored]
     log.info("Fine-tuning: %d restored variables at lr x%g, %d new at full lr.", sum(restored),
@@ -254,7 +254,7 @@ class Training:
 
   # The steps each replica runs.
   def _replica_train_step(self, images, views, labels):
-    config, num_views = self.config, self.config.num_views
+    config, num_views = self.config, self.config.augmentation.num_views
     batch = tf.shape(images)[0]
     all_images = tf.concat(
         [images, tf.reshape(views, tf.concat([[-1], tf.shape(images)[1:]], 0))], axis=0)
@@ -267,7 +267,7 @@ class Training:
         view_logits = tf.reshape(logits[batch:], [batch, num_views, -1])
         consistency = tf.nn.compute_average_loss(
             jensen_shannon(clean_logits, view_logits), global_batch_size=self.global_batch_size)
-        loss = nll + config.augmix_jsd_weight * consistency
+        loss = nll + config.augmentation.augmix_jsd_weight * consistency
       else:  # Clean images and their view (if any) as training examples.
         all_labels = tf.concat([labels, tf.repeat(labels, num_views)], axis=0)
         loss = tf.nn.compute_average_loss(
@@ -323,9 +323,9 @@ class Training:
   def loop_steps(self, step: int) -> int:
     """Steps of the host loop after `step`: at most steps_per_loop, ending at the next log,
     epoch end, step checkpoint or the last step (what happens between loops)."""
-    periods = [self.config.log_every_steps, self.steps_per_epoch]  # Epochs cover intervals.
-    if self.config.checkpoint_steps:
-      periods.append(self.config.checkpoint_steps)
+    periods = [self.config.training.log_every_steps, self.steps_per_epoch]  # Epochs cover intervals.
+    if self.config.training.checkpoint_steps:
+      periods.append(self.config.training.checkpoint_steps)
     end = min([self.total_steps, step + self.steps_per_loop]
               + [(step // period + 1) * period for period in periods])
     return end - step
@@ -354,10 +354,10 @@ class Training:
 
   def checkpoint_due(self, step: int) -> bool:
     config = self.config
-    if config.checkpoint_steps and step % config.checkpoint_steps == 0:
+    if config.training.checkpoint_steps and step % config.training.checkpoint_steps == 0:
       return True
-    return (config.checkpoint_interval > 0
-            and step % (config.checkpoint_interval * self.steps_per_epoch) == 0)
+    return (config.training.checkpoint_interval > 0
+            and step % (config.training.checkpoint_interval * self.steps_per_epoch) == 0)
 
 
 def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
@@ -372,15 +372,15 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
   """
   config, strategy = training.config, training.strategy
   steps_per_epoch, total_steps = training.steps_per_epoch, training.total_steps
-  images_per_step = training.global_batch_size * (1 + config.num_views)
+  images_per_step = training.global_batch_size * (1 + config.augmentation.num_views)
   stop_requested = _stop_agreement(strategy, stop_signal)
   batches = iter(train_dataset)
   views_note = ""
-  if config.num_views:
-    source = ("made online" if config.augmix_online
-              else f"from {config.augmix_view_sets} Transform view set(s)")
-    views_note = (f", {config.num_views} AugMix view(s) per image"
-                  f"{' with JSD' if config.num_views >= 2 else ''} {source}")
+  if config.augmentation.num_views:
+    source = ("made online" if config.augmentation.augmix_online
+              else f"from {config.augmentation.augmix_view_sets} Transform view set(s)")
+    views_note = (f", {config.augmentation.num_views} AugMix view(s) per image"
+                  f"{' with JSD' if config.augmentation.num_views >= 2 else ''} {source}")
   log.info("Training %s (%d trainable parameters, %s) for %d steps (%d per epoch, up to %d per "
            "host call), global batch %d on %d replica(s)%s; starting at step %d.", training.model.name,
            sum(int(v.shape.num_elements()) for v in training.model.trainable_variables),
@@ -396,7 +396,7 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
             else training.train_loop(batches, tf.constant(steps)))
     step += steps
     window_steps += steps
-    if step % config.log_every_steps == 0 or step == total_steps:
+    if step % config.training.log_every_steps == 0 or step == total_steps:
       steps_per_second = window_steps / (time.time() - window_start)
       log.info("step %d/%d  epoch %.2f  loss %.4f  lr %.4f  %.2f steps/s (%.0f images/s)  "
                "ETA %.0fs", step, total_steps, step / steps_per_epoch, float(loss),

@@ -19,7 +19,7 @@ def test_schedule_warms_up_linearly_then_decays_at_each_boundary():
 
 
 def test_learning_rate_scales_with_batch_and_decay_epochs_with_train_epochs():
-  config = TrainerConfig(base_learning_rate=0.1, per_core_batch_size=64, train_epochs=20,
+  config = TrainerConfig().replace(base_learning_rate=0.1, per_core_batch_size=64, train_epochs=20,
                          lr_decay_epochs=(60, 120, 160), lr_warmup_epochs=0)
   schedule = learning_rate_schedule(config, steps_per_epoch=10, global_batch_size=64)
   assert schedule.decay_epochs == [6, 12, 16]
@@ -32,13 +32,13 @@ def _fit(config, images, views, labels, tmp_path):
   """Trains on in-memory arrays with the default strategy; returns (training, final metrics).
   (The data restarts from the beginning on resume.)"""
   strategy = tf.distribute.get_strategy()
-  steps_per_epoch = len(labels) // config.per_core_batch_size
+  steps_per_epoch = len(labels) // config.training.per_core_batch_size
   training = Training(config, strategy, steps_per_epoch, str(tmp_path / "checkpoints"))
   training.restore()  # Continues a checkpoint an earlier _fit left in tmp_path.
   train_data = tf.data.Dataset.from_tensor_slices((images, views, labels)).shuffle(
-      len(labels), seed=0).repeat().batch(config.per_core_batch_size, drop_remainder=True)
+      len(labels), seed=0).repeat().batch(config.training.per_core_batch_size, drop_remainder=True)
   eval_data = tf.data.Dataset.from_tensor_slices(
-      (images, labels, np.ones(len(labels), np.float32))).batch(config.eval_batch_size)
+      (images, labels, np.ones(len(labels), np.float32))).batch(config.training.eval_batch_size)
   metrics = fit(training, strategy.experimental_distribute_dataset(train_data),
                 strategy.experimental_distribute_dataset(eval_data),
                 tf.summary.create_noop_writer())
@@ -51,7 +51,7 @@ def test_training_fits_a_learnable_problem(tmp_path):
   images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
   images[labels == 1, :, :, 0] += 1.0  # Class 1 is redder.
   no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
-  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
+  config = TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8)
   training, metrics = _fit(config, images, no_views, labels, tmp_path)
@@ -67,7 +67,7 @@ def test_a_spectrally_normalised_model_learns_and_resumes_with_its_power_iterati
   images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
   images[labels == 1, :, :, 0] += 1.0
   no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
-  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
+  config = TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8, spectral_norm_bound=3.0)
   training, metrics = _fit(config, images, no_views, labels, tmp_path)
@@ -106,7 +106,7 @@ def test_the_loss_of_a_step_with_two_views_adds_the_weighted_jensen_shannon_term
   batch = tf.data.Dataset.from_tensors((images, views, labels))
   losses, divergences = {}, {}
   for weight in (0.0, 12.0):
-    config = TrainerConfig(depth=10, width_multiplier=1, num_classes=3, per_core_batch_size=16,
+    config = TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=3, per_core_batch_size=16,
                            train_steps=1, augmix=True, aug_count=2, lr_warmup_epochs=0,
                            augmix_jsd_weight=weight)
     training = Training(config, tf.distribute.get_strategy(), 1, "/nonexistent")
@@ -125,7 +125,7 @@ def test_the_loss_of_a_step_with_two_views_adds_the_weighted_jensen_shannon_term
 
 
 def test_host_loops_end_at_each_log_epoch_and_checkpoint_step():
-  config = TrainerConfig(depth=10, width_multiplier=1, train_steps=30, steps_per_loop=8,
+  config = TrainerConfig().replace(depth=10, width_multiplier=1, train_steps=30, steps_per_loop=8,
                          log_every_steps=10, checkpoint_steps=7)
   training = Training(config, tf.distribute.get_strategy(), steps_per_epoch=12,
                       checkpoint_dir="/nonexistent")

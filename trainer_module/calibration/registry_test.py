@@ -23,9 +23,9 @@ def test_the_flag_takes_every_registered_name_and_refuses_others_naming_the_flag
   assert registry.ENSEMBLE_NAMES == ("validation_corruptions", "clean", "in_support",
                                      "distance_curve")
   for name in registry.NAMES:
-    assert TrainerConfig(temperature_fit=name).temperature_fit == registry.get(name).name == name
+    assert TrainerConfig().replace(temperature_fit=name).calibration.temperature_fit == registry.get(name).name == name
   with pytest.raises(ValueError, match=r"temperature_fit='platt': must be one of \("):
-    TrainerConfig(temperature_fit="platt")
+    TrainerConfig().replace(temperature_fit="platt")
   with pytest.raises(ValueError, match=r"temperature_fit='platt': must be one of \("):
     registry.get("platt")
 
