@@ -100,7 +100,8 @@ def run_transform(config: PipelineConfig, data_dir: str) -> tuple:
   transform = transform_component(config, examples.outputs["examples"], schema.outputs["schema"],
                                   trainer_module_fingerprint())
   os.makedirs(os.path.dirname(config.runner.metadata_path), exist_ok=True)
-  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(config.runner.metadata_path)
+  connection = tfx.orchestration.metadata.sqlite_metadata_connection_config(
+      config.runner.metadata_path)
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name=config.runner.pipeline_name, pipeline_root=config.runner.pipeline_root,
       components=[examples, schema, transform], enable_cache=False,
@@ -213,7 +214,8 @@ def training_rate(config: PipelineConfig, steps: int, work_dir: str) -> float:
   batch = trainer.training.per_core_batch_size
   rng = np.random.default_rng(0)
   tensors = (rng.normal(size=(batch, *IMAGE_SHAPE)).astype(np.float32),
-             rng.normal(size=(batch, trainer.augmentation.num_views, *IMAGE_SHAPE)).astype(np.float32),
+             rng.normal(size=(batch, trainer.augmentation.num_views,
+                              *IMAGE_SHAPE)).astype(np.float32),
              rng.integers(0, trainer.model.num_classes, batch))
   strategy = tf.distribute.get_strategy()
   training = Training(trainer, strategy, steps_per_epoch=1000,
@@ -279,8 +281,9 @@ def speed(args) -> None:
     print(f"  views feature alone, gzipped, {sample} {name}: {sizes['png']:.0f} bytes/view as "
           f"stored (PNG planes), {sizes['raw']:.0f} as uint8 raw bytes, {sizes['float32']:.0f} "
           f"as float32: {sizes['png'] / sizes['float32']:.2f} of float32 (goal <= 0.33)")
+  model = trainer.model
   print(f"  Trainer input pipeline: {input_rate:.0f} examples/s; training step of WRN-"
-        f"{trainer.model.depth}-{trainer.model.width_multiplier} (batch {trainer.training.per_core_batch_size}, "
+        f"{model.depth}-{model.width_multiplier} (batch {trainer.training.per_core_batch_size}, "
         f"{trainer.augmentation.num_views} view(s)) consumes {consumed_rate:.0f} examples/s: "
         f"{input_rate / consumed_rate:.1f}x (goal >= 3x)")
 
@@ -315,7 +318,8 @@ def robustness(args) -> None:
                      stderr=subprocess.STDOUT)
     run = RunRecord(config)
     values = tfma_results.load_metrics(run.latest_output("evaluation").uri)
-    means = report_sections.corrupted_means(values, PROBABILITIES_KEY, config.evaluation.corruptions)
+    means = report_sections.corrupted_means(values, PROBABILITIES_KEY,
+                                            config.evaluation.corruptions)
     accuracy = tfma_results.metric(values, report_sections.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
     examples = run.latest_output("transformed_examples").uri
     name = "online" if source == "online" else f"{source} view set(s)"
@@ -331,7 +335,9 @@ def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--images", type=int, default=50_000)
   parser.add_argument("--aug_count", type=int, default=max(defaults.augmentation.aug_count, 1))
-  parser.add_argument("--augmix_view_sets", type=int, default=defaults.augmentation.augmix_view_sets)
+  parser.add_argument("--augmix_view_sets",
+                      type=int,
+                      default=defaults.augmentation.augmix_view_sets)
   parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode)
   parser.add_argument("--repeats", type=int, default=1,
                       help="Transform runs with and without AugMix, interleaved; best of each")

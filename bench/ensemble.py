@@ -184,7 +184,8 @@ def main():
         f"{[(m['name'], m['weight']) for m in record['members']]}; calibrated selection "
         f"{record.get('calibrated_selection', False)}); best single on served eval NLL: "
         f"{best['name']}\n")
-  print("| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
+  print(
+      "| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
   print("| --- |" + " ---: |" * 8)
   for name in models:
     print(_row(name, fits[name], eval_nll[name], served[name], num_bins))

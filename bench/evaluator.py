@@ -54,7 +54,8 @@ _BATCH = 256
 def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri: str) -> int:
   examples = RunRecord(config).latest_output("examples")
   if examples is None:
-    raise SystemExit(f"No ExampleGen output in {config.runner.metadata_path}; run `make run` first.")
+    raise SystemExit(
+        f"No ExampleGen output in {config.runner.metadata_path}; run `make run` first.")
   splits = json.loads(examples.properties["split_names"].string_value)
   counts = evaluation_set.write_evaluation_set(
       examples.uri, splits, output_uri, robustness_source(config.data.dataset),

@@ -39,9 +39,9 @@ def measure(output_dir: str, autograph: bool) -> dict:
   training = training_loop.Training(config, strategy, steps_per_epoch=10_000,
                                     checkpoint_dir=tempfile.mkdtemp())
   step = (training.train_step if not autograph else tf.function(training._train_step))  # pylint: disable=protected-access
-  batches = iter(strategy.distribute_datasets_from_function(
-      lambda context: data.training_batches(files, spec, config, config.training.per_core_batch_size, 0,
-                                            context)))
+  batches = iter(
+      strategy.distribute_datasets_from_function(lambda context: data.training_batches(
+          files, spec, config, config.training.per_core_batch_size, 0, context)))
   start = time.perf_counter()
   losses = [float(step(batches))]
   first = time.perf_counter() - start

@@ -65,9 +65,10 @@ class Run:
   def uri(self, key: str, producer: Optional[str] = None) -> str:
     artifact = self.record.latest_output(key, producer)
     if artifact is None:
-      raise FileNotFoundError(f"No {key!r} output{' of ' + producer if producer else ''} in "
-                              f"{self.config.runner.metadata_path}; is {self.config.runner.output_dir} a "
-                              "finished run?")
+      raise FileNotFoundError(
+          f"No {key!r} output{' of ' + producer if producer else ''} in "
+          f"{self.config.runner.metadata_path}; is {self.config.runner.output_dir} a "
+          "finished run?")
     return local_uri(artifact.uri, self.config)
 
   def model_dir(self, producer: Optional[str] = None) -> str:

@@ -252,9 +252,13 @@ def main():
     for name in args.models:
       depth, width = (int(v) for v in name.split("-"))
       steps = args.steps or {"16-4": 20, "28-10": 12}[name]
-      config = TrainerConfig().replace(depth=depth, width_multiplier=width, per_core_batch_size=BATCH[name],
-                             train_epochs=200, lr_warmup_epochs=0, log_every_steps=10 ** 6,
-                             checkpoint_interval=-1)
+      config = TrainerConfig().replace(depth=depth,
+                                       width_multiplier=width,
+                                       per_core_batch_size=BATCH[name],
+                                       train_epochs=200,
+                                       lr_warmup_epochs=0,
+                                       log_every_steps=10**6,
+                                       checkpoint_interval=-1)
       train_flops = 3 * forward_flops(wide_resnet(config))
       bare = bare_loop_seconds(config, files, args.warmup, steps)
       images = steps * config.training.per_core_batch_size

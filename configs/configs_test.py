@@ -23,8 +23,8 @@ def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
 def test_without_config_the_local_digits_preset_is_used():
   config = from_flags([])
   assert config == from_preset("local_digits")
-  assert (config.data.dataset, config.trainer.model.depth, config.trainer.model.width_multiplier) == (
-      "digits", 16, 2)
+  assert (config.data.dataset, config.trainer.model.depth,
+          config.trainer.model.width_multiplier) == ("digits", 16, 2)
 
 
 def test_flags_override_the_chosen_preset_whatever_their_order():
@@ -49,7 +49,8 @@ def test_presets_build_on_the_default_and_tiny_is_the_tests_size():
     fields = configs.get_config(name)
     assert set(default) <= set(fields)  # Every preset starts from the default...
   tiny = from_preset("tiny")
-  assert (tiny.data.dataset, tiny.trainer.model.depth, tiny.trainer.model.width_multiplier) == ("digits", 10, 1)
+  assert (tiny.data.dataset, tiny.trainer.model.depth,
+          tiny.trainer.model.width_multiplier) == ("digits", 10, 1)
   assert tiny.trainer.augmentation.augmix == from_preset().trainer.augmentation.augmix
 
 

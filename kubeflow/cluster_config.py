@@ -392,7 +392,8 @@ class ClusterConfig(PipelineConfig):
     if self.beam.beam_runner == "portable":
       return (self.beam.portable_args(image) + [f"--sdk_container_image={image}"]
               + self.s3_worker_args())
-    mode = "multi_processing" if self.beam.beam_running_mode == "auto" else self.beam.beam_running_mode
+    mode = self.beam.beam_running_mode
+    mode = "multi_processing" if mode == "auto" else mode
     # 0 tells Beam to use the cores of the machine the component runs on.
     workers = 1 if mode == "in_memory" else self.beam.beam_workers
     return ([f"--direct_running_mode={mode}", f"--direct_num_workers={workers}",

@@ -310,7 +310,8 @@ def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flag
 def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_path):
   from kubeflow import compiler, submit
   config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"])
-  assert config.trainer.calibration.temperature_fit == "distance_curve"  # The preset's, for ensembles too.
+  # The preset's, for ensembles too.
+  assert config.trainer.calibration.temperature_fit == "distance_curve"
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)
   tasks = spec.root.dag.tasks

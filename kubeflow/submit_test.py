@@ -154,7 +154,8 @@ def test_run_uploads_the_pipeline_creates_the_experiment_and_starts_a_run(compil
   run = kfp_server.request("POST", f"{API}/runs")["body"]
   assert run["experiment_id"] == "e-1" and run["display_name"] == "first"
   assert run["pipeline_version_reference"] == {"pipeline_id": "p-1", "pipeline_version_id": "v-1"}
-  assert run["runtime_config"]["pipeline_root"] == config.runner.pipeline_root  # What the check reads.
+  # What the check reads.
+  assert run["runtime_config"]["pipeline_root"] == config.runner.pipeline_root
   custom_config = json.loads(run["runtime_config"]["parameters"]["trainer_config"])
   trainer = TrainerConfig.from_dict(custom_config["trainer"])
   assert trainer == TrainerConfig.from_dict({**config.trainer.to_dict(), "train_epochs": 3,

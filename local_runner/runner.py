@@ -94,7 +94,8 @@ def local_parts(config: config_lib.PipelineConfig):
   from tfx import v1 as tfx
   from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
   splits = ("train", "eval")
-  if config.data.dataset == "tfrecord" and os.path.isdir(os.path.join(config.data.tfrecord_dir, "test")):
+  if config.data.dataset == "tfrecord" and os.path.isdir(
+      os.path.join(config.data.tfrecord_dir, "test")):
     splits += ("test",)  # Scored locally after the run (the held-out test accuracy).
 
   def make_trainer(trial: int, custom_config: dict, **inputs):
@@ -172,8 +173,8 @@ def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optio
   from local_runner import interrupted_runs
   from reporting import run_summary
   log_path = configure_logging(os.path.join(config.runner.output_dir, "logs"), run_id)
-  log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s", config.runner.pipeline_name,
-           run_id, config.data.dataset, config.runner.output_dir)
+  log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s",
+           config.runner.pipeline_name, run_id, config.data.dataset, config.runner.output_dir)
   if took_over:
     log.info(took_over)
   interrupted_runs.abandon_interrupted_executions(config, run_id)

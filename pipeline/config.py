@@ -564,7 +564,8 @@ def _check_schema(path: str, num_classes: Optional[int]) -> None:
     try:
       text_format.Parse(f.read(), schema)
     except text_format.ParseError as error:
-      raise ValueError(f"Invalid config value schema_path={path!r}: not a schema: {error}") from None
+      raise ValueError(
+          f"Invalid config value schema_path={path!r}: not a schema: {error}") from None
   label = next((f for f in schema.feature if f.name == "label"), None)
   require(label is not None and label.HasField("int_domain"), "schema_path", path,
           "must give the 'label' feature an int_domain")

@@ -18,7 +18,7 @@ from configs.shared import PIPELINE_AUGMIX
 from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, check_runs_here, from_flags,
                              from_preset)
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
-from trainer_module.config import TrainerConfig
+from trainer_module.config import ModelConfig, TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,9 +32,10 @@ def test_defaults_are_a_small_local_wrn_on_the_embedded_digits():
 
 def test_the_standalone_trainer_defaults_are_the_original_recipe():
   trainer = TrainerConfig()
-  assert (trainer.model.depth, trainer.model.width_multiplier, trainer.training.train_epochs) == (28, 10, 200)
-  assert trainer.model.l2 == 2e-4 and trainer.training.base_learning_rate == 0.1
-  assert trainer.training.lr_decay_epochs == (60, 120, 160) and trainer.training.lr_decay_ratio == 0.2
+  model, training = trainer.model, trainer.training
+  assert (model.depth, model.width_multiplier, training.train_epochs) == (28, 10, 200)
+  assert model.l2 == 2e-4 and training.base_learning_rate == 0.1
+  assert training.lr_decay_epochs == (60, 120, 160) and training.lr_decay_ratio == 0.2
 
 
 def test_flags_override_pipeline_and_trainer_fields_by_name():
@@ -45,6 +46,24 @@ def test_flags_override_pipeline_and_trainer_fields_by_name():
   assert config.trainer.training.lr_decay_epochs == (30, 60)
   assert config.trainer.model.bn_l2 is None and config.runner.enable_cache is False
   assert config.trainer.training.train_epochs == from_preset().trainer.training.train_epochs
+
+
+def test_a_flag_may_name_its_field_by_its_dotted_path_and_each_group_checks_its_own():
+  dotted = from_flags(["--data.dataset=cifar10", "--trainer.model.depth=28"])
+  assert dotted == from_flags(["--dataset=cifar10", "--depth=28"])
+  with pytest.raises(ValueError, match="Unknown flag --model.depth"):
+    from_flags(["--model.depth=28"])  # A path starts at the run's config.
+  with pytest.raises(ValueError, match="depth=12: must be 6n"):
+    ModelConfig(depth=12)
+  with pytest.raises(AttributeError):
+    from_flags([]).trainer.depth  # pylint: disable=expression-not-assigned
+
+
+def test_a_replace_rebuilds_only_the_groups_it_touches():
+  config = from_flags([])
+  changed = config.replace(train_epochs=3, dataset="cifar10")
+  assert changed.trainer.training.train_epochs == 3 and changed.data.dataset == "cifar10"
+  assert changed.gate is config.gate and changed.trainer.model is config.trainer.model
 
 
 def test_trainer_config_survives_the_trip_through_tfx_custom_config():
@@ -136,13 +155,14 @@ def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_fami
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  assert from_preset().trainer.calibration.temperature_fit == "distance_curve"  # Every pipeline preset's.
-  assert TrainerConfig().calibration.temperature_fit == "validation_corruptions"  # The standalone trainer's.
+  # Every pipeline preset's, and the standalone trainer's.
+  assert from_preset().trainer.calibration.temperature_fit == "distance_curve"
+  assert TrainerConfig().calibration.temperature_fit == "validation_corruptions"
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
     from_flags(["--corruptions=contrast,spatter"])
-  assert from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"]).evaluation.corruptions == (
-      "contrast", "spatter")
+  config = from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"])
+  assert config.evaluation.corruptions == ("contrast", "spatter")
   with pytest.raises(ValueError, match=r"\['spatter'\] choose the temperature "
                                        r"\(temperature_fit=in_support\)"):
     from_flags(["--corruptions=contrast,spatter", "--temperature_fit=in_support"])
@@ -250,8 +270,9 @@ def test_help_lists_every_flag_with_its_default():
 
 def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_defaults():
   trainer = TrainerConfig()
-  assert (trainer.augmentation.augmix, trainer.augmentation.aug_count, trainer.augmentation.augmix_prob_coeff, trainer.augmentation.augmix_depth,
-          trainer.augmentation.augmix_width) == (False, 1, 0.5, -1, 3)
+  augmix = trainer.augmentation
+  assert (augmix.augmix, augmix.aug_count, augmix.augmix_prob_coeff, augmix.augmix_depth,
+          augmix.augmix_width) == (False, 1, 0.5, -1, 3)
   assert trainer.augmentation.num_views == 0
   assert from_flags(["--augmix=false"]).trainer.augmentation.num_views == 0
 
@@ -259,9 +280,10 @@ def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_def
 def test_augmix_is_on_in_the_local_and_kubeflow_presets():
   cluster = from_preset("kubeflow")
   for trainer in (from_flags([]).trainer, cluster.trainer):
-    assert (trainer.augmentation.augmix, trainer.augmentation.aug_count, trainer.augmentation.augmix_view_sets,
-            trainer.augmentation.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
-                                       PIPELINE_AUGMIX["augmix_view_sets"], False)
+    augmix = trainer.augmentation
+    assert (augmix.augmix, augmix.aug_count, augmix.augmix_view_sets,
+            augmix.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
+                                      PIPELINE_AUGMIX["augmix_view_sets"], False)
   assert cluster.trainer.model.depth == 28  # The cluster keeps the original recipe otherwise.
 
 

@@ -72,29 +72,29 @@ def _mean_slice_ece(num_bins: int) -> tfma.MetricConfig:
 def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:
   """Accuracy, ECE and NLL of the calibrated probabilities, with the gate's thresholds: on the
   clean eval set, and on the corrupted set (cA, cNLL, cECE and the corrupted set's ECE)."""
-  metrics = {m.class_name: m for m in _accuracy_and_calibration_metrics(config.trainer.calibration.num_bins)}
+  num_bins, gate = config.trainer.calibration.num_bins, config.gate
+  metrics = {m.class_name: m for m in _accuracy_and_calibration_metrics(num_bins)}
   if config.evaluation.corruptions:
-    metrics["MeanSliceECE"] = _mean_slice_ece(config.trainer.calibration.num_bins)
+    metrics["MeanSliceECE"] = _mean_slice_ece(num_bins)
   accuracy = metrics["TopLabelAccuracy"]
   accuracy.per_slice_thresholds.extend(_bounds(
-      CLEAN_EVAL_SLICE, lower=config.gate.min_eval_accuracy, max_change=config.gate.max_accuracy_drop))
+      CLEAN_EVAL_SLICE, lower=gate.min_eval_accuracy, max_change=gate.max_accuracy_drop))
   if config.evaluation.corruptions:
     accuracy.per_slice_thresholds.extend(_bounds(
-        CORRUPTED_SLICE, lower=config.gate.min_corrupted_accuracy,
-        max_change=config.gate.max_corrupted_accuracy_drop))
+        CORRUPTED_SLICE, lower=gate.min_corrupted_accuracy,
+        max_change=gate.max_corrupted_accuracy_drop))
   # (slice, metric, upper bound, largest rise): calibration, clean and under shift.
   calibration_bounds = [
-      (CLEAN_EVAL_SLICE, "ExpectedCalibrationError", config.gate.max_eval_ece,
-       config.gate.max_ece_increase),
-      (CLEAN_EVAL_SLICE, "NegativeLogLikelihood", config.gate.max_eval_nll, config.gate.max_nll_increase)]
+      (CLEAN_EVAL_SLICE, "ExpectedCalibrationError", gate.max_eval_ece, gate.max_ece_increase),
+      (CLEAN_EVAL_SLICE, "NegativeLogLikelihood", gate.max_eval_nll, gate.max_nll_increase)]
   if config.evaluation.corruptions:
     calibration_bounds += [
-        (CORRUPTED_SLICE, "MeanSliceECE", config.gate.max_corrupted_mean_ece,
-         config.gate.max_corrupted_mean_ece_increase),
-        (CORRUPTED_SLICE, "ExpectedCalibrationError", config.gate.max_corrupted_ece,
-         config.gate.max_corrupted_ece_increase),
-        (CORRUPTED_SLICE, "NegativeLogLikelihood", config.gate.max_corrupted_nll,
-         config.gate.max_corrupted_nll_increase)]
+        (CORRUPTED_SLICE, "MeanSliceECE", gate.max_corrupted_mean_ece,
+         gate.max_corrupted_mean_ece_increase),
+        (CORRUPTED_SLICE, "ExpectedCalibrationError", gate.max_corrupted_ece,
+         gate.max_corrupted_ece_increase),
+        (CORRUPTED_SLICE, "NegativeLogLikelihood", gate.max_corrupted_nll,
+         gate.max_corrupted_nll_increase)]
   for slice_spec, metric, upper, max_rise in calibration_bounds:
     metrics[metric].per_slice_thresholds.extend(_bounds(
         slice_spec, upper=upper, higher_is_better=False, max_change=max_rise))
@@ -118,7 +118,8 @@ def eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       metrics_specs=[
           tfma.MetricsSpec(output_names=[PROBABILITIES_KEY], metrics=gated_metrics(config)),
           tfma.MetricsSpec(output_names=[UNCALIBRATED_PROBABILITIES_KEY],
-                           metrics=_accuracy_and_calibration_metrics(config.trainer.calibration.num_bins)),
+                           metrics=_accuracy_and_calibration_metrics(
+                               config.trainer.calibration.num_bins)),
       ])
 
 
@@ -150,5 +151,6 @@ def report_settings(config: PipelineConfig) -> ReportSettings:
   return ReportSettings(
       pipeline_name=config.runner.pipeline_name, dataset=config.data.dataset,
       model=f"WRN-{config.trainer.model.depth}-{config.trainer.model.width_multiplier}",
-      num_classes=config.trainer.model.num_classes, corruptions=tuple(config.evaluation.corruptions),
+      num_classes=config.trainer.model.num_classes,
+      corruptions=tuple(config.evaluation.corruptions),
       bounds=gate_bounds(config))

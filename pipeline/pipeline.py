@@ -78,9 +78,11 @@ def example_gen(config: PipelineConfig, parts: RunnerParts):
         input_base=parts.tfrecord_input_base,
         input_config=tfx.proto.Input(splits=[
             tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in parts.tfrecord_splits]))
-  return ImageDatasetExampleGen(source=config.data.dataset, eval_fraction=config.data.eval_fraction,
+  return ImageDatasetExampleGen(source=config.data.dataset,
+                                eval_fraction=config.data.eval_fraction,
                                 test_fraction=config.data.test_fraction,
-                                tfds_data_dir=config.data.tfds_data_dir, image_dir=config.data.image_dir,
+                                tfds_data_dir=config.data.tfds_data_dir,
+                                image_dir=config.data.image_dir,
                                 skip_bad_images=config.data.skip_bad_images)
 
 
@@ -102,9 +104,12 @@ def evaluation_set_examples(config: PipelineConfig):
   if config.data.input_examples is None:
     return None
   test = round(config.data.input_examples * config.data.test_fraction)
-  per_slice = min(config.evaluation.examples_per_corruption, test) if config.evaluation.examples_per_corruption else test
-  clean = round(config.data.input_examples * (config.data.eval_fraction + config.data.test_fraction))
-  return clean + per_slice * len(config.evaluation.corruptions) * len(reference_corruptions.SEVERITIES)
+  per_slice = min(config.evaluation.examples_per_corruption,
+                  test) if config.evaluation.examples_per_corruption else test
+  clean = round(config.data.input_examples *
+                (config.data.eval_fraction + config.data.test_fraction))
+  return clean + per_slice * len(config.evaluation.corruptions) * len(
+      reference_corruptions.SEVERITIES)
 
 
 def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) -> tuple:
@@ -151,7 +156,8 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       transform_graph=transform.outputs["transform_graph"],
       schema=schema.outputs["schema"],
       train_args=tfx.proto.TrainArgs(splits=["train"]),
-      eval_args=tfx.proto.EvalArgs(splits=["eval"])) for trial in range(config.ensemble.hyper_trials)]
+      eval_args=tfx.proto.EvalArgs(splits=["eval"]))
+      for trial in range(config.ensemble.hyper_trials)]
   if len(trainers) > 1:  # Independent tasks: a cluster runs them in parallel.
     trainers = [t.with_id(f"Trainer_trial_{i}") for i, t in enumerate(trainers)]
 
@@ -164,12 +170,14 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
 
   model_components = list(trainers)
   if len(trainers) > 1:
+    calibration = config.trainer.calibration
     model_components.append(EnsembleSelector(
         trainers, transform.outputs["transformed_examples"], transform.outputs["transform_graph"],
         eval_examples.outputs["evaluation_set"], ensemble_size=config.ensemble.ensemble_size,
-        objective=config.ensemble.ensemble_objective, eval_batch_size=config.trainer.training.eval_batch_size,
-        num_bins=config.trainer.calibration.num_bins, temperature_fit=config.trainer.calibration.temperature_fit,
-        validation_corruption_examples=config.trainer.calibration.validation_corruption_examples,
+        objective=config.ensemble.ensemble_objective,
+        eval_batch_size=config.trainer.training.eval_batch_size,
+        num_bins=calibration.num_bins, temperature_fit=calibration.temperature_fit,
+        validation_corruption_examples=calibration.validation_corruption_examples,
         fingerprint=fingerprint))
   model = model_components[-1].outputs["model"]
 

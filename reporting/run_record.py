@@ -24,7 +24,8 @@ class RunRecord:
     else:
       run = store.get_context_by_type_and_name("pipeline_run", run_id)
     if run is None:
-      raise RuntimeError(f"No pipeline run {run_id or ''} recorded in {config.runner.metadata_path}.")
+      raise RuntimeError(
+          f"No pipeline run {run_id or ''} recorded in {config.runner.metadata_path}.")
     self.run_id = run.name
     executions = store.get_executions_by_context(run.id)
     # Execution -> its node id (the component's id: "Trainer", "Trainer_trial_1",

@@ -83,8 +83,10 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
   """The console summary of run run_id (never "the latest": another run may have started)."""
   run = RunRecord(config, run_id)
   cached = sum(state == "CACHED" for state in run.states.values())
-  lines = ["", f"Pipeline {config.runner.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
-           f"({cached} of {len(run.states)} steps reused from cache)."]
+  lines = [
+      "", f"Pipeline {config.runner.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
+      f"({cached} of {len(run.states)} steps reused from cache)."
+  ]
   lines += report_lines(config, run)
   lines.append(f"  serving models:  {config.runner.serving_model_dir}")
   lines.append(f"  MLMD database:   {config.runner.metadata_path}")

@@ -68,7 +68,8 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_bas
   assert len(versions) == 1
   first_version = f"{config.runner.serving_model_dir}/{versions[0]}"
   assert kfp_harness.local_output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
-  assert kfp_harness.local_output_metadata(first.tasks["ProductionModel"], "model")["in_production"] == 0
+  assert kfp_harness.local_output_metadata(first.tasks["ProductionModel"],
+                                           "model")["in_production"] == 0
   # The report step's page: the file at its artifact's URI, with the figures as its metadata.
   report = kfp_harness.local_output_metadata(first.tasks["RunReport"], "report")
   assert report["display_name"] == "run report" and report["blessed"] == 1

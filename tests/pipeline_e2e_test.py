@@ -83,7 +83,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert {run.states[c] for c in PIPELINE_COMPONENTS} == {"COMPLETE"}
   versions = _versions(config.runner.serving_model_dir)
   assert len(versions) == 1 and versions[0].isdigit()
-  assert f"pushed model:    {os.path.join(config.runner.serving_model_dir, versions[0])}" in first.stdout
+  pushed = os.path.join(config.runner.serving_model_dir, versions[0])
+  assert f"pushed model:    {pushed}" in first.stdout
 
   # The pushed model, in a fresh process, on raw serialized tf.Examples of the test split.
   examples = run.latest_output("examples")
@@ -103,7 +104,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert calibration["validation_examples"] == 4 * 5 * 10
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
-  precision = read_record(os.path.join(config.runner.serving_model_dir, versions[0]), PRECISION_FILE)
+  precision = read_record(os.path.join(config.runner.serving_model_dir, versions[0]),
+                          PRECISION_FILE)
   assert precision["policy"] == resolve_precision(config.trainer).policy  # What this CPU has.
   assert precision["serving_policy"] == "float32"
   report_text = _report_markdown(first.stdout)
@@ -120,7 +122,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert report.type == "system.HTML" and _figure(report, "display_name") == "run report"
   assert run.latest_output("report_markdown").type == "system.Markdown"
   assert _figure(report, "blessed") == 1 and _figure(report, "pushed") == 1
-  assert _figure(report, "pushed_version") == os.path.join(config.runner.serving_model_dir, versions[0])
+  assert _figure(report, "pushed_version") == os.path.join(config.runner.serving_model_dir,
+                                                           versions[0])
   assert _figure(report, "served_accuracy") == pytest.approx(scored["accuracy"])
   assert f"test accuracy:   {scored['accuracy']:.4f} ({scored['correct']}/" in first.stdout
   for name in ("eval_accuracy", "eval_nll", "eval_ece", "corrupted_accuracy", "corrupted_nll",
@@ -145,7 +148,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert {RunRecord(config).states[c] for c in PIPELINE_COMPONENTS | {"ProductionModel"}} == \
       {"CACHED"}
   assert "the blessed model already serves as" in second.stdout
-  assert _versions(config.runner.serving_model_dir) == versions, "the serving model is not pushed twice"
+  assert _versions(
+      config.runner.serving_model_dir) == versions, "the serving model is not pushed twice"
 
   # A degraded candidate (two training steps) is not blessed: nothing is pushed, the serving
   # directory is byte-for-byte unchanged, and the summary says which bound failed by how much.
@@ -162,8 +166,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   run = RunRecord(config)
   assert run.states["Trainer"] == "COMPLETE"
   baseline = run.latest_output("model", producer="ProductionModel")
-  assert baseline.custom_properties["production_version"].string_value == \
-      os.path.join(config.runner.serving_model_dir, versions[0]), "compared with the model in production"
+  assert baseline.custom_properties["production_version"].string_value == os.path.join(
+      config.runner.serving_model_dir, versions[0]), "compared with the model in production"
   for version in ("9999999999", "9999999998"):
     assert (f"skipping version {os.path.join(config.runner.serving_model_dir, version)}: no "
             "saved_model.pb") in degraded.stdout
@@ -235,7 +239,8 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
     assert f"Component Trainer_trial_{trial} is running." in result.stdout
   config = from_flags(flags)
   trainer = config.trainer
-  assert trainer.augmentation.num_views == 2 and trainer.augmentation.augmix_view_sets > 1  # AugMix is on by default.
+  # AugMix is on by default.
+  assert trainer.augmentation.num_views == 2 and trainer.augmentation.augmix_view_sets > 1
   run = RunRecord(config)
   assert run.states["ImportExampleGen"] == "COMPLETE"
   assert run.states["EnsembleSelector"] == run.states["Pusher"] == "COMPLETE"

@@ -28,7 +28,8 @@ from trainer_module.checkpoints import Preempted
 from trainer_module import warm_start
 from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START, WARM_START_FROM_PRODUCTION,
                                    TrainerConfig)
-from configs.flags import config_sections, describe_flags, field_help, parse_config_flags, parse_flags
+from configs.flags import (config_sections, describe_flags, field_help, parse_config_flags,
+                           parse_flags)
 from trainer_module.training_job import RunPaths, run
 
 
@@ -45,9 +46,10 @@ class StandalonePaths:
       if not getattr(self, name):
         raise ValueError(f"--{name} is required.")
     if config.training.warm_start == WARM_START_FROM_PRODUCTION:
-      raise ValueError(f"Invalid config value warm_start={config.training.warm_start!r}: production is "
-                       "a pipeline setting; give the trainer a checkpoint directory or an "
-                       "exported SavedModel.")
+      raise ValueError(
+          f"Invalid config value warm_start={config.training.warm_start!r}: production is "
+          "a pipeline setting; give the trainer a checkpoint directory or an "
+          "exported SavedModel.")
     self.check_inputs_exist(config)
     return RunPaths(train_files=self.train_files, eval_files=self.eval_files,
                     transform_output=self.transform_output,

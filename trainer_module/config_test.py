@@ -3,10 +3,11 @@ import math
 
 import pytest
 
+from testing.tiny_config import TINY_NETWORK
 from trainer_module.config import (HYPER_L2_GROUPS, HYPER_L2_RANGE, HYPER_LABEL_SMOOTHING_RANGE,
                                    HYPER_SEED_RANGE, TrainerConfig, hyper_trials)
 
-BASE = TrainerConfig().replace(depth=10, width_multiplier=1, seed=7, bn_l2=3e-4)
+BASE = TrainerConfig().replace(**TINY_NETWORK, seed=7, bn_l2=3e-4)
 
 
 def test_trial_zero_is_the_configured_model_and_one_trial_is_no_sweep():
@@ -20,8 +21,9 @@ def test_draws_are_reproducible_from_the_pipeline_seed_and_differ_between_trials
   assert hyper_trials(BASE, 3) == first[:3]  # More trials do not change the earlier ones.
   assert len({trial.training.seed for trial in first}) == 6
   assert len({trial.model.label_smoothing for trial in first}) == 6
-  other_seed = hyper_trials(TrainerConfig().replace(depth=10, width_multiplier=1, seed=8, bn_l2=3e-4), 6)
-  assert [t.model.label_smoothing for t in other_seed[1:]] != [t.model.label_smoothing for t in first[1:]]
+  other_seed = hyper_trials(TrainerConfig().replace(**TINY_NETWORK, seed=8, bn_l2=3e-4), 6)
+  assert ([t.model.label_smoothing for t in other_seed[1:]]
+          != [t.model.label_smoothing for t in first[1:]])
 
 
 def test_draws_are_inside_their_ranges_and_bn_l2_stays_fixed():
@@ -29,13 +31,16 @@ def test_draws_are_inside_their_ranges_and_bn_l2_stays_fixed():
   for trial in trials:
     assert trial.model.l2_per_train_example and trial.model.bn_l2 == 3e-4
     assert HYPER_SEED_RANGE[0] <= trial.training.seed < HYPER_SEED_RANGE[1]
-    assert HYPER_LABEL_SMOOTHING_RANGE[0] <= trial.model.label_smoothing <= HYPER_LABEL_SMOOTHING_RANGE[1]
+    low, high = HYPER_LABEL_SMOOTHING_RANGE
+    assert low <= trial.model.label_smoothing <= high
     for name in HYPER_L2_GROUPS:
       assert HYPER_L2_RANGE[0] <= getattr(trial.model, name) <= HYPER_L2_RANGE[1]
     # Everything else is the base config's.
-    assert (trial.model.depth, trial.training.train_epochs, trial.model.l2) == (BASE.model.depth, BASE.training.train_epochs, BASE.model.l2)
+    assert (trial.model.depth, trial.training.train_epochs, trial.model.l2) == (
+        BASE.model.depth, BASE.training.train_epochs, BASE.model.l2)
   # Log-uniform: about half of the draws below the geometric middle of the range.
-  below = sum(t.model.input_conv_l2 < math.sqrt(HYPER_L2_RANGE[0] * HYPER_L2_RANGE[1]) for t in trials)
+  middle = math.sqrt(HYPER_L2_RANGE[0] * HYPER_L2_RANGE[1])
+  below = sum(t.model.input_conv_l2 < middle for t in trials)
   assert 70 < below < 130
 
 

@@ -77,11 +77,11 @@ def _split_for_replicas(batches: tf.data.Dataset, global_batch_size: int,
 def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
                      config: TrainerConfig, global_batch_size: Optional[int] = None,
                      start_example: int = 0, input_context=None) -> tf.data.Dataset:
-  """(images, views, labels) batches forever. views is [batch, config.augmentation.num_views, 32, 32, 3]:
+  """(images, views, labels) batches forever. views is [batch, num_views, 32, 32, 3]:
   epoch e reads view set e mod augmix_view_sets written by Transform, or makes them here
   (augmix_online); either way normalised here with Transform's channel statistics.
 
-  Epoch e is shuffled with seed (config.training.seed, e), so the order is the same on every run, and
+  Epoch e is shuffled with seed (the config's seed, e), so the order is the same on every run, and
   the stream can start at any example: `start_example` is where a resumed run left off.
   With `input_context` (distribute_datasets_from_function) the batches are this worker's
   replicas' slices of the global batches.
@@ -114,8 +114,8 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
       views01 = augmix.augmix_views(originals, features[EXAMPLE_KEY], config.training.seed,
                                     config.augmentation.num_views, params, epochs=epochs)
     else:
-      views01 = augmix.decode_view_set(features[AUGMIX_VIEWS_KEY], epochs, config.augmentation.num_views,
-                                       IMAGE_SHAPE)
+      views01 = augmix.decode_view_set(features[AUGMIX_VIEWS_KEY], epochs,
+                                       config.augmentation.num_views, IMAGE_SHAPE)
     views = normalize(views01, mean[:, tf.newaxis], std[:, tf.newaxis])  # Over the view axis.
     return images, views, labels
 

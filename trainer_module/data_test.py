@@ -73,8 +73,9 @@ def test_epochs_are_shuffled_differently_but_the_same_on_every_run(tmp_path):
 
 def test_without_augmix_views_are_empty(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  images, views, labels = next(iter(data.training_batches(files, spec,
-                                                          TrainerConfig().replace(per_core_batch_size=8))))
+  images, views, labels = next(
+      iter(data.training_batches(files, spec,
+                                 TrainerConfig().replace(per_core_batch_size=8))))
   assert images.shape == (8, 32, 32, 3) and views.shape == (8, 0, 32, 32, 3)
   assert labels.shape == (8,)
 
@@ -89,7 +90,10 @@ def _example_ids(images):
 
 def test_epoch_e_reads_view_set_e_mod_sets_normalised_like_the_images(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2, view_sets=3)
-  config = TrainerConfig().replace(per_core_batch_size=10, augmix=True, aug_count=2, augmix_view_sets=3)
+  config = TrainerConfig().replace(per_core_batch_size=10,
+                                   augmix=True,
+                                   aug_count=2,
+                                   augmix_view_sets=3)
   batches = list(data.training_batches(files, spec, config).take(NUM * 4 // 10))
   images = np.concatenate([images.numpy() for images, _, _ in batches])
   views = np.concatenate([views.numpy() for _, views, _ in batches])
@@ -121,7 +125,10 @@ def test_a_view_count_other_than_transforms_is_named(tmp_path):
 
 def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), online_inputs=True)
-  config = TrainerConfig().replace(per_core_batch_size=NUM, augmix=True, aug_count=1, augmix_online=True)
+  config = TrainerConfig().replace(per_core_batch_size=NUM,
+                                   augmix=True,
+                                   aug_count=1,
+                                   augmix_online=True)
 
   def two_epochs():
     batches = list(data.training_batches(files, spec, config).take(2))

@@ -50,8 +50,8 @@ def test_auto_stays_float32_without_native_units_or_without_onednn(cpu):
 
 def test_auto_picks_float16_on_gpus_and_bfloat16_on_tpus(cpu, monkeypatch):
   cpu("avx512bw")
-  assert resolve_precision(TrainerConfig().replace(distribution_strategy="tpu", tpu="local")).policy == (
-      "mixed_bfloat16")
+  assert resolve_precision(TrainerConfig().replace(distribution_strategy="tpu",
+                                                   tpu="local")).policy == ("mixed_bfloat16")
   monkeypatch.setattr(distribution.tf.config, "list_physical_devices",
                       lambda kind: ["gpu:0"] if kind == "GPU" else [])
   assert resolve_precision(TrainerConfig()).policy == "mixed_float16"
@@ -60,7 +60,8 @@ def test_auto_picks_float16_on_gpus_and_bfloat16_on_tpus(cpu, monkeypatch):
 def test_an_explicit_policy_is_used_as_given_and_set_globally(cpu):
   cpu("avx512_bf16")
   try:
-    precision = distribution.set_precision_policy(TrainerConfig().replace(mixed_precision="float32"))
+    precision = distribution.set_precision_policy(
+        TrainerConfig().replace(mixed_precision="float32"))
     assert precision.policy == "float32" == keras.mixed_precision.global_policy().name
     distribution.set_precision_policy(TrainerConfig().replace(mixed_precision="mixed_float16"))
     assert keras.mixed_precision.global_policy().name == "mixed_float16"

@@ -181,4 +181,6 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
       kernel_regularizer=keras.regularizers.l2(config.model.group_l2("dense_kernel_l2")),
       bias_regularizer=keras.regularizers.l2(config.model.group_l2("dense_bias_l2")),
       dtype="float32", name="logits")(x)
-  return keras.Model(inputs, logits, name=f"wrn_{config.model.depth}_{config.model.width_multiplier}")
+  return keras.Model(inputs,
+                     logits,
+                     name=f"wrn_{config.model.depth}_{config.model.width_multiplier}")

@@ -174,7 +174,9 @@ def test_the_power_iteration_finds_the_operator_s_norm_and_leaves_smaller_kernel
 def test_spectral_norm_is_off_by_default_and_then_the_model_is_today_s():
   assert TrainerConfig().model.spectral_norm_bound == 0
   plain = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
-  normalised = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1, spectral_norm_bound=3.0))
+  normalised = wide_resnet(TrainerConfig().replace(depth=10,
+                                                   width_multiplier=1,
+                                                   spectral_norm_bound=3.0))
   convs = [layer for layer in plain.layers if isinstance(layer, keras.layers.Conv2D)]
   assert {type(conv) for conv in convs} == {keras.layers.Conv2D}
   assert not any("power_vector" in v.name for v in plain.variables)
@@ -198,7 +200,9 @@ def test_a_spectrally_normalised_model_trains_in_mixed_bfloat16_and_reloads_from
     tmp_path):
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1, spectral_norm_bound=1.0))
+    model = wide_resnet(TrainerConfig().replace(depth=10,
+                                                width_multiplier=1,
+                                                spectral_norm_bound=1.0))
   finally:
     keras.mixed_precision.set_global_policy("float32")
   conv = model.get_layer("group_2_block_0_conv_1")

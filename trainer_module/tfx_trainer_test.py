@@ -43,8 +43,8 @@ def test_warm_start_production_without_a_model_in_production_trains_from_scratch
                                                                                   caplog):
   snapshot = tmp_path / "Format-Serving"  # What ProductionModel writes then: no SavedModel.
   with caplog.at_level("INFO"):
-    assert warm_start_source(TrainerConfig().replace(warm_start="production"), str(snapshot)) == (None,
-                                                                                        None)
+    assert warm_start_source(TrainerConfig().replace(warm_start="production"),
+                             str(snapshot)) == (None, None)
   assert "no model in production yet; training from scratch" in caplog.text
   (snapshot / "assets.extra").mkdir(parents=True)
   (snapshot / "saved_model.pb").write_bytes(b"")
@@ -55,4 +55,5 @@ def test_warm_start_production_without_a_model_in_production_trains_from_scratch
 
 def test_warm_start_none_or_a_path_ignores_the_base_model():
   assert warm_start_source(TrainerConfig(), "/base") == (None, None)
-  assert warm_start_source(TrainerConfig().replace(warm_start="/ckpts"), "/base") == ("/ckpts", None)
+  assert warm_start_source(TrainerConfig().replace(warm_start="/ckpts"),
+                           "/base") == ("/ckpts", None)

@@ -40,7 +40,7 @@ class RunPaths:
 
 def run(config: TrainerConfig, paths: RunPaths,
         class_names: Optional[Sequence[str]] = None) -> Dict[str, float]:
-  """Trains and/or evaluates as `config.training.mode` says; returns the last metrics. class_names: what
+  """Trains and/or evaluates as the config's mode says; returns the last metrics. class_names: what
   the served model names its classes (default: their indices)."""
   precision = set_precision_policy(config)
   if config.distribution.op_determinism:
@@ -52,17 +52,19 @@ def run(config: TrainerConfig, paths: RunPaths,
   global_batch_size = config.training.per_core_batch_size * strategy.num_replicas_in_sync
   num_train_examples = data.count_examples(paths.train_files)
   if num_train_examples < global_batch_size:
-    raise ValueError(f"The train split has {num_train_examples} examples, fewer than one global "
-                     f"batch of {global_batch_size} (per_core_batch_size="
-                     f"{config.training.per_core_batch_size} x {strategy.num_replicas_in_sync} replicas).")
+    raise ValueError(
+        f"The train split has {num_train_examples} examples, fewer than one global "
+        f"batch of {global_batch_size} (per_core_batch_size="
+        f"{config.training.per_core_batch_size} x {strategy.num_replicas_in_sync} replicas).")
   config = config.for_train_examples(num_train_examples)
   training = Training(config, strategy, num_train_examples // global_batch_size,
                       paths.checkpoint_dir, chief, paths.warm_start_from,
                       paths.warm_start_origin)
   log.info("Checkpoints: %s", paths.checkpoint_dir)
   eval_batch_size = config.training.eval_batch_size * strategy.num_replicas_in_sync
-  eval_dataset = None if config.training.mode == "train" else strategy.distribute_datasets_from_function(
-      lambda context: data.eval_batches(paths.eval_files, feature_spec, eval_batch_size, context))
+  eval_dataset = None if config.training.mode == "train" else (
+      strategy.distribute_datasets_from_function(lambda context: data.eval_batches(
+          paths.eval_files, feature_spec, eval_batch_size, context)))
   subdir = "eval" if config.training.mode in ("eval", "continuous_eval") else "train"
   writer = (tf.summary.create_file_writer(os.path.join(paths.log_dir, subdir)) if chief
             else tf.summary.create_noop_writer())
@@ -110,10 +112,13 @@ def _calibrate(model, config: TrainerConfig, tft_output, eval_batches, train_bat
   """Post-hoc temperature scaling on the eval split (never test), by the method temperature_fit
   names (trainer_module/calibration/)."""
   method = registry.get(config.calibration.temperature_fit)
-  return method.fit(model, inputs.held_out_sets(
-      method, eval_batches, tft_output, config.calibration.validation_corruption_examples,
-      config.training.eval_batch_size, train_batches,
-      (config.training.seed, augmix.params_from_options(config.transform_options()))), config.calibration.num_bins)
+  return method.fit(
+      model,
+      inputs.held_out_sets(
+          method, eval_batches, tft_output, config.calibration.validation_corruption_examples,
+          config.training.eval_batch_size, train_batches,
+          (config.training.seed, augmix.params_from_options(config.transform_options()))),
+      config.calibration.num_bins)
 
 
 def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, float]:
@@ -129,8 +134,9 @@ def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, f
 def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str, float]:
   """Evaluates each new checkpoint as it appears, until the last step's (or a timeout)."""
   metrics = {}
-  for path in tf.train.checkpoints_iterator(training.checkpoints.directory,
-                                            timeout=training.config.training.continuous_eval_timeout_secs):
+  for path in tf.train.checkpoints_iterator(
+      training.checkpoints.directory,
+      timeout=training.config.training.continuous_eval_timeout_secs):
     if not training.checkpoints.restore(path):
       continue
     metrics = _evaluate_and_write(training, eval_dataset, writer)

@@ -177,10 +177,11 @@ class Training:
       self.train_metrics = ClassificationMetrics(config.calibration.num_bins)
       self.eval_metrics = ClassificationMetrics(config.calibration.num_bins)
       self.loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-      self.state = TrainingState(config.training.seed, PRECISION_POLICIES.index(self.precision_policy))
+      self.state = TrainingState(config.training.seed,
+                                 PRECISION_POLICIES.index(self.precision_policy))
     self.record = ConfigRecord(json.dumps(config.to_dict(), sort_keys=True))
-    self.checkpoints = Checkpoints(checkpoint_dir, config.training.max_checkpoints_to_keep, is_chief,
-                                   check=self._check_precision,
+    self.checkpoints = Checkpoints(checkpoint_dir, config.training.max_checkpoints_to_keep,
+                                   is_chief, check=self._check_precision,
                                    model=self.model, optimizer=self.optimizer, state=self.state,
                                    train_metrics=self.train_metrics, loss_sum=self.loss_sum,
                                    record=self.record)
@@ -208,7 +209,8 @@ class Training:
     if path is None:
       if self.warm_start_from is not None:
         record = warm_start.warm_start(self.model, self.warm_start_from,
-                                       self.config.training.warm_start_exclude, self.warm_start_origin)
+                                       self.config.training.warm_start_exclude,
+                                       self.warm_start_origin)
         self.record.warm_start.assign(json.dumps(record, sort_keys=True))
         self._set_learning_rate_ratios()
       return
@@ -323,7 +325,8 @@ class Training:
   def loop_steps(self, step: int) -> int:
     """Steps of the host loop after `step`: at most steps_per_loop, ending at the next log,
     epoch end, step checkpoint or the last step (what happens between loops)."""
-    periods = [self.config.training.log_every_steps, self.steps_per_epoch]  # Epochs cover intervals.
+    # Epochs cover intervals.
+    periods = [self.config.training.log_every_steps, self.steps_per_epoch]
     if self.config.training.checkpoint_steps:
       periods.append(self.config.training.checkpoint_steps)
     end = min([self.total_steps, step + self.steps_per_loop]
@@ -381,12 +384,12 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
               else f"from {config.augmentation.augmix_view_sets} Transform view set(s)")
     views_note = (f", {config.augmentation.num_views} AugMix view(s) per image"
                   f"{' with JSD' if config.augmentation.num_views >= 2 else ''} {source}")
-  log.info("Training %s (%d trainable parameters, %s) for %d steps (%d per epoch, up to %d per "
-           "host call), global batch %d on %d replica(s)%s; starting at step %d.", training.model.name,
-           sum(int(v.shape.num_elements()) for v in training.model.trainable_variables),
-           training.precision_policy, total_steps,
-           steps_per_epoch, training.steps_per_loop, training.global_batch_size,
-           strategy.num_replicas_in_sync, views_note, training.step)
+  log.info(
+      "Training %s (%d trainable parameters, %s) for %d steps (%d per epoch, up to %d per "
+      "host call), global batch %d on %d replica(s)%s; starting at step %d.", training.model.name,
+      sum(int(v.shape.num_elements()) for v in training.model.trainable_variables),
+      training.precision_policy, total_steps, steps_per_epoch, training.steps_per_loop,
+      training.global_batch_size, strategy.num_replicas_in_sync, views_note, training.step)
   metrics: Dict[str, float] = {}
   window_start, window_steps = time.time(), 0
   step = training.step

@@ -23,7 +23,8 @@ def test_the_flag_takes_every_registered_name_and_refuses_others_naming_the_flag
   assert registry.ENSEMBLE_NAMES == ("validation_corruptions", "clean", "in_support",
                                      "distance_curve")
   for name in registry.NAMES:
-    assert TrainerConfig().replace(temperature_fit=name).calibration.temperature_fit == registry.get(name).name == name
+    config = TrainerConfig().replace(temperature_fit=name)
+    assert config.calibration.temperature_fit == registry.get(name).name == name
   with pytest.raises(ValueError, match=r"temperature_fit='platt': must be one of \("):
     TrainerConfig().replace(temperature_fit="platt")
   with pytest.raises(ValueError, match=r"temperature_fit='platt': must be one of \("):
