@@ -65,7 +65,7 @@ def test_bad_example_stops_the_pipeline_before_training(tmp_path, pipeline_runne
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=60,
                                        corrupt=corrupt)
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
-           "--beam_running_mode=in_memory", "--depth=10", "--width_multiplier=1",
+           "--beam_running_mode=in_memory", "--config=tiny",
            "--train_steps=1"]
   result = pipeline_runner(*flags)
   assert result.returncode == 1
@@ -147,7 +147,7 @@ def test_an_empty_split_of_a_query_based_source_stops_at_the_gate_naming_it(tmp_
                                                                             pipeline_runner):
   # No digits key hashes below 1e-5: the source gives the eval split nothing.
   flags = [f"--output_dir={tmp_path / 'out'}", "--eval_fraction=0.00001",
-           "--beam_running_mode=in_memory", "--depth=10", "--width_multiplier=1",
+           "--beam_running_mode=in_memory", "--config=tiny",
            "--train_steps=1", "--corruptions="]
   result = pipeline_runner(*flags)
   assert result.returncode == 1

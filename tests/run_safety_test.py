@@ -40,7 +40,7 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
     tmp_path, pipeline_runner):
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=60)
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
-           "--beam_running_mode=in_memory", "--depth=10", "--width_multiplier=1",
+           "--beam_running_mode=in_memory", "--config=tiny",
            "--train_steps=1", "--per_core_batch_size=16", "--corruptions="]
   config = from_flags(flags)
   first_log = tmp_path / "first.out"
@@ -78,7 +78,8 @@ def test_a_second_run_is_refused_while_one_runs_and_a_killed_run_is_cleared_by_t
   for run in (run_id, killed.run_id):  # Our ids (start time + random part), not TFX's.
     assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", run)
   assert re.search(rf"Took over the run lock .* \(pid {first.pid} on host ", third.stdout)
-  assert f"Cleared execution {transform.id} of {config.runner.pipeline_name}.Transform" in third.stdout
+  name = config.runner.pipeline_name
+  assert f"Cleared execution {transform.id} of {name}.Transform" in third.stdout
   [cleared] = store.get_executions_by_id([transform.id])
   assert cleared.last_known_state == metadata_store_pb2.Execution.CANCELED
   assert cleared.custom_properties[ABANDONED_BY_KEY].string_value == run_id

@@ -18,6 +18,7 @@ from PIL import Image
 from components import image_folder, image_sources
 from testing import image_folders
 from testing.tfrecord_inputs import png_bomb
+from testing.tiny_config import TINY_NETWORK
 from testing.transform_runs import raw_digit_examples, run_transform
 from trainer_module.calibration import model_outputs, record, registry
 from trainer_module.calibration.distances import (FeatureSupport, class_statistics, distance_scores,
@@ -44,7 +45,7 @@ def transform_dir(tmp_path_factory):
 def exported(tmp_path_factory, transform_dir):
   """(export dir, the model as trained: under mixed_bfloat16)."""
   work = tmp_path_factory.mktemp("serving")
-  config = TrainerConfig().replace(depth=10, width_multiplier=1)
+  config = TrainerConfig().replace(**TINY_NETWORK)
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
     trained = wide_resnet(config)
@@ -67,9 +68,12 @@ def served(exported):
 def test_a_bfloat16_trained_model_is_served_in_float32_and_says_what_it_trained_in(exported,
                                                                                     served):
   export_dir, trained = exported
-  assert read_record(export_dir, PRECISION_FILE) == {"policy": "mixed_bfloat16", "reason": "asked for",
-                                             "serving_policy": "float32"}
-  copy = float32_model(trained, TrainerConfig().replace(depth=10, width_multiplier=1))
+  assert read_record(export_dir, PRECISION_FILE) == {
+      "policy": "mixed_bfloat16",
+      "reason": "asked for",
+      "serving_policy": "float32"
+  }
+  copy = float32_model(trained, TrainerConfig().replace(**TINY_NETWORK))
   assert {layer.compute_dtype for layer in copy.layers} == {"float32"}
   for expected, actual in zip(trained.get_weights(), copy.get_weights()):
     np.testing.assert_array_equal(actual, expected)
@@ -276,7 +280,7 @@ def test_an_empty_batch_gets_empty_outputs(served, signature):
 def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyond(
     tmp_path, transform_dir):
   keras.utils.set_random_seed(3)
-  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
+  model = wide_resnet(TrainerConfig().replace(**TINY_NETWORK))
   tft_output = tft.TFTransformOutput(transform_dir)
   pngs = [raw["image"] for raw in raw_digit_examples(8)]
   transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
@@ -305,7 +309,7 @@ def test_distance_curve_serves_each_inputs_own_t_as_the_numpy_calibrator_compute
   """The exported graph's distance score and temperature equal the calibration package's numpy ones,
   input by input; the support's arrays are written beside the model for numpy to read."""
   keras.utils.set_random_seed(4)
-  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
+  model = wide_resnet(TrainerConfig().replace(**TINY_NETWORK))
   tft_output = tft.TFTransformOutput(transform_dir)
   digits = raw_digit_examples(160)  # Enough to estimate the 64 features' covariance.
   pngs = [raw["image"] for raw in digits]

@@ -14,11 +14,12 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO
+from testing.tiny_config import TINY_NETWORK_FLAGS
 from testing.transform_runs import transformed_digits
 
 pytestmark = pytest.mark.e2e  # Training processes killed and resumed, several workers.
 
-TINY = ["--depth=10", "--width_multiplier=1", "--lr_warmup_epochs=0", "--log_every_steps=1"]
+TINY = [*TINY_NETWORK_FLAGS, "--lr_warmup_epochs=0", "--log_every_steps=1"]
 
 
 @pytest.fixture(scope="module")

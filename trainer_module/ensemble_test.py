@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
+from testing.tiny_config import TINY_NETWORK
 from testing.transform_runs import transformed_digits
 from trainer_module import data, ensemble
 from trainer_module.calibration import distances, model_outputs
@@ -99,7 +100,7 @@ def members(tmp_path_factory):
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   result = []
   for seed in range(3):
-    config = TrainerConfig().replace(depth=10, width_multiplier=1, seed=seed, label_smoothing=0.01 * seed)
+    config = TrainerConfig().replace(**TINY_NETWORK, seed=seed, label_smoothing=0.01 * seed)
     tf.keras.utils.set_random_seed(seed)
     model_dir = str(work / f"member_{seed}")
     export_serving_model(wide_resnet(config), tft_output, model_dir,

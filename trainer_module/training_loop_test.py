@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from testing.tiny_config import TINY_NETWORK
 from trainer_module.config import TrainerConfig
 from trainer_module.training_loop import (Training, WarmUpPiecewiseConstantSchedule, fit,
                                   jensen_shannon, learning_rate_schedule, make_optimizer)
@@ -51,7 +52,7 @@ def test_training_fits_a_learnable_problem(tmp_path):
   images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
   images[labels == 1, :, :, 0] += 1.0  # Class 1 is redder.
   no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
-  config = TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
+  config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8)
   training, metrics = _fit(config, images, no_views, labels, tmp_path)
@@ -67,7 +68,7 @@ def test_a_spectrally_normalised_model_learns_and_resumes_with_its_power_iterati
   images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
   images[labels == 1, :, :, 0] += 1.0
   no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
-  config = TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=2, train_epochs=4,
+  config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8, spectral_norm_bound=3.0)
   training, metrics = _fit(config, images, no_views, labels, tmp_path)
@@ -106,7 +107,7 @@ def test_the_loss_of_a_step_with_two_views_adds_the_weighted_jensen_shannon_term
   batch = tf.data.Dataset.from_tensors((images, views, labels))
   losses, divergences = {}, {}
   for weight in (0.0, 12.0):
-    config = TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=3, per_core_batch_size=16,
+    config = TrainerConfig().replace(**TINY_NETWORK, num_classes=3, per_core_batch_size=16,
                            train_steps=1, augmix=True, aug_count=2, lr_warmup_epochs=0,
                            augmix_jsd_weight=weight)
     training = Training(config, tf.distribute.get_strategy(), 1, "/nonexistent")
@@ -125,7 +126,7 @@ def test_the_loss_of_a_step_with_two_views_adds_the_weighted_jensen_shannon_term
 
 
 def test_host_loops_end_at_each_log_epoch_and_checkpoint_step():
-  config = TrainerConfig().replace(depth=10, width_multiplier=1, train_steps=30, steps_per_loop=8,
+  config = TrainerConfig().replace(**TINY_NETWORK, train_steps=30, steps_per_loop=8,
                          log_every_steps=10, checkpoint_steps=7)
   training = Training(config, tf.distribute.get_strategy(), steps_per_epoch=12,
                       checkpoint_dir="/nonexistent")
@@ -170,7 +171,7 @@ def _policy_run(policy, config, images, labels, tmp_path):
 
 
 def _tiny_config(**overrides):
-  return TrainerConfig(**dict(dict(depth=10, width_multiplier=1, num_classes=3,
+  return TrainerConfig().replace(**dict(dict(TINY_NETWORK, num_classes=3,
                                    per_core_batch_size=16, eval_batch_size=16, train_steps=2,
                                    train_epochs=1, lr_warmup_epochs=0), **overrides))
 
