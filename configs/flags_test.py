@@ -8,7 +8,7 @@ import pytest
 from configs import groups
 from configs.flags import field_help, name_value_pairs, parse_config_flags, parse_flags
 from kubeflow.cluster_config import ClusterConfig, usage as cluster_usage
-from pipeline.config import CONFIG_FLAG, PipelineConfig, usage
+from pipeline.config import CONFIG_FLAG, usage
 from trainer_module.config import TrainerConfig
 
 # Every group class of a Kubeflow run's config (the pipeline's, the trainer's and the cluster's).

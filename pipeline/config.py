@@ -5,7 +5,6 @@ Every flag is a field name: `--config=wrn28_10_cifar10 --train_epochs=50`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from typing import Optional, Sequence, Tuple
