@@ -171,7 +171,7 @@ class TrainingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DistributionConfig:
-  """Devices: distribution strategy, TPU, precision, steps per host call and determinism."""
+  """Distribution: the devices and strategy, TPU, precision, steps per host call, determinism."""
   # Where and how to train: default (one device), mirrored (the local GPUs),
   # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
   distribution_strategy: str = "default"  # default, mirrored, multi_worker_mirrored or tpu.
