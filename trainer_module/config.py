@@ -48,6 +48,15 @@ class ModelConfig:
   # distances meaningful; UB's SNGP bounds each convolution by 6, DDU by 3, the pipeline
   # presets by 0.25 (configs/shared.py PIPELINE_MODEL).
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
+  # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
+  # (sngp.py; Liu et al. 2020), served as mean-field logits / sqrt(1 + factor * variance).
+  # Defaults as UB's CIFAR SNGP (baselines/cifar/sngp.py) but the factor (UB's is 25, this the
+  # probit approximation's pi/8) and the features (UB's 1024 diverged here: sngp.py).
+  output_layer: str = "dense"  # dense or sngp.
+  sngp_random_features: int = 128  # Random Fourier features of the GP.
+  sngp_kernel_scale: float = 2.0  # The RBF kernel's squared length-scale.
+  sngp_ridge_penalty: float = 1.0  # Ridge of the Laplace precision (the prior's).
+  sngp_mean_field_factor: float = math.pi / 8  # lambda of the mean-field logits.
   # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
   # train with c / n, n = the train split's example count (known only when the Trainer runs).
   l2_per_train_example: bool = False  # L2s are c, trained as c / n.
@@ -67,6 +76,14 @@ class ModelConfig:
               f"needs every per-example L2 coefficient set; unset: {unset}")
     require(self.spectral_norm_bound >= 0, "spectral_norm_bound", self.spectral_norm_bound,
             "must be >= 0 (0 = no spectral normalisation)")
+    require(self.output_layer in OUTPUT_LAYERS, "output_layer", self.output_layer,
+            f"must be one of {OUTPUT_LAYERS}")
+    require(self.sngp_random_features >= 1, "sngp_random_features", self.sngp_random_features,
+            "must be >= 1")
+    for name in ("sngp_kernel_scale", "sngp_ridge_penalty"):
+      require(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
+    require(self.sngp_mean_field_factor >= 0, "sngp_mean_field_factor",
+            self.sngp_mean_field_factor, "must be >= 0 (0 = the posterior mode's logits)")
     require(0.0 <= self.label_smoothing <= 1.0, "label_smoothing", self.label_smoothing,
             "must be in [0, 1]")
 
@@ -307,6 +324,7 @@ class TrainerConfig:
 
 
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
+OUTPUT_LAYERS = ("dense", "sngp")
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
 PRECISION_CHOICES = ("auto",) + PRECISION_POLICIES

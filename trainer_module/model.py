@@ -10,12 +10,15 @@ the process created layers in; warm start matches variables by these names.
 
 With `spectral_norm_bound` > 0 every convolution is a SpectralNormConv2D of the same name: the
 kernel variable is the same, plus a non-trainable power-iteration vector beside it.
+With `output_layer="sngp"` the logits layer (same name) is SNGP's random-feature Gaussian
+process (trainer_module/sngp.py).
 """
 import tensorflow as tf
 import tf_keras as keras
 
 from trainer_module.config import TrainerConfig
 from trainer_module.features import IMAGE_SHAPE
+from trainer_module.sngp import RandomFeatureGaussianProcess
 
 _BN_MOMENTUM = 0.9
 _BN_EPSILON = 1e-5
@@ -176,11 +179,17 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
   # Under a mixed policy the pooling sum and the logits are float32 (so the softmax, loss and
   # metrics see full-precision logits); the convolutions run in the 16-bit compute type.
   x = keras.layers.GlobalAveragePooling2D(dtype="float32")(x)
-  logits = keras.layers.Dense(
-      config.model.num_classes, kernel_initializer="he_normal",
-      kernel_regularizer=keras.regularizers.l2(config.model.group_l2("dense_kernel_l2")),
-      bias_regularizer=keras.regularizers.l2(config.model.group_l2("dense_bias_l2")),
-      dtype="float32", name="logits")(x)
-  return keras.Model(inputs,
-                     logits,
-                     name=f"wrn_{config.model.depth}_{config.model.width_multiplier}")
+  model = config.model
+  regularizers = dict(
+      kernel_regularizer=keras.regularizers.l2(model.group_l2("dense_kernel_l2")),
+      bias_regularizer=keras.regularizers.l2(model.group_l2("dense_bias_l2")))
+  if model.output_layer == "sngp":
+    head = RandomFeatureGaussianProcess(
+        model.num_classes, num_features=model.sngp_random_features,
+        kernel_scale=model.sngp_kernel_scale, ridge_penalty=model.sngp_ridge_penalty,
+        mean_field_factor=model.sngp_mean_field_factor, name="logits", **regularizers)
+  else:
+    head = keras.layers.Dense(model.num_classes, kernel_initializer="he_normal",
+                              dtype="float32", name="logits", **regularizers)
+  logits = head(x)
+  return keras.Model(inputs, logits, name=f"wrn_{model.depth}_{model.width_multiplier}")

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional
 import tensorflow as tf
 import tf_keras as keras
 
-from trainer_module import data, warm_start
+from trainer_module import data, sngp, warm_start
 from trainer_module.checkpoints import (Checkpoints, ConfigRecord, Preempted, StopSignal,
                                         TrainingState)
 from trainer_module.config import PRECISION_POLICIES, TrainerConfig
@@ -227,6 +227,12 @@ class Training:
     if self.warm_start_record:
       self._set_learning_rate_ratios()
 
+  def start_epoch(self) -> None:
+    """An SNGP head's Laplace precision restarts, so the covariance served is the last epoch's
+    (a run resumed mid-epoch keeps the checkpointed partial sum)."""
+    for layer in sngp.gp_layers(self.model):
+      layer.reset_precision()
+
   def _set_learning_rate_ratios(self) -> None:
     """Restored variables at warm_start_lr_ratio, freshly initialised ones at 1."""
     ratio, record = self.config.training.warm_start_lr_ratio, self.warm_start_record
@@ -394,6 +400,8 @@ def fit(training: Training, train_dataset: tf.distribute.DistributedDataset,
   window_start, window_steps = time.time(), 0
   step = training.step
   while step < total_steps:
+    if step % steps_per_epoch == 0:
+      training.start_epoch()
     steps = training.loop_steps(step)
     loss = (training.train_step(batches) if steps == 1
             else training.train_loop(batches, tf.constant(steps)))

@@ -1,0 +1,92 @@
+"""The SNGP output layer against numpy, in a Wide ResNet under bfloat16, through a training run
+(the last epoch's precision, resume) and a SavedModel round trip."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from trainer_module import sngp
+from trainer_module.config import TrainerConfig
+from trainer_module.model import wide_resnet
+
+
+def _numpy_gp(layer, inputs):
+  """(random features, posterior-mode logits) of `layer` for `inputs`, in float64 numpy."""
+  x = np.asarray(inputs, np.float64)
+  normalised = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-3)
+  normalised = normalised * layer.norm_scale.numpy() + layer.norm_offset.numpy()
+  features = np.cos(normalised @ layer.random_projection.numpy() / math.sqrt(layer.kernel_scale)
+                    + layer.random_phase.numpy())
+  return features, features @ layer.kernel.numpy() + layer.bias.numpy()
+
+
+def test_the_layer_computes_numpy_s_features_precision_covariance_and_mean_field_logits():
+  layer = sngp.RandomFeatureGaussianProcess(4, num_features=32, kernel_scale=2.0,
+                                            ridge_penalty=0.5, mean_field_factor=math.pi / 8)
+  rng = np.random.default_rng(0)
+  first, second, test = (rng.normal(size=(n, 6)).astype(np.float32) for n in (10, 7, 5))
+  layer(first, training=True)
+  layer(second, training=True)
+  train_features = np.concatenate([_numpy_gp(layer, first)[0], _numpy_gp(layer, second)[0]])
+  precision = 0.5 * np.eye(32) + train_features.T @ train_features
+  np.testing.assert_allclose(layer.precision.numpy(), precision, rtol=1e-4, atol=1e-4)
+
+  features, logits = _numpy_gp(layer, test)
+  np.testing.assert_allclose(layer(test, training=True), logits, rtol=1e-4, atol=1e-5)
+  layer.precision.assign(precision)  # The check below is on the covariance, not the update.
+  variance = 0.5 * np.einsum("bi,ij,bj->b", features, np.linalg.inv(precision), features)
+  np.testing.assert_allclose(layer.variance(tf.constant(features, tf.float32)), variance,
+                             rtol=1e-3)
+  np.testing.assert_allclose(layer(test, training=False),
+                             logits / np.sqrt(1 + math.pi / 8 * variance)[:, None],
+                             rtol=1e-3, atol=1e-5)
+  layer.reset_precision()
+  np.testing.assert_array_equal(layer.precision.numpy(), 0.5 * np.eye(32))
+
+
+def test_far_inputs_get_softer_logits_than_the_training_inputs():
+  layer = sngp.RandomFeatureGaussianProcess(3, num_features=256)
+  rng = np.random.default_rng(1)
+  train = rng.normal(size=(512, 8)).astype(np.float32) * 0.1 + np.arange(8, dtype=np.float32)
+  layer(train, training=True)
+  far = rng.normal(size=(64, 8)).astype(np.float32) * 3.0
+  near_variance = layer.variance(layer.random_features(train[:64]))
+  far_variance = layer.variance(layer.random_features(far))
+  assert float(tf.reduce_max(near_variance)) < float(tf.reduce_min(far_variance))
+
+
+def test_under_mixed_bfloat16_the_gp_head_is_float32_and_a_saved_model_reloads_it(tmp_path):
+  config = TrainerConfig(depth=10, width_multiplier=1, output_layer="sngp",
+                         sngp_random_features=64, sngp_mean_field_factor=25.0)
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    model = wide_resnet(config)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  head = model.get_layer("logits")
+  assert isinstance(head, sngp.RandomFeatureGaussianProcess)
+  assert head.compute_dtype == "float32" and head.precision.dtype == tf.float32
+  assert head.num_features == 64 and head.mean_field_factor == 25.0
+  images = tf.random.stateless_uniform([4, 32, 32, 3], seed=[1, 2])
+  model(images, training=True)
+  assert not np.allclose(head.precision.numpy(), np.eye(64))
+  model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
+  loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
+  reloaded = loaded.get_layer("logits")
+  np.testing.assert_array_equal(reloaded.precision.numpy(), head.precision.numpy())
+  np.testing.assert_array_equal(reloaded.random_projection.numpy(),
+                                head.random_projection.numpy())
+  np.testing.assert_allclose(loaded(images, training=False), model(images, training=False),
+                             rtol=2e-2, atol=2e-2)
+
+
+def test_output_layer_and_sngp_settings_are_validated():
+  with pytest.raises(ValueError, match=r"^Invalid config value output_layer='gp': "):
+    TrainerConfig(output_layer="gp")
+  with pytest.raises(ValueError, match=r"^Invalid config value sngp_ridge_penalty=0.0: "):
+    TrainerConfig(sngp_ridge_penalty=0.0)
+  with pytest.raises(ValueError, match=r"^Invalid config value sngp_mean_field_factor=-1.0: "):
+    TrainerConfig(sngp_mean_field_factor=-1.0)
+  assert TrainerConfig().output_layer == "dense"
