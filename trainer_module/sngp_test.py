@@ -90,3 +90,30 @@ def test_output_layer_and_sngp_settings_are_validated():
   with pytest.raises(ValueError, match=r"^Invalid config value sngp_mean_field_factor=-1.0: "):
     TrainerConfig(sngp_mean_field_factor=-1.0)
   assert TrainerConfig().output_layer == "dense"
+
+
+def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path):
+  from trainer_module.training_loop import Training, fit
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 2, 128)
+  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
+  images[labels == 1, :, :, 0] += 1.0
+  views = np.zeros((128, 0, 32, 32, 3), np.float32)
+  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=2, train_epochs=3,
+                         per_core_batch_size=32, lr_warmup_epochs=0, log_every_steps=4,
+                         output_layer="sngp", sngp_random_features=32)
+  strategy = tf.distribute.get_strategy()
+  training = Training(config, strategy, 4, str(tmp_path / "checkpoints"))
+  training.restore()
+  batches = tf.data.Dataset.from_tensor_slices((images, views, labels)).repeat().batch(32)
+  fit(training, strategy.experimental_distribute_dataset(batches), None,
+      tf.summary.create_noop_writer())
+  head = training.model.get_layer("logits")
+  # The last epoch's 4 batches of 32 under the final weights' neighbours: trace = sum |phi|^2,
+  # about 128 * D / 2; three epochs without the reset would give about three times that.
+  accumulated = np.trace(head.precision.numpy()) - 32 * config.sngp_ridge_penalty
+  assert 0.7 * 128 * 16 < accumulated < 1.3 * 128 * 16
+  resumed = Training(config, strategy, 4, str(tmp_path / "checkpoints"))
+  resumed.restore()
+  np.testing.assert_array_equal(resumed.model.get_layer("logits").precision.numpy(),
+                                head.precision.numpy())
