@@ -50,11 +50,13 @@ class ModelConfig:
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
   # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
   # (sngp.py; Liu et al. 2020), served as mean-field logits / sqrt(1 + factor * variance).
-  # Defaults as UB's CIFAR SNGP (baselines/cifar/sngp.py) but the factor (UB's is 25, this the
-  # probit approximation's pi/8) and the features (UB's 1024 diverged here: sngp.py).
+  # UB's CIFAR SNGP (baselines/cifar/sngp.py) has 1024 features, length-scale^2 2 and factor 25;
+  # here 1024 diverged and 2 learned too slowly (docs/robustness.md), and the factor is the
+  # probit approximation's pi/8. 128 = the WRN-16-2's width: the layer-normalised features'
+  # squared norm, so the kernel varies smoothly over the sphere they lie on.
   output_layer: str = "dense"  # dense or sngp.
   sngp_random_features: int = 128  # Random Fourier features of the GP.
-  sngp_kernel_scale: float = 2.0  # The RBF kernel's squared length-scale.
+  sngp_kernel_scale: float = 128.0  # The RBF kernel's squared length-scale.
   sngp_ridge_penalty: float = 1.0  # Ridge of the Laplace precision (the prior's).
   sngp_mean_field_factor: float = math.pi / 8  # lambda of the mean-field logits.
   # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and

@@ -13,7 +13,10 @@ training epoch (no momentum), covariance ridge inv(precision). Fewer features th
 by default: |phi|^2 = D / 2 sets the step's curvature on the logits (lr |phi|^2 p (1 - p) must
 stay below 2); at 1024 the digits' WRN-16-2 diverged (its layer-normalised features near-identical
 early on: train loss 4.5 -> 15.8 in four epochs), and with edward2's sqrt(2 / D) scale instead
-it learned too slowly (eval NLL 2.13 after seven of fifteen epochs).
+it learned too slowly (eval NLL 2.13 after seven of fifteen epochs). A wider kernel than UB's
+(squared length-scale 128, not 2, on layer-normalised features of squared norm 128): at 2 the
+features are cosines of high frequency, the head learned slowly and reached 90% test accuracy
+(cA 0.63); at 128 it learns as the dense head does (291/292).
 """
 import math
 
@@ -30,7 +33,7 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
   mean-field logits, logits / sqrt(1 + mean_field_factor * var(x)), var(x) the GP's predictive
   variance. Computes in float32 under every policy (the precision is a sum over an epoch)."""
 
-  def __init__(self, units: int, num_features: int = 128, kernel_scale: float = 2.0,
+  def __init__(self, units: int, num_features: int = 128, kernel_scale: float = 128.0,
                ridge_penalty: float = 1.0, mean_field_factor: float = math.pi / 8,
                kernel_regularizer=None, bias_regularizer=None, **kwargs):
     kwargs["dtype"] = "float32"

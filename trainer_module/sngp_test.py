@@ -47,7 +47,7 @@ def test_the_layer_computes_numpy_s_features_precision_covariance_and_mean_field
 
 
 def test_far_inputs_get_softer_logits_than_the_training_inputs():
-  layer = sngp.RandomFeatureGaussianProcess(3, num_features=256)
+  layer = sngp.RandomFeatureGaussianProcess(3, num_features=256, kernel_scale=8.0)
   rng = np.random.default_rng(1)
   train = rng.normal(size=(512, 8)).astype(np.float32) * 0.1 + np.arange(8, dtype=np.float32)
   layer(train, training=True)
