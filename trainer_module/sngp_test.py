@@ -117,3 +117,37 @@ def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path
   resumed.restore()
   np.testing.assert_array_equal(resumed.model.get_layer("logits").precision.numpy(),
                                 head.precision.numpy())
+
+
+def test_an_exported_sngp_model_serves_the_mean_field_logits_in_both_signatures(tmp_path):
+  import tensorflow_transform as tft
+  from testing.transform_runs import raw_digit_examples, run_transform
+  from trainer_module.export import export_serving_model, float32_model
+  from trainer_module.features import IMAGE_KEY, UNCALIBRATED_PROBABILITIES_KEY
+  raw = raw_digit_examples(8)
+  _, transform_dir = run_transform(raw, TrainerConfig().transform_options(),
+                                   str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
+  tft_output = tft.TFTransformOutput(transform_dir)
+  config = TrainerConfig(depth=10, width_multiplier=1, output_layer="sngp")
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    trained = wide_resnet(config)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  pngs = [example[IMAGE_KEY] for example in raw]
+  images = tft_output.transform_features_layer()({IMAGE_KEY: tf.constant(pngs)})[IMAGE_KEY]
+  trained(images, training=True)  # A precision of these images: their variances are small.
+  model = float32_model(trained, config)
+  export_serving_model(model, tft_output, str(tmp_path / "model"))
+  served = tf.saved_model.load(str(tmp_path / "model"))
+  expected = tf.nn.softmax(model(images, training=False)).numpy()
+  by_images = served.signatures["serving_images"](images=tf.constant(pngs))
+  by_examples = served.signatures["serving_default"](examples=tf.constant([
+      tf.train.Example(features=tf.train.Features(feature={IMAGE_KEY: tf.train.Feature(
+          bytes_list=tf.train.BytesList(value=[png]))})).SerializeToString() for png in pngs]))
+  for result in (by_images, by_examples):
+    np.testing.assert_allclose(result[UNCALIBRATED_PROBABILITIES_KEY], expected, atol=1e-5)
+  head = model.get_layer("logits")
+  features = head.random_features(keras.Model(model.inputs, head.input)(images))
+  mode = tf.nn.softmax(tf.matmul(features, head.kernel) + head.bias).numpy()
+  assert not np.allclose(mode, expected, atol=1e-3)  # Served: the mean field, not the mode.
