@@ -30,7 +30,7 @@ def require_finite(group) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Model: the Wide ResNet, its regularisation and spectral normalisation."""
+  """Model: the Wide ResNet, its regularisation, spectral normalisation and output layer."""
   depth: int = 28  # Wide ResNet depth, 6n+4 (28 in WRN-28-10).
   width_multiplier: int = 10  # Channel widening factor k (10 in WRN-28-10).
   num_classes: int = 10  # Classes of the label (an image_dir run: its class folders).

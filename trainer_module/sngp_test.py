@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from testing.tiny_config import TINY_NETWORK
 from trainer_module import sngp
 from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
@@ -58,7 +59,7 @@ def test_far_inputs_get_softer_logits_than_the_training_inputs():
 
 
 def test_under_mixed_bfloat16_the_gp_head_is_float32_and_a_saved_model_reloads_it(tmp_path):
-  config = TrainerConfig(depth=10, width_multiplier=1, output_layer="sngp",
+  config = TrainerConfig().replace(**TINY_NETWORK, output_layer="sngp",
                          sngp_random_features=64, sngp_mean_field_factor=25.0)
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
@@ -84,12 +85,12 @@ def test_under_mixed_bfloat16_the_gp_head_is_float32_and_a_saved_model_reloads_i
 
 def test_output_layer_and_sngp_settings_are_validated():
   with pytest.raises(ValueError, match=r"^Invalid config value output_layer='gp': "):
-    TrainerConfig(output_layer="gp")
+    TrainerConfig().replace(output_layer="gp")
   with pytest.raises(ValueError, match=r"^Invalid config value sngp_ridge_penalty=0.0: "):
-    TrainerConfig(sngp_ridge_penalty=0.0)
+    TrainerConfig().replace(sngp_ridge_penalty=0.0)
   with pytest.raises(ValueError, match=r"^Invalid config value sngp_mean_field_factor=-1.0: "):
-    TrainerConfig(sngp_mean_field_factor=-1.0)
-  assert TrainerConfig().output_layer == "dense"
+    TrainerConfig().replace(sngp_mean_field_factor=-1.0)
+  assert TrainerConfig().model.output_layer == "dense"
 
 
 def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path):
@@ -99,7 +100,7 @@ def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path
   images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
   images[labels == 1, :, :, 0] += 1.0
   views = np.zeros((128, 0, 32, 32, 3), np.float32)
-  config = TrainerConfig(depth=10, width_multiplier=1, num_classes=2, train_epochs=3,
+  config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=3,
                          per_core_batch_size=32, lr_warmup_epochs=0, log_every_steps=4,
                          output_layer="sngp", sngp_random_features=32)
   strategy = tf.distribute.get_strategy()
@@ -111,7 +112,7 @@ def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path
   head = training.model.get_layer("logits")
   # The last epoch's 4 batches of 32 under the final weights' neighbours: trace = sum |phi|^2,
   # about 128 * D / 2; three epochs without the reset would give about three times that.
-  accumulated = np.trace(head.precision.numpy()) - 32 * config.sngp_ridge_penalty
+  accumulated = np.trace(head.precision.numpy()) - 32 * config.model.sngp_ridge_penalty
   assert 0.7 * 128 * 16 < accumulated < 1.3 * 128 * 16
   resumed = Training(config, strategy, 4, str(tmp_path / "checkpoints"))
   resumed.restore()
@@ -128,7 +129,7 @@ def test_an_exported_sngp_model_serves_the_mean_field_logits_in_both_signatures(
   _, transform_dir = run_transform(raw, TrainerConfig().transform_options(),
                                    str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
   tft_output = tft.TFTransformOutput(transform_dir)
-  config = TrainerConfig(depth=10, width_multiplier=1, output_layer="sngp")
+  config = TrainerConfig().replace(**TINY_NETWORK, output_layer="sngp")
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
     trained = wide_resnet(config)
