@@ -49,11 +49,8 @@ class ModelConfig:
   # presets by 0.25 (configs/shared.py PIPELINE_MODEL).
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
   # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
-  # (sngp.py; Liu et al. 2020), served as mean-field logits / sqrt(1 + factor * variance).
-  # UB's CIFAR SNGP (baselines/cifar/sngp.py) has 1024 features, length-scale^2 2 and factor 25;
-  # here 1024 diverged and 2 learned too slowly (docs/robustness.md), and the factor is the
-  # probit approximation's pi/8. 128 = the WRN-16-2's width: the layer-normalised features'
-  # squared norm, so the kernel varies smoothly over the sphere they lie on.
+  # (sngp.py), served as mean-field logits / sqrt(1 + factor * variance). Why the defaults
+  # differ from UB's (1024 features, length-scale^2 2, factor 25): docs/robustness.md.
   output_layer: str = "dense"  # dense or sngp.
   sngp_random_features: int = 128  # Random Fourier features of the GP.
   sngp_kernel_scale: float = 128.0  # The RBF kernel's squared length-scale.

@@ -1,23 +1,10 @@
 """SNGP's output layer (Liu et al., NeurIPS 2020): a random-feature Gaussian process over the
-network's penultimate features, trained as a linear layer, with a Laplace covariance that makes
-its served logits softer the farther an input lies from the training data in kernel distance.
-
-Written here, not taken from edward2: PyPI's edward2 0.0.2 needs tensorflow-probability (not in
-the lock) and builds on `tf.keras.layers.experimental.RandomFourierFeatures`, and newer edward2
-is not on PyPI. The computation follows edward2's `RandomFeatureGaussianProcess` and
+penultimate features whose served logits soften with the input's kernel distance from the
+training data. Follows edward2's `RandomFeatureGaussianProcess` and
 `LaplaceRandomFeatureCovariance` (edward2/tensorflow/layers/random_feature.py) as Uncertainty
-Baselines' CIFAR SNGP configures them (baselines/cifar/sngp.py, models/wide_resnet_sngp.py):
-layer-normalised inputs, unscaled random Fourier features cos(x W / sqrt(s) + b), a trained
-bias-carrying linear output, the precision ridge I + sum phi phi^T accumulated over the last
-training epoch (no momentum), covariance ridge inv(precision). Fewer features than UB's 1024
-by default: |phi|^2 = D / 2 sets the step's curvature on the logits (lr |phi|^2 p (1 - p) must
-stay below 2); at 1024 the digits' WRN-16-2 diverged (its layer-normalised features near-identical
-early on: train loss 4.5 -> 15.8 in four epochs), and with edward2's sqrt(2 / D) scale instead
-it learned too slowly (eval NLL 2.13 after seven of fifteen epochs). A wider kernel than UB's
-(squared length-scale 128, not 2, on layer-normalised features of squared norm 128): at 2 the
-features are cosines of high frequency, the head learned slowly and reached 90% test accuracy
-(cA 0.63); at 128 it learns as the dense head does (291/292).
-"""
+Baselines' CIFAR SNGP configures them; written here because PyPI's edward2 (0.0.2) needs
+tensorflow-probability. Why its defaults differ from UB's: docs/robustness.md, "An SNGP output
+layer"."""
 import math
 
 import tensorflow as tf
