@@ -116,3 +116,55 @@ def test_no_two_modules_import_each_other_through_any_path():
     if node not in index:
       visit(node)
   assert not circles, circles
+
+
+TRAINER_CONFIG = os.path.join(REPO, "trainer_module", "config.py")
+MAX_READERS = 4  # Modules that read a trainer setting, besides its definition (issue 35: <= 5).
+
+
+def trainer_settings(path=TRAINER_CONFIG):
+  """{group: its field names} of TrainerConfig, read from its definition."""
+  classes = {node.name: node for node in ast.parse(open(path).read()).body
+             if isinstance(node, ast.ClassDef)}
+
+  def fields(cls):
+    return [node.target.id for node in cls.body if isinstance(node, ast.AnnAssign)]
+
+  return {group: fields(classes[ast.unparse(node.annotation)])
+          for group, node in ((node.target.id, node) for node in classes["TrainerConfig"].body
+                              if isinstance(node, ast.AnnAssign))}
+
+
+def settings_read(path, settings):
+  """The `group.field` settings a module reads as `<anything>.group.field` (comments and
+  strings are not reads)."""
+  reads = set()
+  for node in ast.walk(ast.parse(open(path).read(), path)):
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+        and node.attr in settings.get(node.value.attr, ())):
+      reads.add(f"{node.value.attr}.{node.attr}")
+  return reads
+
+
+def test_a_trainer_setting_is_read_in_at_most_four_modules_besides_its_definition():
+  """The config travels whole from the flag to the code that uses a setting: the runner, the
+  graph, the Trainer's run_fn and the training job hand it on without reading every field, so
+  a setting is named where it is defined (with its help and rules) and where it is used
+  (`--train_epochs`: trainer_module/config.py and training_loop.py)."""
+  settings = trainer_settings()
+  readers = {}
+  for package in MAY_IMPORT:
+    for path in modules(package):
+      if path != TRAINER_CONFIG:
+        for setting in settings_read(path, settings):
+          readers.setdefault(setting, []).append(os.path.relpath(path, REPO))
+  assert readers["training.train_epochs"] == ["trainer_module/training_loop.py"]
+  spread = {setting: paths for setting, paths in readers.items() if len(paths) > MAX_READERS}
+  assert not spread, spread
+
+
+def test_the_reader_count_sees_a_read_through_any_object_and_ignores_comments(tmp_path):
+  module = tmp_path / "module.py"
+  module.write_text("def f(job):\n  # config.training.seed\n"
+                    "  return job.config.training.train_epochs, 'x.model.depth'\n")
+  assert settings_read(str(module), trainer_settings()) == {"training.train_epochs"}
