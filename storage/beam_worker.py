@@ -1,11 +1,6 @@
-"""Imported by every Beam SDK worker at start (`--beam_plugin=storage.beam_worker`, set by
-PipelineConfig.beam_pipeline_args): configures s3:// in the worker from its environment, as
-storage.object_storage.configure does in each step's own process, completed by the S3Options
-of the pipeline (a worker pool's pod may be given only the credentials).
-
-The worker (apache_beam.runners.worker.sdk_worker_main) ends by returning from main or by an
-uncaught exception, never by sys.exit; its status is kept the same way while the abort of
-tensorflow-io at exit (object_storage.end_process) is skipped.
+"""Imported by every Beam SDK worker at start (`--beam_plugin=storage.beam_worker`): configures
+s3:// in the worker from its environment and the pipeline's S3Options, as
+storage.object_storage.configure does in each step's own process (docs/kubeflow.md).
 """
 import atexit
 import os

@@ -1,28 +1,7 @@
-"""s3:// for every process of the pipeline, configured from the environment, never from source.
-
-A pod gets its object-storage settings as environment variables (docs/kubeflow.md, "Object
-storage"): the standard AWS ones (credentials, region) plus the endpoint of MinIO or another
-S3-compatible store. Three clients read s3://, each with its own variable names:
-- TensorFlow (tf.io.gfile, hence TFX fileio, TFT, TFMA, the Trainer and our Pusher) through
-  tensorflow-io's S3 filesystem plugin, registered by importing `tensorflow_io`. It reads
-  S3_ENDPOINT (a URL: the scheme picks http or https), AWS_REGION, S3_VERIFY_SSL, S3_CA_FILE
-  and the AWS credential chain (tensorflow_io/core/filesystems/s3/s3_filesystem.cc, v0.37.1).
-  It always addresses buckets path-style (`S3Client(..., useVirtualAddressing=false)`).
-- Beam's S3 filesystem (apache_beam.io.aws, boto3): the S3Options --s3_endpoint_url,
-  --s3_region_name, --s3_verify, or else boto3's own variables (AWS_ENDPOINT_URL_S3,
-  AWS_DEFAULT_REGION, AWS_CA_BUNDLE). botocore addresses a custom endpoint path-style.
-- boto3 itself (tests, tools).
-`configure()` reads the settings once from whichever standard names are set, checks them, and
-sets every client's names to the same values, so no two clients can disagree. Credentials stay
-in the environment (or the pod's IAM role): they never enter pipeline options or the compiled
-spec, which anyone who can read the pipeline can read.
-
-Beam workers in other processes configure themselves the same way: `--beam_plugin=`
-BEAM_PLUGIN (storage/beam_worker.py) makes SDK workers import it at start.
-
-`create_if_absent` is the one thing tf.io.gfile cannot do: create an object only if none of
-its name exists, decided by the store itself (S3 `If-None-Match: *`, GCS `ifGenerationMatch=0`),
-which is what an exclusive claim on object storage needs. Its S3 client uses the same settings.
+"""s3:// for every process of the pipeline, configured from the environment, never from source:
+`configure()` gives TensorFlow (tensorflow-io), Beam and boto3 the same checked settings, and
+`create_if_absent` makes the exclusive create that tf.io.gfile lacks. docs/kubeflow.md,
+"Object storage", lists the variables each client reads.
 """
 from __future__ import annotations
 

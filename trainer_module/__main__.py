@@ -1,18 +1,6 @@
-"""`python -m trainer_module --train_files=... --eval_files=... --transform_output=...
---output_dir=... [--<trainer config field>=value ...]`: the trainer on its own, as GPU/TPU
-workers run it. Flags are TrainerConfig's fields (the original script's names) plus the paths.
-Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard), /serving_model.
-
-`python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=... --transform_output=...
---output_dir=... [--ensemble_size=4] [--ensemble_objective=nll] [--temperature_fit=in_support
---train_files=...]`: the pipeline's hyper-deep
-ensemble selection and export over member models trained elsewhere (each DIR a serving_model
-this command wrote); the ensemble goes to <output_dir>/serving_model.
---warm_start is a checkpoint directory or exported SavedModel here (production is the
-pipeline's).
-
-`python -m trainer_module inspect PATH`: the variables (name, shape, dtype) of a checkpoint
-(directory or prefix) or SavedModel, and the step, config and warm start it was written with.
+"""`python -m trainer_module`: the trainer on its own, as GPU/TPU workers run it; its `ensemble`
+command selects and exports an ensemble of models trained elsewhere, and `inspect PATH` prints
+a checkpoint's or SavedModel's variables and record. Usage: docs/standalone_trainer.md.
 """
 import dataclasses
 import logging
@@ -77,11 +65,30 @@ class StandalonePaths:
         raise ValueError(f"Invalid config value {error}") from None
 
 
+# The --help text's head: the three commands and what they write.
+USAGE = """`python -m trainer_module --train_files=... --eval_files=... --transform_output=...
+--output_dir=... [--<trainer config field>=value ...]`: the trainer on its own, as GPU/TPU
+workers run it. Flags are TrainerConfig's fields (the original script's names) plus the paths.
+Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard), /serving_model.
+
+`python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=... --transform_output=...
+--output_dir=... [--ensemble_size=4] [--ensemble_objective=nll] [--temperature_fit=in_support
+--train_files=...]`: the pipeline's hyper-deep
+ensemble selection and export over member models trained elsewhere (each DIR a serving_model
+this command wrote); the ensemble goes to <output_dir>/serving_model.
+--warm_start is a checkpoint directory or exported SavedModel here (production is the
+pipeline's).
+
+`python -m trainer_module inspect PATH`: the variables (name, shape, dtype) of a checkpoint
+(directory or prefix) or SavedModel, and the step, config and warm start it was written with.
+"""
+
+
 def usage() -> str:
-  """This module's docstring, then every flag, grouped, with its default and meaning."""
+  """USAGE, then every flag, grouped, with its default and meaning."""
   helps = field_help(StandalonePaths)
   paths = [(f.name, f.default, helps[f.name]) for f in dataclasses.fields(StandalonePaths)]
-  return __doc__ + describe_flags([("paths", paths)]
+  return USAGE + describe_flags([("paths", paths)]
                                   + config_sections(TrainerConfig(), TrainerConfig))
 
 

@@ -1,13 +1,6 @@
-"""AugMix (Hendrycks et al., ICLR 2020) in TensorFlow ops, stateless and seeded per example.
-
-One implementation serves Transform (views written once, on Beam) and the Trainer's input
-pipeline (fresh views each epoch). Every operation works on a batch of uint8 images with
-per-example parameters, so a batch costs a fixed number of vectorised ops.
-
-The operations and their magnitudes follow the paper's reference code: a level is drawn
-uniformly from [0.1, severity) and scaled to each operation's range; PIL semantics
-(ImageOps.autocontrast / equalize / posterize / solarize, and bilinear affine transforms
-filled with black) are the reference the tests compare against.
+"""AugMix (Hendrycks et al., ICLR 2020) in TensorFlow ops, stateless and seeded per example: one
+implementation for Transform and the Trainer's input pipeline, vectorised over a batch, with
+the paper's operations and PIL semantics. docs/robustness.md, "AugMix".
 """
 import math
 from typing import NamedTuple

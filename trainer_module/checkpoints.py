@@ -1,15 +1,5 @@
 """Checkpoints that lose no work: exact-step resume, SIGTERM saves, damaged files skipped.
-
-A checkpoint holds the model, the optimizer (its step counter and momentum), the data position
-(examples consumed so far), the seed, and for `inspect` and the record the trainer config and
-what the run was warm-started from. All randomness in training is stateless and derived
-from (seed, epoch, example key), so seed + data position is the complete RNG state: a resumed
-run sees exactly the batches and AugMix views the interrupted one would have seen.
-
-TensorFlow writes each checkpoint under a temporary name and then records it in the
-`checkpoint` state file by an atomic rename, so a kill during a save leaves the previous
-checkpoint current. A file damaged afterwards (a truncated copy, a lost block) fails its
-checksum when read; restore then falls back to the previous checkpoint.
+docs/standalone_trainer.md, "Preemption and resume", says what a checkpoint holds and why.
 """
 import logging
 import os

@@ -1,10 +1,6 @@
-"""The names of the label's classes, in index order, recorded in the run's schema artifact.
-
-The schema step (components/class_schema.py) writes them, with the label's domain [0, n), into
-the schema that ExampleValidator checks the labels against, the Trainer reads (the model gets n
-outputs) and the served model returns the predicted class's name from (CLASS_NAMES_KEY); the
-served model also keeps them in assets.extra/CLASS_NAMES_FILE, which the run report reads.
-They are a string domain of the schema, referenced by no feature (the label stays an INT).
+"""The names of the label's classes, in index order, recorded in the run's schema artifact: the
+Trainer sizes the model's output by them and the served model returns the predicted class's
+name. docs/pipeline.md (ClassSchemaGen) says where they are written and read.
 """
 from typing import Optional, Sequence, Tuple
 

@@ -1,8 +1,5 @@
-"""The tf.distribute strategy and precision policy a run asks for.
-
-The global batch is per_core_batch_size x replicas, as in the original script; every replica
-sees its own slice of each global batch (see data.py), so a run on N devices follows the same
-example order as a run on one.
+"""The tf.distribute strategy and precision policy a run asks for; the global batch is
+per_core_batch_size x replicas (docs/standalone_trainer.md, "Distribution").
 """
 import dataclasses
 import logging

@@ -1,31 +1,6 @@
-"""Hyper-deep ensembles (Wenzel et al., NeurIPS 2020): member selection and one ensemble model.
-
-Selection is Caruana et al.'s (ICML 2004) greedy forward selection with replacement on the eval
-split: start empty, add the member that most improves the ensemble's objective, stop at
-`size` distinct members or when no member improves it; a member picked twice weighs twice.
-
-Members enter as they are served: each with its own temperature, softmax(logits / T_m). A
-sweep whose members are calibrated would otherwise select on probabilities nobody serves, and
-could pick a member whose raw NLL is best but whose served NLL is not. A member calibrated by
-its feature distance (`in_support`, `distance_curve`) is the exception: its T depends on where
-an input lies in its own feature space, so it enters raw (T = 1) and the ensemble's own map
-decides where sharpening and softening apply.
-
-The ensemble network maps images to the log of the selection-weighted mean of its members'
-probabilities. Softmax of that is the mean itself, so the network is a "logits" model like a
-single one: temperature scaling (calibration/) fits the ensemble's own T on it with the
-configured rule and the serving export (export.py) takes it as it is; the served model has the
-same signatures and outputs (`uncalibrated_probabilities` is then the members' mean before the
-ensemble's T). Under `in_support`, the ensemble's T applies to an input that lies within the
-support of some member: within that member's radius, in its own penultimate feature space (the
-features come from the same single pass through each member). Not one distance over all the
-members' features side by side: with k members that space has k times the dimensions, and
-the tied covariance estimated there from the same training images places shifted inputs
-farther out. On the digits (K=4 of N=8, members [3, 7, 3]) it held 40% of the corrupted test
-images, fewer than either member's own support (43%, 51%), and the ensemble then served the
-raw, under-confident mean on inputs its members would have sharpened. Under `distance_curve`
-the ensemble's distance score is the mean of its members' scores, each likewise in the member's
-own feature space (calibration/distances.py).
+"""Hyper-deep ensembles (Wenzel et al., NeurIPS 2020): greedy member selection and one ensemble
+network, the log of the members' weighted mean probability, calibrated and exported like a
+single model. Selection, calibration and measurements: docs/ensembles_and_transfer.md.
 """
 import dataclasses
 import itertools

@@ -1,23 +1,6 @@
-"""The serving SavedModel: class probabilities (temperature-scaled, and the raw softmax beside
-them), the predicted class's index and its name (the run's class names, trainer_module/
-class_names.py) for
-
-- `serving_default`: serialized tf.Examples (what TFMA and tf.Example clients send);
-- `serving_images`: raw PNG or JPEG bytes, one image per element.
-
-Both accept a JPEG or PNG of any size up to image_format.MAX_DECLARED_PIXELS and any colour
-mode (trainer_module/image_format.py). The header is checked before anything is decoded,
-so a decompression bomb costs nothing; then the Transform graph decodes, converts to RGB,
-resizes (with the function the image_dir ingest resized the training images with) and
-normalises, so serving preprocesses exactly as training did (the label and key are not needed
-and TFT prunes what depends on them). Every bad request fails with InvalidArgument naming the
-problem and the batch positions: another format, too many pixels, bytes that are not a
-serialized tf.Example with one `image` value; the model keeps serving. An empty batch gets
-empty outputs.
-
-The served model computes in float32 whatever policy trained it (the weights are float32 under
-every policy): serving hardware may lack 16-bit units, and the probabilities TFMA and clients
-read are float32. `assets.extra/precision.json` records what training ran in.
+"""The serving SavedModel: tf.Examples (`serving_default`) or image bytes (`serving_images`) in,
+preprocessed by the Transform graph as in training; temperature-scaled and raw probabilities,
+class index and name out, in float32. docs/standalone_trainer.md, "The serving model".
 """
 import json
 import os

@@ -1,22 +1,6 @@
-"""The image formats of the pipeline, and the one conversion of any image to the model's input.
-
-Stored examples (what ValidationGate accepts, what Transform reads) are 8-bit RGB PNGs of
-IMAGE_SHAPE. Clients of the served model send JPEG or PNG of any size and colour mode up to
-MAX_DECLARED_PIXELS; `decode_to_model_input` converts them to RGB and `resize_to_model_input`
-squashes them to IMAGE_SHAPE, in the serving graph (through Transform's decode) as in the
-image_dir ingest (components/image_folder.py), so a photo and its ingested PNG are the same
-input to the model.
-
-Headers are judged before any pixel is decoded, so a decompression bomb (a 1 MB file declaring
-20000x20000 pixels) costs nothing. A PNG's first 26 bytes are its signature, the IHDR chunk's
-length and type, then the declared width, height (big-endian uint32), bit depth and colour
-type; a JPEG's size is in its SOF marker, which tf.image.extract_jpeg_shape reads without
-decoding. A PNG ends with its IEND chunk (12 fixed bytes), so a truncated PNG (a cut upload or
-copy) is refused by its last bytes, naming its batch position, rather than by the decoder's
-"Invalid PNG data" that names none. `header_problem` checks a stored example in Python (the data check,
-components/data_check.py);
-`assert_served_headers` checks a served batch as TensorFlow ops, failing a request with
-InvalidArgument.
+"""The image formats of the pipeline, and the one conversion of any image to the model's input,
+shared by serving and the image_dir ingest so a photo and its ingested PNG are the same input.
+Headers are judged before any pixel is decoded, so a decompression bomb costs nothing.
 """
 import struct
 from typing import Optional

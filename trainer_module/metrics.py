@@ -1,9 +1,5 @@
-"""Accuracy, NLL and expected calibration error, accumulated on the devices across steps.
-
-Each replica adds its examples' sums to on-read variables; reading them in cross-replica
-context sums over replicas (and workers), so the numbers do not depend on how the batch was
-split. ECE is top-label with `num_bins` equal-width confidence bins (confidence_bins), as in
-Uncertainty Baselines.
+"""Accuracy, NLL and expected calibration error, accumulated on the devices across steps and
+summed over replicas when read, so the numbers do not depend on how the batch was split.
 """
 import math
 from typing import Dict, Sequence

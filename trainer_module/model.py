@@ -1,17 +1,6 @@
-"""Wide ResNet (Zagoruyko & Komodakis 2016) as in Uncertainty Baselines' CIFAR recipe.
-
-Pre-activation basic blocks (BN-ReLU-conv, twice), three groups of (depth - 4) / 6 blocks with
-16k, 32k and 64k filters, bias-free He-initialised convolutions, global average pooling and a
-dense head producing logits. Each parameter group carries its own L2 coefficient.
-
-Layers with weights have structural names (`input_conv`, `group_2_block_0_conv_1`,
-`final_bn`, `logits`), so a variable's name says where it sits in the network whatever order
-the process created layers in; warm start matches variables by these names.
-
-With `spectral_norm_bound` > 0 every convolution is a SpectralNormConv2D of the same name: the
-kernel variable is the same, plus a non-trainable power-iteration vector beside it.
-With `output_layer="sngp"` the logits layer (same name) is SNGP's random-feature Gaussian
-process (trainer_module/sngp.py).
+"""Wide ResNet (Zagoruyko & Komodakis 2016) as in Uncertainty Baselines' CIFAR recipe, with
+structural layer names (warm start matches variables by them) and the optional spectral
+normalisation and SNGP head. Architecture: docs/standalone_trainer.md, "The model".
 """
 import tensorflow as tf
 import tf_keras as keras

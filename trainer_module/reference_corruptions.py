@@ -1,24 +1,6 @@
 """The common corruptions of Hendrycks & Dietterich (ICLR 2019), run with tensorflow-datasets'
-own implementation (`tensorflow_datasets/image_classification/corruptions.py`).
-
-That module is the code behind the corrupted ImageNet (ImageNet-C) and so carries ImageNet-C's
-severity constants. This module makes it usable on the pipeline's 32x32 RGB images:
-- deterministic per example: tfds draws from the global `np.random` state (and
-  `skimage.util.random_noise` from a fresh generator); each call here runs under a seed made from
-  (example key, corruption, severity), with the global state restored afterwards;
-- frost, snow and motion blur are written for 224x224 images (frost crops 224x224 from its
-  texture, snow reshapes to 224x224, motion blur's grey-image check compares with (224, 224)):
-  those three run on the image resized to 224x224 and are resized back; the rest run at 32x32;
-- motion blur and snow blur with ImageMagick: tfds starts a `convert` process per image for it;
-  here the same MagickCore operation runs in-process through ImageMagick's MagickWand library
-  (Wand, in the lock), on the same PNG files, to the same pixels. Frost needs the frost textures
-  (taken from the `imagecorruptions` package in the lock): `unavailable()` names what is
-  missing, and the config refuses those corruptions on a machine without it.
-`corrupt_all` runs many requests, in a pool of processes when the slow corruptions (the two
-ImageMagick blurs, at 224x224) have enough images for the pool's start-up to pay; the output is
-the same as in one process, since each image's randomness comes from its request alone.
-Names are those of tfds' `cifar10_corrupted` configs (`frosted_glass_blur`, `elastic`), so a
-slice means the same corruption for every dataset.
+own implementation and made deterministic per example and usable on the pipeline's 32x32 RGB
+images. How (seeding, 224x224 resizing, in-process ImageMagick): docs/pipeline.md, "Data".
 """
 from __future__ import annotations
 

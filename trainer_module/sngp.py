@@ -1,10 +1,6 @@
-"""SNGP's output layer (Liu et al., NeurIPS 2020): a random-feature Gaussian process over the
-penultimate features whose served logits soften with the input's kernel distance from the
-training data. Follows edward2's `RandomFeatureGaussianProcess` and
-`LaplaceRandomFeatureCovariance` (edward2/tensorflow/layers/random_feature.py) as Uncertainty
-Baselines' CIFAR SNGP configures them; written here because PyPI's edward2 (0.0.2) needs
-tensorflow-probability. Why its defaults differ from UB's: docs/robustness.md, "An SNGP output
-layer"."""
+"""SNGP's output layer (Liu et al., NeurIPS 2020): a random-feature Gaussian process whose logits
+soften with the input's kernel distance from the training data, following edward2 (PyPI's
+edward2 needs tensorflow-probability). docs/robustness.md, "An SNGP output layer"."""
 import math
 
 import tensorflow as tf

@@ -1,18 +1,6 @@
-"""The TFX Trainer entry point (`run_fn`): Transform's output in, serving SavedModel out.
-
-It runs the same code as `python -m trainer_module` (training_job.run). Checkpoints go to
-`<pipeline_root>/Trainer/checkpoints/<key>`, where the key hashes the run's inputs (Transform's
-output URIs, the base model) and trainer config: a retried Trainer execution (which gets a new
-output directory) finds the checkpoints of the attempt it replaces and resumes at the step it
-reached.
-
-With warm_start=production the base model is the WarmStartModel's snapshot of the model in
-production (pipeline/pipeline.py); when nothing is in production it holds no SavedModel and the
-run trains from scratch.
-
-The run's schema names the classes (trainer_module/class_names.py): the model gets one output
-per name, whatever the config's num_classes (an image folder's classes are known only once
-ExampleGen has listed it), and serves the names.
+"""The TFX Trainer entry point (`run_fn`): Transform's output in, serving SavedModel out, by the
+standalone trainer's code, with checkpoints a retried execution resumes from and the classes
+named by the run's schema. docs/standalone_trainer.md, "The pipeline's Trainer".
 """
 import hashlib
 import json

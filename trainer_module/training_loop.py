@@ -1,10 +1,6 @@
-"""The training loop: SGD with Nesterov momentum, warm-up then step decay, under any strategy.
-A warm-started run fine-tunes instead: a short warm-up, cosine decay, and the restored weights
-at a fraction of the rate of freshly initialised ones.
-
-Read top to bottom: schedule and losses, then `Training` (model, optimizer, metrics and
-checkpoints built under the strategy), its replica steps, and `fit`, the host loop that runs
-steps, logs progress, evaluates each epoch and checkpoints.
+"""The training loop: SGD with Nesterov momentum, warm-up then step decay (a warm-started run:
+short warm-up, cosine decay, restored weights at a fraction of the rate), under any strategy.
+Read top to bottom: schedule and losses, `Training`, its replica steps, then `fit`.
 """
 import functools
 import json

@@ -1,25 +1,6 @@
-"""Warm start: a run begins from the weights of an earlier model of this project.
-
-A source is a checkpoint directory of this trainer (its newest checkpoint), one checkpoint
-prefix, or an exported SavedModel (whose variables/variables is a checkpoint as well). As the
-user's notes on TF checkpoints put it, a checkpoint holds variable values, not the graph: the
-graph is this code's model, and the values are restored into it. Checkpoint keys name objects
-by tracking edges in creation order (`model/layer_with_weights-7/kernel`), so they are not used
-for matching. The checkpoint's object graph also records each value's variable name, the Keras
-layer/variable path (`group_2_block_0_conv_1/kernel`, structural names from model.py), and
-variables are matched by that name.
-
-Every model variable whose name and shape match is restored; names matching a
-`warm_start_exclude` prefix (or a group: `head` is the logits layer) keep their fresh
-initialisation, on either side. Anything else that does not match fails before training, with
-the list. Only the model is restored: the optimizer (step, momentum) starts fresh. So is a
-spectrally normalised convolution's power-iteration vector when the source has none (a model
-trained without `spectral_norm_bound`): it is an estimate the first training steps make again,
-not a parameter; and a source's vectors are ignored by a model without the normalisation.
-
-Fine-tuning is discriminative (as in ULMFiT): restored variables train at warm_start_lr_ratio x
-the schedule's rate, freshly initialised ones (a new head) at the full rate, by the run's record
-of what was excluded (`was_restored`).
+"""Warm start: a run begins from the weights of an earlier model of this project (a checkpoint
+directory or prefix, or an exported SavedModel), matched by variable name and shape, with
+excluded or new variables left fresh. docs/ensembles_and_transfer.md, "Warm start and transfer".
 """
 import json
 import logging

@@ -1,8 +1,6 @@
-"""`temperature_fit=clean_and_augmix`: the eval images under the training-time AugMix
-augmentation as the shift. T minimises the mean of the clean and the AugMix views' NLLs, among
-the temperatures at which neither is above the raw softmax's. A model trained with AugMix is
-under-confident on AugMix views too, so this proxy rarely stops a clean fit that sharpens.
-Single models only: an ensemble's members saw different AugMix views."""
+"""`temperature_fit=clean_and_augmix`: T minimises the mean NLL of the clean eval images and
+their training-time AugMix views, among temperatures at which neither is above the raw
+softmax's. Single models only: an ensemble's members saw different AugMix views."""
 import numpy as np
 
 from trainer_module.calibration import maths

@@ -1,15 +1,6 @@
 """`temperature_fit=distance_curve` (the pipeline presets'): a temperature per input,
-T(x) = exp(a + b z(x)) with b >= 0, where z(x) is the input's distance score: its log
-Mahalanobis distance (as in_support measures it) in standard deviations of the clean eval
-images' log distances above their mean (distances.distance_scores).
-
-Near the data T sharpens an under-confident model as the clean fit does; farther out it
-softens, continuously (a network's raw softmax is over-confident far from its data, Hein et al.
-2019). (a, b) minimise the mean over the clean eval images and each validation corruption x
-severity slice of the slice's NLL; the curve is then drawn towards the raw softmax,
-(a, b) -> s (a, b) for s from 1 down to 0 on a grid, until the validation slices' mean NLL and
-mean ECE are no worse than raw. An ensemble's z is the mean of its members'. Why this distance
-and not another: docs/robustness.md.
+T(x) = exp(a + b z(x)) with b >= 0 over the input's distance score z, sharpening near the data
+and softening farther out. The fit and why: docs/robustness.md, "A temperature per input".
 """
 from typing import NamedTuple
 

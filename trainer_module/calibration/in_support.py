@@ -1,12 +1,6 @@
 """`temperature_fit=in_support`: the validation_corruptions rule for a T that applies only to
-inputs no farther from the training data than the eval images it is fitted on, the raw softmax
-to the others.
-
-"Farther" is the Mahalanobis distance of the penultimate features to the nearest training class
-mean (distances.py); the radius is the largest distance of an eval image. A clean fit that
-sharpens then reaches the inputs it was fitted for, while the far-off shifted inputs on which
-sharpening hurts keep the raw softmax; validation-shift examples inside the radius still bound
-T. An ensemble's support is the union of its members' (trainer_module/ensemble.py says why).
+inputs within the eval images' Mahalanobis radius of the training data, the raw softmax beyond.
+Why: docs/robustness.md, "One T inside the data's support".
 """
 import numpy as np
 

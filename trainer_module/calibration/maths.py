@@ -1,9 +1,5 @@
 """Temperature scaling's numpy maths (Guo et al., ICML 2017): NLL, ECE, the T fits and their
-"no worse than the raw softmax" bounds.
-
-Each NLL is convex in 1/T, so each "no worse than raw" bound is an interval around 1/T = 1, and
-a bounded minimum of a convex objective is its unbounded one clipped into the intersection.
-Bisections and a fixed grid make every step deterministic.
+"no worse than the raw softmax" bounds, deterministic (bisections and a fixed grid).
 """
 from typing import Optional, Tuple
 

@@ -1,11 +1,6 @@
 """`temperature_fit=validation_corruptions` (the standalone trainer's default): the clean NLL
-minimum among the temperatures at which the NLL of every validation corruption x severity slice
-of the eval images, and the slices' mean ECE, are no worse than the raw softmax's (T = 1).
-
-The four validation corruptions (speckle noise, gaussian blur, spatter, saturate, severities
-1-5) are those Hendrycks & Dietterich set apart from their 15 test corruptions for tuning under
-shift. Per slice, not on average: a mild slice that welcomes sharpening must not outvote a
-strong one that it hurts, since the mix of strengths met in use is unknown.
+minimum among temperatures no worse than the raw softmax on every validation corruption x
+severity slice (NLL) and on their mean ECE. Why per slice: docs/robustness.md, "Calibration".
 """
 from trainer_module.calibration import maths
 from trainer_module.calibration.method import ShiftFit, UnderValidationShift
