@@ -20,6 +20,10 @@ def _record_uncaught(*exc_info):
 # Beam's boot hands a worker its pipeline options in PIPELINE_OPTIONS.
 object_storage.adopt_beam_s3_options(os.environ.get("PIPELINE_OPTIONS"))
 object_storage.configure()
+# The worker (apache_beam.runners.worker.sdk_worker_main) ends by returning from main or by an
+# uncaught exception, never by sys.exit: keep that status while skipping tensorflow-io's abort
+# at exit (object_storage.end_process). A worker pool's pod may be given only the credentials,
+# so the pipeline's S3Options complete its environment.
 sys.excepthook = _record_uncaught
 atexit.register(
     lambda: object_storage.end_process(1 if _uncaught else 0, from_atexit=True))

@@ -18,6 +18,15 @@ import traceback
 from typing import Callable, Dict, List, MutableMapping, Optional, Sequence
 from urllib.parse import urlsplit
 
+# Each client reads its own names. TensorFlow (tf.io.gfile: TFX fileio, TFT, TFMA, the Trainer,
+# the Pusher) through tensorflow-io's S3 plugin, registered by importing tensorflow_io: S3_ENDPOINT
+# (a URL; the scheme picks http or https), AWS_REGION, S3_VERIFY_SSL, S3_CA_FILE and the AWS
+# credential chain, buckets always path-style (`S3Client(..., useVirtualAddressing=false)`;
+# tensorflow/io tensorflow_io/core/filesystems/s3/s3_filesystem.cc, v0.37.1). Beam
+# (apache_beam.io.aws, boto3): S3Options --s3_endpoint_url, --s3_region_name, --s3_verify, else
+# boto3's AWS_ENDPOINT_URL_S3, AWS_DEFAULT_REGION, AWS_CA_BUNDLE; botocore addresses a custom
+# endpoint path-style. Credentials stay in the environment (or the pod's IAM role), never in
+# pipeline options or the compiled spec, which anyone who can read the pipeline can read.
 # Where each setting may come from, first found wins; every name of a setting must agree.
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT")
 S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "S3_ENDPOINT")  # boto3's, tensorflow-io's.

@@ -11,6 +11,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _IHDR = b"\x00\x00\x00\x0dIHDR"  # Length 13, type IHDR: always the first chunk.
 PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"  # Length 0, type IEND, its CRC: always the last.
 JPEG_SIGNATURE = b"\xff\xd8\xff"  # Start of image, then the first marker.
+# A PNG's first 26 bytes: signature, IHDR length and type, width and height (big-endian uint32),
+# bit depth, colour type. A JPEG's size is in its SOF marker (tf.image.extract_jpeg_shape reads it
+# without decoding). A truncated PNG (a cut upload or copy) is refused by its last 12 bytes,
+# naming its batch position, rather than by the decoder's "Invalid PNG data" that names none.
 HEADER_LENGTH = 26
 RGB_COLOR_TYPE = 2
 BIT_DEPTH = 8

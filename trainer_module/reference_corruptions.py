@@ -1,6 +1,7 @@
 """The common corruptions of Hendrycks & Dietterich (ICLR 2019), run with tensorflow-datasets'
 own implementation and made deterministic per example and usable on the pipeline's 32x32 RGB
-images. How (seeding, 224x224 resizing, in-process ImageMagick): docs/pipeline.md, "Data".
+images. How (seeding, 224x224, in-process ImageMagick): docs/pipeline.md, "Evaluation and the
+gate".
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from PIL import Image
 SEVERITIES = (1, 2, 3, 4, 5)
 # Hendrycks & Dietterich's four families of the 15 benchmark corruptions, and of the four extra
 # ones (held out in the paper for validation; none is in the default robustness set).
+# Names are those of tfds' `cifar10_corrupted` configs, so a slice means the same corruption
+# for every dataset.
 FAMILIES = {
     "noise": ("gaussian_noise", "shot_noise", "impulse_noise"),
     "blur": ("defocus_blur", "frosted_glass_blur", "motion_blur", "zoom_blur"),

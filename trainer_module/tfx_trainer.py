@@ -1,6 +1,7 @@
 """The TFX Trainer entry point (`run_fn`): Transform's output in, serving SavedModel out, by the
 standalone trainer's code, with checkpoints a retried execution resumes from and the classes
-named by the run's schema. docs/standalone_trainer.md, "The pipeline's Trainer".
+named by the run's schema. docs/standalone_trainer.md, "Where the pipeline's Trainer
+keeps checkpoints".
 """
 import hashlib
 import json
