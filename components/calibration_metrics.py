@@ -1,30 +1,6 @@
-"""Accuracy and calibration metrics for multi-class probabilities, as TFMA metrics on Beam.
-
-TFMA 0.47 has no multi-class expected calibration error, Brier score or negative
-log-likelihood (its calibration and cross-entropy metrics are binary), so they are here, with
-top-label accuracy beside them: Keras' SparseCategoricalAccuracy, wrapped by TFMA, ran a traced
-Keras update per slice and batch and cost more than every other metric together.
-
-All four read one pass over the examples: each metric's computations are the shared
-`_StatisticsCombiner` (sufficient statistics: sums and per-bin counts, so partial results from
-any number of workers merge exactly) plus a derived computation that turns them into its value.
-TFMA de-duplicates identical computations (same combiner class and keys), so an output pays for
-one pass per example and slice, however many of these metrics it reports; that pass only
-buffers the example, and the statistics are computed in numpy over batches of examples. The
-Evaluator imports this module by name (`MetricConfig.module`), in every Beam worker.
-
-Definitions (as in Uncertainty Baselines):
-- accuracy: the fraction of examples whose most probable class is the label.
-- ECE: top-label, `num_bins` equal-width confidence bins over [0, 1]; the bin-count-weighted
-  mean of |accuracy - mean confidence| per bin, binned by the project's one rule
-  (trainer_module.metrics.confidence_bins).
-- NLL: mean of -log p(true class), with p clipped below at PROBABILITY_FLOOR.
-- Brier score: mean over examples of sum over classes of (p_k - 1[k = true class])^2.
-- cECE (`MeanSliceECE`): the mean over sub-slices (by default corruption x severity, read from
-  each example's features) of their ECE, as Uncertainty Baselines reports calibration under
-  shift: one number per slice of the evaluation set, so the gate can bound it and its change
-  against production like any other metric. Examples without the features (clean images) are
-  left out; a slice with none of them has no value (NaN).
+"""Multi-class accuracy, ECE, NLL, Brier score and cECE as TFMA metrics, since TFMA 0.47 has
+only binary ones; all share one pass of mergeable sums per slice (docs/pipeline.md,
+"Evaluation and the gate").
 """
 from typing import Dict, Iterable, List, Optional, Tuple
 

@@ -1,11 +1,5 @@
-"""ClassSchemaGen: the curated schema, with the run's class names and the label domain they give.
-
-It replaces ImportSchemaGen: the same curated file (components/schema.pbtxt), plus the classes
-(trainer_module/class_names.py), so that the one schema artifact ExampleValidator checks the
-labels against also tells the Trainer how many outputs the model has and what the served model
-names them. An image folder's names come from its ExampleGen's output (components/
-example_gen.py); the other datasets' are known before the run (`class_names`:
-PipelineConfig.declared_class_names).
+"""ClassSchemaGen: the curated schema plus the run's class names, so one schema artifact gives
+the label domain, the model's output count and the served names (docs/pipeline.md).
 """
 import json
 import os

@@ -1,14 +1,5 @@
-"""Stops the pipeline on bad data, before it costs training time.
-
-ExampleValidator records anomalies against the schema (missing features, labels out of range)
-but does not stop anything, and the schema cannot say "a 32x32 RGB PNG" or "keys are unique".
-This component fails the run when a split has no examples, when ExampleValidator found
-anomalies (and then names the first examples that break the schema's rule), when an image is
-not a stored example's 32x32 RGB PNG (trainer_module/image_format.py: judged by its header
-first, so a decompression bomb is never decoded), or when an example key appears twice in a
-split or in more than one split (keys seed AugMix and the corruptions and define the split),
-naming the split, the key, the file(s) and the problem. For TFRecord input the files named are the user's
-own (found by key in `input_base`), not ImportExampleGen's output shards.
+"""Stops the pipeline on bad data before it costs training time, naming split, key, file and
+problem: ExampleValidator only records anomalies (docs/pipeline.md, "Bad input").
 """
 
 import json

@@ -1,11 +1,5 @@
-"""EnsembleSelector: the hyper-deep ensemble of the trial Trainers' models, as one Model.
-
-Inputs: every trial's model (`model_0` ... `model_<N-1>`), Transform's eval split and graph, and
-the evaluation set. It runs trainer_module.ensemble's greedy selection and export (the same
-code as `python -m trainer_module ensemble`), then scores the served ensemble and the best
-single trial (lowest served eval NLL) on the clean test and corrupted sets, so the run report
-can put them side by side. Its `model` output is a standard Model: the Evaluator, the gate and
-the Pusher take it as they take a Trainer's.
+"""EnsembleSelector: the hyper-deep ensemble of the trial Trainers' models as one Model for the
+Evaluator, scored beside the best single trial for the report (docs/ensembles_and_transfer.md).
 """
 import collections
 import json

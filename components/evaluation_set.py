@@ -1,25 +1,6 @@
-"""The Evaluator's input: clean eval and test images, and corrupted copies of the test images.
-
-TFX's Evaluator reads one Examples artifact, and the gate needs the clean eval split and the
-robustness set side by side (one evaluation, one blessing). This component writes them as the
-splits `eval`, `test` and `corrupted` of one artifact; every example carries `eval_set`
-(its split's name) so TFMA can slice by it, and corrupted examples also carry `corruption` and
-`severity` and `corruption_family` (noise, blur, weather, digital, as Hendrycks & Dietterich
-group them). Clean examples have none of these, so slicing by them sees corrupted images only.
-
-The corrupted images are:
-- `source="cifar10_corrupted"`: tensorflow-datasets' CIFAR-10-C (corruptions of CIFAR-10's
-  test images), config `<corruption>_<severity>`;
-- `source="generated"`: the reference corruption code of tensorflow-datasets
-  (trainer_module/reference_corruptions.py) applied to the input's `test` split (the embedded
-  digits, TFRecord inputs), deterministic per example key.
-With `examples_per_corruption` > 0, each corruption x severity slice holds that many images
-(the same test images in every slice), so CI stays fast; every slice has the same count, so
-accuracy over the whole corrupted set is the mean corrupted accuracy (cA). With 0 (the
-pipeline presets') every test image is in every slice: a slice's ECE is biased upward by its
-sampling noise (the cECE floor of the run report), and 100 images left it at 0.065-0.09.
-Generated slices are cached on disk (`corruption_cache_dir`), keyed by their images, the
-corruption code and its libraries' versions, so a run pays for a slice once per host.
+"""The Evaluator's one input: the clean eval and test splits and corrupted copies of the test
+images, tagged for slicing, so one evaluation gates on both (docs/pipeline.md, "Evaluation and
+the gate").
 """
 import dataclasses
 import hashlib

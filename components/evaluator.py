@@ -1,13 +1,5 @@
-"""TFX's Evaluator, with the model in production (components/production_model.py) as baseline.
-
-A snapshot of nothing in production (the first run) is no baseline: TFMA then drops the change
-thresholds and judges the candidate on the absolute bounds alone, as it does without one.
-
-The Evaluator reads each split with Beam's adaptive batching (tfx_bsl's BeamSource without a
-batch size), which starts at one example per batch and grows; the model is called once per
-batch, so on a small evaluation set most calls see a handful of examples. `custom_extractors`
-(TFX's hook, this module being the Evaluator's `module_path`) regroups the input batches to
-the model spec's `inference_batch_size` before TFMA's own extractors (bench/evaluator.py).
+"""TFX's Evaluator with the model in production as baseline, its input batches regrouped to the
+model's inference batch size (docs/pipeline.md, Evaluator).
 """
 import logging
 from typing import Any, Dict, Iterable, List

@@ -1,15 +1,5 @@
-"""ExampleGen for image datasets that are not TFRecords: the embedded digits, tfds datasets and
-a folder of labelled images (components/image_folder.py).
-
-Like BigQueryExampleGen, it is a query-based ExampleGen: each output split has a "query", here
-a JSON description of the source and split, so the split rules are recorded in MLMD and in the
-component's cache key. For an image folder, the driver adds a fingerprint of the folder's
-listing (paths, sizes, modification times), as TFX's file-based ExampleGens do for their
-files, so a changed folder is read again instead of served from the cache.
-
-For an image folder, the Examples artifact also holds CLASS_NAMES_FILE (the class folders'
-names in label order, which the schema step records for the rest of the run) and
-SKIPPED_FILES_FILE (the bad files left out with skip_bad_images, for the run report).
+"""ExampleGen for image sources that are not TFRecords (the embedded digits, tfds, an image
+folder), query-based so the split rules are in MLMD and the cache key (docs/pipeline.md, "Data").
 """
 from __future__ import annotations
 

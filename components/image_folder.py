@@ -1,20 +1,5 @@
-"""A folder of labelled images as the pipeline's input (--dataset=image_dir).
-
-Layout: `DIR/<class name>/<files>` (split by key hash, as for digits), or `DIR/{train,eval,test}/
-<class name>/<files>` for fixed splits; files may sit in subfolders of a class folder. The
-classes are the class folders' names, sorted: a class's label is its index. An example's key
-is its file's path relative to DIR, the same on every run and machine.
-
-Every file that is not a dot file is read, whatever its extension: a file that is not a JPEG,
-PNG, GIF or BMP image, is empty, truncated or corrupted, or declares more than
-image_format.MAX_DECLARED_PIXELS (a decompression bomb, refused before decoding), and a class
-folder that is empty or missing from a split, is a `BadFile` (path and reason): the run stops
-naming them all, or with skip_bad_images they are left out and listed.
-
-`scan` lists the folder (in the ExampleGen executor, before its Beam pipeline); `read_image`
-reads one file (on Beam). JPEG and PNG are decoded by the TensorFlow ops serving decodes them
-with, GIF and BMP (which serving does not take) by PIL; all are resized by
-image_format.resize_to_model_input, the serving graph's resize.
+"""A folder of labelled images as the pipeline's input (--dataset=image_dir): lists it, names
+every bad file, and reads each image as serving would (docs/pipeline.md, "Your own images").
 """
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
-"""The model in production, as a pipeline artifact: the Evaluator's baseline on every runner.
-
-TFX's latest-blessed-model Resolver answers "which model did this pipeline bless last" from
-MLMD, and an open-source Kubeflow Pipelines server refuses resolver executors outright. The
-question the gate needs answered is another one anyway: "what do users get served now". This
-component reads it where the Pusher writes it, the newest complete version under the serving
-directory, its name read as TF Serving reads it (components/serving_versions.py), verified as
-the Pusher verifies its own copy (a damaged, partial, linked or foreign entry is skipped with a
-warning, and versions of which none is complete stop the run rather than pass for an empty
-directory), and copies that SavedModel into its `model` output
-(an immutable snapshot: a later push cannot change what this run compared against). With
-nothing in production the output holds only a marker file, and the Evaluator
-(components/evaluator.py) judges the candidate on the absolute bounds alone.
-
-Given the `candidate`, versions holding that very model (same content fingerprint) are passed
-over: a rerun whose cached Trainer produced the model already serving compares it with what it
-replaced, as the run that pushed it did, never with itself.
-
-Caching: the output depends on the serving directory, which no cache key sees. Locally the
-driver puts the chosen version into the execution properties before the cache check, so a
-cached snapshot is reused exactly while that choice is unchanged. Drivers do not run on
-Kubeflow, where the compiled task has caching switched off instead (kubeflow/compiler.py).
+"""The model users are served now, snapshotted as the Evaluator's baseline on every runner: an
+open-source KFP server refuses TFX's resolver, and the gate needs "what is served", not "what
+was blessed last" (docs/pipeline.md, "What is in production").
 """
 import json
 import logging

@@ -1,21 +1,6 @@
-"""Pusher that writes numeric versions atomically and never pushes the serving model twice.
-
-TFX's Pusher copies straight into `<base>/<unix time>`: a kill mid-copy leaves a partial
-version that TF Serving would try to load, two pushes in one second share a directory, and
-re-blessing the model already in production (an unchanged rerun compares the model with
-itself) pushes a duplicate version. Here no two pushes ever write one version, a published
-copy is checked against the source fingerprint, and a model whose fingerprint equals the
-latest version's is not pushed again.
-
-- Local or POSIX file system: each push assembles its version in a hidden staging directory
-  of its own and renames it to a number no other version holds (rename(2) never overwrites).
-- Object storage (s3://, gs://), where a rename is a copy and delete: a push first claims its
-  number by creating `<base>/.version-claims/<number>.json` with the store's conditional
-  create (storage/object_storage.py); a loser takes the next number. The claim holder alone
-  writes `<base>/<number>/`, `saved_model.pb` last: TF Serving loads a version only once that
-  file exists (it checks with TensorFlow's MaybeSavedModelDirectory), so a poller never loads
-  a partial copy. A push killed mid-copy leaves a version without `saved_model.pb`, which is
-  never served, and its claim, which keeps the number from reuse.
+"""Pusher that publishes numeric versions atomically (also on object storage) and never pushes
+the serving model twice, which TFX's Pusher does not guarantee (docs/pipeline.md, "One run at
+a time; killed runs").
 """
 import hashlib
 import json

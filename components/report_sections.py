@@ -1,14 +1,5 @@
-"""The run report's content: Markdown sections and their PNG charts (components/run_report.py
-turns them into the report step's HTML and Markdown artifacts).
-
-It holds the gate decision and its reasons, the served-model check, the metric table (clean
-and corrupted, as Uncertainty Baselines reports them, and per corruption family as Hendrycks &
-Dietterich do), temperature scaling's effect on clean and corrupted data, the comparison with
-the blessed baseline, clean and corrupted reliability diagrams, per-class accuracy, and
-accuracy and ECE per corruption and severity, and, for a model calibrated by distance_curve,
-where its temperature sharpens and softens. Everything comes from the Evaluator's TFMA output,
-the served-model check and the model's calibration record, except the corrupted test images'
-distance scores, which the candidate serves for the report.
+"""The run report's content: Markdown sections and PNG charts, from the Evaluator's output, the
+served-model check and the calibration record (docs/pipeline.md, "The run report").
 """
 from __future__ import annotations
 

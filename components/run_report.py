@@ -1,19 +1,5 @@
-"""The run report as a pipeline step: every runner (local, Kubeflow) gets it, cached with the run.
-
-After the Evaluator, the served-model check and the Pusher, whatever they decided, RunReport
-writes the report (components/report_sections.py) twice: a self-contained HTML page (charts
-inlined as data: URIs) and the same text as Markdown. Each is one file at its artifact's URI,
-typed with the schema titles the Kubeflow Pipelines UI renders:
-- TFX 1.16's Kubeflow V2 compiler (tfx/orchestration/kubeflow/v2/compiler_utils.py,
-  get_artifact_schema) writes a custom artifact type's TYPE_NAME as its schema title when it
-  matches `<namespace>.<Title>`; so TYPE_NAME "system.HTML" / "system.Markdown";
-- the KFP frontend (kubeflow/pipelines, frontend/src/components/viewers/
-  MetricsVisualizations.tsx: getVertifiedHtmlArtifacts, getHtmlViewerConfig and their Markdown
-  twins) shows an execution's output artifacts of type system.HTML / system.Markdown that have
-  a `display_name`, reading the file at the artifact's URI (ValueArtifact: a file, not a
-  directory).
-The headline figures go on the HTML artifact as custom properties (MLMD on every runner), which
-is what the local runner's summary reads back.
+"""The run report as a pipeline step, so every runner gets it, cached with the run: HTML and
+Markdown artifacts that the KFP UI renders (docs/pipeline.md, "The run report").
 """
 import base64
 import html

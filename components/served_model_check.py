@@ -1,13 +1,5 @@
-"""Checks the candidate as a serving client sees it, before the Pusher may publish it.
-
-TFX's InfraValidator loads a model in a real TF Serving and sends it requests; no TF Serving
-binary (nor Docker) can be installed where this pipeline is built and tested, so this step
-does the part that needs none: a fresh process (components/serving_client.py) loads the
-candidate SavedModel and sends the raw serialized tf.Examples of the held-out split through
-its serving signature. The candidate is refused (an InfraBlessing with blessed=0, which TFX's
-Pusher honours) when the signature fails, when a served probability vector is not finite or
-does not sum to 1, or when the served accuracy differs from the Evaluator's on the same split
-by more than `accuracy_tolerance`.
+"""Checks the candidate as a serving client sees it, before the Pusher may publish it: the part
+of TFX's InfraValidator that needs no TF Serving binary (docs/pipeline.md, ServedModelCheck).
 """
 import json
 import logging

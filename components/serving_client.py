@@ -1,9 +1,6 @@
-"""Scores a SavedModel on raw serialized tf.Examples, as a serving client would.
+"""Scores a SavedModel on raw serialized tf.Examples in a fresh process, as a serving client would.
 
-`python -m components.serving_client MODEL_DIR EXAMPLES_GLOB` prints a JSON line: the
-accuracy of the served class ids, and how many examples got probabilities that are not finite
-or do not sum to 1. Run in a fresh process (components/served_model_check.py), it checks that
-the model stands on its own: nothing of the pipeline's process is loaded.
+`python -m components.serving_client MODEL_DIR EXAMPLES_GLOB` prints one JSON line.
 """
 import json
 import sys

@@ -1,14 +1,5 @@
-"""The versions under a serving directory, named exactly as TF Serving reads them.
-
-TF Serving's file-system source (tensorflow/serving,
-tensorflow_serving/sources/storage_path/file_system_storage_path_source.cc) lists the base
-path's children, cuts each at its first '/', and takes a child for a version when
-ParseVersionNumber accepts its name: that is `strings::safe_strto64` (tensorflow,
-third_party/xla/third_party/tsl/tsl/platform/numbers.cc), which skips C white space on both
-sides, takes an optional '-', then ASCII digits only, and refuses a value outside int64. So
-`0042` and ` 42 ` are version 42, while `99999999999999999999`, `+42` and `²` are no version.
-Two names of one number: IndexChildrenByVersion walks the names in sorted order and keeps the
-last (`42` over `0042`), logging that the other is ignored.
+"""The versions under a serving directory, named exactly as TF Serving parses them, so the Pusher
+and the gate see what TF Serving serves (docs/pipeline.md, "What is in production").
 """
 from typing import Dict, List, Optional
 

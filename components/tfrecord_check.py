@@ -1,14 +1,5 @@
-"""Finds the user's empty, unreadable or corrupted TFRecord files, and where in them.
-
-Before the run, every split the pipeline needs must have a readable file holding a record:
-ImportExampleGen, statistics and the validation gate all pass an empty split, and the Trainer
-then fails after minutes naming neither the split nor the directory.
-
-ImportExampleGen reads with Beam's ReadFromTFRecord, whose reader
-(apache_beam/io/tfrecordio.py) fails with "Not a valid TFRecord. Fewer than 12 bytes" or
-"Mismatch of length/data mask" inside a long traceback that names neither the file nor the
-position. TensorFlow's record reader, run over one file at a time, says "truncated record at
-N" or "corrupted record at N" (N: the byte offset of the bad record).
+"""Finds the user's empty, unreadable or corrupted TFRecord files and the byte offset of the bad
+record, which Beam's reader does not name (docs/pipeline.md, "Bad input").
 """
 from __future__ import annotations
 

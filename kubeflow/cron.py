@@ -1,8 +1,5 @@
-"""Cron expressions as Kubeflow Pipelines schedules them: six fields, seconds first.
-
-KFP's scheduler (robfig/cron) reads `second minute hour day-of-month month day-of-week`; a
-five-field crontab line would be read with every field shifted. Checked here, so a bad
-schedule fails before any call to the server.
+"""Cron expressions as Kubeflow Pipelines schedules them: six fields, seconds first (robfig/cron),
+so a five-field crontab line fails here, before any call to the server.
 """
 import re
 

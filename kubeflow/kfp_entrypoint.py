@@ -1,27 +1,6 @@
-"""The command of every container in the pipeline compiled for an open-source KFP v2 server.
-
-TFX 1.16's Kubeflow V2 entrypoint (kubeflow_v2_run_executor) was written against Vertex AI
-Pipelines, and picks each artifact's Python class from the type the orchestrator passes. The
-open-source backend (kubeflow/pipelines, backend/src/v2) passes something else:
-- inputs resolved from MLMD carry an empty instance schema: metadata/client.go
-  GetOutputArtifactsByExecutionId leaves the schema "" and OutputArtifact.ToRuntimeArtifact
-  puts that in the type; TFX's yaml.safe_load("") then has no title to read;
-- the store that replaces MLMD in newer backends types an artifact by its native kind, so a
-  TFX type comes back as `system.Artifact` (component/importer_launcher.go
-  RuntimeArtifactSchemaAndMetadata, component/util.go), a class TFX cannot import;
-- with log publishing on, the driver adds an `executor-logs` output typed system.Artifact
-  (driver/container.go provisionOutputs) that no TFX component declares;
-- metadata goes through MLMD custom properties, which wrap lists and structs as
-  {"list": ...} / {"struct": ...} (metadata/converter.go StructValueToMLMDValue), and an
-  artifact whose producer reported no metadata has no type-specific properties at all;
-- ExampleGen's lifecycle.preCacheCheck hook (TFX's file_based_example_gen/driver.py) is never
-  run, so input patterns with {SPAN}/{VERSION} stay unresolved and the Examples carry no span,
-  version or input fingerprint.
-The compiler puts each component's own artifact types into the command; this entrypoint
-repairs the executor input from them, runs the ExampleGen driver when asked, and then hands
-everything to TFX's entrypoint exactly as Vertex would. It also sets up s3:// (MinIO) for the
-step from the pod's environment (storage/object_storage.py): TensorFlow's filesystem, Beam's
-S3 options, and an exit that tensorflow-io's S3 filesystem cannot turn into a crash.
+"""The command of every container compiled for an open-source KFP v2 server: repairs what that
+backend passes TFX (artifact types, metadata, ExampleGen's driver, s3:// setup), then runs TFX's
+Kubeflow V2 entrypoint as Vertex would (docs/kubeflow.md, "Open-source KFP or Vertex AI").
 """
 import json
 import sys
@@ -85,6 +64,8 @@ def _artifact_class(title: str):
 
 def _unwrap(value: struct_pb2.Value) -> None:
   """{"list": [...]} / {"struct": {...}} as MLMD stored them, back to the value itself."""
+  # The OSS backend wraps them so (kubeflow/pipelines backend/src/v2/metadata/converter.go,
+  # StructValueToMLMDValue).
   fields = value.struct_value.fields if value.HasField("struct_value") else {}
   if len(fields) == 1:
     (key, inner), = fields.items()
@@ -110,6 +91,7 @@ def _repair_artifact(name: str, artifact: pipeline_spec_pb2.RuntimeArtifact, tit
   for value in artifact.metadata.fields.values():
     _unwrap(value)
   properties = _artifact_class(title).PROPERTIES or {}
+  # An artifact whose producer reported no metadata comes back without type-specific properties.
   if (is_input and SPLIT_NAMES in properties and SPLIT_NAMES not in artifact.metadata.fields
       and SPLIT_NAMES not in artifact.properties):
     artifact.metadata.fields[SPLIT_NAMES].string_value = _split_names_from_uri(name,

@@ -1,27 +1,5 @@
-"""`python -m kubeflow local-run`: the compiled pipeline spec executed by the KFP SDK's own local
-orchestrator, `kfp.local` (kfp 2.7), written by the KFP team.
-
-kfp.local walks the spec's DAG, joins runtime arguments with the defaults, builds each task's
-executor input (executor_input_utils.construct_executor_input), substitutes the placeholders
-(placeholder_utils), hands the command to a task handler, reads the executor output and passes
-artifacts and parameters downstream (executor_output_utils). All of that stays its code; this
-module chooses only the task handler:
-- `docker`: each task in a container of the spec's image, through kfp.local's DockerTaskHandler
-  (its pipeline-root mount) started as a pod starts it (ContainerTaskHandler says how);
-- `subprocess`: each container task's exact command and arguments from the spec run as a local
-  process in this environment, the image's `python` being this venv's interpreter. kfp.local's
-  SubprocessTaskHandler cannot do it: it refuses any command without the KFP SDK's executor
-  module (`validate_not_container_component`), i.e. every TFX container, and it would replace
-  "python3" inside every argument.
-kfp.local 2.7 has no registry of handlers: task_dispatcher.run_single_task_implementation
-looks the handler of a SubprocessRunner up as `subprocess_task_handler.SubprocessTaskHandler`
-(of a DockerRunner, `docker_task_handler.DockerTaskHandler`) at each task, so the run puts its
-handler there for its duration.
-
-kfp.local reads and writes its pipeline root with local file operations (config.init makes it
-an absolute path; executor_output_utils.load_executor_output uses os.path.isfile and open;
-DockerTaskHandler bind-mounts it): the pipeline root is a local directory, while the serving
-directory, schema and data stay where the spec names them (object storage).
+"""`python -m kubeflow local-run`: the compiled spec executed by the KFP SDK's own orchestrator,
+kfp.local, with our task handler for TFX containers (docs/kubeflow.md, "local-run").
 """
 import contextlib
 import dataclasses
@@ -138,6 +116,9 @@ class _RecordedTask:
     return task_status
 
 
+# kfp.local's SubprocessTaskHandler refuses any command without the KFP SDK's executor module
+# (validate_not_container_component), i.e. every TFX container, and rewrites "python3" inside
+# every argument; hence a handler of our own.
 class VenvTaskHandler(task_handler_interface.ITaskHandler):
   """A container task's command run here: the image's interpreter becomes this venv's, every
   other argument is the spec's, substituted by kfp.local; output streamed by kfp.local's own
@@ -223,6 +204,8 @@ class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
 @contextlib.contextmanager
 def task_handlers(runs: List[TaskRun]) -> Iterator[None]:
   """kfp.local's dispatcher finds these handlers for its two runners while the context lasts."""
+  # kfp 2.7 has no handler registry: task_dispatcher.run_single_task_implementation looks up
+  # these module attributes at each task, so they are swapped for the run and restored.
   seams = ((subprocess_task_handler, "SubprocessTaskHandler", VenvTaskHandler),
            (docker_task_handler, "DockerTaskHandler", ContainerTaskHandler))
   originals = [getattr(module, name) for module, name, _ in seams]

@@ -1,14 +1,5 @@
-"""Each step's pod in the compiled spec (kubeflow.cluster_config.step_pod): its container
-resources, and, for an open-source KFP server, the spec's Kubernetes platform section.
-
-- Resources: TFX's `with_platform_config` takes a `PipelineContainerSpec.ResourceSpec`, which
-  tfx/orchestration/kubeflow/v2/step_builder.py copies into the component's container spec.
-  kfp 2.7's spec holds CPU in cores and memory in GB as numbers, converted from Kubernetes
-  quantities as kfp.dsl.PipelineTask.set_cpu_limit/set_memory_limit convert them.
-- Platform section: TFX's KubeflowV2DagRunner writes none, so it is built here with
-  kfp-kubernetes' KubernetesExecutorConfig per container executor and laid out as the kfp
-  compiler lays it out (kfp.compiler.pipeline_spec_builder: platform_config_to_platform_spec,
-  merge_platform_specs; write_pipeline_spec_to_file writes it as the YAML's second document).
+"""Each step's pod in the compiled spec: container resources, and for an open-source KFP server
+the Kubernetes platform section TFX does not write (docs/kubeflow.md, "Pods").
 """
 from typing import Dict, Iterator, Tuple
 

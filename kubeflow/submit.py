@@ -1,12 +1,6 @@
-"""Uploads a compiled pipeline and starts one-off or recurring runs on a KFP server (kfp.Client).
-
-Everything a request needs is checked first (the package, the parameters, the cron
-expression, the endpoint), so bad input fails before any network call.
-
-One run at a time per pipeline root: a one-off run is refused while a run of the pipeline on
-the same pipeline root has not ended (docs/pipeline.md, "One run at a time"); a recurring run
-gets KFP's own `max_concurrency=1`. Every run records its pipeline root (runtime_config.pipeline_root), which
-is how the check tells runs on another root apart.
+"""Uploads a compiled pipeline and starts one-off or recurring runs on a KFP server: bad input
+fails before any network call, and a pipeline root takes one run at a time
+(docs/pipeline.md, "One run at a time").
 """
 import dataclasses
 import json

@@ -1,12 +1,5 @@
-"""The Kubeflow Trainer TrainJob that runs the Trainer step on several nodes of a cluster.
-
-Kubeflow Trainer v2 (kubeflow/trainer) turns a TrainJob into a JobSet of one replicated Job
-`node` whose pods are `<trainjob>-node-0-<i>`, reachable as `<trainjob>-node-0-<i>.<trainjob>`
-through the JobSet's headless service (pkg/runtime/framework/plugins/jobset/jobset.go
-syncPodNetwork; the JAX plugin's coordinator address is built the same way). Our runtime has
-no ML policy (PlainML), so the TrainJob's env is all a node is given besides Kubernetes' own
-JOB_COMPLETION_INDEX: the env below carries the job's name, node count and port, from which
-each node writes its TF_CONFIG (kubeflow/trainjob_node.py). Nothing here imports TFX.
+"""The Kubeflow Trainer TrainJob that runs the Trainer step on several nodes, with the env each
+node builds its TF_CONFIG from (docs/kubeflow.md, "Several Trainer nodes"). Imports no TFX.
 """
 import dataclasses
 import hashlib

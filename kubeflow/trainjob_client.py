@@ -1,11 +1,6 @@
-"""Creates a TrainJob, waits for it to end, and deletes it when the step is cancelled.
-
-Through the Kubernetes API (the `kubernetes` client's CustomObjectsApi and CoreV1Api), with
-the launcher pod's service account (kubeflow/manifests/launcher_rbac.yaml). A TrainJob of the
-same name that already exists is the one an earlier attempt of this launcher made: it is
-attached to, never created twice. It ends with the TrainJob's `Complete` or `Failed`
-condition (kubeflow/trainer pkg/apis/trainer/v1alpha1/trainjob_types.go); a failure names
-each failed node (its completion index and pod) and why its container stopped.
+"""Creates a TrainJob through the Kubernetes API (or re-attaches to a retried launcher's), waits
+for it to end, and deletes it when the step is cancelled (docs/kubeflow.md, "Several Trainer
+nodes").
 """
 import json
 import logging

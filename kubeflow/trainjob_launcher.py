@@ -1,12 +1,6 @@
-"""The Trainer step on several nodes of an open-source Kubeflow cluster: a TrainJob launcher.
-
-With --kubeflow_target=kfp --replica_count=N (N > 1) the step's container runs this executor
-instead of TFX's: it creates one Kubeflow Trainer TrainJob of N nodes (kubeflow/trainjob.py),
-each running TFX's Trainer executor with the step's own inputs, outputs and exec properties
-(kubeflow/trainjob_node.py), and waits for it, as TFX's Vertex Trainer
-(tfx/extensions/google_cloud_ai_platform/trainer/executor.py) launches a CustomJob. The
-TrainJob's name comes from the step's output URIs, which a retried launcher pod is given
-again, so a restarted launcher re-attaches to the TrainJob it made.
+"""The Trainer step on several nodes of an open-source Kubeflow cluster: launches one Kubeflow
+Trainer TrainJob and waits for it, as TFX's Vertex Trainer launches a CustomJob
+(docs/kubeflow.md, "Several Trainer nodes").
 """
 import json
 from typing import Any, Dict, List

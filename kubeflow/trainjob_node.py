@@ -1,13 +1,6 @@
-"""The command of each node of the Trainer step's TrainJob (kubeflow/trainjob.py).
-
-It writes TF_CONFIG from the pod's environment, in the format Training Operator v1 gave TFJob
-pods (kubeflow/trainer release-1.9, pkg/controller.v1/tensorflow/tensorflow.go
-genTFConfigJSONStr: {"cluster": {"worker": [...]}, "task": {"type", "index"}, "environment":
-"cloud"}), then runs TFX's Trainer executor on this node as a Vertex replica does
-(tfx.scripts.run_executor, the arguments TFX's Vertex training client builds). Node 0 is the
-chief: MultiWorkerMirroredStrategy with only workers makes worker 0 the chief, which alone
-writes checkpoints, summaries and the model; the other nodes train and write nothing of the
-step's outputs.
+"""The command of each node of the Trainer's TrainJob: writes TF_CONFIG as Training Operator v1
+did, then runs TFX's Trainer executor; node 0 is the chief (docs/kubeflow.md, "Several Trainer
+nodes").
 """
 import json
 import os

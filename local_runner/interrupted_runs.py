@@ -1,11 +1,5 @@
-"""Clears what a killed run left: executions still RUNNING in MLMD and their output directories.
-
-TFX 1.16's LocalDagRunner does not: each run has its own `pipeline_run` context, so the
-launcher (tfx/orchestration/portable/launcher.py, `_register_or_reuse_execution`) only looks
-for earlier executions in the *same* run; a run killed with -9 keeps its executions RUNNING
-and its `<pipeline_root>/<node>/<output>/<execution id>` directories forever (their artifacts
-were never published, so nothing reads them). Called at the start of a run, under the run lock
-(local_runner/run_lock.py), so no live run's execution can be among them.
+"""Clears what a killed local run left (executions still RUNNING in MLMD, their output
+directories), which TFX's LocalDagRunner never does (docs/pipeline.md, "Killed runs").
 """
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""One run at a time per output directory: an exclusive lock taken before anything is written.
-
-Two runs on one output directory (two users, a cron overlap) would share MLMD, the pipeline
-root and the serving directory, and each could push or report the other's model.
-
-`flock` on `<output_dir>/.run.lock`. The kernel drops the lock when its holder dies (kill -9
-included), so a dead run never blocks the next one; the file keeps the holder's pid, host,
-start time and run id for the message a second run gets, and a new holder logs which dead run
-it took over from.
-
-A Kubeflow run has no process spanning the run to hold a lock: its pipeline root is guarded
-at submission instead (kubeflow/submit.py, `active_runs`; docs/pipeline.md, "One run at a time").
+"""One local run at a time per output directory: a `flock` taken before anything is written, so
+two runs never share MLMD or push each other's model (docs/pipeline.md, "One run at a time").
 """
 from __future__ import annotations
 

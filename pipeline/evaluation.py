@@ -1,10 +1,5 @@
-"""What the Evaluator measures and what a model must reach to be blessed (the TFMA EvalConfig).
-
-The Evaluator reads the evaluation set (components/evaluation_set.py): the clean `eval` split,
-the clean `test` split and the corrupted copies of the test images, told apart by the
-`eval_set` feature. The gate looks at the calibrated probabilities (after temperature scaling)
-on the clean eval set and on the corrupted set; the uncalibrated probabilities are measured on
-every slice too, so the report can show what temperature scaling changed.
+"""What the Evaluator measures and what a model must reach to be blessed (the TFMA EvalConfig;
+docs/pipeline.md, "Evaluation and the gate").
 """
 from __future__ import annotations
 
