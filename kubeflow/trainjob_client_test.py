@@ -101,9 +101,11 @@ def test_a_failed_node_fails_the_step_naming_the_node_and_why(api):
 def test_a_restarted_launcher_attaches_to_the_trainjob_it_made(api):
   job = manifest()
   name = job["metadata"]["name"]
-  first = threading.Thread(target=run_to_completion, args=(job_client(api), job, False),
-                           daemon=True)
-  first.start()  # The launcher pod that dies while waiting.
+  first_results = []
+  first = threading.Thread(  # The launcher pod that dies while waiting (its watch goes on).
+      target=lambda: first_results.append(run_to_completion(job_client(api), job, False)),
+      daemon=True)
+  first.start()
   while (trainjob.PLURAL, NAMESPACE, name) not in api.objects:
     time.sleep(0.02)
   when_created(api, name, lambda: api.set_status(trainjob.PLURAL, NAMESPACE, name,
@@ -112,6 +114,8 @@ def test_a_restarted_launcher_attaches_to_the_trainjob_it_made(api):
   assert result["status"]["conditions"][0]["type"] == "Complete"
   assert [e[2] for e in api.events].count("ADDED") == 1  # One TrainJob, never a second.
   assert [method for method, _ in api.requests].count("POST") == 2  # The second got 409.
+  first.join(timeout=60)  # Done before the API server stops: it watched the same TrainJob.
+  assert [r["status"]["conditions"][0]["type"] for r in first_results] == ["Complete"]
 
 
 def test_a_retried_step_replaces_a_trainjob_that_failed(api):
