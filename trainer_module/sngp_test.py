@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, learnable_images
 from trainer_module import sngp
 from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
@@ -95,11 +95,7 @@ def test_output_layer_and_sngp_settings_are_validated():
 
 def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path):
   from trainer_module.training_loop import Training, fit
-  rng = np.random.default_rng(0)
-  labels = rng.integers(0, 2, 128)
-  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
-  images[labels == 1, :, :, 0] += 1.0
-  views = np.zeros((128, 0, 32, 32, 3), np.float32)
+  images, views, labels = learnable_images()
   config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=3,
                          per_core_batch_size=32, lr_warmup_epochs=0, log_every_steps=4,
                          output_layer="sngp", sngp_random_features=32)

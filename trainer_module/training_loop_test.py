@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, learnable_images
 from trainer_module.config import TrainerConfig
 from trainer_module.training_loop import (Training, WarmUpPiecewiseConstantSchedule, fit,
                                   jensen_shannon, learning_rate_schedule, make_optimizer)
@@ -47,11 +47,7 @@ def _fit(config, images, views, labels, tmp_path):
 
 
 def test_training_fits_a_learnable_problem(tmp_path):
-  rng = np.random.default_rng(0)
-  labels = rng.integers(0, 2, 128)
-  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
-  images[labels == 1, :, :, 0] += 1.0  # Class 1 is redder.
-  no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
+  images, no_views, labels = learnable_images()
   config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8)
@@ -63,11 +59,7 @@ def test_training_fits_a_learnable_problem(tmp_path):
 
 
 def test_a_spectrally_normalised_model_learns_and_resumes_with_its_power_iteration(tmp_path):
-  rng = np.random.default_rng(0)
-  labels = rng.integers(0, 2, 128)
-  images = rng.normal(size=(128, 32, 32, 3)).astype(np.float32) * 0.1
-  images[labels == 1, :, :, 0] += 1.0
-  no_views = np.zeros((128, 0, 32, 32, 3), np.float32)
+  images, no_views, labels = learnable_images()
   config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8, spectral_norm_bound=3.0)
