@@ -4,8 +4,9 @@ From a run's output directory (the model the run evaluated, its transform graph 
 and EvaluationSetGen's clean test and corrupted test images) it computes the model's logits once
 and then, for each way of choosing T (`trainer_module/calibration/`, never reimplemented
 here), the clean test accuracy / NLL / ECE, cA / cNLL / cECE over the corrupted set's
-corruption x severity slices (slice means), and the NLL / ECE of the validation shift (the eval
-images under the 4 validation corruptions, as the Trainer makes them; slice means):
+corruption x severity slices (slice means), the NLL / ECE of the validation shift (the eval
+images under the 4 validation corruptions, as the Trainer makes them; slice means) and each
+corruption family's confidence minus accuracy (the mean over its slices):
 - `validation_corruptions` (the default fit), raw softmax (T = 1), `clean_and_augmix`, `clean`,
   and the validation slices pooled into one (the first version of the default fit);
 - the two temperature_fits that depend on how far an input is from the training data: the
@@ -49,6 +50,7 @@ from trainer_module.calibration import (  # noqa: E402
     clean_and_augmix, distance_curve, distances, inputs, maths, model_outputs, record, registry)
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 from trainer_module.metrics import confidence_bins, ece_floor  # noqa: E402
+from trainer_module.reference_corruptions import FAMILIES, FAMILY_OF  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
 CEILING_DISTANCE_BINS = 20  # Equal-count bins of the corrupted set's distance scores.
@@ -58,7 +60,8 @@ COLUMNS = (("clean test acc.", "test_accuracy", 4), ("clean test NLL", "test_nll
            ("clean test ECE", "test_ece", 4), ("cA", "cA", 3), ("cNLL", "cNLL", 3),
            ("cECE", "cECE", 3), ("cECE floor", "cECE_floor", 3),
            ("validation shift NLL", "validation_nll", 3),
-           ("validation shift ECE", "validation_ece", 3))
+           ("validation shift ECE", "validation_ece", 3)) + tuple(
+               (family, f"gap_{family}", 3) for family in FAMILIES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +86,20 @@ def _slice_accuracy(labelled: LabelledSet) -> float:
   correct = labelled.values.argmax(axis=1) == labelled.labels
   return float(np.mean([correct[labelled.slices == name].mean()
                         for name in np.unique(labelled.slices)]))
+
+
+def family_gaps(labelled: LabelledSet) -> Dict[str, float]:
+  """Per corruption family, the mean over its slices of mean confidence minus accuracy (> 0:
+  over-confident), as the run report shows it; nan for a family with no slice."""
+  logits = np.asarray(labelled.values, np.float64)
+  gap = np.exp(maths.log_softmax(logits).max(axis=1)) - (logits.argmax(axis=1) == labelled.labels)
+  by_family = {family: [] for family in FAMILIES}
+  for name in np.unique(labelled.slices):
+    family = FAMILY_OF.get(str(name).rsplit("_", 1)[0])
+    if family is not None:
+      by_family[family].append(gap[labelled.slices == name].mean())
+  return {f"gap_{family}": float(np.mean(gaps)) if gaps else float("nan")
+          for family, gaps in by_family.items()}
 
 
 def calibrated_ece_floor(labelled: LabelledSet, num_bins: int) -> float:
@@ -117,7 +134,7 @@ def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],
           "test_ece": maths.ece(test.values, test.labels, 1.0, num_bins),
           "cA": _slice_accuracy(corrupted), "cNLL": c_nll, "cECE": c_ece,
           "cECE_floor": calibrated_ece_floor(corrupted, num_bins),
-          "validation_nll": v_nll, "validation_ece": v_ece}
+          "validation_nll": v_nll, "validation_ece": v_ece, **family_gaps(corrupted)}
 
 
 def table(rows: Sequence[Tuple[str, str, Dict[str, float]]]) -> str:

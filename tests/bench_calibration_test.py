@@ -42,7 +42,7 @@ def test_row_metrics_are_the_temperature_modules_metrics_of_the_scaled_logits():
       sets.corrupted.values, sets.corrupted.labels, sets.corrupted.slices, 0.7), abs=1e-6)
   per_example = {name: np.full(len(getattr(sets, name).labels), 0.7)
                  for name in ("test", "corrupted", "validation")}
-  assert calibration.row_metrics(sets, per_example, 15) == pytest.approx(metrics)
+  assert calibration.row_metrics(sets, per_example, 15) == pytest.approx(metrics, nan_ok=True)
   corrupted_accuracy = np.mean([np.mean(sets.corrupted.values[i:i + 100].argmax(axis=1) ==
                                         sets.corrupted.labels[i:i + 100])
                                 for i in (0, 100, 200)])
@@ -83,7 +83,8 @@ def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_inpu
       sets.validation.labels, sets.validation.slices, scores["validation"], 15)
   assert curve.slope > 0 and curve.temperatures(np.zeros(1))[0] < 1
   assert metrics == pytest.approx(calibration.row_metrics(
-      sets, {n: curve.temperatures(scores[n]) for n in ("test", "corrupted", "validation")}, 15))
+      sets, {n: curve.temperatures(scores[n]) for n in ("test", "corrupted", "validation")}, 15),
+      nan_ok=True)
   raw = calibration.row_metrics(sets, {n: 1.0 for n in ("test", "corrupted", "validation")}, 15)
   assert metrics["test_nll"] < raw["test_nll"] and metrics["cNLL"] < raw["cNLL"]
 
@@ -135,3 +136,19 @@ def test_the_ece_floor_is_what_a_calibrated_model_measures_and_shrinks_with_the_
   measured = maths.slice_means(small.values, small.labels, small.slices)[1]
   assert 0.04 < floor_small < 0.15 and measured == pytest.approx(floor_small, rel=0.25)
   assert calibration.calibrated_ece_floor(large, 15) < 0.45 * floor_small
+
+
+def test_a_familys_gap_is_the_mean_over_its_slices_of_confidence_minus_accuracy():
+  # Snow at severities 1 (two images) and 5 (three): weather; contrast 2: digital; no noise or
+  # blur slice. The slices differ in size, so a mean over images would differ.
+  logits = np.log(np.array([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.2, 0.8],
+                            [0.8, 0.2], [0.8, 0.2]]))
+  labels = np.array([0, 1, 0, 1, 0, 1, 1])
+  slices = np.array(["snow_1", "snow_1", "snow_5", "snow_5", "snow_5", "contrast_2",
+                     "contrast_2"])
+  gaps = calibration.family_gaps(_labelled(logits, labels, slices))
+  snow_1 = (0.9 + 0.9) / 2 - 1 / 2  # Confident on both, right on one.
+  snow_5 = (0.6 + 0.7 + 0.8) / 3 - 2 / 3
+  assert gaps["gap_weather"] == pytest.approx((snow_1 + snow_5) / 2)
+  assert gaps["gap_digital"] == pytest.approx(0.8 - 0.0)
+  assert np.isnan(gaps["gap_noise"]) and np.isnan(gaps["gap_blur"])
