@@ -48,6 +48,10 @@ class ModelConfig:
   # distances meaningful; UB's SNGP bounds each convolution by 6, DDU by 3, the pipeline
   # presets by 0.25 (configs/shared.py PIPELINE_MODEL).
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
+  # Each image standardised to zero mean and unit variance over its pixels before the first
+  # convolution (model.py PerImageStandardization), so a global change of brightness or
+  # contrast moves no feature. docs/robustness.md, "Per-image standardisation".
+  per_image_standardization: bool = False  # Standardise each input image (True) or not.
   # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
   # (sngp.py), served as mean-field logits / sqrt(1 + factor * variance). Why the defaults
   # differ from UB's (1024 features, length-scale^2 2, factor 25): docs/robustness.md.

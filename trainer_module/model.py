@@ -84,6 +84,19 @@ class SpectralNormConv2D(keras.layers.Conv2D):
     return {**super().get_config(), "norm_bound": self.norm_bound}
 
 
+@keras.saving.register_keras_serializable(package="trainer_module")
+class PerImageStandardization(keras.layers.Layer):
+  """(x - mean) / max(std, 1 / sqrt(N)) over each image's N values, as
+  tf.image.per_image_standardization; float32 under every policy."""
+
+  def __init__(self, **kwargs):
+    kwargs["dtype"] = "float32"
+    super().__init__(**kwargs)
+
+  def call(self, inputs):
+    return tf.image.per_image_standardization(tf.cast(inputs, tf.float32))
+
+
 def _conv(filters, kernel_size, strides, l2, name, norm_bound=0.0):
   """A bias-free convolution; with norm_bound > 0, spectrally normalised to that bound."""
   layer, extra = ((SpectralNormConv2D, {"norm_bound": norm_bound}) if norm_bound > 0
@@ -157,7 +170,9 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
   bn_l2 = config.model.group_l2("bn_l2")
   inputs = keras.Input(shape=input_shape, name="image")
   norm_bound = config.model.spectral_norm_bound
-  x = _conv(16, 3, 1, config.model.group_l2("input_conv_l2"), "input_conv", norm_bound)(inputs)
+  x = (PerImageStandardization(name="per_image_standardization")(inputs)
+       if config.model.per_image_standardization else inputs)
+  x = _conv(16, 3, 1, config.model.group_l2("input_conv_l2"), "input_conv", norm_bound)(x)
   for group, (base_filters, strides) in enumerate([(16, 1), (32, 2), (64, 2)], start=1):
     conv_l2 = config.model.group_l2(f"group_{group}_conv_l2")
     filters = base_filters * config.model.width_multiplier

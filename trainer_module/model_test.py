@@ -217,3 +217,28 @@ def test_a_spectrally_normalised_model_trains_in_mixed_bfloat16_and_reloads_from
   assert loaded.get_layer(conv.name).norm_bound == 1.0
   np.testing.assert_allclose(loaded(images, training=False), model(images, training=False),
                              rtol=2e-2, atol=2e-2)
+
+
+def test_per_image_standardisation_makes_the_logits_blind_to_global_brightness_and_contrast(
+    tmp_path):
+  images = tf.random.stateless_normal([3, 32, 32, 3], seed=[5, 6])
+  shifted = 0.4 * images + 1.5  # Less contrast, brighter.
+  plain = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
+  assert not np.allclose(plain(images, training=False), plain(shifted, training=False),
+                         atol=1e-3)
+  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1,
+                                              per_image_standardization=True))
+  np.testing.assert_allclose(model(shifted, training=False), model(images, training=False),
+                             rtol=1e-4, atol=1e-4)
+  # A blank image (zero variance) gives finite logits: its std is floored at 1 / sqrt(N).
+  assert np.all(np.isfinite(model(tf.fill([1, 32, 32, 3], 0.7), training=False)))
+  model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
+  loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
+  np.testing.assert_allclose(loaded(shifted, training=False), model(images, training=False),
+                             rtol=1e-4, atol=1e-4)
+
+
+def test_per_image_standardisation_is_off_by_default():
+  assert not TrainerConfig().model.per_image_standardization
+  assert "per_image_standardization" not in [
+      layer.name for layer in wide_resnet(TrainerConfig().replace(depth=10)).layers]
