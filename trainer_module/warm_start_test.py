@@ -109,6 +109,32 @@ def test_spectral_normalisation_can_be_turned_on_or_off_across_a_warm_start(tmp_
     np.testing.assert_array_equal(value, normalised_saved[name], err_msg=name)
 
 
+def test_an_sngp_head_is_excluded_whole_and_restored_whole(tmp_path):
+  """`head` leaves every variable of the GP layer fresh (its random features, its precision),
+  so a dense body starts an SNGP model; from an SNGP source with nothing excluded the random
+  features come too, without which its trained output weights would mean nothing."""
+  source, saved = _trained(tmp_path)
+  model = wide_resnet(TrainerConfig().replace(**TINY, output_layer="sngp"))
+  fresh = {name: value for name, value in _values(model).items() if name.startswith("logits/")}
+  record = warm_start.warm_start(model, source, exclude=("head",))
+  assert sorted(record["excluded_variables"]) == sorted(fresh) == [
+      "logits/bias", "logits/input_norm_offset", "logits/input_norm_scale", "logits/kernel",
+      "logits/precision", "logits/random_phase", "logits/random_projection"]
+  restored = _values(model)
+  for name, value in fresh.items():
+    np.testing.assert_array_equal(restored[name], value, err_msg=name)
+  for name, value in saved.items():
+    if not name.startswith("logits/"):
+      np.testing.assert_array_equal(restored[name], value, err_msg=name)
+
+  sngp_source, sngp_saved = _trained(tmp_path / "sngp", output_layer="sngp")
+  model = wide_resnet(TrainerConfig().replace(**TINY, output_layer="sngp"))
+  record = warm_start.warm_start(model, sngp_source, exclude=())
+  assert record["restored_variables"] == len(sngp_saved) and record["excluded_variables"] == []
+  for name, value in _values(model).items():
+    np.testing.assert_array_equal(value, sngp_saved[name], err_msg=name)
+
+
 def test_variables_are_matched_by_layer_name_not_by_checkpoint_position(tmp_path):
   """The source has an extra layer before the head: every checkpoint key after it moves
   (layer_with_weights-N), the names do not."""
