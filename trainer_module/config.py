@@ -50,7 +50,7 @@ class ModelConfig:
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
   # Each image standardised to zero mean and unit variance over its pixels before the first
   # convolution (model.py PerImageStandardization), so a global change of brightness or
-  # contrast moves no feature. docs/robustness.md, "Per-image standardisation".
+  # contrast moves no feature. Measured, not the default: docs/robustness.md, issue 36.
   per_image_standardization: bool = False  # Standardise each input image (True) or not.
   # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
   # (sngp.py), served as mean-field logits / sqrt(1 + factor * variance). Why the defaults
