@@ -18,6 +18,11 @@ def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
   assert config.trainer.augmentation.augmix  # The pipeline's AugMix is on in every preset.
   # So are spectrally normalised convolutions.
   assert config.trainer.model.spectral_norm_bound == PIPELINE_MODEL["spectral_norm_bound"] > 0
+  # And SNGP's output layer over them, at the width its kernel scale was chosen for (the
+  # digits' WRN-16-2); the WRN-28-10 presets keep the dense head.
+  assert PIPELINE_MODEL["output_layer"] == "sngp"
+  expected = "dense" if config.trainer.model.depth == 28 else "sngp"
+  assert config.trainer.model.output_layer == expected
 
 
 def test_without_config_the_local_digits_preset_is_used():

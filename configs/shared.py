@@ -13,5 +13,8 @@ PIPELINE_CALIBRATION = {"temperature_fit": "distance_curve"}
 # Spectrally normalised convolutions in every pipeline preset (DDU, Mukhoti et al. 2023), whose
 # feature distances the calibration reads: on the default model every bound tried beat the
 # plain network on the validation shift, and the tightest most (docs/robustness.md,
-# "Distance-preserving features"). The standalone trainer keeps UB's plain network.
-PIPELINE_MODEL = {"spectral_norm_bound": 0.25}
+# "Distance-preserving features"). Over them SNGP's Gaussian-process output layer: the mean
+# over seeds 42, 1 and 2 of the calibrated validation-shift NLL, the rule the bound was chosen
+# by, is 0.164 with it and 0.206 with a dense head, and it is the one head whose default passes
+# the gate on all three ("An SNGP output layer"). The standalone trainer keeps UB's plain network.
+PIPELINE_MODEL = {"spectral_norm_bound": 0.25, "output_layer": "sngp"}

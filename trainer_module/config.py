@@ -55,7 +55,7 @@ class ModelConfig:
   # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
   # (sngp.py), served as mean-field logits / sqrt(1 + factor * variance). Why the defaults
   # differ from UB's (1024 features, length-scale^2 2, factor 25): docs/robustness.md.
-  output_layer: str = "dense"  # dense or sngp.
+  output_layer: str = "dense"  # dense or sngp (the pipeline presets': configs/shared.py).
   sngp_random_features: int = 128  # Random Fourier features of the GP.
   sngp_kernel_scale: float = 128.0  # The RBF kernel's squared length-scale.
   sngp_ridge_penalty: float = 1.0  # Ridge of the Laplace precision (the prior's).
