@@ -50,7 +50,7 @@ from trainer_module.calibration import (  # noqa: E402
     clean_and_augmix, distance_curve, distances, inputs, maths, model_outputs, record, registry)
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 from trainer_module.metrics import confidence_bins, ece_floor  # noqa: E402
-from trainer_module.reference_corruptions import FAMILIES, FAMILY_OF  # noqa: E402
+from trainer_module.reference_corruptions import FAMILIES, family_of_slice  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
 CEILING_DISTANCE_BINS = 20  # Equal-count bins of the corrupted set's distance scores.
@@ -95,7 +95,7 @@ def family_gaps(labelled: LabelledSet) -> Dict[str, float]:
   gap = np.exp(maths.log_softmax(logits).max(axis=1)) - (logits.argmax(axis=1) == labelled.labels)
   by_family = {family: [] for family in FAMILIES}
   for name in np.unique(labelled.slices):
-    family = FAMILY_OF.get(str(name).rsplit("_", 1)[0])
+    family = family_of_slice(name)
     if family is not None:
       by_family[family].append(gap[labelled.slices == name].mean())
   return {f"gap_{family}": float(np.mean(gaps)) if gaps else float("nan")

@@ -264,8 +264,7 @@ def candidate_distance_scores(model_dir: str, evaluation_set_uri: str,
   scores = np.concatenate([serve(images=tf.constant(pngs[start:start + 256]))[
       DISTANCE_SCORE_KEY].numpy() for start in range(0, len(pngs), 256)])
   groups = {"clean test": scores[examples.eval_sets[keep] == evaluation_set.TEST]}
-  families = np.array([corruptions.FAMILY_OF.get(name.rsplit("_", 1)[0], "")
-                       for name in examples.slices[keep]])
+  families = np.array([corruptions.family_of_slice(name) or "" for name in examples.slices[keep]])
   for family in corruptions.FAMILIES:
     if np.any(families == family):
       groups[f"corrupted test: {family}"] = scores[families == family]

@@ -41,6 +41,11 @@ ALL_CORRUPTIONS = BENCHMARK_CORRUPTIONS + EXTRA_CORRUPTIONS
 FAMILY_OF = {name: family for table in (FAMILIES, EXTRA_FAMILIES)
              for family, names in table.items() for name in names}
 
+
+def family_of_slice(slice_name: str) -> Optional[str]:
+  """The family of a corruption_severity slice name ("snow_5": weather); None for any other."""
+  return FAMILY_OF.get(str(slice_name).rsplit("_", 1)[0])
+
 _TFDS_NAMES = {"frosted_glass_blur": "glass_blur", "elastic": "elastic_transform"}
 _FULL_SIZE = 224  # The image side that frost, snow and motion blur are written for.
 _AT_FULL_SIZE = ("frost", "snow", "motion_blur")

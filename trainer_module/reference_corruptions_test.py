@@ -187,3 +187,10 @@ def test_the_texture_dir_of_a_killed_process_is_removed_by_the_next_and_a_live_o
   finally:
     alive.kill()
     alive.wait()
+
+
+def test_a_slice_name_gives_its_corruptions_family_and_anything_else_none():
+  assert corruptions.family_of_slice("snow_5") == "weather"
+  assert corruptions.family_of_slice("jpeg_compression_1") == "digital"
+  assert corruptions.family_of_slice("speckle_noise_3") == "noise"  # A validation corruption.
+  assert corruptions.family_of_slice("clean") is None
