@@ -307,7 +307,7 @@ class PipelineConfig:
     fit = trainer.calibration.temperature_fit
     if calibration_methods.get(fit).needs_validation_corruptions:
       tuning = [name for name in self.evaluation.corruptions
-                if name in reference_corruptions.EXTRA_CORRUPTIONS]
+                if name in reference_corruptions.VALIDATION_CORRUPTIONS]
       require(not tuning, "corruptions", ",".join(self.evaluation.corruptions),
               f"{tuning} choose the temperature (temperature_fit={fit}), so "
               "they cannot also be evaluated; leave them out or pick another temperature_fit")

@@ -168,6 +168,9 @@ def test_the_validation_corruptions_that_choose_the_temperature_are_never_evalua
     from_flags(["--corruptions=contrast,spatter", "--temperature_fit=in_support"])
   with pytest.raises(ValueError, match=r"\(temperature_fit=distance_curve\)"):
     from_flags(["--corruptions=contrast,spatter"])
+  # The project's own validation corruption is in no robustness set, whatever the fit.
+  with pytest.raises(ValueError, match=r"\['uneven_illumination'\] unknown"):
+    from_flags(["--corruptions=contrast,uneven_illumination", "--temperature_fit=clean"])
 
 
 def test_corruptions_that_cannot_run_here_are_refused_naming_what_is_missing(monkeypatch):

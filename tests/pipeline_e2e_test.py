@@ -17,6 +17,7 @@ from testing.graph_ops import augmix_or_random_ops, reachable_op_types
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from testing.tiny_config import SMALL_MODEL
 from trainer_module.distribution import resolve_precision
+from trainer_module.reference_corruptions import VALIDATION_CORRUPTIONS
 from trainer_module.export import PRECISION_FILE, read_record
 from trainer_module.calibration.record import read_calibration_info
 
@@ -96,12 +97,12 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
   # The preset's distance_curve: a T per input that never falls with its feature distance,
-  # fitted on clean eval images and on eval images under the 4 validation corruptions x 5
+  # fitted on clean eval images and on eval images under the 5 validation corruptions x 5
   # severities, where it is no worse calibrated than the raw softmax.
   assert calibration["temperature_fit"] == "distance_curve"
   assert calibration["distance_curve"]["slope"] >= 0
   assert len(calibration["eval_distance_scores"]) == calibration["eval_examples"]
-  assert calibration["validation_examples"] == 4 * 5 * 10
+  assert calibration["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 10
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
   precision = read_record(os.path.join(config.runner.serving_model_dir, versions[0]),

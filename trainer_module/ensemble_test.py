@@ -20,6 +20,7 @@ from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_
                                    read_record)
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
 from trainer_module.model import wide_resnet
+from trainer_module.reference_corruptions import VALIDATION_CORRUPTIONS
 
 
 def _two_class(p_true):
@@ -151,7 +152,7 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
                              sharpened / sharpened.sum(axis=1, keepdims=True), atol=1e-5)
   # Fitted as a single model's: never worse than the raw mean under the validation corruptions.
   assert calibration["temperature_fit"] == "validation_corruptions"
-  assert calibration["validation_examples"] == 4 * 5 * 2
+  assert calibration["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 2
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert read_record(export_dir, ENSEMBLE_FILE)["picks"] == record["picks"]
 

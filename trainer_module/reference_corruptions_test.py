@@ -1,4 +1,5 @@
-"""tfds' reference corruptions on 32x32x3 uint8 images: all 19 run, deterministic per key."""
+"""tfds' reference corruptions and the project's own validation one on 32x32x3 uint8 images: all
+20 run, deterministic per key."""
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ def images():
   return np.concatenate([digits, colour])  # Grey digits (as RGB) and a colour image.
 
 
-@pytest.mark.parametrize("name", corruptions.ALL_CORRUPTIONS)
+@pytest.mark.parametrize("name", tuple(corruptions.FAMILY_OF))
 def test_each_corruption_runs_on_32x32_rgb_and_is_deterministic_per_key(name, images):
   for severity in corruptions.SEVERITIES:
     for index, image in enumerate(images):
@@ -64,10 +65,40 @@ def test_the_15_benchmark_corruptions_in_four_families_and_the_extra_four():
   assert set(corruptions.EXTRA_CORRUPTIONS) == set(cifar10_corrupted.EXTRA_CORRUPTIONS)
 
 
+def test_the_validation_shift_is_the_extra_four_and_uneven_illumination_never_a_benchmark_one():
+  assert corruptions.VALIDATION_CORRUPTIONS == corruptions.EXTRA_CORRUPTIONS + (
+      "uneven_illumination",)
+  assert not set(corruptions.VALIDATION_CORRUPTIONS) & set(corruptions.BENCHMARK_CORRUPTIONS)
+  assert "uneven_illumination" not in corruptions.ALL_CORRUPTIONS  # No robustness set holds it.
+  assert corruptions.family_of_slice("uneven_illumination_3") == "weather"
+
+
+def test_saturate_leaves_grey_digits_alone_where_uneven_illumination_lifts_them(images):
+  """Why the validation shift needs a corruption of its own on grey data."""
+  digit = images[0]
+  for severity in (1, 2, 3):
+    np.testing.assert_array_equal(corruptions.corrupt(digit, "saturate", severity, "k"), digit)
+  lifts = [corruptions.corrupt(digit, "uneven_illumination", severity, "k").astype(float).mean()
+           - digit.mean() for severity in corruptions.SEVERITIES]
+  assert lifts[0] > 20 and all(later > earlier for earlier, later in zip(lifts, lifts[1:]))
+
+
+def test_uneven_illumination_ramps_from_nothing_to_its_lift_in_a_direction_set_by_the_key():
+  black = np.zeros((32, 32, 3), np.uint8)
+  lit = [corruptions.corrupt(black, "uneven_illumination", 5, f"k{index}") for index in range(4)]
+  for output in lit:
+    assert output.min() == 0  # The dark edge gets nothing.
+    assert output.max() == round(0.6 * 255)  # The lit edge the severity's lift.
+    np.testing.assert_array_equal(output[..., 0], output[..., 2])  # White light: grey stays grey.
+  assert len({output.tobytes() for output in lit}) == 4  # Each key its own direction.
+  white = np.full((32, 32, 3), 255, np.uint8)
+  np.testing.assert_array_equal(corruptions.corrupt(white, "uneven_illumination", 5, "k"), white)
+
+
 def test_augmix_operations_and_the_evaluation_corruptions_are_disjoint():
   """No leakage: the paper leaves out of AugMix every operation that overlaps a corruption."""
   overlapping = {"contrast", "color", "brightness", "sharpness", "saturate"}
-  evaluation = set(corruptions.ALL_CORRUPTIONS)
+  evaluation = set(corruptions.FAMILY_OF)
   assert not set(augmix.OPERATIONS) & evaluation
   assert not set(augmix.OPERATIONS) & overlapping
   assert evaluation & overlapping  # The evaluation set is what those operations would leak.

@@ -80,7 +80,7 @@ def test_distance_curve_is_drawn_back_until_the_validation_shift_is_no_worse_tha
 
 def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corruptions_only(
     monkeypatch):
-  """No leakage: the only corrupted images that reach the fit are eval images under the four
+  """No leakage: the only corrupted images that reach the fit are eval images under the
   validation corruptions (never a benchmark corruption), and the pipeline transforms only the
   train and eval splits for the Trainer, so no test image can reach it either."""
   requested = []
@@ -103,7 +103,7 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
   assert requested and set(requested) == set(VALIDATION_CORRUPTIONS)
   assert not set(requested) & set(reference_corruptions.BENCHMARK_CORRUPTIONS)
   assert info["temperature_fit"] == "distance_curve"
-  assert info["validation_examples"] == 4 * 5 * 3 == len(info["validation_distance_scores"])
+  assert info["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 3 == len(info["validation_distance_scores"])
   assert len(info["eval_distance_scores"]) == info["eval_examples"] == 12
   assert info["validation_nll_after"] <= info["validation_nll_before"]
   assert info["validation_ece_after"] <= info["validation_ece_before"]

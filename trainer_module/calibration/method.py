@@ -14,8 +14,9 @@ from trainer_module.calibration import distances, maths
 log = logging.getLogger(__name__)
 # Set apart for validation by Hendrycks & Dietterich (hendrycks/robustness,
 # ImageNet-C/imagenet_c/README.md: "the last four are validation functions"); tfds ships them as
-# cifar10_corrupted's 4 extra corruptions. Disjoint from the 15 the gate and report evaluate.
-VALIDATION_CORRUPTIONS = reference_corruptions.EXTRA_CORRUPTIONS
+# cifar10_corrupted's 4 extra corruptions; with them the project's uneven illumination
+# (reference_corruptions.OWN_CORRUPTIONS). Disjoint from the 15 the gate and report evaluate.
+VALIDATION_CORRUPTIONS = reference_corruptions.VALIDATION_CORRUPTIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +136,7 @@ class Shifted(NamedTuple):
 
 
 class UnderValidationShift(CalibrationMethod):
-  """A method that bounds T by the eval images under the four validation corruptions (never an
+  """A method that bounds T by the eval images under the validation corruptions (never an
   evaluated one) and records the shift's NLL and ECE before and after."""
   needs_validation_corruptions = True
 
