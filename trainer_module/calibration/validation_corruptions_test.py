@@ -6,7 +6,7 @@ import tf_keras as keras
 from testing.calibration_data import normalised_batches
 from trainer_module.calibration import maths, model_outputs, registry
 from trainer_module.calibration.inputs import validation_corrupted_set
-from trainer_module.calibration.method import HeldOut
+from trainer_module.calibration.method import VALIDATION_CORRUPTIONS, HeldOut
 
 
 def test_calibrate_with_validation_corruptions_records_the_shift_before_and_after():
@@ -20,7 +20,7 @@ def test_calibrate_with_validation_corruptions_records_the_shift_before_and_afte
   info = registry.get("validation_corruptions").fit(model, HeldOut(batches, corrupted))
   shifted_logits, shifted_labels = model_outputs.model_logits(model, corrupted.batches)
   assert info["temperature_fit"] == "validation_corruptions"
-  assert info["validation_examples"] == 3 * 20
+  assert info["validation_examples"] == 3 * len(VALIDATION_CORRUPTIONS) * 5
   assert info["temperature"] == maths.select_temperature_under_shift(
       model(images).numpy(), labels, shifted_logits, shifted_labels, corrupted.slices)
   assert info["validation_nll_after"] <= info["validation_nll_before"]
