@@ -17,8 +17,8 @@ from testing.graph_ops import augmix_or_random_ops, reachable_op_types
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from testing.tiny_config import SMALL_MODEL
 from trainer_module.distribution import resolve_precision
-from trainer_module.reference_corruptions import VALIDATION_CORRUPTIONS
 from trainer_module.export import PRECISION_FILE, read_record
+from trainer_module.reference_corruptions import VALIDATION_CORRUPTIONS
 from trainer_module.calibration.record import read_calibration_info
 
 pytestmark = pytest.mark.e2e  # Local pipeline runs.

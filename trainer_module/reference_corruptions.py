@@ -50,8 +50,8 @@ VALIDATION_CORRUPTIONS = EXTRA_CORRUPTIONS + OWN_CORRUPTIONS
 ALL_CORRUPTIONS = BENCHMARK_CORRUPTIONS + EXTRA_CORRUPTIONS
 FAMILY_OF = {name: family for table in (FAMILIES, EXTRA_FAMILIES, OWN_FAMILIES)
              for family, names in table.items() for name in names}
-# The lift at the lit edge, as a fraction of white, by severity: the mean lift (half of it) runs
-# below tfds' brightness (0.1-0.5 everywhere), the brightest edge above it.
+# The lift at the lit edge, as a fraction of white, by severity: the mean lift (half of it) is at
+# most tfds' brightness lift (0.1-0.5 on every pixel), the lit edge's above it.
 _ILLUMINATION_LIFT = (0.2, 0.3, 0.4, 0.5, 0.6)
 
 

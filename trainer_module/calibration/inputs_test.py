@@ -54,7 +54,8 @@ def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_a
       (images[::-1], labels[::-1], weights[::-1])).batch(4)
   again, _ = validation_corrupted_set(reversed_batches, mean, std, 2, 8)
   assert list(slices[:4]) == ["speckle_noise_1"] * 2 + ["speckle_noise_2"] * 2
-  assert len(set(slices)) == len(VALIDATION_CORRUPTIONS) * 5 and all(list(slices).count(name) == 2 for name in set(slices))
+  assert len(set(slices)) == len(VALIDATION_CORRUPTIONS) * 5
+  assert all(list(slices).count(name) == 2 for name in set(slices))
   first_images = np.concatenate([b[0].numpy() for b in corrupted])
   first_labels = np.concatenate([b[1].numpy() for b in corrupted])
   assert len(first_labels) == 2 * len(VALIDATION_CORRUPTIONS) * 5
