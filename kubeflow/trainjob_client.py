@@ -169,18 +169,35 @@ def run_to_completion(job_client: TrainJobClient, manifest: dict,
   """Creates (or attaches to) the TrainJob and waits for it; SIGTERM (a cancelled run stops
   the launcher pod) deletes it first."""
   name = manifest["metadata"]["name"]
-  if install_cancel_handler and threading.current_thread() is threading.main_thread():
-    previous = signal.getsignal(signal.SIGTERM)
+  if not (install_cancel_handler and threading.current_thread() is threading.main_thread()):
+    job_client.create_or_attach(manifest)
+    return job_client.wait(name)
 
-    def cancel(signum, frame):
-      log.warning("Cancelled: deleting TrainJob %s/%s.", job_client.namespace, name)
+  def cancel(signum, frame):
+    log.warning("Cancelled: deleting TrainJob %s/%s.", job_client.namespace, name)
+    try:
       job_client.delete(name)
-      signal.signal(signal.SIGTERM, previous)
-      sys.exit(128 + signum)
+    except Exception:  # pylint: disable=broad-except
+      log.exception("Could not delete TrainJob %s/%s: delete it by hand.", job_client.namespace,
+                    name)
+    _exit_at_once(128 + signum)
 
-    signal.signal(signal.SIGTERM, cancel)
-  job_client.create_or_attach(manifest)
-  return job_client.wait(name)
+  previous = signal.signal(signal.SIGTERM, cancel)
+  try:
+    job_client.create_or_attach(manifest)
+    return job_client.wait(name)
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_at_once(code: int) -> None:
+  """Ends the process from a signal handler. Not sys.exit: a handler can run inside a finaliser
+  (an HTTP response's `__del__`), which swallows SystemExit, and the wait then went on against
+  the TrainJob just deleted."""
+  logging.shutdown()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)  # pylint: disable=protected-access
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -154,3 +154,44 @@ def test_a_cancelled_run_deletes_the_trainjob(api, tmp_path):
   assert [e[2] for e in api.events] == ["ADDED", "DELETED"], output
   assert not api.objects
   assert "Cancelled: deleting TrainJob" in output
+
+
+LAUNCHER_CANCELLED_IN_A_FINALISER = """
+import signal
+from kubeflow import trainjob_client
+
+class Response:  # Like an HTTP response whose __del__ closes it: the signal lands in there.
+  def __del__(self):
+    signal.raise_signal(signal.SIGTERM)
+
+class JobClient:
+  namespace = "team-a"
+  def create_or_attach(self, manifest):
+    pass
+  def delete(self, name):
+    print("deleted", name, flush=True)
+  def wait(self, name):
+    Response()
+    print("went on waiting", flush=True)
+    return {}
+
+trainjob_client.run_to_completion(JobClient(), {"metadata": {"name": "tfx-trainer-x"}})
+"""
+
+
+def test_a_cancel_that_lands_in_a_finaliser_still_ends_the_launcher():
+  """A finaliser swallows exceptions (SystemExit too): the launcher must still stop waiting."""
+  result = subprocess.run([sys.executable, "-c", LAUNCHER_CANCELLED_IN_A_FINALISER], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,
+                          timeout=60)
+  assert result.returncode == 128 + signal.SIGTERM, result.stdout + result.stderr
+  assert result.stdout.splitlines() == ["deleted tfx-trainer-x"]
+
+
+def test_the_cancel_handler_is_removed_once_the_trainjob_has_ended(api):
+  job = manifest()
+  when_created(api, job["metadata"]["name"], lambda: api.set_status(
+      trainjob.PLURAL, NAMESPACE, job["metadata"]["name"], condition("Complete")))
+  before = signal.getsignal(signal.SIGTERM)
+  run_to_completion(job_client(api), job)
+  assert signal.getsignal(signal.SIGTERM) is before
