@@ -3,7 +3,8 @@ import io
 import os
 import struct
 import zlib
-from typing import Callable, Optional
+from types import MappingProxyType
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -18,18 +19,20 @@ def png_of_shape(shape) -> bytes:
   return buffer.getvalue()
 
 
-def write_digits_tfrecord_dir(path: str, per_split_limit: Optional[int] = None,
-                              corrupt: Optional[Callable[[tf.train.Example], None]] = None) -> str:
-  """Digits as uncompressed TFRecords; `corrupt` edits one train example in place."""
+def write_digits_tfrecord_dir(
+    path: str, per_split_limit: Optional[int] = None,
+    corrupt: Mapping[int, Callable[[tf.train.Example], None]] = MappingProxyType({})) -> str:
+  """Digits as uncompressed TFRecords; corrupt[i] edits train example i in place, after giving
+  it the key `bad-{i}`."""
   for split in image_sources.SPLITS:
     os.makedirs(os.path.join(path, split), exist_ok=True)
     records = list(image_sources.digits_records(split, 0.15, 0.15))[:per_split_limit]
     with tf.io.TFRecordWriter(os.path.join(path, split, "digits.tfrecord")) as writer:
       for index, (key, png, label) in enumerate(records):
         example = image_sources.make_example(key, png, label)
-        if corrupt is not None and split == "train" and index == 7:
-          example.features.feature["key"].bytes_list.value[:] = [b"bad-example"]
-          corrupt(example)
+        if split == "train" and index in corrupt:
+          example.features.feature["key"].bytes_list.value[:] = [f"bad-{index}".encode()]
+          corrupt[index](example)
         writer.write(example.SerializeToString())
   return path
 
