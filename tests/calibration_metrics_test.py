@@ -208,7 +208,13 @@ def _save(model, model_dir):
   return model_dir
 
 
-def _evaluate(work, config, candidate_dir, baseline_dir=None):
+# The metrics are computed in two worker processes, their partial results merged as on a Beam
+# cluster; the gate's decisions on the metrics need no second process.
+TWO_WORKER_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+IN_MEMORY = ["--direct_running_mode=in_memory"]
+
+
+def _evaluate(work, config, candidate_dir, baseline_dir=None, beam_args=IN_MEMORY):
   """TFMA as TFX's Evaluator runs it: change bounds only with a baseline."""
   eval_config = tfma.utils.update_eval_config_with_defaults(
       evaluation.eval_config(config), has_baseline=baseline_dir is not None, rubber_stamp=True)
@@ -216,8 +222,7 @@ def _evaluate(work, config, candidate_dir, baseline_dir=None):
                                            eval_config=eval_config, model_name=spec.name)
             for spec in eval_config.model_specs]
   output = str(work / "evaluation")
-  with beam.Pipeline(options=PipelineOptions(["--direct_running_mode=multi_processing",
-                                              "--direct_num_workers=2"])) as pipeline:
+  with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
     _ = (pipeline  # Read as TFX's Evaluator reads examples without a schema.
          | tfxio.TFExampleRecord(str(work / "data.tfrecord"),
                                  raw_record_column_name=tfma.ARROW_INPUT_COLUMN).BeamSource()
@@ -239,7 +244,8 @@ def evaluated(tmp_path_factory):
   rows = _write_evaluation_set(str(work / "data.tfrecord"), np.random.default_rng(1))
   config = PipelineConfig().replace(min_eval_accuracy=0.95, max_eval_ece=1.0, max_eval_nll=10.0,
                           min_corrupted_accuracy=0.0, **_LOOSE_SHIFT_BOUNDS)
-  output = _evaluate(work, config, _save(_FakeModel(), str(work / "model")))
+  output = _evaluate(work, config, _save(_FakeModel(), str(work / "model")),
+                     beam_args=TWO_WORKER_PROCESSES)
   return rows, output, config
 
 
