@@ -1,20 +1,27 @@
 """The compiled kfp spec run by the KFP SDK's own local orchestrator (`python -m kubeflow
-local-run`, kfp.local), twice: run 1 pushes a blessed model to s3:// of a local S3 server;
-run 2's Evaluator is handed that pushed model as its baseline and refuses a degraded candidate.
-kfp.local keeps artifacts under a local pipeline root (it reads them with local file
-operations); the serving directory and the schema are on s3://."""
+local-run`, kfp.local) with a model in production on s3:// of a local S3 server: the Evaluator
+is handed that model as its baseline, blesses the better candidate, and it is pushed as the next
+version. kfp.local keeps artifacts under a local pipeline root (it reads them with local file
+operations); the serving directory and the schema are on s3://. (A refused candidate, nothing
+pushed: the same spec under tests/kfp_harness_test.py.)"""
 import json
 import os
 
 import pytest
+import tensorflow_transform as tft
 from kfp.local import executor_input_utils
 
+from components import pusher
 from kubeflow import cli
 from kubeflow import compiler
 from kubeflow import local_run
 from kubeflow import submit
 from testing import kfp_harness
-from testing.tiny_config import SMALL_MODEL
+from testing.tiny_config import SMALL_MODEL, TINY_NETWORK
+from testing.transform_runs import raw_digit_examples, run_transform
+from trainer_module.config import TrainerConfig
+from trainer_module.export import export_serving_model
+from trainer_module.model import wide_resnet
 
 PIPELINE_NAME = "wrn-kfp-local"  # Its own serving directory, apart from the harness test's.
 
@@ -40,67 +47,89 @@ def recorded(monkeypatch):
   return runs, built
 
 
+@pytest.fixture
+def production_version(tmp_path, s3_server):
+  """Puts a model in production before the run: the tiny network untrained, exported as the
+  Trainer exports (with a transform graph of its own), pushed as the Pusher pushes
+  (with its push record) and copied to the s3:// serving directory; returns a function of that
+  directory giving the version's URI."""
+  _, transform_dir = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
+                                   str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
+  model_dir = str(tmp_path / "production")
+  export_serving_model(wide_resnet(TrainerConfig().replace(**TINY_NETWORK)),
+                       tft.TFTransformOutput(transform_dir), model_dir,
+                       calibration={"temperature": 1.0})
+  version_dir = pusher.push_version(model_dir, str(tmp_path / "serving"),
+                                    pusher.saved_model_fingerprint(model_dir))
+
+  def put(serving_dir):
+    bucket, _, prefix = serving_dir[len("s3://"):].partition("/")
+    version = os.path.basename(version_dir)
+    for directory, _, files in os.walk(version_dir):
+      for name in files:
+        path = os.path.join(directory, name)
+        s3_server.client().upload_file(
+            path, bucket, f"{prefix}/{version}/{os.path.relpath(path, version_dir)}")
+    return f"{serving_dir}/{version}"
+  return put
+
+
 @pytest.mark.e2e
-def test_kfp_local_runs_the_compiled_spec_and_hands_the_pushed_model_over_as_baseline(
-    tmp_path, s3_server, monkeypatch, recorded):
+def test_kfp_local_runs_the_compiled_spec_and_hands_the_model_in_production_over_as_baseline(
+    tmp_path, s3_server, monkeypatch, recorded, production_version):
   runs, built = recorded
-  config, compiled = kfp_harness.compile_for_s3(s3_server, str(tmp_path / "package"),
-                                                SMALL_MODEL, PIPELINE_NAME)
+  # The baseline knows nothing, and so is calibrated: the bounds on calibration's change are
+  # opened; the others (accuracy, NLL) judge the candidate against it.
+  config, compiled = kfp_harness.compile_for_s3(
+      s3_server, str(tmp_path / "package"),
+      SMALL_MODEL + ["--max_ece_increase=1", "--max_corrupted_ece_increase=1",
+                     "--max_corrupted_mean_ece_increase=1"], PIPELINE_NAME)
+  production = production_version(config.runner.serving_model_dir)
   for name, value in s3_server.environ().items():  # What each task's process inherits.
     monkeypatch.setenv(name, value)
-  local_run_command = ["local-run", f"--package={compiled.spec_path}", "--runner=subprocess",
-                       f"--pipeline_root={tmp_path / 'root'}"]
 
-  # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
-  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == []
-  assert cli.main(local_run_command) == 0
-  (first,) = runs
-  assert set(first.tasks) == set(submit.load_spec(compiled.spec_path)["root"]["dag"]["tasks"])
+  assert cli.main(["local-run", f"--package={compiled.spec_path}", "--runner=subprocess",
+                   f"--pipeline_root={tmp_path / 'root'}"]) == 0
+  (run,) = runs
+  assert set(run.tasks) == set(submit.load_spec(compiled.spec_path)["root"]["dag"]["tasks"])
   # Every task got exactly what kfp.local's own executor-input builder made for it.
-  for task in first.tasks.values():
+  for task in run.tasks.values():
     executor_input, component_spec = built[os.path.dirname(
         task.executor_input["outputs"]["outputFile"])]
     assert task.executor_input == executor_input_utils.executor_input_to_dict(
         executor_input, component_spec), task.name
     for artifacts in task.executor_input["outputs"]["artifacts"].values():
-      assert artifacts["artifacts"][0]["uri"].startswith(first.run_root + "/")
-  versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
-  assert len(versions) == 1
-  first_version = f"{config.runner.serving_model_dir}/{versions[0]}"
-  assert kfp_harness.local_output_metadata(first.tasks["Evaluator"], "blessing")["blessed"] == 1
-  assert kfp_harness.local_output_metadata(first.tasks["ProductionModel"],
-                                           "model")["in_production"] == 0
-  # The report step's page: the file at its artifact's URI, with the figures as its metadata.
-  report = kfp_harness.local_output_metadata(first.tasks["RunReport"], "report")
-  assert report["display_name"] == "run report" and report["blessed"] == 1
-  assert report["pushed_version"] == first_version
-  (report_artifact,) = (first.tasks["RunReport"].executor_input["outputs"]["artifacts"]
-                        ["report"]["artifacts"])
-  assert compiler.artifact_title(report_artifact["type"]) == "system.HTML"
-  with open(report_artifact["uri"]) as f:
-    assert "<strong>BLESSED</strong>" in f.read()
+      assert artifacts["artifacts"][0]["uri"].startswith(run.run_root + "/")
 
-  # Run 2: a degraded candidate (two training steps). kfp.local has no cache: every task runs
-  # again; the baseline is the model run 1 pushed, the candidate is refused, nothing is pushed.
-  assert cli.main(local_run_command + ["--train_steps=2"]) == 0
-  second = runs[1]
-  assert second.run_root != first.run_root
-  production = kfp_harness.local_output_metadata(second.tasks["ProductionModel"], "model")
-  assert production["production_version"] == first_version
-  evaluator = second.tasks["Evaluator"]
+  # The model in production reaches the Evaluator as its baseline.
+  found = kfp_harness.local_output_metadata(run.tasks["ProductionModel"], "model")
+  assert found["in_production"] == 1 and found["production_version"] == production
+  evaluator = run.tasks["Evaluator"]
   (baseline,) = evaluator.executor_input["inputs"]["artifacts"]["baseline_model"]["artifacts"]
-  (production_model,) = (second.tasks["ProductionModel"].executor_input["outputs"]["artifacts"]
+  (production_model,) = (run.tasks["ProductionModel"].executor_input["outputs"]["artifacts"]
                          ["model"]["artifacts"])
   assert baseline["uri"] == production_model["uri"]
-  assert baseline["metadata"]["production_version"] == first_version
+  assert baseline["metadata"]["production_version"] == production
   # As kfp.local hands an upstream output over (an OSS backend: MLMD id, empty instance schema).
   assert baseline["name"] == "model"
   assert baseline["type"] == {"schemaTitle": "system.Artifact", "schemaVersion": "0.0.1"}
   blessing = kfp_harness.local_output_metadata(evaluator, "blessing")
   # TFX records on the blessing the baseline its change thresholds were checked against.
   assert blessing["baseline_model"] == baseline["uri"]
-  assert blessing["blessed"] == 0
-  assert kfp_harness.local_output_metadata(second.tasks["Pusher"], "pushed_model")["pushed"] == 0
-  assert kfp_harness.local_output_metadata(second.tasks["RunReport"], "report")["blessed"] == 0
-  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == versions
-  print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in enumerate(runs)}))
+  assert blessing["blessed"] == 1
+
+  # The candidate, better than the model in production, is pushed as the next version.
+  versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
+  assert len(versions) == 2 and f"{config.runner.serving_model_dir}/{versions[0]}" == production
+  pushed_version = f"{config.runner.serving_model_dir}/{versions[1]}"
+  assert kfp_harness.local_output_metadata(run.tasks["Pusher"], "pushed_model")["pushed"] == 1
+  # The report step's page: the file at its artifact's URI, with the figures as its metadata.
+  report = kfp_harness.local_output_metadata(run.tasks["RunReport"], "report")
+  assert report["display_name"] == "run report" and report["blessed"] == 1
+  assert report["pushed_version"] == pushed_version
+  (report_artifact,) = (run.tasks["RunReport"].executor_input["outputs"]["artifacts"]
+                        ["report"]["artifacts"])
+  assert compiler.artifact_title(report_artifact["type"]) == "system.HTML"
+  with open(report_artifact["uri"]) as f:
+    assert "<strong>BLESSED</strong>" in f.read()
+  print(json.dumps({"run s": round(run.seconds)}))
