@@ -169,9 +169,6 @@ def run_to_completion(job_client: TrainJobClient, manifest: dict,
   """Creates (or attaches to) the TrainJob and waits for it; SIGTERM (a cancelled run stops
   the launcher pod) deletes it first."""
   name = manifest["metadata"]["name"]
-  if not (install_cancel_handler and threading.current_thread() is threading.main_thread()):
-    job_client.create_or_attach(manifest)
-    return job_client.wait(name)
 
   def cancel(signum, frame):
     log.warning("Cancelled: deleting TrainJob %s/%s.", job_client.namespace, name)
@@ -182,12 +179,14 @@ def run_to_completion(job_client: TrainJobClient, manifest: dict,
                     name)
     _exit_at_once(128 + signum)
 
-  previous = signal.signal(signal.SIGTERM, cancel)
+  handles_cancel = install_cancel_handler and threading.current_thread() is threading.main_thread()
+  previous = signal.signal(signal.SIGTERM, cancel) if handles_cancel else None
   try:
     job_client.create_or_attach(manifest)
     return job_client.wait(name)
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    if handles_cancel:
+      signal.signal(signal.SIGTERM, previous)
 
 
 def _exit_at_once(code: int) -> None:
