@@ -167,17 +167,27 @@ def _true_conditions(job: dict) -> dict:
 def run_to_completion(job_client: TrainJobClient, manifest: dict,
                       install_cancel_handler: bool = True) -> dict:
   """Creates (or attaches to) the TrainJob and waits for it; SIGTERM (a cancelled run stops
-  the launcher pod) deletes it first."""
+  the launcher pod) deletes it and ends the process with 128 + the signal."""
   name = manifest["metadata"]["name"]
+  cancelled = threading.Event()
 
-  def cancel(signum, frame):
+  def delete_and_exit(code: int) -> None:
     log.warning("Cancelled: deleting TrainJob %s/%s.", job_client.namespace, name)
     try:
       job_client.delete(name)
     except Exception:  # pylint: disable=broad-except
       log.exception("Could not delete TrainJob %s/%s: delete it by hand.", job_client.namespace,
                     name)
-    _exit_at_once(128 + signum)
+    finally:
+      _exit_at_once(code)
+
+  def cancel(signum, frame):
+    # Only starts the deletion. The handler runs on the main thread between two bytecodes:
+    # perhaps holding a lock the deletion needs (urllib3's connection pool: a deadlock), or
+    # inside a finaliser, which swallows the handler's exceptions, SystemExit included.
+    if not cancelled.is_set():
+      cancelled.set()
+      threading.Thread(target=delete_and_exit, args=(128 + signum,), daemon=True).start()
 
   handles_cancel = install_cancel_handler and threading.current_thread() is threading.main_thread()
   previous = signal.signal(signal.SIGTERM, cancel) if handles_cancel else None
@@ -185,14 +195,14 @@ def run_to_completion(job_client: TrainJobClient, manifest: dict,
     job_client.create_or_attach(manifest)
     return job_client.wait(name)
   finally:
+    if cancelled.is_set():  # Whatever the wait saw of the deletion: that thread ends the process.
+      threading.Event().wait()
     if handles_cancel:
       signal.signal(signal.SIGTERM, previous)
 
 
 def _exit_at_once(code: int) -> None:
-  """Ends the process from a signal handler. Not sys.exit: a handler can run inside a finaliser
-  (an HTTP response's `__del__`), which swallows SystemExit, and the wait then went on against
-  the TrainJob just deleted."""
+  """Ends the process from any thread, at once."""
   logging.shutdown()
   sys.stdout.flush()
   sys.stderr.flush()
