@@ -707,6 +707,16 @@ def download(server, uri: str, local_dir: str) -> None:
         client.download_file(bucket, item["Key"], target)
 
 
+def upload(server, local_dir: str, uri: str) -> None:
+  """Copies a local directory's files under an s3:// URI (download's inverse)."""
+  bucket, _, prefix = uri[len("s3://"):].partition("/")
+  client = server.client()
+  for root, _, names in os.walk(local_dir):
+    for name in names:
+      path = os.path.join(root, name)
+      client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, local_dir)}")
+
+
 def read_object(server, uri: str) -> bytes:
   """The one object at an s3:// URI (a value artifact's file, such as the run report)."""
   bucket, _, key = uri[len("s3://"):].partition("/")

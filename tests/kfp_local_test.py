@@ -63,14 +63,9 @@ def production_version(tmp_path, s3_server):
                                     pusher.saved_model_fingerprint(model_dir))
 
   def put(serving_dir):
-    bucket, _, prefix = serving_dir[len("s3://"):].partition("/")
-    version = os.path.basename(version_dir)
-    for directory, _, files in os.walk(version_dir):
-      for name in files:
-        path = os.path.join(directory, name)
-        s3_server.client().upload_file(
-            path, bucket, f"{prefix}/{version}/{os.path.relpath(path, version_dir)}")
-    return f"{serving_dir}/{version}"
+    uri = f"{serving_dir}/{os.path.basename(version_dir)}"
+    kfp_harness.upload(s3_server, version_dir, uri)
+    return uri
   return put
 
 
