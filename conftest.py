@@ -10,8 +10,8 @@ from testing.s3_server import (  # noqa: F401  (pytest finds them by name)
 
 # The files whose tests take longest start first, so the workers finish together: the pipeline
 # runs (`make test`), then the slowest of the fast tier.
-LONGEST_FILES_FIRST = ("tests/kfp_harness_test.py", "tests/kfp_local_test.py",
-                       "tests/standalone_trainer_test.py", "tests/pipeline_e2e_test.py",
+LONGEST_FILES_FIRST = ("tests/pipeline_e2e_test.py", "tests/kfp_harness_test.py",
+                       "tests/kfp_local_test.py", "tests/standalone_trainer_test.py",
                        "tests/portable_beam_test.py", "tests/calibration_metrics_test.py",
                        "tests/augmix_transform_test.py")
 

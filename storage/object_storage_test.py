@@ -287,6 +287,36 @@ def test_our_pusher_pushes_a_blessed_model_to_s3_once(s3_server, s3, tmp_path):
   _no_directory_markers(s3_server, bucket)
 
 
+def test_the_model_in_production_on_s3_is_none_before_a_push_then_the_version_pushed(s3_server,
+                                                                                    s3):
+  """What a run's ProductionModel step hands the Evaluator from an s3:// serving directory."""
+  root, _ = s3
+  from tfx.types import standard_artifacts
+  from tfx.utils import io_utils
+  from components import production_model, pusher
+
+  serving = f"{root}/serving_model/wrn"
+
+  def in_production(execution):
+    snapshot = standard_artifacts.Model()
+    snapshot.uri = f"{root}/pipeline_root/ProductionModel/model/{execution}"
+    production_model.ProductionModelExecutor().Do(
+        {}, {"model": [snapshot]}, {production_model.SERVING_DIRECTORY_KEY: serving})
+    return snapshot
+
+  nothing = in_production(1)
+  assert nothing.get_int_custom_property(production_model.IN_PRODUCTION_KEY) == 0
+  assert not production_model.holds_model(nothing)
+  model = f"{root}/pipeline_root/Trainer/model/2/Format-Serving"
+  io_utils.write_string_file(f"{model}/saved_model.pb", "graph")
+  io_utils.write_string_file(f"{model}/variables/variables.data", "weights")
+  version = pusher.push_version(model, serving, pusher.saved_model_fingerprint(model))
+  found = in_production(3)
+  assert found.get_int_custom_property(production_model.IN_PRODUCTION_KEY) == 1
+  assert found.get_string_custom_property(production_model.PRODUCTION_VERSION_KEY) == version
+  assert io_utils.read_string_file(f"{found.uri}/Format-Serving/saved_model.pb") == "graph"
+
+
 # A worker that exits with a status other than 0 is reported by Beam in a thread.
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_beam_writes_and_reads_tfrecords_on_s3_and_its_workers_use_tensorflow_there(s3_server,

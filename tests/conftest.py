@@ -17,3 +17,35 @@ def run_pipeline(*flags, timeout=900):
 @pytest.fixture
 def pipeline_runner():
   return run_pipeline
+
+
+@pytest.fixture
+def production_version(tmp_path, s3_server):
+  """Puts a model in production before the run: the tiny network untrained, exported as the
+  Trainer exports (with a transform graph of its own), pushed as the Pusher pushes
+  (with its push record) and copied to the s3:// serving directory; returns a function of that
+  directory giving the version's URI. (Imports here: TFT and TensorFlow load only for it.)"""
+  import tensorflow_transform as tft
+
+  from components import pusher
+  from testing import kfp_harness
+  from testing.tiny_config import TINY_NETWORK
+  from testing.transform_runs import raw_digit_examples, run_transform
+  from trainer_module.config import TrainerConfig
+  from trainer_module.export import export_serving_model
+  from trainer_module.model import wide_resnet
+
+  _, transform_dir = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
+                                   str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
+  model_dir = str(tmp_path / "production")
+  export_serving_model(wide_resnet(TrainerConfig().replace(**TINY_NETWORK)),
+                       tft.TFTransformOutput(transform_dir), model_dir,
+                       calibration={"temperature": 1.0})
+  version_dir = pusher.push_version(model_dir, str(tmp_path / "serving"),
+                                    pusher.saved_model_fingerprint(model_dir))
+
+  def put(serving_dir):
+    uri = f"{serving_dir}/{os.path.basename(version_dir)}"
+    kfp_harness.upload(s3_server, version_dir, uri)
+    return uri
+  return put

@@ -1,7 +1,7 @@
 """The compiled kfp spec, executed as an open-source KFP v2 backend would (testing/kfp_harness.py),
-twice on s3:// of a local S3 server: a first model is blessed and pushed; the next run's
-Evaluator compares its (degraded) candidate with that pushed model and refuses it: nothing is
-pushed. The spec has two Trainer nodes: its Trainer step launches a Kubeflow Trainer TrainJob,
+on s3:// of a local S3 server with a model in production: the Evaluator compares a degraded
+candidate with that model and refuses it; nothing is pushed (the blessed and pushed candidate:
+tests/kfp_local_test.py, on the same spec). The spec has two Trainer nodes: its Trainer step launches a Kubeflow Trainer TrainJob,
 whose nodes run as local processes (testing/trainjob_nodes.py). Its Beam steps go to a Beam
 worker pool (testing/beam_servers.py) whose environment has the S3 credentials only: the
 endpoint and the region reach the workers in the pipeline's Beam options."""
@@ -170,9 +170,90 @@ def test_numbers_are_printed_as_gos_fmt_prints_them(value, text):
   assert kfp_harness.go_float(value) == text
 
 
+def _cache_test_spec(tmp_path):
+  """Upstream (cached) -> Downstream (cached, takes the runtime parameter `p`); Fresh (not
+  cached) -> Compare (cached). Each execution appends its task's name and `p` to a file."""
+  record = tmp_path / "executions.txt"
+  model = {"artifactType": {"instanceSchema": "title: tfx.Model\ntype: object\n"}}
+
+  def component(name, **definitions):
+    return {"executorLabel": f"{name}_executor", **definitions}
+
+  def executor(name):
+    line = name + (" {{$.inputs.parameters['p']}}" if name == "Downstream" else "")
+    return {"container": {"image": "i", "command": [
+        "python", "-c", f"open({str(record)!r}, 'a').write({line!r} + '\\n')"],
+        "args": []}}
+
+  def task(name, cached, producer=None, parameter=False):
+    inputs = {}
+    if producer:
+      inputs["artifacts"] = {"model": {"taskOutputArtifact": {"producerTask": producer,
+                                                              "outputArtifactKey": "model"}}}
+    if parameter:
+      inputs["parameters"] = {"p": {"componentInputParameter": "p"}}
+    return {"componentRef": {"name": name}, "taskInfo": {"name": name}, "inputs": inputs,
+            **({"cachingOptions": {"enableCache": True}} if cached else {})}
+
+  produces = {"outputDefinitions": {"artifacts": {"model": model}}}
+  consumes = {"inputDefinitions": {"artifacts": {"model": model}}}
+  spec = {"pipelineInfo": {"name": "p"}, "defaultPipelineRoot": "s3://b/root",
+          "deploymentSpec": {"executors": {f"{name}_executor": executor(name) for name in
+                                           ("Upstream", "Downstream", "Fresh", "Compare")}},
+          "components": {"Upstream": component("Upstream", **produces),
+                         "Downstream": component("Downstream", inputDefinitions={
+                             **consumes["inputDefinitions"],
+                             "parameters": {"p": {"parameterType": "STRING"}}}),
+                         "Fresh": component("Fresh", **produces),
+                         "Compare": component("Compare", **consumes)},
+          "root": {"inputDefinitions": {"parameters": {"p": {"parameterType": "STRING"}}},
+                   "dag": {"tasks": {"Upstream": task("Upstream", True),
+                                     "Downstream": task("Downstream", True, "Upstream", True),
+                                     "Fresh": task("Fresh", False),
+                                     "Compare": task("Compare", True, "Fresh")}}}}
+  path = tmp_path / "spec.yaml"
+  path.write_text(yaml.safe_dump(spec))
+  return str(path), record
+
+
+def test_a_cached_task_reuses_its_outputs_until_a_parameter_or_input_artifact_changes(tmp_path):
+  """cacheutils/cache.go: the key is the input parameter values and artifact names (MLMD ids);
+  driver.go reuseCachedOutputs hands the earlier execution's artifacts on."""
+  path, record = _cache_test_spec(tmp_path)
+  harness = kfp_harness.Harness(path, str(tmp_path / "work"), publish_logs=False)
+  first, second, third = (harness.run({"p": p}) for p in ("a", "b", "a"))
+  assert record.read_text().splitlines() == [
+      "Fresh", "Upstream", "Compare", "Downstream a",  # Run 1: everything.
+      "Fresh", "Compare", "Downstream b",  # Fresh's new artifact; a new value of p.
+      "Fresh", "Compare"]
+  assert [name for name, task in second.tasks.items() if task.cached] == ["Upstream"]
+  assert second.tasks["Upstream"].outputs == first.tasks["Upstream"].outputs
+  assert third.tasks["Downstream"].cached and not third.tasks["Compare"].cached
+  assert third.tasks["Downstream"].outputs == first.tasks["Downstream"].outputs
+
+
+def _run_dependent(tasks, parameter):
+  """The tasks whose inputs, through any path, take `parameter` or the output of a task that
+  is not cached: those a new value of `parameter` runs again (the harness follows KFP's cache)."""
+  dependent = set()
+  for name in kfp_harness.task_order(tasks):
+    task = tasks[name]
+    if not task.get("cachingOptions", {}).get("enableCache"):
+      dependent.add(name)
+    for spec in task.get("inputs", {}).get("parameters", {}).values():
+      if spec.get("componentInputParameter") == parameter:
+        dependent.add(name)
+    for section in ("artifacts", "parameters"):
+      for spec in task.get("inputs", {}).get(section, {}).values():
+        producer = spec.get("taskOutputArtifact") or spec.get("taskOutputParameter") or {}
+        if producer.get("producerTask") in dependent:
+          dependent.add(name)
+  return dependent
+
+
 @pytest.mark.e2e
 def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_degraded_model(
-    tmp_path, s3_server):
+    tmp_path, s3_server, production_version):
   secrets = kfp_harness.s3_secrets(s3_server)
   with PortableBeam(env=_credentials_only(s3_server)) as beam, \
       LocalTrainJobs(str(tmp_path / "trainjobs"), kfp_harness.without_host_credentials(os.environ),
@@ -181,9 +262,19 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
         s3_server, str(tmp_path / "package"), SMALL_MODEL + TWO_NODES + beam.beam_flags(),
         PIPELINE_NAME)
     spec = submit.load_spec(compiled.spec_path)
+    # A later run with another Trainer config takes everything upstream of the Trainer from
+    # KFP's cache (the harness's cache: the test above); the model in production is read afresh.
+    rerun = _run_dependent(spec["root"]["dag"]["tasks"], "trainer_config")
+    assert not rerun & set(UPSTREAM_OF_TRAINER)
+    assert {"Trainer", "ProductionModel", "Evaluator", "Pusher"} <= rerun
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
                                   env=cluster.environ(), secrets=secrets)
-    _run_twice(config, spec, harness, s3_server, cluster, beam)
+    production = production_version(config.runner.serving_model_dir)
+    versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
+    # A degraded candidate (two training steps, a runtime parameter), compared with the model
+    # in production and refused: nothing is pushed.
+    run = harness.run(_trainer_config(spec, "--train_steps=2"))
+    _check_the_refused_run(run, config, harness, production, versions, s3_server, cluster, beam)
 
 
 def _credentials_only(s3_server):
@@ -195,35 +286,43 @@ def _credentials_only(s3_server):
   return environ
 
 
-def _run_twice(config, spec, harness, s3_server, cluster, beam):
+def _check_the_refused_run(run, config, harness, production, versions, s3_server, cluster,
+                           beam):
   metadata = harness.metadata
-
-  # Run 1: nothing in production; the candidate passes the absolute bounds and is pushed.
-  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == []
-  first = harness.run()
-  assert first.run_root.startswith(f"{config.runner.pipeline_root}/{PIPELINE_NAME}/")
-  versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
-  assert len(versions) == 1
-  first_version = f"{config.runner.serving_model_dir}/{versions[0]}"
-  blessing = metadata.artifact(first.tasks["Evaluator"].outputs["blessing"])
-  assert blessing["custom_properties"]["blessed"] == {"double_value": 1.0}
-  baseline = metadata.artifact(first.tasks["ProductionModel"].outputs["model"])
-  assert baseline["custom_properties"]["in_production"] == {"double_value": 0.0}
-  # The report step's page, typed as the KFP UI renders it, on s3://; its figures in MLMD.
-  report = metadata.artifact(first.tasks["RunReport"].outputs["report"])
+  assert run.run_root.startswith(f"{config.runner.pipeline_root}/{PIPELINE_NAME}/")
+  # The baseline is the model in production, as the OSS driver hands an upstream output over.
+  production_id = run.tasks["ProductionModel"].outputs["model"]
+  baseline = metadata.artifact(production_id)["custom_properties"]
+  assert baseline["in_production"] == {"double_value": 1.0}
+  assert baseline["production_version"] == {"string_value": production}
+  evaluator = run.tasks["Evaluator"]
+  given_baseline = _executor_input_artifact(evaluator, "baseline_model")
+  assert given_baseline["name"] == str(production_id)
+  assert given_baseline["metadata"]["production_version"] == production
+  assert given_baseline["type"] == {"instanceSchema": ""}
+  blessing = metadata.artifact(evaluator.outputs["blessing"])["custom_properties"]
+  # TFX records on the blessing the baseline its change thresholds were checked against.
+  assert blessing["baseline_model"] == {"string_value": given_baseline["uri"]}
+  assert blessing["baseline_model_id"] == {"string_value": str(production_id)}
+  assert blessing["blessed"] == {"double_value": 0.0}
+  pushed = metadata.artifact(run.tasks["Pusher"].outputs["pushed_model"])
+  assert pushed["custom_properties"]["pushed"] == {"double_value": 0.0}
+  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == versions
+  assert [f"{config.runner.serving_model_dir}/{version}" for version in versions] == [production]
+  # The report step's page, typed as the KFP UI renders it, on s3://, says why; its figures
+  # in MLMD.
+  report = metadata.artifact(run.tasks["RunReport"].outputs["report"])
   assert report["type"] == "system.HTML"
   figures = report["custom_properties"]
   assert figures["display_name"] == {"string_value": "run report"}
-  assert figures["blessed"] == figures["served_check_passed"] == {"double_value": 1.0}
-  assert figures["pushed_version"] == {"string_value": first_version}
-  assert abs(figures["served_accuracy"]["double_value"]
-             - figures["test_accuracy"]["double_value"]) <= 0.01
+  assert figures["blessed"] == {"double_value": 0.0}
   page = kfp_harness.read_object(s3_server, report["uri"]).decode()
-  assert "<strong>BLESSED</strong>" in page and "data:image/png;base64," in page
-  assert metadata.artifact(first.tasks["RunReport"].outputs["report_markdown"])["type"] == \
+  assert "<strong>NOT BLESSED</strong>" in page and "<p>Failed:</p>" in page  # And which bound.
+  assert "data:image/png;base64," in page
+  assert metadata.artifact(run.tasks["RunReport"].outputs["report_markdown"])["type"] == \
       "system.Markdown"
   # Each pod got the S3 credentials from KFP's Secret (the harness gives no host variable).
-  for task in first.tasks.values():
+  for task in run.tasks.values():
     if task.pod is not None:
       assert task.pod.secret_env == {"AWS_ACCESS_KEY_ID": ("mlpipeline-minio-artifact",
                                                            "accesskey"),
@@ -231,11 +330,11 @@ def _run_twice(config, spec, harness, s3_server, cluster, beam):
                                                                "secretkey")}, task.name
       assert task.pod.env["AWS_ENDPOINT_URL_S3"] == s3_server.endpoint_url
   # The Trainer's pod only launches the TrainJob; its nodes get the Trainer's resources.
-  assert "memory" not in first.tasks["Trainer"].pod.limits
+  assert "memory" not in run.tasks["Trainer"].pod.limits
   # Every artifact lives under the run's root on s3://, as the driver names them.
-  for task in first.tasks.values():
+  for task in run.tasks.values():
     for artifact_id in task.outputs.values():
-      assert metadata.artifact(artifact_id)["uri"].startswith(f"{first.run_root}/{task.name}/")
+      assert metadata.artifact(artifact_id)["uri"].startswith(f"{run.run_root}/{task.name}/")
 
   # Every Beam step ran in the pool's workers, the endpoint and region from the run's options.
   assert beam.steps_not_run_here() == []
@@ -247,36 +346,6 @@ def _run_twice(config, spec, harness, s3_server, cluster, beam):
 
   # The Trainer ran as one TrainJob of two nodes, both exiting 0.
   assert list(cluster.runs.values()) == [[0, 0]]
-  with open(os.path.join(harness.workdir, first.run_id, "Trainer", "log.txt")) as f:
+  with open(os.path.join(harness.workdir, run.run_id, "Trainer", "log.txt")) as f:
     assert "Created TrainJob kubeflow-user/tfx-trainer-" in f.read()
-
-  # Run 2: a degraded candidate (two training steps). Upstream of the Trainer comes from KFP's
-  # cache; the baseline is read afresh: the model run 1 pushed. The gate compares the two,
-  # refuses the candidate, and nothing is pushed.
-  second = harness.run(_trainer_config(spec, "--train_steps=2"))
-  assert all(second.tasks[name].cached for name in UPSTREAM_OF_TRAINER)
-  assert not second.tasks["Trainer"].cached and not second.tasks["ProductionModel"].cached
-  production = second.tasks["ProductionModel"].outputs["model"]
-  assert metadata.artifact(production)["custom_properties"]["production_version"] == {
-      "string_value": first_version}
-  evaluator = second.tasks["Evaluator"]
-  given_baseline = _executor_input_artifact(evaluator, "baseline_model")
-  assert given_baseline["name"] == str(production)
-  assert given_baseline["metadata"]["production_version"] == first_version
-  assert given_baseline["type"] == {"instanceSchema": ""}  # As the OSS driver hands it over.
-  blessing = metadata.artifact(evaluator.outputs["blessing"])["custom_properties"]
-  # TFX records on the blessing the baseline its change thresholds were checked against.
-  assert blessing["baseline_model"] == {"string_value": given_baseline["uri"]}
-  assert blessing["baseline_model_id"] == {"string_value": str(production)}
-  assert blessing["blessed"] == {"double_value": 0.0}
-  pushed = metadata.artifact(second.tasks["Pusher"].outputs["pushed_model"])
-  assert pushed["custom_properties"]["pushed"] == {"double_value": 0.0}
-  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == versions
-  assert len(cluster.runs) == 2  # A new run's Trainer: a new TrainJob.
-  # The refused run's report says why.
-  report = metadata.artifact(second.tasks["RunReport"].outputs["report"])
-  assert report["custom_properties"]["blessed"] == {"double_value": 0.0}
-  page = kfp_harness.read_object(s3_server, report["uri"]).decode()
-  assert "<strong>NOT BLESSED</strong>" in page and "<p>Failed:</p>" in page  # And which bound.
-  print(json.dumps({f"run {i + 1} s": round(run.seconds) for i, run in
-                    enumerate((first, second))}))
+  print(json.dumps({"run s": round(run.seconds)}))

@@ -1,27 +1,21 @@
 """The compiled kfp spec run by the KFP SDK's own local orchestrator (`python -m kubeflow
 local-run`, kfp.local) with a model in production on s3:// of a local S3 server: the Evaluator
 is handed that model as its baseline, blesses the better candidate, and it is pushed as the next
-version. kfp.local keeps artifacts under a local pipeline root (it reads them with local file
+version, serving as it was evaluated. kfp.local keeps artifacts under a local pipeline root (it reads them with local file
 operations); the serving directory and the schema are on s3://. (A refused candidate, nothing
 pushed: the same spec under tests/kfp_harness_test.py.)"""
 import json
 import os
 
 import pytest
-import tensorflow_transform as tft
 from kfp.local import executor_input_utils
 
-from components import pusher
 from kubeflow import cli
 from kubeflow import compiler
 from kubeflow import local_run
 from kubeflow import submit
 from testing import kfp_harness
-from testing.tiny_config import SMALL_MODEL, TINY_NETWORK
-from testing.transform_runs import raw_digit_examples, run_transform
-from trainer_module.config import TrainerConfig
-from trainer_module.export import export_serving_model
-from trainer_module.model import wide_resnet
+from testing.tiny_config import SMALL_MODEL
 
 PIPELINE_NAME = "wrn-kfp-local"  # Its own serving directory, apart from the harness test's.
 
@@ -45,28 +39,6 @@ def recorded(monkeypatch):
   monkeypatch.setattr(local_run, "run", recording_run)
   monkeypatch.setattr(executor_input_utils, "construct_executor_input", recording_construct)
   return runs, built
-
-
-@pytest.fixture
-def production_version(tmp_path, s3_server):
-  """Puts a model in production before the run: the tiny network untrained, exported as the
-  Trainer exports (with a transform graph of its own), pushed as the Pusher pushes
-  (with its push record) and copied to the s3:// serving directory; returns a function of that
-  directory giving the version's URI."""
-  _, transform_dir = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
-                                   str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
-  model_dir = str(tmp_path / "production")
-  export_serving_model(wide_resnet(TrainerConfig().replace(**TINY_NETWORK)),
-                       tft.TFTransformOutput(transform_dir), model_dir,
-                       calibration={"temperature": 1.0})
-  version_dir = pusher.push_version(model_dir, str(tmp_path / "serving"),
-                                    pusher.saved_model_fingerprint(model_dir))
-
-  def put(serving_dir):
-    uri = f"{serving_dir}/{os.path.basename(version_dir)}"
-    kfp_harness.upload(s3_server, version_dir, uri)
-    return uri
-  return put
 
 
 @pytest.mark.e2e
@@ -121,6 +93,8 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_model_in_production_over
   # The report step's page: the file at its artifact's URI, with the figures as its metadata.
   report = kfp_harness.local_output_metadata(run.tasks["RunReport"], "report")
   assert report["display_name"] == "run report" and report["blessed"] == 1
+  assert report["served_check_passed"] == 1
+  assert abs(report["served_accuracy"] - report["test_accuracy"]) <= 0.01
   assert report["pushed_version"] == pushed_version
   (report_artifact,) = (run.tasks["RunReport"].executor_input["outputs"]["artifacts"]
                         ["report"]["artifacts"])
