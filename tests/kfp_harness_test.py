@@ -1,8 +1,9 @@
 """The compiled kfp spec, executed as an open-source KFP v2 backend would (testing/kfp_harness.py),
 on s3:// of a local S3 server with a model in production: the Evaluator compares a degraded
 candidate with that model and refuses it; nothing is pushed (the blessed and pushed candidate:
-tests/kfp_local_test.py, on the same spec). The spec has two Trainer nodes: its Trainer step launches a Kubeflow Trainer TrainJob,
-whose nodes run as local processes (testing/trainjob_nodes.py). Its Beam steps go to a Beam
+tests/kfp_local_test.py, on the same spec). The spec has two Trainer nodes: its Trainer step
+launches a Kubeflow Trainer TrainJob, whose nodes run as local processes
+(testing/trainjob_nodes.py). Its Beam steps go to a Beam
 worker pool (testing/beam_servers.py) whose environment has the S3 credentials only: the
 endpoint and the region reach the workers in the pipeline's Beam options."""
 import json
