@@ -48,10 +48,11 @@ class ModelConfig:
   # distances meaningful; UB's SNGP bounds each convolution by 6, DDU by 3, the pipeline
   # presets by 0.25 (configs/shared.py PIPELINE_MODEL).
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
-  # Each image standardised to zero mean and unit variance over its pixels before the first
-  # convolution (model.py PerImageStandardization), so a global change of brightness or
-  # contrast moves no feature. Measured, not the default: docs/robustness.md, issue 36.
-  per_image_standardization: bool = False  # Standardise each input image (True) or not.
+  # Each image made blind, before the first convolution (model.py), to a global change of
+  # brightness (centering: its mean over its pixels subtracted) or of brightness and contrast
+  # (standardization: also divided by its deviation). Why the pipeline presets centre:
+  # docs/robustness.md, "Each image centred" (issue 36).
+  per_image_normalization: str = "none"  # none, centering or standardization.
   # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
   # (sngp.py), served as mean-field logits / sqrt(1 + factor * variance). Why the defaults
   # differ from UB's (1024 features, length-scale^2 2, factor 25): docs/robustness.md.
@@ -79,6 +80,9 @@ class ModelConfig:
               f"needs every per-example L2 coefficient set; unset: {unset}")
     require(self.spectral_norm_bound >= 0, "spectral_norm_bound", self.spectral_norm_bound,
             "must be >= 0 (0 = no spectral normalisation)")
+    require(self.per_image_normalization in PER_IMAGE_NORMALIZATIONS,
+            "per_image_normalization", self.per_image_normalization,
+            f"must be one of {PER_IMAGE_NORMALIZATIONS}")
     require(self.output_layer in OUTPUT_LAYERS, "output_layer", self.output_layer,
             f"must be one of {OUTPUT_LAYERS}")
     require(self.sngp_random_features >= 1, "sngp_random_features", self.sngp_random_features,
@@ -329,6 +333,7 @@ class TrainerConfig:
 
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 OUTPUT_LAYERS = ("dense", "sngp")
+PER_IMAGE_NORMALIZATIONS = ("none", "centering", "standardization")
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
 PRECISION_CHOICES = ("auto",) + PRECISION_POLICIES

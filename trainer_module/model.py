@@ -85,6 +85,20 @@ class SpectralNormConv2D(keras.layers.Conv2D):
 
 
 @keras.saving.register_keras_serializable(package="trainer_module")
+class PerImageCentering(keras.layers.Layer):
+  """x - mean over each image's values: a change of brightness that adds the same amount to
+  every pixel moves nothing after it; float32 under every policy."""
+
+  def __init__(self, **kwargs):
+    kwargs["dtype"] = "float32"
+    super().__init__(**kwargs)
+
+  def call(self, inputs):
+    inputs = tf.cast(inputs, tf.float32)
+    return inputs - tf.reduce_mean(inputs, axis=[1, 2, 3], keepdims=True)
+
+
+@keras.saving.register_keras_serializable(package="trainer_module")
 class PerImageStandardization(keras.layers.Layer):
   """(x - mean) / max(std, 1 / sqrt(N)) over each image's N values, as
   tf.image.per_image_standardization; float32 under every policy."""
@@ -170,8 +184,10 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
   bn_l2 = config.model.group_l2("bn_l2")
   inputs = keras.Input(shape=input_shape, name="image")
   norm_bound = config.model.spectral_norm_bound
-  x = (PerImageStandardization(name="per_image_standardization")(inputs)
-       if config.model.per_image_standardization else inputs)
+  per_image = {"centering": PerImageCentering, "standardization": PerImageStandardization}.get(
+      config.model.per_image_normalization)
+  x = (per_image(name=f"per_image_{config.model.per_image_normalization}")(inputs)
+       if per_image else inputs)
   x = _conv(16, 3, 1, config.model.group_l2("input_conv_l2"), "input_conv", norm_bound)(x)
   for group, (base_filters, strides) in enumerate([(16, 1), (32, 2), (64, 2)], start=1):
     conv_l2 = config.model.group_l2(f"group_{group}_conv_l2")

@@ -227,7 +227,7 @@ def test_per_image_standardisation_makes_the_logits_blind_to_global_brightness_a
   assert not np.allclose(plain(images, training=False), plain(shifted, training=False),
                          atol=1e-3)
   model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1,
-                                              per_image_standardization=True))
+                                              per_image_normalization="standardization"))
   np.testing.assert_allclose(model(shifted, training=False), model(images, training=False),
                              rtol=1e-4, atol=1e-4)
   # A blank image (zero variance) gives finite logits: its std is floored at 1 / sqrt(N).
@@ -238,7 +238,26 @@ def test_per_image_standardisation_makes_the_logits_blind_to_global_brightness_a
                              rtol=1e-4, atol=1e-4)
 
 
-def test_per_image_standardisation_is_off_by_default():
-  assert not TrainerConfig().model.per_image_standardization
-  assert "per_image_standardization" not in [
-      layer.name for layer in wide_resnet(TrainerConfig().replace(depth=10)).layers]
+def test_per_image_centering_makes_the_logits_blind_to_global_brightness_only(tmp_path):
+  images = tf.random.stateless_normal([3, 32, 32, 3], seed=[5, 6])
+  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1,
+                                              per_image_normalization="centering"))
+  np.testing.assert_allclose(model(images + 1.5, training=False), model(images, training=False),
+                             rtol=1e-4, atol=1e-4)
+  assert not np.allclose(model(0.4 * images, training=False), model(images, training=False),
+                         atol=1e-3), "a change of contrast still moves the logits"
+  model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
+  loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
+  np.testing.assert_allclose(loaded(images - 0.7, training=False), model(images, training=False),
+                             rtol=1e-4, atol=1e-4)
+
+
+def test_an_unknown_per_image_normalization_is_refused_by_name():
+  with pytest.raises(ValueError, match="per_image_normalization.*'center'.*must be one of"):
+    TrainerConfig().replace(per_image_normalization="center")
+
+
+def test_the_trainers_inputs_are_not_normalised_per_image_by_default():
+  assert TrainerConfig().model.per_image_normalization == "none"
+  assert not [layer.name for layer in wide_resnet(TrainerConfig().replace(depth=10)).layers
+              if layer.name.startswith("per_image")]
