@@ -23,6 +23,11 @@ def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
   assert PIPELINE_MODEL["output_layer"] == "sngp"
   expected = "dense" if config.trainer.model.depth == 28 else "sngp"
   assert config.trainer.model.output_layer == expected
+  # Each image centred on its own mean, chosen on the digits: the WRN-28-10 presets keep
+  # UB's inputs.
+  assert PIPELINE_MODEL["per_image_normalization"] == "centering"
+  expected = "none" if config.trainer.model.depth == 28 else "centering"
+  assert config.trainer.model.per_image_normalization == expected
 
 
 def test_without_config_the_local_digits_preset_is_used():
