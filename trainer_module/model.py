@@ -84,31 +84,34 @@ class SpectralNormConv2D(keras.layers.Conv2D):
     return {**super().get_config(), "norm_bound": self.norm_bound}
 
 
+class _PerImageLayer(keras.layers.Layer):
+  """A weightless map of each image by statistics over its own values, computed in float32
+  under every policy."""
+
+  def __init__(self, **kwargs):
+    kwargs["dtype"] = "float32"
+    super().__init__(**kwargs)
+
+  def call(self, inputs):
+    return self.normalized(tf.cast(inputs, tf.float32))
+
+
 @keras.saving.register_keras_serializable(package="trainer_module")
-class PerImageCentering(keras.layers.Layer):
+class PerImageCentering(_PerImageLayer):
   """x - mean over each image's values: a change of brightness that adds the same amount to
-  every pixel moves nothing after it; float32 under every policy."""
+  every pixel moves nothing after it."""
 
-  def __init__(self, **kwargs):
-    kwargs["dtype"] = "float32"
-    super().__init__(**kwargs)
-
-  def call(self, inputs):
-    inputs = tf.cast(inputs, tf.float32)
-    return inputs - tf.reduce_mean(inputs, axis=[1, 2, 3], keepdims=True)
+  def normalized(self, images):
+    return images - tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
 
 
 @keras.saving.register_keras_serializable(package="trainer_module")
-class PerImageStandardization(keras.layers.Layer):
+class PerImageStandardization(_PerImageLayer):
   """(x - mean) / max(std, 1 / sqrt(N)) over each image's N values, as
-  tf.image.per_image_standardization; float32 under every policy."""
+  tf.image.per_image_standardization."""
 
-  def __init__(self, **kwargs):
-    kwargs["dtype"] = "float32"
-    super().__init__(**kwargs)
-
-  def call(self, inputs):
-    return tf.image.per_image_standardization(tf.cast(inputs, tf.float32))
+  def normalized(self, images):
+    return tf.image.per_image_standardization(images)
 
 
 def _conv(filters, kernel_size, strides, l2, name, norm_bound=0.0):
