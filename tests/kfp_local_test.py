@@ -2,8 +2,8 @@
 local-run`, kfp.local) with a model in production on s3:// of a local S3 server: the Evaluator
 is handed that model as its baseline, blesses the better candidate, and it is pushed as the next
 version, serving as it was evaluated. kfp.local keeps artifacts under a local pipeline root (it
-reads them with local file operations); the serving directory and the schema are on s3://. (A refused candidate, nothing
-pushed: the same spec under tests/kfp_harness_test.py.)"""
+reads them with local file operations); the serving directory and the schema are on s3://. (A
+refused candidate, nothing pushed: the same spec under tests/kfp_harness_test.py.)"""
 import json
 import os
 
