@@ -2,6 +2,7 @@
 images, tagged for slicing, so one evaluation gates on both (docs/pipeline.md, "Evaluation and
 the gate").
 """
+import ast
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -104,11 +105,25 @@ def corruption_cache_dir() -> str:
       "wrn_image_classifier", "corrupted_slices")
 
 
+def source_fingerprint(source: str) -> bytes:
+  """The code in `source`, not its layout: the syntax tree without docstrings, line numbers or
+  comments, so a reworded comment or a reflowed line keeps the cache and a changed statement
+  does not."""
+  tree = ast.parse(source)
+  for node in ast.walk(tree):
+    body = getattr(node, "body", None)
+    if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)):
+      node.body = body[1:] or [ast.Pass()]
+  return ast.dump(tree, include_attributes=False).encode()
+
+
 def _code_fingerprint() -> bytes:
-  """reference_corruptions' source and the versions of the libraries it calls."""
+  """reference_corruptions' code and the versions of the libraries it calls."""
   digest = hashlib.sha256()
-  with open(corruptions.__file__, "rb") as source:
-    digest.update(source.read())
+  with open(corruptions.__file__, encoding="utf-8") as source:
+    digest.update(source_fingerprint(source.read()))
   for library in _CORRUPTION_LIBRARIES:
     try:
       digest.update(f"{library}={importlib.metadata.version(library)};".encode())

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from components import evaluation_set, image_sources
+from trainer_module import reference_corruptions
 
 
 def _example_gen_output(path, per_split=12, splits=("train", "eval", "test")):
@@ -72,7 +73,6 @@ def test_without_a_test_split_the_generated_set_is_refused_before_writing(tmp_pa
 
 
 def test_a_corruption_that_cannot_run_here_is_refused_before_writing(tmp_path, monkeypatch):
-  from trainer_module import reference_corruptions
   monkeypatch.setattr(reference_corruptions, "magick_wand", lambda: None)
   examples = _example_gen_output(tmp_path / "examples", per_split=1)
   out = tmp_path / "out"
@@ -154,6 +154,35 @@ def test_cached_slices_are_read_back_byte_identical_and_new_images_miss(tmp_path
   with pytest.raises(AssertionError, match="corrupted again"):
     evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fewer"), "generated",
                                         ["contrast"], 2, cache_dir=cache)
+
+
+_CORRUPTION_SOURCE = '''"""Makes corrupted pixels."""
+import numpy as np
+
+
+def brightness(image, severity):
+  """Lifts every pixel."""
+  lift = [0.1, 0.2, 0.3, 0.4, 0.5][severity - 1]  # Hendrycks & Dietterich's values.
+  return np.clip(image + lift, 0, 1)
+'''
+
+
+def test_the_cache_key_changes_with_the_code_and_not_with_its_comments_or_layout():
+  """A comment-only tidy of reference_corruptions.py used to remake every cached slice."""
+  key = evaluation_set.source_fingerprint(_CORRUPTION_SOURCE)
+  reworded = (_CORRUPTION_SOURCE.replace("Makes corrupted pixels.", "The corruptions.")
+              .replace("Lifts every pixel.", "Adds the same light to every pixel.\n\n  Clipped.")
+              .replace("  # Hendrycks & Dietterich's values.", "")
+              .replace("0.3, 0.4", "0.3,\n          0.4") + "# trailing note\n")
+  assert evaluation_set.source_fingerprint(reworded) == key
+  for changed in (_CORRUPTION_SOURCE.replace("0.5]", "0.6]"),
+                  _CORRUPTION_SOURCE.replace("0, 1)", "0, 255)"),
+                  _CORRUPTION_SOURCE.replace("def brightness", "def lighten")):
+    assert evaluation_set.source_fingerprint(changed) != key
+  with open(reference_corruptions.__file__, encoding="utf-8") as source:
+    module = source.read()
+  assert (evaluation_set.source_fingerprint(module + "\n# A comment.\n")
+          == evaluation_set.source_fingerprint(module))
 
 
 def test_an_unwritable_cache_is_warned_about_and_the_set_still_written(tmp_path, caplog):
