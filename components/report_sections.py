@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -214,11 +214,23 @@ def _temperature_section(settings, values, calibration: Optional[dict]) -> List[
   return lines + [""]
 
 
+class ServedImages(NamedTuple):
+  """A set's images as the candidate serves them: distance score, confidence (the top served
+  probability) and whether the top class is the label."""
+  scores: np.ndarray
+  confidence: np.ndarray
+  correct: np.ndarray
+
+
+FIT_REACH_QUANTILE = 0.95  # Beyond this quantile of the validation shift's z, few fit images.
+
+
 def _distance_section(report_dir: str, calibration: Optional[dict],
-                      test_scores: Optional[Dict[str, np.ndarray]]) -> List[str]:
+                      served: Optional[Dict[str, ServedImages]]) -> List[str]:
   """For a T that follows the distance score (distance_curve): the fitted T against the score,
   over histograms of the scores of the clean eval images and the validation shift (recorded by
-  the fit) and of the clean and corrupted test images per family (served by the candidate)."""
+  the fit) and of the clean and corrupted test images per family (served by the candidate);
+  and how the test images beyond the fit's reach fare, where the curve extrapolates."""
   temperature_of_score = (registry.recorded(calibration).temperature_of_score(calibration)
                           if calibration else None)
   if temperature_of_score is None:
@@ -230,28 +242,41 @@ def _distance_section(report_dir: str, calibration: Optional[dict],
                 np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2")],
             "validation shift, severities 3-5 (fit)": validation[
                 ~(np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2"))],
-            **(test_scores or {})}
+            **{name: images.scores for name, images in (served or {}).items()}}
   plots.distance_chart(os.path.join(report_dir, DISTANCE_CHART), temperature_of_score, groups,
                        "Temperature against distance from the training data")
+  reach = float(np.quantile(validation, FIT_REACH_QUANTILE)) if len(validation) else np.inf
   lines = ["## Where the calibrator sharpens and where it softens", "",
            f"![temperature and distance]({DISTANCE_CHART})", "",
            "Top: the fitted T (below 1 sharpens, above 1 softens). Bottom: how the distance "
            "scores z of each set are distributed (the corrupted test images: the candidate's "
            f"served `distance_score` on up to {REPORT_IMAGES_PER_SLICE} images per corruption x "
-           "severity slice).", "", "| set | images | median z | median T | T < 1 (sharpened) |",
-           "| --- | --- | --- | --- | --- |"]
+           f"severity slice). Beyond z = {reach:.2f} lie the farthest "
+           f"{1 - FIT_REACH_QUANTILE:.0%} of the validation shift: there the curve rests on few "
+           "of the images it was fitted on, and the last two columns say how the candidate's "
+           "served test images fare (confidence minus accuracy > 0: over-confident).", "",
+           f"| set | images | median z | median T | T < 1 (sharpened) | beyond z = {reach:.2f} "
+           "| accuracy there | confidence - accuracy there |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
   for name, scores in groups.items():
     if len(scores):
       t = temperature_of_score(scores)
+      beyond = scores > reach
+      outcome = ["", ""]
+      if name in (served or {}) and beyond.any():
+        images = served[name]
+        accuracy = float(np.mean(images.correct[beyond]))
+        outcome = [f"{accuracy:.2f}", f"{np.mean(images.confidence[beyond]) - accuracy:+.2f}"]
       lines.append(f"| {name} | {len(scores)} | {np.median(scores):.2f} | {np.median(t):.3f} "
-                   f"| {np.mean(t < 1):.0%} |")
+                   f"| {np.mean(t < 1):.0%} | {np.mean(beyond):.0%} | " + " | ".join(outcome)
+                   + " |")
   return lines + [""]
 
 
-def candidate_distance_scores(model_dir: str, evaluation_set_uri: str,
-                              per_slice: int = 0) -> Dict[str, np.ndarray]:
-  """The candidate's served distance scores of the clean test images and of the corrupted
-  ones by family (`per_slice` > 0: the first that many of each corruption x severity slice)."""
+def candidate_served_images(model_dir: str, evaluation_set_uri: str,
+                            per_slice: int = 0) -> Dict[str, ServedImages]:
+  """How the candidate serves the clean test images and the corrupted ones by family
+  (`per_slice` > 0: the first that many of each corruption x severity slice)."""
   examples = evaluation_set.read_evaluation_set(evaluation_set_uri)
   keep = examples.eval_sets == evaluation_set.TEST
   if per_slice:
@@ -261,14 +286,20 @@ def candidate_distance_scores(model_dir: str, evaluation_set_uri: str,
     keep |= examples.eval_sets == evaluation_set.CORRUPTED
   serve = tf.saved_model.load(model_dir).signatures["serving_images"]
   pngs = examples.pngs[keep]
-  scores = np.concatenate([serve(images=tf.constant(pngs[start:start + 256]))[
-      DISTANCE_SCORE_KEY].numpy() for start in range(0, len(pngs), 256)])
-  groups = {"clean test": scores[examples.eval_sets[keep] == evaluation_set.TEST]}
+  outputs = [serve(images=tf.constant(pngs[start:start + 256]))
+             for start in range(0, len(pngs), 256)]
+  probabilities = np.concatenate([output[PROBABILITIES_KEY].numpy() for output in outputs])
+  images = ServedImages(np.concatenate([output[DISTANCE_SCORE_KEY].numpy()
+                                        for output in outputs]),
+                        probabilities.max(axis=1),
+                        probabilities.argmax(axis=1) == examples.labels[keep])
+  groups = {"clean test": examples.eval_sets[keep] == evaluation_set.TEST}
   families = np.array([corruptions.family_of_slice(name) or "" for name in examples.slices[keep]])
   for family in corruptions.FAMILIES:
     if np.any(families == family):
-      groups[f"corrupted test: {family}"] = scores[families == family]
-  return groups
+      groups[f"corrupted test: {family}"] = families == family
+  return {name: ServedImages(*(field[chosen] for field in images))
+          for name, chosen in groups.items()}
 
 
 def _baseline_section(settings, values) -> List[str]:
@@ -525,7 +556,7 @@ def run_report_markdown(settings: ReportSettings, report_dir: str, evaluation_ur
     lines += _ensemble_section(ensemble)
   lines += _temperature_section(settings, values, calibration)
   if calibration and registry.recorded(calibration).temperature_of_score(calibration):
-    lines += _distance_section(report_dir, calibration, candidate_distance_scores(
+    lines += _distance_section(report_dir, calibration, candidate_served_images(
         model_dir, evaluation_set_uri, REPORT_IMAGES_PER_SLICE) if evaluation_set_uri else None)
   lines += _baseline_section(settings, values)
   lines += _charts(report_dir, settings, values, model_class_names(settings, model_dir))

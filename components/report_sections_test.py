@@ -132,14 +132,21 @@ def test_a_distance_curve_is_described_and_charted_where_it_sharpens_and_softens
       _SETTINGS, {}, calibration))
   assert "T(x) = exp(-1.0000 + 0.2000 z(x))" in text
   assert "A typical eval image (z = 0) gets T = 0.3679" in text
+  noise = report_sections.ServedImages(scores=np.array([10.0, 12.0, 1.0]),
+                                       confidence=np.array([0.9, 0.6, 0.99]),
+                                       correct=np.array([True, False, True]))
   lines = report_sections._distance_section(  # pylint: disable=protected-access
-      str(tmp_path), calibration, {"corrupted test: noise": np.array([10.0, 12.0])})
+      str(tmp_path), calibration, {"corrupted test: noise": noise})
   assert (tmp_path / report_sections.DISTANCE_CHART).stat().st_size > 0
-  # Median z, median T (exp(-1 + 0.2 z)) and the share that is sharpened (T < 1: z < 5).
-  assert "| clean eval (fit) | 3 | 0.00 | 0.368 | 100% |" in lines
-  assert "| validation shift, severities 1-2 (fit) | 2 | 1.50 | 0.499 | 100% |" in lines
-  assert "| validation shift, severities 3-5 (fit) | 2 | 8.50 | 2.024 | 0% |" in lines
-  assert "| corrupted test: noise | 2 | 11.00 | 3.387 | 0% |" in lines
+  # Median z, median T (exp(-1 + 0.2 z)), the share sharpened (T < 1: z < 5), the share beyond
+  # the validation shift's 95th percentile (8 + 0.85 (9 - 8) = 8.85) and, for served test
+  # images, their accuracy there and mean confidence minus it: (0.9 + 0.6) / 2 - 1 / 2.
+  assert ("| set | images | median z | median T | T < 1 (sharpened) | beyond z = 8.85 |"
+          in "\n".join(lines))
+  assert "| clean eval (fit) | 3 | 0.00 | 0.368 | 100% | 0% |  |  |" in lines
+  assert "| validation shift, severities 1-2 (fit) | 2 | 1.50 | 0.499 | 100% | 0% |  |  |" in lines
+  assert "| validation shift, severities 3-5 (fit) | 2 | 8.50 | 2.024 | 0% | 50% |  |  |" in lines
+  assert "| corrupted test: noise | 3 | 10.00 | 2.718 | 33% | 67% | 0.50 | +0.25 |" in lines
   assert report_sections._distance_section(  # pylint: disable=protected-access
       str(tmp_path), _validation_fit(), None) == []
 
