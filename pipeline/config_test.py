@@ -72,6 +72,18 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
   assert TrainerConfig.from_dict(as_json_types) == trainer
 
 
+
+def test_a_config_recorded_before_per_image_normalization_existed_still_reads():
+  """Models, run records and compiled specs from before session 17 hold a boolean."""
+  recorded = TrainerConfig().to_dict()
+  del recorded["per_image_normalization"]
+  for old, new in ((True, "standardization"), (False, "none")):
+    config = TrainerConfig.from_dict({**recorded, "per_image_standardization": old})
+    assert config.model.per_image_normalization == new
+  with pytest.raises(ValueError, match="per_image_standardization .* and "
+                                       "per_image_normalization are both given"):
+    TrainerConfig.from_dict({**TrainerConfig().to_dict(), "per_image_standardization": True})
+
 @pytest.mark.parametrize("flags, named", [
     (["--dataset=mnist"], "dataset='mnist'"),
     (["--train_steps=-5"], "train_steps=-5"),

@@ -322,6 +322,12 @@ class TrainerConfig:
   def from_dict(cls, values: Mapping[str, Any]) -> "TrainerConfig":
     """The config `to_dict` (or JSON of it) wrote, or any leaf fields over the defaults."""
     values = dict(values)
+    if "per_image_standardization" in values:  # Recorded before session 17 (a boolean).
+      if "per_image_normalization" in values:
+        raise ValueError("per_image_standardization (recorded by older code) and "
+                         "per_image_normalization are both given; keep the second.")
+      values["per_image_normalization"] = ("standardization"
+                                           if values.pop("per_image_standardization") else "none")
     for name in ("lr_decay_epochs", "warm_start_exclude"):
       if name in values:
         values[name] = tuple(values[name])
