@@ -51,9 +51,9 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
   labels = np.concatenate([clean_labels, shifted_labels])
   scores = np.concatenate([np.asarray(clean_scores, np.float64),
                            np.asarray(shifted_scores, np.float64)])
-  slices = np.concatenate([np.full(len(clean_labels), "\0clean"), shifted_slices.astype(str)])
-  names, index = np.unique(slices, return_inverse=True)
-  weights = 1.0 / (len(names) * np.bincount(index)[index])  # Each slice weighs the same.
+  slices = np.concatenate([np.full(len(clean_labels), maths.CLEAN_SLICE),
+                           shifted_slices.astype(str)])
+  weights = maths.slice_weights(slices)
 
   def objective(params):
     curve = DistanceCurve(*params)

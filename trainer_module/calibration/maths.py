@@ -10,6 +10,10 @@ _BISECTION_STEPS = 100
 GRID_STEPS = 50  # Candidate temperatures between the NLL-chosen T and T = 1.
 
 
+# The clean eval images' slice name beside the validation slices': no corruption is named so.
+CLEAN_SLICE = "\0clean"
+
+
 class TemperatureFitError(ValueError):
   """The temperature cannot be fitted: no data, or non-finite logits."""
 
@@ -102,6 +106,13 @@ def no_worse_than_raw(logits: np.ndarray, labels: np.ndarray) -> Tuple[float, fl
       else:
         outside = middle
   return min(0.0, float(inside)), max(0.0, float(inside))
+
+
+def slice_weights(slices: np.ndarray) -> np.ndarray:
+  """Per-example weights under which every slice weighs the same: the weighted mean of a
+  per-example term is the mean over the slices of its mean on each."""
+  names, index = np.unique(np.asarray(slices), return_inverse=True)
+  return 1.0 / (len(names) * np.bincount(index)[index])
 
 
 def slice_means(logits: np.ndarray, labels: np.ndarray, slices: np.ndarray,
