@@ -16,6 +16,7 @@ import tensorflow as tf
 from tests.conftest import REPO
 from testing.tiny_config import TINY_NETWORK_FLAGS
 from testing.transform_runs import transformed_digits
+from trainer_module.__main__ import main as trainer_main
 
 pytestmark = pytest.mark.e2e  # Training processes killed and resumed, several workers.
 
@@ -184,10 +185,18 @@ def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inp
     ("--transform_output=/nonexistent", "transform_output='/nonexistent': is not a directory"),
     ("--warm_start=/nonexistent", "warm_start=/nonexistent: no such checkpoint or SavedModel"),
 ])
-def test_bad_flags_exit_2_naming_the_flag(inputs, tmp_path, flag, message):
-  process = subprocess.run(trainer_command(inputs, tmp_path, flag), cwd=REPO,
+def test_bad_flags_exit_2_naming_the_flag(inputs, tmp_path, capsys, flag, message):
+  """Flags are checked before anything runs, so here in this process (the command's own exit
+  status: the next test)."""
+  assert trainer_main(trainer_command(inputs, tmp_path, flag)[3:]) == 2
+  assert message in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_the_command_exits_2_on_a_bad_flag(inputs, tmp_path):
+  process = subprocess.run(trainer_command(inputs, tmp_path, "--label_smoothing=1.5"), cwd=REPO,
                            capture_output=True, text=True, timeout=120)
-  assert process.returncode == 2 and message in process.stderr, process.stderr[-2000:]
+  assert process.returncode == 2 and "label_smoothing=1.5: must be in [0, 1]" in process.stderr
   assert not os.path.exists(tmp_path / "checkpoints")
 
 
