@@ -422,7 +422,8 @@ def _ensemble_section(record: dict) -> List[str]:
   after_t = (", each candidate after its own temperature"
              if record.get("calibrated_selection") else "")
   lines = ["## Ensemble", "",
-           f"Greedy selection with replacement on the eval split ({record['objective']}{after_t}): "
+           f"Greedy selection with replacement on "
+           f"{record.get('selected_on', 'the eval split')} ({record['objective']}{after_t}): "
            f"picks {record['picks']}, {len(weights)} distinct of at most {record['ensemble_size']}; "
            f"diversity (mean pairwise disagreement of the members on eval) "
            f"{_fmt(record['diversity'])}.", ""]
@@ -445,8 +446,8 @@ def _ensemble_section(record: dict) -> List[str]:
   l2_names = [name for name in record["trials"][0]["hyperparameters"] if name.endswith("_l2")]
   lines += ["Trials (eval metrics of each served, temperature-scaled model):", "",
             "| trial | weight | seed | label smoothing | " + " | ".join(l2_names) +
-            " | T | eval accuracy | eval NLL | eval ECE |",
-            "| --- " * (len(l2_names) + 8) + "|"]
+            f" | T | eval accuracy | eval NLL | eval ECE | {record['objective']} alone |",
+            "| --- " * (len(l2_names) + 9) + "|"]
   for trial in record["trials"]:
     hyper = trial["hyperparameters"]
     lines.append(
@@ -455,7 +456,8 @@ def _ensemble_section(record: dict) -> List[str]:
         " | ".join(f"{hyper[name] if hyper[name] is not None else hyper['l2']:.2e}"
                    for name in l2_names) +
         f" | {_fmt(trial['temperature'], 3)} | {_fmt(trial['eval']['accuracy'])} | "
-        f"{_fmt(trial['eval']['nll'])} | {_fmt(trial['eval']['ece'])} |")
+        f"{_fmt(trial['eval']['nll'])} | {_fmt(trial['eval']['ece'])} | "
+        f"{_fmt(trial.get('objective_value'))} |")
   return lines + [""]
 
 

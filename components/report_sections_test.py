@@ -173,3 +173,25 @@ def test_class_names_come_from_the_model_and_skipped_files_are_listed(tmp_path):
   assert "## Skipped input files" in lines
   assert "| `/photos/cat/a.jpg` | empty file (0 bytes) |" in lines
   assert "| `/photos/dog` | empty class folder: a / b |" in lines
+
+
+def _ensemble_record(**selection):
+  trial = {"hyperparameters": {"seed": 1, "label_smoothing": 0.01, "l2": 1e-4, "bn_l2": None},
+           "temperature": 1.0, "eval": {"accuracy": 0.98, "nll": 0.05, "ece": 0.01}}
+  return {"objective": "nll", "picks": [0], "ensemble_size": 2, "diversity": 0.0,
+          "members": [{"name": "trial_0", "weight": 1.0}],
+          "trials": [{"name": "trial_0", **trial, **selection.pop("trial", {})}], **selection}
+
+
+def test_the_ensemble_section_says_what_selection_read_and_each_trials_value_alone():
+  section = "\n".join(report_sections._ensemble_section(_ensemble_record(
+      objective="shift_nll", calibrated_selection=True,
+      selected_on="the eval split and the validation shift's 25 slices",
+      trial={"objective_value": 0.1234})))
+  assert ("Greedy selection with replacement on the eval split and the validation shift's 25 "
+          "slices (shift_nll, each candidate after its own temperature)") in section
+  assert "| shift_nll alone |" in section and "| 0.1234 |" in section
+  # A record written before selection could read the shift: the eval split, no value alone.
+  older = "\n".join(report_sections._ensemble_section(_ensemble_record()))
+  assert "Greedy selection with replacement on the eval split (nll)" in older
+  assert older.rstrip().endswith("| n/a |")

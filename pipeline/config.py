@@ -133,7 +133,9 @@ class EnsembleConfig:
   # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
   ensemble_size: int = 1  # Most distinct members the ensemble keeps (1: no ensemble).
   hyper_trials: int = 1  # Trial Trainers to select the members from (>= ensemble_size).
-  ensemble_objective: str = "nll"  # nll, acc or nll-acc (what selection optimises).
+  # What selection minimises: nll, acc or nll-acc on the eval split; shift_nll on it and each
+  # validation corruption x severity slice, each candidate after its own T.
+  ensemble_objective: str = "nll"
 
   def __post_init__(self):
     require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")

@@ -351,8 +351,10 @@ HYPER_L2_GROUPS = L2_GROUPS[1:]
 HYPER_L2_RANGE = (1e-2, 1e2)  # Times 1/n: log-uniform in [1e-2/n, 1e2/n].
 HYPER_LABEL_SMOOTHING_RANGE = (1e-5, 0.2)
 HYPER_SEED_RANGE = (1, 10_000)  # [low, high), as UB's sweep.
-# What greedy member selection minimises: NLL, -accuracy, or NLL - accuracy.
-ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc")
+# What greedy member selection minimises: on the eval split NLL, -accuracy, or NLL - accuracy;
+# shift_nll: the NLL over the eval split and each validation corruption x severity slice.
+SHIFT_NLL = "shift_nll"
+ENSEMBLE_OBJECTIVES = ("nll", "acc", "nll-acc", SHIFT_NLL)
 
 
 def hyper_trials(base: TrainerConfig, count: int) -> List[TrainerConfig]:

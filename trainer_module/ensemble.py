@@ -6,7 +6,7 @@ import dataclasses
 import itertools
 import logging
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -16,7 +16,7 @@ import tf_keras as keras
 from trainer_module import data
 from trainer_module.calibration import inputs, maths, model_outputs, record, registry
 from trainer_module.class_names import CLASS_NAMES_FILE
-from trainer_module.config import ENSEMBLE_OBJECTIVES, L2_GROUPS
+from trainer_module.config import ENSEMBLE_OBJECTIVES, L2_GROUPS, SHIFT_NLL
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import IMAGE_SHAPE
@@ -39,17 +39,28 @@ def _accuracy(mean_probabilities: np.ndarray, labels: np.ndarray) -> float:
 
 
 def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objective: str,
-                    calibrated: bool = False) -> float:
-  """What selection minimises: nll, -accuracy (acc), or nll - accuracy (nll-acc). calibrated:
-  the NLL after the candidate's own clean temperature, as an ensemble whose T sharpens within
-  the support (in_support, clean) is served there."""
+                    calibrated: bool = False, slices: Optional[np.ndarray] = None) -> float:
+  """What selection minimises: on the eval split nll, -accuracy (acc), or nll - accuracy
+  (nll-acc); calibrated: the NLL after the candidate's own clean temperature, as an ensemble
+  whose T sharpens within the support (in_support, clean) is served there.
+  shift_nll: the mean over the slices (each example's in `slices`: the clean eval images and
+  each validation corruption x severity) of their NLL, after the one T minimising it: how the
+  candidate fares under the validation shift once a map fitted there has scaled it, the rule
+  every other choice of the pipeline presets is made by (docs/ensembles_and_transfer.md)."""
   if objective not in ENSEMBLE_OBJECTIVES:
     raise ValueError(f"Invalid config value ensemble_objective={objective!r}: must be one of "
                      f"{ENSEMBLE_OBJECTIVES}.")
+  logits = np.log(np.maximum(mean_probabilities, _PROBABILITY_FLOOR))
+  if objective == SHIFT_NLL:
+    if slices is None or len(slices) != len(labels):
+      raise ValueError(f"ensemble_objective={SHIFT_NLL} needs each example's slice name.")
+    weights = maths.slice_weights(slices)
+    temperature = maths.fit_temperature(logits, labels, weights)
+    true = maths.log_softmax(logits / temperature)[np.arange(len(labels)), labels]
+    return float(-np.sum(weights * true))
   value = 0.0
   if objective in ("nll", "nll-acc"):
     if calibrated:
-      logits = np.log(np.maximum(mean_probabilities, _PROBABILITY_FLOOR))
       value += maths.nll(logits, labels, maths.fit_temperature(logits, labels))
     else:
       value += _nll(mean_probabilities, labels)
@@ -59,12 +70,14 @@ def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objectiv
 
 
 def greedy_selection(probabilities: np.ndarray, labels: np.ndarray, size: int,
-                     objective: str = "nll", calibrated: bool = False) -> List[int]:
+                     objective: str = "nll", calibrated: bool = False,
+                     slices: Optional[np.ndarray] = None) -> List[int]:
   """The members picked, in order, repeats included.
 
-  probabilities: [members, examples, classes], each member's softmax on the eval split.
-  calibrated: see objective_value. Ties go to the lower member index, so the result is
-  deterministic.
+  probabilities: [members, examples, classes], each member's softmax on the examples
+  selection reads (the eval split; for shift_nll, also the validation shift, whose slice names
+  `slices` gives). calibrated, slices: see objective_value. Ties go to the lower member index,
+  so the result is deterministic.
   """
   probabilities = np.asarray(probabilities, np.float64)
   labels = np.asarray(labels, np.int64).reshape(-1)
@@ -78,7 +91,7 @@ def greedy_selection(probabilities: np.ndarray, labels: np.ndarray, size: int,
   best = np.inf
   while len(set(picks)) < size:
     value, member = min((objective_value((total + p) / (len(picks) + 1), labels, objective,
-                                         calibrated), m)
+                                         calibrated, slices), m)
                         for m, p in enumerate(probabilities))
     if not value < best:
       log.info("No member improves the ensemble's %s (%.4f): selection stops.", objective, best)
@@ -235,7 +248,8 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                    temperature_fit: str = "validation_corruptions",
                    validation_corruption_examples: int = 50,
                    train_files: Sequence[str] = ()) -> dict:
-  """Selects members on the eval split, exports the temperature-scaled ensemble to export_dir
+  """Selects members on the eval split (shift_nll: and the validation shift), exports the
+  temperature-scaled ensemble to export_dir
   and returns (and records in its assets.extra/ensemble.json) what was chosen and why. The
   ensemble's T is fitted as a single model's (`temperature_fit`: clean; with the validation
   corruptions of the eval images, never worse than the raw mean under them; or in_support, the
@@ -251,7 +265,16 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                      "measured on the training split; give its transformed files (train_files).")
   tft_output = tft.TFTransformOutput(transform_output)
   batches = data.eval_batches(eval_files, tft_output.transformed_feature_spec(), eval_batch_size)
-  networks, probabilities, served, labels = [], [], [], None
+  train_batches = (data.eval_batches(train_files, tft_output.transformed_feature_spec(),
+                                     eval_batch_size) if method.needs_feature_distances else None)
+  held_out = inputs.held_out_sets(method, batches, tft_output, validation_corruption_examples,
+                                  eval_batch_size, train_batches)
+  shifted = None
+  if objective == SHIFT_NLL:  # The calibration's own validation shift, when it reads one.
+    shifted = held_out.validation_corrupted or inputs.validation_corrupted_set(
+        batches, *inputs.channel_statistics(tft_output), validation_corruption_examples,
+        eval_batch_size)
+  networks, probabilities, served, shifted_probabilities, labels = [], [], [], [], None
   temperatures = [member_temperature(member.model_dir) for member in members]
   typical_temperatures = [_calibration(member.model_dir).get("temperature", 1.0)
                           for member in members]
@@ -262,37 +285,53 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
     networks.append(network)
     probabilities.append(tf.nn.softmax(logits.astype(np.float64) / member_t).numpy())
     served.append(tf.nn.softmax(logits.astype(np.float64) / served_t[:, np.newaxis]).numpy())
+    if shifted is not None:
+      shifted_logits, shifted_labels = model_outputs.model_logits(network, shifted.batches)
+      shifted_probabilities.append(
+          tf.nn.softmax(shifted_logits.astype(np.float64) / member_t).numpy())
     log.info("Member %s: served eval NLL %.4f (median T %.4f; enters at T = %.4f).",
              member.name, _nll(served[-1], labels), float(np.median(served_t)), member_t)
   probabilities = np.stack(probabilities)
+  # What selection reads: the eval split, and under shift_nll the validation shift after it.
+  selected_on, selection_labels, selection_slices = probabilities, labels, None
+  if shifted is not None:
+    selected_on = np.concatenate([probabilities, np.stack(shifted_probabilities)], axis=1)
+    selection_labels = np.concatenate([labels, shifted_labels])
+    selection_slices = np.concatenate([np.full(len(labels), maths.CLEAN_SLICE),
+                                       shifted.slices.astype(str)])
   # An ensemble T that sharpens within the support is served there after selection: judge
   # each candidate after its own T, as a single member is judged after its own.
-  calibrated = method.calibrated_selection
-  picks = greedy_selection(probabilities, labels, ensemble_size, objective, calibrated)
+  calibrated = method.calibrated_selection or shifted is not None
+  picks = greedy_selection(selected_on, selection_labels, ensemble_size, objective, calibrated,
+                           selection_slices)
   weights = selection_weights(picks, len(members))
   chosen = [i for i in range(len(members)) if weights[i] > 0]
   log.info("Selected %s (picks %s, weights %s).", [members[i].name for i in chosen], picks,
            [round(float(weights[i]), 4) for i in chosen])
   network, features_model = ensemble_network([networks[i] for i in chosen], weights[chosen],
                                              [temperatures[i] for i in chosen])
-  train_batches = (data.eval_batches(train_files, tft_output.transformed_feature_spec(),
-                                     eval_batch_size) if method.needs_feature_distances else None)
-  held_out = inputs.held_out_sets(method, batches, tft_output, validation_corruption_examples,
-                                  eval_batch_size, train_batches)
   feature_widths = [model_outputs.penultimate_model(networks[i]).output_shape[-1]
                     for i in chosen]
   calibration = method.fit(network, held_out, num_bins, features_model, feature_widths)
   mean = np.tensordot(weights, probabilities, axes=1)
   eval_temperatures = method.eval_temperatures(calibration)
+
+  def selection_value(member_weights: np.ndarray) -> float:
+    return objective_value(np.tensordot(member_weights, selected_on, axes=1), selection_labels,
+                           objective, calibrated, selection_slices)
+
   record = {
       "objective": objective, "calibrated_selection": calibrated,
+      "selected_on": ("the eval split" if shifted is None else "the eval split and the "
+                      f"validation shift's {len(np.unique(shifted.slices))} slices"),
       "ensemble_size": ensemble_size, "picks": picks,
       "members": [{"name": members[i].name, "weight": float(weights[i])} for i in chosen],
-      "trials": [member_record(m, p, labels, t, num_bins)
-                 for m, p, t in zip(members, served, typical_temperatures)],
+      "trials": [{**member_record(m, p, labels, t, num_bins),
+                  "objective_value": selection_value(np.eye(len(members))[i])}
+                 for i, (m, p, t) in enumerate(zip(members, served, typical_temperatures))],
       "diversity": disagreement(probabilities[chosen]),
       "eval": probability_metrics(_sharpen(mean, eval_temperatures), labels, num_bins),
-      "objective_value": objective_value(mean, labels, objective, calibrated)}
+      "objective_value": selection_value(weights)}
   names = read_record(members[0].model_dir, CLASS_NAMES_FILE)  # The members share the schema.
   export_serving_model(network, tft_output, export_dir, calibration,
                        records={ENSEMBLE_FILE: record}, features_model=features_model,

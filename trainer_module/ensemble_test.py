@@ -80,6 +80,53 @@ def test_the_acc_objective_maximises_accuracy():
     ensemble.objective_value(right, LABELS, "brier")
 
 
+# Two slices of 4 images each (class 0 true): A is sure and right on the clean slice and sure
+# and wrong on half the shifted one; B is less sure on the clean slice and modest everywhere.
+SLICES = np.array(["\0clean"] * 4 + ["blur_5"] * 4)
+SHIFT_LABELS = np.zeros(8, np.int64)
+SURE_A = _two_class([0.99, 0.99, 0.98, 0.99, 0.97, 0.03, 0.96, 0.02])
+MODEST_B = _two_class([0.9, 0.85, 0.9, 0.8, 0.7, 0.45, 0.7, 0.4])
+
+
+def _grid_shift_nll(probabilities, labels, slices):
+  """The mean over slices of each slice's NLL at the best T, on a grid over 1/T (numpy)."""
+  inverse_t = np.linspace(0.01, 10.0, 20_000)[:, None, None]
+  log_p = np.log(probabilities) * inverse_t
+  log_p -= np.log(np.exp(log_p).sum(axis=2, keepdims=True))
+  true = -log_p[:, np.arange(len(labels)), labels]
+  by_slice = [true[:, slices == name].mean(axis=1) for name in np.unique(slices)]
+  return np.mean(by_slice, axis=0).min()
+
+
+def test_shift_nll_is_the_mean_of_the_slices_nll_after_the_best_temperature():
+  for candidate in (SURE_A, MODEST_B, (SURE_A + MODEST_B) / 2):
+    assert ensemble.objective_value(candidate, SHIFT_LABELS, "shift_nll",
+                                    slices=SLICES) == pytest.approx(
+        _grid_shift_nll(candidate, SHIFT_LABELS, SLICES), abs=1e-4)
+  # Every slice weighs the same, however many images it has.
+  longer = np.concatenate([SLICES, ["\0clean"] * 4])
+  doubled_clean = np.concatenate([SURE_A, SURE_A[:4]])
+  assert ensemble.objective_value(doubled_clean, np.zeros(12, np.int64), "shift_nll",
+                                  slices=longer) == pytest.approx(
+      ensemble.objective_value(SURE_A, SHIFT_LABELS, "shift_nll", slices=SLICES), abs=1e-4)
+
+
+def test_selection_under_the_shift_keeps_a_member_the_eval_split_alone_would_not():
+  members = np.stack([SURE_A, MODEST_B])
+  clean = SLICES == "\0clean"
+  assert ensemble.greedy_selection(members[:, clean], SHIFT_LABELS[clean], size=2,
+                                   calibrated=True) == [0]
+  assert ensemble.greedy_selection(members, SHIFT_LABELS, size=2, objective="shift_nll",
+                                   slices=SLICES) == [1]
+
+
+def test_shift_nll_needs_each_examples_slice():
+  with pytest.raises(ValueError, match="shift_nll needs each example's slice name"):
+    ensemble.objective_value(SURE_A, SHIFT_LABELS, "shift_nll")
+  with pytest.raises(ValueError, match="shift_nll needs each example's slice name"):
+    ensemble.objective_value(SURE_A, SHIFT_LABELS, "shift_nll", slices=SLICES[:4])
+
+
 def test_selection_rejects_predictions_that_do_not_match_the_labels():
   with pytest.raises(ValueError, match="do not match 3 eval labels"):
     ensemble.greedy_selection(MEMBERS, np.zeros(3, np.int64), 2)
@@ -155,6 +202,22 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   assert calibration["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 2
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert read_record(export_dir, ENSEMBLE_FILE)["picks"] == record["picks"]
+
+
+def test_selection_under_the_shift_reads_the_validation_corruptions_of_the_eval_images(
+    members):
+  """Under a fit that makes no validation shift of its own (clean), selection makes it."""
+  work, flags, member_list = members
+  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
+                                   flags["transform_output"], str(work / "ensemble_shift"),
+                                   ensemble_size=3, objective="shift_nll",
+                                   validation_corruption_examples=2, temperature_fit="clean")
+  assert record["selected_on"] == (f"the eval split and the validation shift's "
+                                   f"{len(VALIDATION_CORRUPTIONS) * 5} slices")
+  alone = [trial["objective_value"] for trial in record["trials"]]
+  # Greedy: the first pick is the best member alone, and each later pick improved on it.
+  assert record["picks"][0] == int(np.argmin(alone))
+  assert record["objective_value"] <= min(alone) + 1e-12
 
 
 def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(members):
