@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bench import run_outputs  # noqa: E402
+from bench.calibration import family_gaps  # noqa: E402
 from bench.run_outputs import LabelledSet  # noqa: E402
 from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
 from trainer_module import ensemble, metrics  # noqa: E402
@@ -35,6 +36,7 @@ from trainer_module.calibration.record import read_calibration_info  # noqa: E40
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 from trainer_module.features import (PROBABILITIES_KEY,  # noqa: E402
                                      UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.reference_corruptions import FAMILIES  # noqa: E402
 
 _BATCH = 256
 
@@ -128,9 +130,11 @@ def _row(name: str, t: str, eval_nll: float, sets: Dict[str, LabelledSet],
                           np.ones((1, len(sets[TEST].labels))), num_bins)
   corrupted = weighted_metrics(scored(sets[CORRUPTED], num_bins), sets[CORRUPTED].slices,
                                np.ones((1, len(sets[CORRUPTED].labels))), num_bins)
+  gaps = family_gaps(sets[CORRUPTED])
   return (f"| {name} | {t} | {eval_nll:.4f} | {test['accuracy'][0]:.4f} | {test['nll'][0]:.4f} "
           f"| {test['ece'][0]:.4f} | {corrupted['accuracy'][0]:.4f} | {corrupted['nll'][0]:.4f} "
-          f"| {corrupted['ece'][0]:.4f} |")
+          f"| {corrupted['ece'][0]:.4f} | " + " | ".join(f"{gaps[f'gap_{family}']:+.3f}"
+                                                      for family in FAMILIES) + " |")
 
 
 def served_sets(model_dir: str, examples: run_outputs.EvaluationSet,
@@ -184,9 +188,9 @@ def main():
         f"{[(m['name'], m['weight']) for m in record['members']]}; calibrated selection "
         f"{record.get('calibrated_selection', False)}); best single on served eval NLL: "
         f"{best['name']}\n")
-  print(
-      "| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE |")
-  print("| --- |" + " ---: |" * 8)
+  print("| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE | "
+        + " | ".join(FAMILIES) + " |")
+  print("| --- |" + " ---: |" * (8 + len(FAMILIES)))
   for name in models:
     print(_row(name, fits[name], eval_nll[name], served[name], num_bins))
   compare(f"ensemble - {best['name']}, as served", served["ensemble"], served[best["name"]],
