@@ -16,6 +16,8 @@ def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
   config = from_preset(name)
   assert config == from_flags([f"--config={name}"]) == PipelineConfig().replace(**fields)
   assert config.trainer.augmentation.augmix  # The pipeline's AugMix is on in every preset.
+  # An ensemble's members are chosen under the validation shift in every preset.
+  assert config.ensemble.ensemble_objective == "shift_nll"
   # So are spectrally normalised convolutions.
   assert config.trainer.model.spectral_norm_bound == PIPELINE_MODEL["spectral_norm_bound"] > 0
   # And SNGP's output layer over them, at the width its kernel scale was chosen for (the

@@ -228,7 +228,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
 def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it_without_them(
     tmp_path, pipeline_runner):
   """Also the hyper-deep ensemble path: three trial Trainers, two members at most, one model
-  gated and pushed like a single one, calibrated with the preset's in_support."""
+  gated and pushed like a single one, its members chosen and its curve fitted as the preset
+  says (shift_nll, distance_curve)."""
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
            "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3",
@@ -270,6 +271,9 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert [trial["name"] for trial in record["trials"]] == [f"Trainer_trial_{i}" for i in range(3)]
   assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3
   assert 1 <= len(record["members"]) <= 2
+  # Chosen, as the presets choose, on the eval split and the validation shift.
+  assert record["objective"] == "shift_nll" and record["selected_on"].endswith("25 slices")
+  assert record["picks"][0] == min(range(3), key=lambda i: record["trials"][i]["objective_value"])
   calibration = json.loads(open(os.path.join(pushed, "assets.extra", "temperature.json")).read())
   # The distance score is the mean of the members': one support per distinct member.
   radii = np.atleast_1d(calibration["support_radius"])
@@ -282,7 +286,7 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert {"eval", "test", "corrupted"} <= set(comparison["best_single"])
   report = _report_markdown(result.stdout)
   assert "## Ensemble" in report and f"best single trial ({comparison['best_single']['name']})" \
-      in report and "| cNLL |" in report
+      in report and "| cNLL |" in report and "| shift_nll alone |" in report
 
   serve = tf.saved_model.load(pushed).signatures["serving_default"]
   serving_ops = reachable_op_types(serve)
