@@ -249,11 +249,11 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                    validation_corruption_examples: int = 50,
                    train_files: Sequence[str] = ()) -> dict:
   """Selects members on the eval split (shift_nll: and the validation shift), exports the
-  temperature-scaled ensemble to export_dir
-  and returns (and records in its assets.extra/ensemble.json) what was chosen and why. The
-  ensemble's T is fitted as a single model's (`temperature_fit`: clean; with the validation
-  corruptions of the eval images, never worse than the raw mean under them; or in_support, the
-  same within the eval images' feature distance of the training split, `train_files`)."""
+  temperature-scaled ensemble to export_dir and returns (and records in its
+  assets.extra/ensemble.json) what was chosen and why. The ensemble's T is fitted as a single
+  model's (`temperature_fit`: clean; with the validation corruptions of the eval images, never
+  worse than the raw mean under them; or in_support, the same within the eval images' feature
+  distance of the training split, `train_files`)."""
   if not members:
     raise ValueError("An ensemble needs at least one member model.")
   method = registry.get(temperature_fit)
