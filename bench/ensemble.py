@@ -188,8 +188,8 @@ def main():
         f"{[(m['name'], m['weight']) for m in record['members']]}; calibrated selection "
         f"{record.get('calibrated_selection', False)}); best single on served eval NLL: "
         f"{best['name']}\n")
-  print("| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | cECE | "
-        + " | ".join(FAMILIES) + " |")
+  print("| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | "
+        "cECE | " + " | ".join(FAMILIES) + " |")
   print("| --- |" + " ---: |" * (8 + len(FAMILIES)))
   for name in models:
     print(_row(name, fits[name], eval_nll[name], served[name], num_bins))
