@@ -4,12 +4,13 @@ From a finished ensemble run (`--ensemble_size=K --hyper_trials=N`) it scores th
 every trial through their served signatures (whatever their calibration map: one T, or T within
 a feature support) on the clean held-out test split and the corrupted set, and gives ensemble -
 best member for accuracy, NLL, ECE, cA, cNLL and cECE. The best member is the one a plain sweep
-would deploy, as the selector sees it: the lowest served eval NLL
-(trainer_module.ensemble.best_single). The intervals resample whole test images (a corrupted
-image's slices go with its clean test image, as they share it): paired, since both models are
-scored on every resample, and seeded. It also splits each test NLL into what the correctly and
-wrongly classified images contribute, served and uncalibrated. `--ensemble_dir` scores another
-ensemble of the same trials (e.g. `python -m trainer_module ensemble` with other settings).
+would deploy, as the selector sees it: the lowest shift_nll alone under that objective, else
+the lowest served eval NLL (trainer_module.ensemble.best_single). The intervals resample whole
+test images (a corrupted image's slices go with its clean test image, as they share it):
+paired, since both models are scored on every resample, and seeded. It also splits each test
+NLL into what the correctly and wrongly classified images contribute, served and uncalibrated.
+`--ensemble_dir` scores another ensemble of the same trials (e.g. `python -m trainer_module
+ensemble` with other settings).
 
   make bench-ensemble ARGS="--output_dir outputs"
   .venv/bin/python bench/ensemble.py --output_dir /work/runs/ens48 --bootstrap 2000
@@ -186,7 +187,7 @@ def main():
 
   print(f"\nselected: {record['picks']} (weights "
         f"{[(m['name'], m['weight']) for m in record['members']]}; calibrated selection "
-        f"{record.get('calibrated_selection', False)}); best single on served eval NLL: "
+        f"{record.get('calibrated_selection', False)}); best single as selection judges one: "
         f"{best['name']}\n")
   print("| model | calibration, T | eval NLL | test acc. | test NLL | test ECE | cA | cNLL | "
         "cECE | " + " | ".join(FAMILIES) + " |")

@@ -340,5 +340,9 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
 
 
 def best_single(record: dict) -> dict:
-  """The trial a plain sweep would deploy: the lowest served eval NLL."""
+  """The trial a plain sweep would deploy, judged as selection judges: the lowest shift_nll
+  alone under that objective (the same rule choosing one model), else the lowest served eval
+  NLL."""
+  if record.get("objective") == SHIFT_NLL:
+    return min(record["trials"], key=lambda trial: trial["objective_value"])
   return min(record["trials"], key=lambda trial: trial["eval"]["nll"])

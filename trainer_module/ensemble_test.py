@@ -127,6 +127,17 @@ def test_shift_nll_needs_each_examples_slice():
     ensemble.objective_value(SURE_A, SHIFT_LABELS, "shift_nll", slices=SLICES[:4])
 
 
+def test_the_best_single_trial_is_judged_as_selection_judges():
+  trials = [{"name": "sharp_on_clean", "eval": {"nll": 0.01}, "objective_value": 0.30},
+            {"name": "best_under_shift", "eval": {"nll": 0.02}, "objective_value": 0.20}]
+  assert ensemble.best_single({"objective": "shift_nll", "trials": trials})["name"] == (
+      "best_under_shift")
+  assert ensemble.best_single({"objective": "nll", "trials": trials})["name"] == "sharp_on_clean"
+  # A record from before shift_nll: the lowest served eval NLL.
+  assert ensemble.best_single({"trials": [{**t, "objective_value": None} for t in trials]})[
+      "name"] == "sharp_on_clean"
+
+
 def test_selection_rejects_predictions_that_do_not_match_the_labels():
   with pytest.raises(ValueError, match="do not match 3 eval labels"):
     ensemble.greedy_selection(MEMBERS, np.zeros(3, np.int64), 2)
