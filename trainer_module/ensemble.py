@@ -271,9 +271,10 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
                                   eval_batch_size, train_batches)
   shifted = None
   if objective == SHIFT_NLL:  # The calibration's own validation shift, when it reads one.
-    shifted = held_out.validation_corrupted or inputs.validation_corrupted_set(
-        batches, *inputs.channel_statistics(tft_output), validation_corruption_examples,
-        eval_batch_size)
+    shifted = held_out.validation_corrupted
+    if shifted is None:
+      shifted = inputs.validation_corrupted_set(batches, *inputs.channel_statistics(tft_output),
+                                                validation_corruption_examples, eval_batch_size)
   networks, probabilities, served, shifted_probabilities, labels = [], [], [], [], None
   temperatures = [member_temperature(member.model_dir) for member in members]
   typical_temperatures = [_calibration(member.model_dir).get("temperature", 1.0)
