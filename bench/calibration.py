@@ -5,7 +5,7 @@ and EvaluationSetGen's clean test and corrupted test images) it computes the mod
 and then, for each way of choosing T (`trainer_module/calibration/`, never reimplemented
 here), the clean test accuracy / NLL / ECE, cA / cNLL / cECE over the corrupted set's
 corruption x severity slices (slice means), the NLL / ECE of the validation shift (the eval
-images under the 5 validation corruptions, as the Trainer makes them; slice means) and each
+images under the 8 validation corruptions, as the Trainer makes them; slice means) and each
 corruption family's confidence minus accuracy (the mean over its slices):
 - `validation_corruptions` (the default fit), raw softmax (T = 1), `clean_and_augmix`, `clean`,
   and the validation slices pooled into one (the first version of the default fit);

@@ -5,7 +5,7 @@
 PIPELINE_AUGMIX = {"augmix": True, "aug_count": 2, "augmix_view_sets": 4}
 # Calibration in every pipeline preset: a T per input that grows with its feature distance from
 # the training data, sharpening near it and softening far from it, fitted on the clean eval
-# images and the five validation corruptions and never worse than raw under them
+# images and the eight validation corruptions and never worse than raw under them
 # (docs/robustness.md: on the default model it beat in_support, the previous default, on the
 # validation shift, and each family of it held out). A hyper-deep ensemble (hyper_trials > 1)
 # measures the distance on its members' features.

@@ -97,7 +97,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
   # The preset's distance_curve: a T per input that never falls with its feature distance,
-  # fitted on clean eval images and on eval images under the 5 validation corruptions x 5
+  # fitted on clean eval images and on eval images under the 8 validation corruptions x 5
   # severities, where it is no worse calibrated than the raw softmax.
   assert calibration["temperature_fit"] == "distance_curve"
   assert calibration["distance_curve"]["slope"] >= 0

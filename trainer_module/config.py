@@ -262,8 +262,8 @@ class AugMixConfig:
 class CalibrationConfig:
   """Calibration: the temperature fit and the calibration error's bins."""
   # Temperature scaling (trainer_module/calibration/): the clean eval NLL minimum among the
-  # temperatures at which the eval images under the validation corruptions (tfds' four extra
-  # and uneven illumination, never the 15 evaluated ones) are no worse calibrated than the raw
+  # temperatures at which the eval images under the validation corruptions (tfds' four extra,
+  # uneven illumination and three of CIFAR-10-C-bar, never the 15 evaluated ones) are no worse calibrated than the raw
   # softmax, in NLL and ECE ("validation_corruptions"); fitted on the clean eval split alone
   # ("clean"); or on it and its training-time AugMix views, never worse than raw on either
   # ("clean_and_augmix"); or, by the first rule, a T that applies only to inputs no farther
@@ -273,7 +273,7 @@ class CalibrationConfig:
   # ("distance_curve").
   temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support,
   # distance_curve.
-  # Eval images per validation corruption x severity (5 x 5 slices, the same images in each).
+  # Eval images per validation corruption x severity (8 x 5 slices, the same images in each).
   validation_corruption_examples: int = 50  # Eval images per validation slice.
   num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
 
