@@ -263,14 +263,14 @@ class CalibrationConfig:
   """Calibration: the temperature fit and the calibration error's bins."""
   # Temperature scaling (trainer_module/calibration/): the clean eval NLL minimum among the
   # temperatures at which the eval images under the validation corruptions (tfds' four extra,
-  # uneven illumination and three of CIFAR-10-C-bar, never the 15 evaluated ones) are no worse calibrated than the raw
-  # softmax, in NLL and ECE ("validation_corruptions"); fitted on the clean eval split alone
-  # ("clean"); or on it and its training-time AugMix views, never worse than raw on either
-  # ("clean_and_augmix"); or, by the first rule, a T that applies only to inputs no farther
-  # from the training data (feature space) than the eval images, the raw softmax beyond
-  # ("in_support"; an ensemble measures that distance on its members' features); or a T per
-  # input that grows with that distance, never worse than raw on the validation corruptions
-  # ("distance_curve").
+  # uneven illumination and three of CIFAR-10-C-bar, never the 15 evaluated ones) are no worse
+  # calibrated than the raw softmax, in NLL and ECE ("validation_corruptions"); fitted on the
+  # clean eval split alone ("clean"); or on it and its training-time AugMix views, never worse
+  # than raw on either ("clean_and_augmix"); or, by the first rule, a T that applies only to
+  # inputs no farther from the training data (feature space) than the eval images, the raw
+  # softmax beyond ("in_support"; an ensemble measures that distance on its members'
+  # features); or a T per input that grows with that distance, never worse than raw on the
+  # validation corruptions ("distance_curve").
   temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support,
   # distance_curve.
   # Eval images per validation corruption x severity (8 x 5 slices, the same images in each).

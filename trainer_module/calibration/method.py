@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 # Set apart for validation by Hendrycks & Dietterich (hendrycks/robustness,
 # ImageNet-C/imagenet_c/README.md: "the last four are validation functions"); tfds ships them as
 # cifar10_corrupted's 4 extra corruptions; with them the project's uneven illumination
-# (reference_corruptions.OWN_CORRUPTIONS) and three of CIFAR-10-C-bar (C_BAR_CORRUPTIONS). Disjoint from the 15 the gate and report evaluate.
+# (reference_corruptions.OWN_CORRUPTIONS) and three of CIFAR-10-C-bar (C_BAR_CORRUPTIONS).
+# Disjoint from the 15 the gate and report evaluate.
 VALIDATION_CORRUPTIONS = reference_corruptions.VALIDATION_CORRUPTIONS
 
 
