@@ -271,6 +271,11 @@ def _uneven_illumination(image: np.ndarray, severity: int) -> np.ndarray:
   return np.clip(lifted, 0.0, 1.0) * 255.0
 
 
+# Corruptions not run by tfds' function of the same name: spatter mended, and those tfds lacks.
+_OWN_FUNCTIONS = {"spatter": _spatter, "uneven_illumination": _uneven_illumination,
+                  **c_bar_corruptions.CORRUPTIONS}
+
+
 def corrupt(image: np.ndarray, corruption: str, severity: int, key: str) -> np.ndarray:
   """`image` (HxWx3 uint8) under `corruption` at `severity` (1-5), as uint8 of the same shape;
   the same (image, corruption, severity, key) gives the same output on every run."""
@@ -287,14 +292,8 @@ def corrupt(image: np.ndarray, corruption: str, severity: int, key: str) -> np.n
   full_size = corruption in _AT_FULL_SIZE
   source = _resized(image, _FULL_SIZE, _FULL_SIZE) if full_size else image
   with _seeded(_seed(key, corruption, severity)):
-    if corruption == "spatter":
-      corrupted = _spatter(source, severity)
-    elif corruption == "uneven_illumination":
-      corrupted = _uneven_illumination(source, severity)
-    elif corruption in c_bar_corruptions.CORRUPTIONS:
-      corrupted = c_bar_corruptions.CORRUPTIONS[corruption](source, severity)
-    else:
-      corrupted = np.asarray(_function(corruption)(source, severity))
+    function = _OWN_FUNCTIONS.get(corruption) or _function(corruption)
+    corrupted = np.asarray(function(source, severity))
   corrupted = np.clip(np.around(corrupted), 0, 255).astype(np.uint8)  # Some return float.
   if full_size:
     corrupted = _resized(corrupted, height, width)
