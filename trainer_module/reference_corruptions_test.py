@@ -1,5 +1,5 @@
 """tfds' reference corruptions and the validation shift's own ones on 32x32x3 uint8 images: all
-23 run, deterministic per key."""
+24 run, deterministic per key."""
 import os
 import shutil
 import subprocess
@@ -65,13 +65,15 @@ def test_the_15_benchmark_corruptions_in_four_families_and_the_extra_four():
   assert set(corruptions.EXTRA_CORRUPTIONS) == set(cifar10_corrupted.EXTRA_CORRUPTIONS)
 
 
-def test_the_validation_shift_is_the_extra_four_uneven_illumination_and_three_of_c_bar():
+def test_the_validation_shift_is_the_extra_four_two_of_its_own_and_three_of_c_bar():
   assert corruptions.VALIDATION_CORRUPTIONS == corruptions.EXTRA_CORRUPTIONS + (
-      "uneven_illumination", "brownish_noise", "circular_motion_blur", "pinch_and_twirl")
+      "uneven_illumination", "butterworth_blur", "brownish_noise", "circular_motion_blur",
+      "pinch_and_twirl")
   assert not set(corruptions.VALIDATION_CORRUPTIONS) & set(corruptions.BENCHMARK_CORRUPTIONS)
-  for name in ("uneven_illumination",) + corruptions.C_BAR_CORRUPTIONS:
+  for name in corruptions.OWN_CORRUPTIONS + corruptions.C_BAR_CORRUPTIONS:
     assert name not in corruptions.ALL_CORRUPTIONS  # No robustness set holds it.
   assert corruptions.family_of_slice("uneven_illumination_3") == "weather"
+  assert corruptions.family_of_slice("butterworth_blur_5") == "blur"
   assert corruptions.family_of_slice("circular_motion_blur_1") == "blur"
 
 
@@ -84,7 +86,43 @@ def test_each_kind_but_digital_has_two_validation_members_that_change_a_grey_dig
   kinds = [corruptions.FAMILY_OF[name] for name in changing]
   assert "saturate" not in changing
   assert {kind: kinds.count(kind) for kind in set(kinds)} == {
-      "noise": 2, "blur": 2, "weather": 2, "digital": 1}
+      "noise": 2, "blur": 3, "weather": 2, "digital": 1}
+
+
+def _mean_change(digits, name, severity):
+  return np.mean([np.abs(corruptions.corrupt(digit, name, severity, f"k{index}").astype(float)
+                         - digit).mean() for index, digit in enumerate(digits)])
+
+
+def test_butterworth_blur_is_as_strong_as_gaussian_blur_at_every_severity():
+  """Its cut-offs were set so: the blur kind keeps a member of gaussian blur's strength when
+  gaussian blur is left out (circular motion blur changes a few grey levels on digits)."""
+  from sklearn.datasets import load_digits
+  digits = digits_to_images(load_digits().images[:20])
+  for severity in corruptions.SEVERITIES:
+    gaussian = _mean_change(digits, "gaussian_blur", severity)
+    butterworth = _mean_change(digits, "butterworth_blur", severity)
+    assert butterworth == pytest.approx(gaussian, rel=0.05), severity
+  assert _mean_change(digits, "circular_motion_blur", 5) < _mean_change(
+      digits, "gaussian_blur", 2) / 2
+
+
+def test_butterworth_blur_keeps_what_lies_below_its_cut_off_and_removes_what_lies_above():
+  flat = np.full((32, 32, 3), 100, np.uint8)
+  np.testing.assert_array_equal(corruptions.corrupt(flat, "butterworth_blur", 5, "k"), flat)
+  rows = np.arange(32)[:, None] * np.ones((1, 32))
+  slow = np.repeat((128 + 60 * np.cos(2 * np.pi * rows / 32))[..., None], 3, axis=2)
+  fast = np.repeat((128 + 60 * np.cos(np.pi * rows))[..., None], 3, axis=2)  # Nyquist stripes.
+  middle = slice(8, 24)  # Away from the edge padding.
+  kept = []
+  for severity in corruptions.SEVERITIES:
+    slow_out, fast_out = (corruptions.corrupt(image.astype(np.uint8), "butterworth_blur",
+                                              severity, "k").astype(float)[middle]
+                          for image in (slow, fast))
+    kept.append(slow_out.std() / slow[middle].std())
+    assert fast_out.std() < 0.1 * fast[middle].std(), severity  # Alternate rows are gone.
+  assert kept[0] > 0.95 and kept[-1] > 0.5  # One cycle per image passes, less at severity 5...
+  assert all(later < earlier for earlier, later in zip(kept, kept[1:]))  # ...as the cut-off falls.
 
 
 def test_saturate_leaves_grey_digits_alone_where_uneven_illumination_lifts_them(images):
