@@ -5,16 +5,18 @@ and EvaluationSetGen's clean test and corrupted test images) it computes the mod
 and then, for each way of choosing T (`trainer_module/calibration/`, never reimplemented
 here), the clean test accuracy / NLL / ECE, cA / cNLL / cECE over the corrupted set's
 corruption x severity slices (slice means), the NLL / ECE of the validation shift (the eval
-images under the 8 validation corruptions, as the Trainer makes them; slice means) and each
+images under the 9 validation corruptions, as the Trainer makes them; slice means) and each
 corruption family's confidence minus accuracy (the mean over its slices):
 - `validation_corruptions` (the default fit), raw softmax (T = 1), `clean_and_augmix`, `clean`,
   and the validation slices pooled into one (the first version of the default fit);
-- the two temperature_fits that depend on how far an input is from the training data: the
+- the three temperature_fits that depend on how far an input is from the training data: the
   Mahalanobis distance d(x) of its penultimate features to the nearest training class mean
   under the classes' shared covariance (Lee et al., NeurIPS 2018): `in_support`, one T for
   inputs with d(x) no larger than the farthest eval image's, the raw softmax beyond (chosen by
-  the validation_corruptions rule); and `distance_curve` (the pipeline's default), T(x) =
-  exp(a + b z(x)), z the standardised log d(x), fitted by distance_curve.fit_distance_curve.
+  the validation_corruptions rule); `distance_curve`, T(x) = exp(a + b z(x)), z the
+  standardised log d(x), fitted by distance_curve.fit_distance_curve; and
+  `distance_detail_curve` (the pipeline's default), T(x) = exp(a + b z(x) + c s(x)), s the
+  input's detail score (trainer_module/calibration/detail.py), fitted by the same function.
 The test split and the 15 benchmark corruptions are only measured, never used to choose.
 For an ensemble the distance score is the one it serves (the mean of its members' scores, each
 in the member's own feature space, from its recorded support); `in_support` is a single
@@ -47,7 +49,8 @@ from bench.run_outputs import LabelledSet  # noqa: E402
 from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
 from trainer_module import augmix, ensemble  # noqa: E402
 from trainer_module.calibration import (  # noqa: E402
-    clean_and_augmix, distance_curve, distances, inputs, maths, model_outputs, record, registry)
+    clean_and_augmix, detail, distance_curve, distances, inputs, maths, model_outputs, record,
+    registry)
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 from trainer_module.metrics import confidence_bins, ece_floor  # noqa: E402
 from trainer_module.reference_corruptions import FAMILIES, family_of_slice  # noqa: E402
@@ -210,7 +213,29 @@ def distance_curve_row(sets: ModelSets, scores: Dict[str, np.ndarray],
   label = (f"exp({curve.log_temperature:.3f} + {curve.slope:.3f} z); median T: test "
            f"{np.median(temperatures[TEST]):.3f}, corrupted "
            f"{np.median(temperatures[CORRUPTED]):.3f}")
-  return "`distance_curve` (default)", label, row_metrics(sets, temperatures, num_bins)
+  return "`distance_curve`", label, row_metrics(sets, temperatures, num_bins)
+
+
+def detail_scores(images: Callable[[str], np.ndarray]) -> Dict[str, np.ndarray]:
+  """Each set's detail score s, as the served model computes it (its unit: the eval images')."""
+  scale = detail.detail_scale(images("eval"))
+  return {name: detail.detail_scores(images(name), scale)
+          for name in ("eval", "validation", TEST, CORRUPTED)}
+
+
+def distance_detail_curve_row(sets: ModelSets, scores: Dict[str, np.ndarray],
+                              details: Dict[str, np.ndarray],
+                              num_bins: int) -> Tuple[str, str, Dict[str, float]]:
+  """`distance_detail_curve`: T(x) = exp(a + b z(x) + c s(x)), fitted as the Trainer fits it."""
+  curve = distance_curve.fit_distance_curve(
+      sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
+      sets.validation.labels, sets.validation.slices, scores["validation"], num_bins,
+      details["eval"], details["validation"])
+  temperatures = {name: curve.temperatures(z, details[name]) for name, z in scores.items()}
+  label = (f"exp({curve.log_temperature:.3f} + {curve.slope:.3f} z {curve.detail_slope:+.3f} s); "
+           f"median T: test {np.median(temperatures[TEST]):.3f}, corrupted "
+           f"{np.median(temperatures[CORRUPTED]):.3f}")
+  return "`distance_detail_curve` (default)", label, row_metrics(sets, temperatures, num_bins)
 
 
 def distance_ceiling_row(sets: ModelSets, scores: Dict[str, np.ndarray], num_bins: int,
@@ -248,9 +273,11 @@ def slice_ceiling_row(sets: ModelSets, num_bins: int) -> Tuple[str, str, Dict[st
           row_metrics(sets, temperatures, num_bins))
 
 
-def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callable, dict]:
+def model_sets(run: run_outputs.Run,
+               model_dir: str) -> Tuple[ModelSets, Callable, Callable, dict]:
   """The model's logits on every set; a function giving its penultimate features on them (an
-  ensemble's: its members', side by side; only a single model's on "train"); its config."""
+  ensemble's: its members', side by side; only a single model's on "train"); one giving the
+  transformed images of a set; its config."""
   config = run.trainer_config(model_dir)
   tft_output = run.tft_output()
   network = run_outputs.load_network(model_dir)
@@ -293,7 +320,9 @@ def model_sets(run: run_outputs.Run, model_dir: str) -> Tuple[ModelSets, Callabl
     if name not in computed:
       computed[name] = on(feature_model, name)
     return computed[name]
-  return sets, features, config
+  def images(name):
+    return model_outputs.batch_images(batches[name][0])
+  return sets, features, images, config
 
 
 def main():
@@ -305,7 +334,7 @@ def main():
   args = parser.parse_args()
   run = run_outputs.Run(args.output_dir)
   model_dir = run.model_dir(args.model)
-  sets, features, config = model_sets(run, model_dir)
+  sets, features, images, config = model_sets(run, model_dir)
   num_bins = config.calibration.num_bins
   recorded = record.read_calibration_info(model_dir)
   rows = [(name, f"{t:.3f}", row_metrics(sets, {s: t for s in ("test", "corrupted",
@@ -322,6 +351,7 @@ def main():
   if support is not None:
     scores = distance_scores(support, features)
     rows.append(distance_curve_row(sets, scores, num_bins))
+    rows.append(distance_detail_curve_row(sets, scores, detail_scores(images), num_bins))
     rows.append(distance_ceiling_row(sets, scores, num_bins))
   rows.append(slice_ceiling_row(sets, num_bins))
   print(f"model: {model_dir}\n{len(sets.eval.labels)} eval, {len(sets.validation.labels)} "

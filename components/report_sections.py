@@ -19,8 +19,8 @@ from components import plots, tfma_results
 from components.tfma_results import EXAMPLE_COUNT_NAME
 from trainer_module import reference_corruptions as corruptions
 from trainer_module.calibration import registry
-from trainer_module.features import (DISTANCE_SCORE_KEY, LABEL_KEY, PROBABILITIES_KEY,
-                                     UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.features import (DETAIL_SCORE_KEY, DISTANCE_SCORE_KEY, LABEL_KEY,
+                                     PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.metrics import ece_floor
 from trainer_module.export import ENSEMBLE_FILE, PRECISION_FILE, read_record
@@ -216,10 +216,12 @@ def _temperature_section(settings, values, calibration: Optional[dict]) -> List[
 
 class ServedImages(NamedTuple):
   """A set's images as the candidate serves them: distance score, confidence (the top served
-  probability) and whether the top class is the label."""
+  probability), whether the top class is the label, and the detail score when the candidate's
+  map reads it (None otherwise)."""
   scores: np.ndarray
   confidence: np.ndarray
   correct: np.ndarray
+  details: Optional[np.ndarray] = None
 
 
 FIT_REACH_QUANTILE = 0.95  # Beyond this quantile of the validation shift's z, few fit images.
@@ -237,18 +239,28 @@ def _distance_section(report_dir: str, calibration: Optional[dict],
     return []
   validation = np.asarray(calibration["validation_distance_scores"])
   slices = np.asarray(calibration["validation_slices"])
-  groups = {"clean eval (fit)": np.asarray(calibration["eval_distance_scores"]),
-            "validation shift, severities 1-2 (fit)": validation[
-                np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2")],
-            "validation shift, severities 3-5 (fit)": validation[
-                ~(np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2"))],
-            **{name: images.scores for name, images in (served or {}).items()}}
+  mild = np.char.endswith(slices, "_1") | np.char.endswith(slices, "_2")
+  reads_details = "eval_detail_scores" in calibration
+  eval_details, validation_details = (
+      (np.asarray(calibration["eval_detail_scores"]),
+       np.asarray(calibration["validation_detail_scores"])) if reads_details else (None, None))
+  # Each set's (distance scores, detail scores or None).
+  sets = {"clean eval (fit)": (np.asarray(calibration["eval_distance_scores"]), eval_details),
+          "validation shift, severities 1-2 (fit)": (
+              validation[mild], validation_details[mild] if reads_details else None),
+          "validation shift, severities 3-5 (fit)": (
+              validation[~mild], validation_details[~mild] if reads_details else None),
+          **{name: (images.scores, images.details) for name, images in (served or {}).items()}}
+  groups = {name: scores for name, (scores, _) in sets.items()}
   plots.distance_chart(os.path.join(report_dir, DISTANCE_CHART), temperature_of_score, groups,
-                       "Temperature against distance from the training data")
+                       "Temperature against distance from the training data" +
+                       (" (an image of typical detail)" if reads_details else ""))
   reach = float(np.quantile(validation, FIT_REACH_QUANTILE)) if len(validation) else np.inf
   lines = ["## Where the calibrator sharpens and where it softens", "",
            f"![temperature and distance]({DISTANCE_CHART})", "",
-           "Top: the fitted T (below 1 sharpens, above 1 softens). Bottom: how the distance "
+           "Top: the fitted T (below 1 sharpens, above 1 softens)" +
+           (", for an image of typical detail (s = 0); the table's median T reads each "
+            "image's own detail" if reads_details else "") + ". Bottom: how the distance "
            "scores z of each set are distributed (the corrupted test images: the candidate's "
            f"served `distance_score` on up to {REPORT_IMAGES_PER_SLICE} images per corruption x "
            f"severity slice). Beyond z = {reach:.2f} lie the farthest "
@@ -258,9 +270,9 @@ def _distance_section(report_dir: str, calibration: Optional[dict],
            f"| set | images | median z | median T | T < 1 (sharpened) | beyond z = {reach:.2f} "
            "| accuracy there | confidence - accuracy there |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-  for name, scores in groups.items():
+  for name, (scores, details) in sets.items():
     if len(scores):
-      t = temperature_of_score(scores)
+      t = temperature_of_score(scores, details)
       beyond = scores > reach
       outcome = ["", ""]
       if name in (served or {}) and beyond.any():
@@ -292,13 +304,15 @@ def candidate_served_images(model_dir: str, evaluation_set_uri: str,
   images = ServedImages(np.concatenate([output[DISTANCE_SCORE_KEY].numpy()
                                         for output in outputs]),
                         probabilities.max(axis=1),
-                        probabilities.argmax(axis=1) == examples.labels[keep])
+                        probabilities.argmax(axis=1) == examples.labels[keep],
+                        np.concatenate([output[DETAIL_SCORE_KEY].numpy() for output in outputs])
+                        if DETAIL_SCORE_KEY in outputs[0] else None)
   groups = {"clean test": examples.eval_sets[keep] == evaluation_set.TEST}
   families = np.array([corruptions.family_of_slice(name) or "" for name in examples.slices[keep]])
   for family in corruptions.FAMILIES:
     if np.any(families == family):
       groups[f"corrupted test: {family}"] = families == family
-  return {name: ServedImages(*(field[chosen] for field in images))
+  return {name: ServedImages(*(None if field is None else field[chosen] for field in images))
           for name, chosen in groups.items()}
 
 

@@ -151,6 +151,33 @@ def test_a_distance_curve_is_described_and_charted_where_it_sharpens_and_softens
       str(tmp_path), _validation_fit(), None) == []
 
 
+def test_a_distance_and_detail_map_reads_each_images_own_detail_in_the_table(tmp_path):
+  calibration = _validation_fit(
+      temperature_fit="distance_detail_curve", temperature=float(np.exp(-1.0)),
+      support_radius=14.25, distance_curve={"log_temperature": -1.0, "slope": 0.2,
+                                            "detail_slope": -0.5},
+      detail_scale={"mean": -0.4, "std": 0.3},
+      eval_distance_scores=[-1.0, 0.0, 1.0], eval_detail_scores=[0.0, 0.0, 0.0],
+      validation_distance_scores=[1.0, 2.0, 8.0, 9.0],
+      validation_detail_scores=[0.0, 0.0, -2.0, -2.0],
+      validation_slices=["spatter_1", "saturate_2", "gaussian_blur_5", "gaussian_blur_4"])
+  text = "\n".join(report_sections._temperature_section(  # pylint: disable=protected-access
+      _SETTINGS, {}, calibration))
+  assert "T(x) = exp(-1.0000 + 0.2000 z(x) -0.5000 s(x))" in text
+  assert "A typical eval image (z = 0, s = 0) gets T = 0.3679" in text
+  blur = report_sections.ServedImages(scores=np.array([10.0, 10.0]),
+                                      confidence=np.array([0.9, 0.6]),
+                                      correct=np.array([True, False]),
+                                      details=np.array([-2.0, -2.0]))
+  lines = report_sections._distance_section(  # pylint: disable=protected-access
+      str(tmp_path), calibration, {"corrupted test: blur": blur})
+  assert "for an image of typical detail (s = 0)" in "\n".join(lines)
+  # T = exp(-1 + 0.2 z - 0.5 s): at s = -2, z = 8 and 9 give exp(1.6) and exp(1.8) (median
+  # 5.501), z = 10 gives exp(2); at s = 0 (the curve alone) they would be 1.8-2.7.
+  assert "| validation shift, severities 3-5 (fit) | 2 | 8.50 | 5.501 | 0% | 50% |  |  |" in lines
+  assert "| corrupted test: blur | 2 | 10.00 | 7.389 | 0% | 100% | 0.50 | +0.25 |" in lines
+
+
 def test_a_familys_confidence_gap_is_its_slices_mean_confidence_minus_accuracy():
   from components.calibration_metrics import RELIABILITY_NAME
   values = _values({"fog": 0.5})

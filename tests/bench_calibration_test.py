@@ -89,6 +89,27 @@ def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_inpu
   assert metrics["test_nll"] < raw["test_nll"] and metrics["cNLL"] < raw["cNLL"]
 
 
+def test_the_distance_detail_row_is_the_trainers_fit_with_each_sets_detail_scores():
+  rng = np.random.default_rng(2)
+  sets = _sets(rng)
+  counts = {name: len(getattr(sets, name).labels)
+            for name in ("eval", "validation", "test", "corrupted")}
+  scores = {name: rng.normal(0.0 if name in ("eval", "test") else 4.0, 1.0, n)
+            for name, n in counts.items()}
+  images = {name: rng.normal(0.0, 1.0, (n, 8, 8, 3)) for name, n in counts.items()}
+  details = calibration.detail_scores(images.get)
+  assert details["eval"].mean() == pytest.approx(0.0, abs=1e-9)
+  name, label, metrics = calibration.distance_detail_curve_row(sets, scores, details, 15)
+  assert name.startswith("`distance_detail_curve`") and " s); median T" in label
+  curve = distance_curve.fit_distance_curve(
+      sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
+      sets.validation.labels, sets.validation.slices, scores["validation"], 15,
+      details["eval"], details["validation"])
+  assert metrics == pytest.approx(calibration.row_metrics(
+      sets, {n: curve.temperatures(scores[n], details[n])
+             for n in ("test", "corrupted", "validation")}, 15), nan_ok=True)
+
+
 def _two_kinds_of_shift(rng, same_distance):
   """Corrupted slices x_1 (under-confident: true T = 0.5) and y_1 (over-confident: true T = 3),
   either at the same distance scores or x near and y far."""

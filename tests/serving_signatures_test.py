@@ -342,3 +342,46 @@ def test_distance_curve_serves_each_inputs_own_t_as_the_numpy_calibrator_compute
   empty = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](
       examples=tf.constant([], tf.string))
   assert empty["distance_score"].shape == (0,)
+
+
+def test_distance_detail_curve_serves_each_inputs_detail_and_t_as_numpy_computes_them(
+    tmp_path, transform_dir):
+  """The served graph reads the transformed image itself for its detail score: a blurred digit
+  scores lower than the digit, and noise higher, and each input's T is the numpy map's."""
+  from scipy import ndimage
+  from trainer_module.calibration import detail
+  keras.utils.set_random_seed(5)
+  model = wide_resnet(TrainerConfig().replace(**TINY_NETWORK))
+  tft_output = tft.TFTransformOutput(transform_dir)
+  digits = raw_digit_examples(160)
+  pngs = [raw["image"] for raw in digits]
+  grey_digit = tf.io.decode_png(pngs[150]).numpy()
+  blurred = np.clip(ndimage.gaussian_filter(grey_digit.astype(float), (1.5, 1.5, 0)), 0, 255)
+  noisy = np.clip(grey_digit + np.random.default_rng(2).normal(0, 40, grey_digit.shape), 0, 255)
+  pngs += [tf.io.encode_png(image.astype(np.uint8)).numpy() for image in (blurred, noisy)]
+  transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
+  features = model_outputs.penultimate_model(model)(transformed).numpy()
+  support = support_from_features(
+      features[:120], np.array([raw["label"] for raw in digits[:120]]), features[120:150])
+  scale = detail.detail_scale(transformed.numpy()[120:150])
+  info = {"temperature_fit": "distance_detail_curve", "temperature": float(np.exp(-0.7)),
+          "feature_support": support, "support_radius": support.radius,
+          "detail_scale": scale._asdict(),
+          "distance_curve": {"log_temperature": -0.7, "slope": 0.4, "detail_slope": -0.3}}
+  export_serving_model(model, tft_output, str(tmp_path), calibration=info)
+  served = tf.saved_model.load(str(tmp_path))
+  result = served.signatures["serving_images"](images=tf.constant(pngs[150:]))
+  images = transformed.numpy()[150:]
+  np.testing.assert_allclose(result["detail_score"], detail.detail_scores(images, scale),
+                             rtol=1e-4, atol=1e-4)
+  digit_detail, blurred_detail, noisy_detail = result["detail_score"].numpy()[[0, -2, -1]]
+  assert blurred_detail < digit_detail < noisy_detail
+  expected_t = registry.served_calibration(
+      record.read_calibration_info(str(tmp_path)), record.read_feature_support(str(tmp_path)),
+      features[150:], images)
+  log_raw = np.log(result["uncalibrated_probabilities"].numpy().astype(np.float64))
+  expected = np.exp(log_raw / expected_t[:, np.newaxis])
+  np.testing.assert_allclose(result["probabilities"], expected / expected.sum(1, keepdims=True),
+                             rtol=1e-3, atol=1e-5)
+  empty = served.signatures["serving_default"](examples=tf.constant([], tf.string))
+  assert empty["detail_score"].shape == (0,) and empty["distance_score"].shape == (0,)

@@ -203,15 +203,16 @@ def _calibration(model_dir: str) -> dict:
 def served_temperatures(model_dir: str, network: keras.Model,
                         batches: tf.data.Dataset) -> np.ndarray:
   """[eval examples] the temperatures a member is served with on its eval images (1 when
-  exported without calibration; under a feature-distance fit, recomputed from its features
-  and the support it was exported with)."""
+  exported without calibration; under a feature-distance fit, recomputed from its features,
+  the support it was exported with and, for a map that reads them, the images)."""
   info = _calibration(model_dir)
   method = registry.recorded(info)
   if method is None or not method.needs_feature_distances:
     return np.full(len(model_outputs.model_logits(network, batches)[1]),
                    info.get("temperature", 1.0))
   features = model_outputs.model_logits(model_outputs.penultimate_model(network), batches)[0]
-  return method.temperatures(info, record.read_feature_support(model_dir), features)
+  return method.temperatures(info, record.read_feature_support(model_dir), features,
+                             model_outputs.batch_images(batches))
 
 
 def member_temperature(model_dir: str) -> float:

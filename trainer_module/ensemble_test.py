@@ -304,7 +304,7 @@ def test_a_missing_member_model_is_named(members, tmp_path):
 def test_a_member_enters_with_its_served_t_or_raw_when_its_t_depends_on_its_features(
     tmp_path):
   assert ensemble.member_temperature(str(tmp_path)) == 1.0  # Exported without calibration.
-  for fit in ("in_support", "distance_curve"):
+  for fit in ("in_support", "distance_curve", "distance_detail_curve"):
     write_calibration_info(str(tmp_path), {"temperature_fit": fit,
                                            "temperature": 0.4})
     assert ensemble.member_temperature(str(tmp_path)) == 1.0
@@ -358,6 +358,40 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
   features = ensemble.member_features_model(loaded)(transformed).numpy()
   np.testing.assert_allclose(distances.distance_scores(
       features, read_feature_support(export_dir)), scores, rtol=1e-4, atol=1e-4)
+  log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
+  expected = np.exp(log_mean / expected_t[:, np.newaxis])
+  np.testing.assert_allclose(served[PROBABILITIES_KEY],
+                             expected / expected.sum(axis=1, keepdims=True), atol=1e-5)
+
+
+def test_a_distance_detail_ensemble_serves_each_inputs_detail_and_t_as_numpy_computes_them(
+    members):
+  """The detail score reads the image, the same for every member; T is the recorded map's of
+  the ensemble's served distance score and that detail."""
+  work, flags, member_list = members
+  export_dir = str(work / "ensemble_distance_detail_curve")
+  ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
+                          export_dir, ensemble_size=2, validation_corruption_examples=2,
+                          temperature_fit="distance_detail_curve",
+                          train_files=[flags["train_files"]])
+  calibration = read_calibration_info(export_dir)
+  assert calibration["temperature_fit"] == "distance_detail_curve"
+  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
+  from testing.transform_runs import encode_png, raw_digit_examples
+  from trainer_module.calibration import detail
+  from trainer_module.calibration.distance_curve import DistanceCurve
+  noise = np.random.default_rng(1).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+  images = ([example["image"] for example in raw_digit_examples(8)] +
+            [encode_png(image) for image in noise])
+  tft_output = tft.TFTransformOutput(flags["transform_output"])
+  transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
+  served = _serve(export_dir, images)
+  details = detail.detail_scores(transformed.numpy(),
+                                 detail.DetailScale(**calibration["detail_scale"]))
+  np.testing.assert_allclose(served["detail_score"], details, rtol=1e-4, atol=1e-4)
+  assert details[-3:].min() > details[:8].max()  # Noise holds more fine detail than a digit.
+  expected_t = DistanceCurve(**calibration["distance_curve"]).temperatures(
+      served["distance_score"], details)
   log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
   expected = np.exp(log_mean / expected_t[:, np.newaxis])
   np.testing.assert_allclose(served[PROBABILITIES_KEY],

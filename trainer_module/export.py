@@ -14,9 +14,8 @@ from trainer_module import image_format
 from trainer_module.calibration import model_outputs, record, registry, serving
 from trainer_module.config import TrainerConfig
 from trainer_module.class_names import CLASS_NAMES_FILE, index_names
-from trainer_module.features import (CLASS_IDS_KEY, CLASS_NAMES_KEY, DISTANCE_SCORE_KEY,
-                                     IMAGE_KEY, PROBABILITIES_KEY,
-                                     UNCALIBRATED_PROBABILITIES_KEY)
+from trainer_module.features import (CLASS_IDS_KEY, CLASS_NAMES_KEY, IMAGE_KEY,
+                                     PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.model import wide_resnet
 
 
@@ -72,12 +71,14 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   compute in float32 (see float32_model). calibration: a calibration method's fit; its
   temperatures are baked into `probabilities` (T = 1 without it). A method that reads feature
   distances measures them in the space of `features_model`, by default the network's
-  penultimate_model, which must share model's graph, and also serves the distance score. The
+  penultimate_model, which must share model's graph; the method's served_scores (the distance
+  score, the detail score) are served beside the probabilities. The
   calibration is recorded in assets.extra, as is each of `records` ({file name: JSON value}),
   copied with the model and ignored by serving. class_names: in index order (default '0', '1',
   ...); served beside the probabilities and recorded in assets.extra/CLASS_NAMES_FILE."""
   method = registry.recorded(calibration)
   reads_features = method is not None and method.needs_feature_distances
+  served_scores = method.served_scores if method is not None else ()
   model.tft_layer = tft_output.transform_features_layer()  # Tracked, so saved with the model.
   image_spec = {IMAGE_KEY: tft_output.raw_feature_spec()[IMAGE_KEY]}
   num_classes = model.output_shape[-1]
@@ -100,21 +101,21 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
       if method is None:
         return logits, serving.constant_temperatures(logits, 1.0)
       temperatures, scores = method.served_temperatures(
-          calibration, logits, outputs[1] if reads_features else None)
-      return (logits, temperatures) + (() if scores is None else (tf.cast(scores, tf.float32),))
+          calibration, logits, outputs[1] if reads_features else None, transformed[IMAGE_KEY])
+      return (logits, temperatures) + tuple(tf.cast(scores[key], tf.float32)
+                                            for key in served_scores)
 
     # An empty batch gets empty outputs (the convolutions reject a batch of 0 images).
     empty = (tf.zeros([0, num_classes], tf.float32), tf.zeros([0], tf.float32))
     outputs = tf.cond(tf.size(encoded_images) > 0, logits_and_temperatures,
-                      lambda: empty + ((tf.zeros([0], tf.float32),) if reads_features else ()))
+                      lambda: empty + tuple(tf.zeros([0], tf.float32) for _ in served_scores))
     logits, temperatures = outputs[:2]
     probabilities = tf.nn.softmax(logits / temperatures[:, tf.newaxis])
     class_ids = tf.argmax(probabilities, axis=-1)
     served = {PROBABILITIES_KEY: probabilities, CLASS_IDS_KEY: class_ids,
               CLASS_NAMES_KEY: tf.gather(tf.constant(class_names), class_ids),
               UNCALIBRATED_PROBABILITIES_KEY: tf.nn.softmax(logits)}
-    if reads_features:
-      served[DISTANCE_SCORE_KEY] = outputs[2]
+    served.update(zip(served_scores, outputs[2:]))
     return served
 
   # No AutoGraph: nothing here branches in Python on a tensor (tf.cond is explicit), and

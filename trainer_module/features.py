@@ -16,6 +16,9 @@ CLASS_NAMES_KEY = "class_names"  # string [batch]: the name of the class of clas
 # Models calibrated by feature distance (in_support, distance_curve) also serve how far each
 # input lies from the training data (calibration/distances.py distance_scores).
 DISTANCE_SCORE_KEY = "distance_score"
+# Models calibrated by distance and detail (distance_detail_curve) also serve each input's detail
+# score (calibration/detail.py detail_scores).
+DETAIL_SCORE_KEY = "detail_score"
 
 # Transform outputs besides IMAGE_KEY and LABEL_KEY.
 # string [augmix_view_sets]: set s is aug_count uint8 views in one PNG (augmix.encode_view_sets).

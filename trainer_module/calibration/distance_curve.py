@@ -2,7 +2,7 @@
 T(x) = exp(a + b z(x)) with b >= 0 over the input's distance score z, sharpening near the data
 and softening farther out. The fit and why: docs/robustness.md, "A temperature per input".
 """
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -11,14 +11,22 @@ from trainer_module.calibration.method import ByFeatureDistance, ShiftFit
 
 
 class DistanceCurve(NamedTuple):
-  """The map: log T = log_temperature + slope * distance score, within [MIN_TEMPERATURE,
-  MAX_TEMPERATURE]. slope >= 0: never sharper farther from the data."""
-  log_temperature: float  # log T of an input as far from the data as a typical eval image.
-  slope: float  # d log T / d score.
+  """The map: log T = log_temperature + slope * distance score (+ detail_slope * detail score
+  under distance_detail_curve), within [MIN_TEMPERATURE, MAX_TEMPERATURE]. slope >= 0: never
+  sharper farther from the data."""
+  log_temperature: float  # log T of a typical eval image: its distance and its detail.
+  slope: float  # d log T / d distance score.
+  detail_slope: float = 0.0  # d log T / d detail score (calibration/detail.py).
 
-  def temperatures(self, scores: np.ndarray) -> np.ndarray:
-    return np.clip(np.exp(self.log_temperature + self.slope * np.asarray(scores, np.float64)),
-                   maths.MIN_TEMPERATURE, maths.MAX_TEMPERATURE)
+  def temperatures(self, scores: np.ndarray, details: Optional[np.ndarray] = None) -> np.ndarray:
+    """[batch] T of inputs with these distance scores and, when the map reads them, detail
+    scores."""
+    log_t = self.log_temperature + self.slope * np.asarray(scores, np.float64)
+    if self.detail_slope:
+      if details is None:
+        raise ValueError("This curve reads the inputs' detail scores; none were given.")
+      log_t = log_t + self.detail_slope * np.asarray(details, np.float64)
+    return np.clip(np.exp(log_t), maths.MIN_TEMPERATURE, maths.MAX_TEMPERATURE)
 
 
 def _per_example_nll(logits: np.ndarray, labels: np.ndarray,
@@ -30,11 +38,14 @@ def _per_example_nll(logits: np.ndarray, labels: np.ndarray,
 def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
                        clean_scores: np.ndarray, shifted_logits: np.ndarray,
                        shifted_labels: np.ndarray, shifted_slices: np.ndarray,
-                       shifted_scores: np.ndarray, num_bins: int = 15) -> DistanceCurve:
+                       shifted_scores: np.ndarray, num_bins: int = 15,
+                       clean_details: Optional[np.ndarray] = None,
+                       shifted_details: Optional[np.ndarray] = None) -> DistanceCurve:
   """The curve minimising the mean, over the clean eval images and each shifted slice, of the
   slice's NLL; then drawn towards the raw softmax until the shifted slices' mean NLL and mean
-  ECE are no worse than raw (see the module docstring). Deterministic: L-BFGS-B from the
-  clean fit, then a fixed grid."""
+  ECE are no worse than raw (see the module docstring). With the inputs' detail scores it also
+  fits detail_slope (either sign). Deterministic: L-BFGS-B from the clean fit, then a fixed
+  grid."""
   from scipy import optimize
   clean_logits, shifted_logits = (np.asarray(x, np.float64) for x in (clean_logits,
                                                                       shifted_logits))
@@ -54,26 +65,34 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
   slices = np.concatenate([np.full(len(clean_labels), maths.CLEAN_SLICE),
                            shifted_slices.astype(str)])
   weights = maths.slice_weights(slices)
+  with_details = clean_details is not None
+  if with_details != (shifted_details is not None):
+    raise ValueError("Give the detail scores of both the clean and the shifted images, or none.")
+  details = (np.concatenate([np.asarray(clean_details, np.float64),
+                             np.asarray(shifted_details, np.float64)]) if with_details else None)
+  if with_details and len(details) != len(labels):
+    raise maths.TemperatureFitError(f"{len(details)} detail scores for {len(labels)} examples.")
 
   def objective(params):
     curve = DistanceCurve(*params)
     return float(np.sum(weights * _per_example_nll(logits, labels,
-                                                   curve.temperatures(scores))))
+                                                   curve.temperatures(scores, details))))
 
   start = [float(np.log(maths.fit_temperature(clean_logits, clean_labels))), 0.0]
   bounds = [(np.log(maths.MIN_TEMPERATURE), np.log(maths.MAX_TEMPERATURE)), (0.0, None)]
-  fitted = DistanceCurve(*optimize.minimize(objective, start, method="L-BFGS-B",
-                                            bounds=bounds).x)
+  if with_details:
+    start, bounds = start + [0.0], bounds + [(None, None)]
+  fitted = optimize.minimize(objective, start, method="L-BFGS-B", bounds=bounds).x
   raw_nll, raw_ece = maths.slice_means(shifted_logits, shifted_labels, shifted_slices, 1.0,
                                        num_bins)
   for step in range(maths.GRID_STEPS, 0, -1):
-    curve = DistanceCurve(fitted.log_temperature * step / maths.GRID_STEPS,
-                          fitted.slope * step / maths.GRID_STEPS)
-    moved = shifted_logits / curve.temperatures(shifted_scores)[:, np.newaxis]
+    curve = DistanceCurve(*(float(value) * step / maths.GRID_STEPS for value in fitted))
+    moved = shifted_logits / curve.temperatures(shifted_scores,
+                                                shifted_details)[:, np.newaxis]
     shifted_nll, shifted_ece = maths.slice_means(moved, shifted_labels, shifted_slices, 1.0,
                                                  num_bins)
     if shifted_nll <= raw_nll and shifted_ece <= raw_ece:
-      return DistanceCurve(float(curve.log_temperature), float(curve.slope))
+      return curve
   return DistanceCurve(0.0, 0.0)
 
 
@@ -86,25 +105,44 @@ class DistanceCurveFit(ByFeatureDistance):
     eval_scores = distances.distance_scores(
         model_outputs.model_logits(features_model, held_out.eval_batches)[0], support)
     shifted_scores = distances.distance_scores(shifted_features, support)
+    eval_details, shifted_details = self._fit_details(held_out, shifted, info)
     curve = fit_distance_curve(evaluated.logits, evaluated.labels, eval_scores, shifted.logits,
-                               shifted.labels, shifted.slices, shifted_scores, num_bins)
+                               shifted.labels, shifted.slices, shifted_scores, num_bins,
+                               eval_details, shifted_details)
     info.update(distance_curve=curve._asdict(), eval_distance_scores=eval_scores.tolist(),
                 validation_distance_scores=shifted_scores.tolist())
     return ShiftFit(float(np.exp(curve.log_temperature)),
-                    shifted_temperatures=curve.temperatures(shifted_scores))
+                    shifted_temperatures=curve.temperatures(shifted_scores, shifted_details))
+
+  def _fit_details(self, held_out, shifted, info):
+    """(eval, shifted) detail scores, for a map that reads them; (None, None) here."""
+    return None, None
+
+  def _details(self, info, images):
+    """[batch] the detail scores of these transformed images, for a map that reads them."""
+    return None
 
   def eval_temperatures(self, info):
-    return self.temperature_of_score(info)(info["eval_distance_scores"])
+    return self.temperature_of_score(info)(info["eval_distance_scores"],
+                                           info.get("eval_detail_scores"))
 
-  def temperatures(self, info, support, features):
-    return self.temperature_of_score(info)(distances.distance_scores(features, support))
+  def temperatures(self, info, support, features, images=None):
+    return DistanceCurve(**info["distance_curve"]).temperatures(
+        distances.distance_scores(features, support), self._details(info, images))
 
-  def _graph_temperatures(self, info, support, features, scores):
+  def _graph_temperatures(self, info, support, features, scores, images):
     from trainer_module.calibration import serving
     return serving.curve_temperatures(DistanceCurve(**info["distance_curve"]), scores)
 
   def temperature_of_score(self, info):
-    return DistanceCurve(**info["distance_curve"]).temperatures
+    """T(z, s): an input whose detail score is not given is taken to be of typical detail
+    (s = 0)."""
+    curve = DistanceCurve(**info["distance_curve"])
+
+    def temperatures(scores, details=None):
+      scores = np.asarray(scores, np.float64)
+      return curve.temperatures(scores, np.zeros(len(scores)) if details is None else details)
+    return temperatures
 
   def describe(self, info: dict) -> str:
     curve = info["distance_curve"]

@@ -21,10 +21,10 @@ class InSupport(ByFeatureDistance):
 
   # Every eval image lies within the radius: the eval images are all served T (the default).
 
-  def temperatures(self, info, support, features):
+  def temperatures(self, info, support, features, images=None):
     return np.where(distances.within_support(features, support), info["temperature"], 1.0)
 
-  def _graph_temperatures(self, info, support, features, scores):
+  def _graph_temperatures(self, info, support, features, scores, images):
     from trainer_module.calibration import serving
     return serving.support_temperatures(features, support, info["temperature"])
 

@@ -4,12 +4,13 @@ methods share. TensorFlow loads only when a method fits or serves: the config ch
 names without it."""
 import dataclasses
 import logging
-from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from trainer_module import reference_corruptions
 from trainer_module.calibration import distances, maths
+from trainer_module.features import DISTANCE_SCORE_KEY
 
 log = logging.getLogger(__name__)
 # Set apart for validation by Hendrycks & Dietterich (hendrycks/robustness,
@@ -50,6 +51,8 @@ class CalibrationMethod:
   # Ensemble selection judges each candidate after its own clean T, as a T that sharpens near
   # the data is served there.
   calibrated_selection: ClassVar[bool] = False
+  # The outputs the served graph adds beside the probabilities ([batch] float32 each).
+  served_scores: ClassVar[Tuple[str, ...]] = ()
 
   def fit(self, model, held_out: HeldOut, num_bins: int = 15, features_model=None,
           feature_widths: Optional[Sequence[int]] = None) -> dict:
@@ -88,19 +91,21 @@ class CalibrationMethod:
     return info["temperature"]
 
   def temperatures(self, info: dict, support: Optional[distances.Support],
-                   features: np.ndarray) -> np.ndarray:
-    """[batch] the temperatures served to inputs of these penultimate `features` (numpy)."""
+                   features: np.ndarray, images: Optional[np.ndarray] = None) -> np.ndarray:
+    """[batch] the temperatures served to inputs of these penultimate `features` and
+    transformed `images` (numpy; a method reads the images only when its map does)."""
     return np.full(len(features), info.get("temperature", 1.0))
 
-  def served_temperatures(self, info: dict, logits, features):
-    """(temperatures, distance scores or None): the served graph's [batch] tensors for these
-    logits and penultimate features (read only when needs_feature_distances)."""
+  def served_temperatures(self, info: dict, logits, features, images):
+    """(temperatures, {output name: tensor}): the served graph's [batch] temperatures for these
+    logits, penultimate features (read only when needs_feature_distances) and transformed
+    images, and the [batch] scores it serves beside the probabilities (served_scores)."""
     from trainer_module.calibration import serving
-    return serving.constant_temperatures(logits, info["temperature"]), None
+    return serving.constant_temperatures(logits, info["temperature"]), {}
 
-  def temperature_of_score(self, info: dict) -> Optional[Callable[[np.ndarray], np.ndarray]]:
-    """T as a function of the distance score, when the method's T follows it (the report
-    charts it)."""
+  def temperature_of_score(self, info: dict) -> Optional[Callable[..., np.ndarray]]:
+    """T as a function of the distance score (and the detail score, when the map reads it),
+    when the method's T follows it (the report charts it)."""
     return None
 
   def describe(self, info: dict) -> str:
@@ -180,6 +185,7 @@ class ByFeatureDistance(UnderValidationShift):
   classes (distances.py); records the support it measured ("feature_support", served)."""
   needs_feature_distances = True
   calibrated_selection = True
+  served_scores = (DISTANCE_SCORE_KEY,)
 
   def _fit_under_shift(self, model, held_out, evaluated, shifted, info, num_bins,
                        features_model, feature_widths) -> ShiftFit:
@@ -198,11 +204,12 @@ class ByFeatureDistance(UnderValidationShift):
                        shifted_features: np.ndarray, info: dict, num_bins: int) -> ShiftFit:
     raise NotImplementedError
 
-  def served_temperatures(self, info, logits, features):
+  def served_temperatures(self, info, logits, features, images):
     from trainer_module.calibration import serving
     support = info["feature_support"]
     scores = serving.graph_distance_scores(features, support)
-    return self._graph_temperatures(info, support, features, scores), scores
+    return (self._graph_temperatures(info, support, features, scores, images),
+            {DISTANCE_SCORE_KEY: scores})
 
-  def _graph_temperatures(self, info: dict, support, features, scores):
+  def _graph_temperatures(self, info: dict, support, features, scores, images):
     raise NotImplementedError

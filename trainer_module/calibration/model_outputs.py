@@ -31,6 +31,19 @@ def model_logits(model, batches: tf.data.Dataset) -> Tuple[np.ndarray, np.ndarra
   return np.concatenate(logits), np.concatenate(labels)
 
 
+def batch_images(batches: tf.data.Dataset) -> np.ndarray:
+  """The images of (images, labels[, weights]) batches, in model_logits' order, without the
+  weight-0 padding rows."""
+  images = []
+  for batch in batches:
+    batch_images = batch[0].numpy()
+    if len(batch) > 2:
+      batch_images = batch_images[batch[2].numpy().reshape(-1) > 0]
+    images.append(batch_images)
+  return np.concatenate(images) if images else np.zeros((0,) + tuple(
+      batches.element_spec[0].shape[1:]), np.float32)
+
+
 def penultimate_model(model) -> "keras.Model":
   """A model mapping `model`'s input to the features its logits layer reads (the output of its
   one global average pooling), sharing its weights."""

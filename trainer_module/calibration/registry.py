@@ -3,13 +3,14 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from trainer_module.calibration import (clean, clean_and_augmix, distance_curve, in_support,
+from trainer_module.calibration import (clean, clean_and_augmix, distance_curve,
+                                        distance_detail_curve, in_support,
                                         validation_corruptions)
 from trainer_module.calibration.method import CalibrationMethod
 
 METHODS: Dict[str, CalibrationMethod] = {method.name: method for method in (
     validation_corruptions.METHOD, clean.METHOD, clean_and_augmix.METHOD, in_support.METHOD,
-    distance_curve.METHOD)}
+    distance_curve.METHOD, distance_detail_curve.METHOD)}
 NAMES = tuple(METHODS)
 ENSEMBLE_NAMES = tuple(name for name, method in METHODS.items() if method.for_ensembles)
 
@@ -27,9 +28,11 @@ def recorded(info: Optional[dict]) -> Optional[CalibrationMethod]:
   return get(info.get("temperature_fit", clean.METHOD.name)) if info else None
 
 
-def served_calibration(info: dict, support, features: np.ndarray) -> np.ndarray:
+def served_calibration(info: dict, support, features: np.ndarray,
+                       images: Optional[np.ndarray] = None) -> np.ndarray:
   """[batch] the temperatures a model calibrated as `info` records serves inputs of these
-  penultimate `features` with (numpy; the export serves the same in its graph)."""
+  penultimate `features` and transformed `images` with (numpy; the export serves the same in its
+  graph)."""
   method = recorded(info)
   return (np.ones(len(features)) if method is None
-          else method.temperatures(info, support, features))
+          else method.temperatures(info, support, features, images))

@@ -19,9 +19,9 @@ CODE_PACKAGES = ("configs", "storage", "trainer_module", "components", "pipeline
 
 def test_the_flag_takes_every_registered_name_and_refuses_others_naming_the_flag():
   assert registry.NAMES == ("validation_corruptions", "clean", "clean_and_augmix", "in_support",
-                            "distance_curve")
+                            "distance_curve", "distance_detail_curve")
   assert registry.ENSEMBLE_NAMES == ("validation_corruptions", "clean", "in_support",
-                                     "distance_curve")
+                                     "distance_curve", "distance_detail_curve")
   for name in registry.NAMES:
     config = TrainerConfig().replace(temperature_fit=name)
     assert config.calibration.temperature_fit == registry.get(name).name == name
@@ -33,13 +33,16 @@ def test_the_flag_takes_every_registered_name_and_refuses_others_naming_the_flag
 
 def test_what_each_method_reads_and_where_it_may_serve():
   needs = {name: (m.needs_validation_corruptions, m.needs_augmix_views,
-                  m.needs_feature_distances, m.for_ensembles, m.calibrated_selection)
+                  m.needs_feature_distances, m.for_ensembles, m.calibrated_selection,
+                  m.served_scores)
            for name, m in registry.METHODS.items()}
-  assert needs == {"validation_corruptions": (True, False, False, True, False),
-                   "clean": (False, False, False, True, True),
-                   "clean_and_augmix": (False, True, False, False, False),
-                   "in_support": (True, False, True, True, True),
-                   "distance_curve": (True, False, True, True, True)}
+  assert needs == {"validation_corruptions": (True, False, False, True, False, ()),
+                   "clean": (False, False, False, True, True, ()),
+                   "clean_and_augmix": (False, True, False, False, False, ()),
+                   "in_support": (True, False, True, True, True, ("distance_score",)),
+                   "distance_curve": (True, False, True, True, True, ("distance_score",)),
+                   "distance_detail_curve": (True, False, True, True, True,
+                                             ("distance_score", "detail_score"))}
 
 
 def test_a_fit_is_given_exactly_the_sets_its_method_reads():

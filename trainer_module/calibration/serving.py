@@ -1,7 +1,10 @@
 """The calibration's part of the served graph: the temperatures each input is served with, and
-its distance score, computed as the numpy fit computed them (float64 distances)."""
+its distance (and detail) score, computed as the numpy fit computed them (float64)."""
+from typing import Optional
+
 import tensorflow as tf
 
+from trainer_module.calibration.detail import DETAIL_EPSILON, DetailScale
 from trainer_module.calibration.distances import MIN_DISTANCE, FeatureSupport, Support, parts
 from trainer_module.calibration.maths import MAX_TEMPERATURE, MIN_TEMPERATURE
 
@@ -35,9 +38,21 @@ def graph_distance_scores(features: tf.Tensor, support: Support) -> tf.Tensor:
 
 
 
-def curve_temperatures(curve, scores: tf.Tensor) -> tf.Tensor:
+def curve_temperatures(curve, scores: tf.Tensor, details: Optional[tf.Tensor] = None) -> tf.Tensor:
   """distance_curve.DistanceCurve.temperatures in the serving graph: [batch] float32 from
-  float64 scores."""
-  return tf.cast(tf.clip_by_value(
-      tf.exp(curve.log_temperature + curve.slope * tf.cast(scores, tf.float64)),
-      MIN_TEMPERATURE, MAX_TEMPERATURE), tf.float32)
+  float64 distance (and detail) scores."""
+  log_t = curve.log_temperature + curve.slope * tf.cast(scores, tf.float64)
+  if curve.detail_slope:
+    log_t += curve.detail_slope * tf.cast(details, tf.float64)
+  return tf.cast(tf.clip_by_value(tf.exp(log_t), MIN_TEMPERATURE, MAX_TEMPERATURE), tf.float32)
+
+
+def graph_detail_scores(images: tf.Tensor, scale: DetailScale) -> tf.Tensor:
+  """detail.detail_scores in the serving graph ([batch] float64, as the fit computed them)."""
+  grey = tf.reduce_mean(tf.cast(images, tf.float64), axis=-1, keepdims=True)
+  padded = tf.pad(grey, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="SYMMETRIC")  # Edge repeated.
+  local_mean = tf.nn.avg_pool2d(padded, ksize=3, strides=1, padding="VALID")
+  fine = tf.reduce_mean(tf.abs(grey - local_mean), axis=[1, 2, 3])
+  raw = tf.math.log(fine / (tf.math.reduce_std(grey, axis=[1, 2, 3]) + DETAIL_EPSILON)
+                    + DETAIL_EPSILON)
+  return (raw - scale.mean) / scale.std
