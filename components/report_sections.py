@@ -229,9 +229,10 @@ FIT_REACH_QUANTILE = 0.95  # Beyond this quantile of the validation shift's z, f
 
 def _distance_section(report_dir: str, calibration: Optional[dict],
                       served: Optional[Dict[str, ServedImages]]) -> List[str]:
-  """For a T that follows the distance score (distance_curve): the fitted T against the score,
-  over histograms of the scores of the clean eval images and the validation shift (recorded by
-  the fit) and of the clean and corrupted test images per family (served by the candidate);
+  """For a T that follows the distance score (distance_curve, distance_detail_curve): the fitted
+  T against the score (at a typical detail), over histograms of the scores of the clean eval
+  images and the validation shift (recorded by the fit) and of the clean and corrupted test
+  images per family (served by the candidate);
   and how the test images beyond the fit's reach fare, where the curve extrapolates."""
   temperature_of_score = (registry.recorded(calibration).temperature_of_score(calibration)
                           if calibration else None)
@@ -543,7 +544,7 @@ def run_report_markdown(settings: ReportSettings, report_dir: str, evaluation_ur
                         skipped_files: Sequence[Tuple[str, str]] = ()) -> List[str]:
   """The report's Markdown lines; its PNG charts are written into report_dir and referenced
   by file name. evaluation_set_uri: EvaluationSetGen's examples, whose served distance scores
-  the report shows for a model calibrated by distance_curve. skipped_files: (path, reason) of
+  the report shows for a model calibrated by distance. skipped_files: (path, reason) of
   the input files an image_dir run left out (skip_bad_images)."""
   os.makedirs(report_dir, exist_ok=True)
   values = tfma_results.load_metrics(evaluation_uri)

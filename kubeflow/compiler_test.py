@@ -311,7 +311,7 @@ def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_p
   from kubeflow import compiler, submit
   config = from_flags(VERTEX_FLAGS + ["--ensemble_size=2", "--hyper_trials=3"])
   # The preset's, for ensembles too.
-  assert config.trainer.calibration.temperature_fit == "distance_curve"
+  assert config.trainer.calibration.temperature_fit == "distance_detail_curve"
   package = compiler.compile_pipeline(config, str(tmp_path))
   spec = _spec(package)
   tasks = spec.root.dag.tasks

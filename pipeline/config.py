@@ -167,7 +167,7 @@ class GateConfig:
   # the whole set: its slices are equal), cECE (the mean of the corruption x severity slices'
   # ECEs, as Uncertainty Baselines reports it) and the ECE of the whole set, each bounded and
   # allowed to regress at most this much against production. The bounds hold the default model
-  # (spectrally normalised, temperature_fit=distance_curve) with a margin and refuse the
+  # (spectrally normalised, a temperature by distance) with a margin and refuse the
   # previous default network's calibration under shift (docs/robustness.md).
   max_corrupted_nll: float = 1.0  # Upper bound of cNLL.
   max_corrupted_nll_increase: float = 0.2  # Largest cNLL rise allowed against production.

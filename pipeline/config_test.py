@@ -168,7 +168,7 @@ def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_fami
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
   # Every pipeline preset's, and the standalone trainer's.
-  assert from_preset().trainer.calibration.temperature_fit == "distance_curve"
+  assert from_preset().trainer.calibration.temperature_fit == "distance_detail_curve"
   assert TrainerConfig().calibration.temperature_fit == "validation_corruptions"
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
@@ -178,7 +178,7 @@ def test_the_validation_corruptions_that_choose_the_temperature_are_never_evalua
   with pytest.raises(ValueError, match=r"\['spatter'\] choose the temperature "
                                        r"\(temperature_fit=in_support\)"):
     from_flags(["--corruptions=contrast,spatter", "--temperature_fit=in_support"])
-  with pytest.raises(ValueError, match=r"\(temperature_fit=distance_curve\)"):
+  with pytest.raises(ValueError, match=r"\(temperature_fit=distance_detail_curve\)"):
     from_flags(["--corruptions=contrast,spatter"])
   # The project's own validation corruption is in no robustness set, whatever the fit.
   with pytest.raises(ValueError, match=r"\['uneven_illumination'\] unknown"):

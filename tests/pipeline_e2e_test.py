@@ -96,11 +96,12 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   calibration = json.loads((tmp_path / "serving_model" / config.runner.pipeline_name / versions[0] /
                             "assets.extra" / "temperature.json").read_text())
   assert calibration["eval_nll_after"] <= calibration["eval_nll_before"]
-  # The preset's distance_curve: a T per input that never falls with its feature distance,
-  # fitted on clean eval images and on eval images under the 8 validation corruptions x 5
-  # severities, where it is no worse calibrated than the raw softmax.
-  assert calibration["temperature_fit"] == "distance_curve"
+  # The preset's distance_detail_curve: a T per input that never falls with its feature
+  # distance and reads its detail, fitted on clean eval images and on eval images under the 9
+  # validation corruptions x 5 severities, where it is no worse calibrated than the raw softmax.
+  assert calibration["temperature_fit"] == "distance_detail_curve"
   assert calibration["distance_curve"]["slope"] >= 0
+  assert len(calibration["eval_detail_scores"]) == calibration["eval_examples"]
   assert len(calibration["eval_distance_scores"]) == calibration["eval_examples"]
   assert calibration["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 10
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
@@ -229,7 +230,7 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
     tmp_path, pipeline_runner):
   """Also the hyper-deep ensemble path: three trial Trainers, two members at most, one model
   gated and pushed like a single one, its members chosen and its curve fitted as the preset
-  says (shift_nll, distance_curve)."""
+  says (shift_nll, distance_detail_curve)."""
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"))
   flags = [f"--output_dir={tmp_path / 'out'}", "--dataset=tfrecord", f"--tfrecord_dir={data_dir}",
            "--beam_running_mode=in_memory", "--ensemble_size=2", "--hyper_trials=3",
@@ -278,7 +279,7 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   calibration = json.loads(open(os.path.join(pushed, "assets.extra", "temperature.json")).read())
   # The distance score is the mean of the members': one support per distinct member.
   radii = np.atleast_1d(calibration["support_radius"])
-  assert calibration["temperature_fit"] == "distance_curve"
+  assert calibration["temperature_fit"] == "distance_detail_curve"
   assert len(radii) == len(record["members"])
   assert np.all(radii > 0)
   assert sum(member["weight"] for member in record["members"]) == pytest.approx(1.0)
