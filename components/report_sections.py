@@ -232,8 +232,8 @@ def _distance_section(report_dir: str, calibration: Optional[dict],
   """For a T that follows the distance score (distance_curve, distance_detail_curve): the fitted
   T against the score (at a typical detail), over histograms of the scores of the clean eval
   images and the validation shift (recorded by the fit) and of the clean and corrupted test
-  images per family (served by the candidate);
-  and how the test images beyond the fit's reach fare, where the curve extrapolates."""
+  images per family (served by the candidate); and how the test images beyond the fit's reach
+  fare, where the curve extrapolates."""
   temperature_of_score = (registry.recorded(calibration).temperature_of_score(calibration)
                           if calibration else None)
   if temperature_of_score is None:

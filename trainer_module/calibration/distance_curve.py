@@ -130,7 +130,7 @@ class DistanceCurveFit(ByFeatureDistance):
     return DistanceCurve(**info["distance_curve"]).temperatures(
         distances.distance_scores(features, support), self._details(info, images))
 
-  def _graph_temperatures(self, info, support, features, scores, images):
+  def _graph_temperatures(self, info, support, features, scores):
     from trainer_module.calibration import serving
     return serving.curve_temperatures(DistanceCurve(**info["distance_curve"]), scores)
 

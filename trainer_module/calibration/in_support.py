@@ -24,7 +24,7 @@ class InSupport(ByFeatureDistance):
   def temperatures(self, info, support, features, images=None):
     return np.where(distances.within_support(features, support), info["temperature"], 1.0)
 
-  def _graph_temperatures(self, info, support, features, scores, images):
+  def _graph_temperatures(self, info, support, features, scores):
     from trainer_module.calibration import serving
     return serving.support_temperatures(features, support, info["temperature"])
 

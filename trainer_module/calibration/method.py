@@ -208,8 +208,8 @@ class ByFeatureDistance(UnderValidationShift):
     from trainer_module.calibration import serving
     support = info["feature_support"]
     scores = serving.graph_distance_scores(features, support)
-    return (self._graph_temperatures(info, support, features, scores, images),
+    return (self._graph_temperatures(info, support, features, scores),
             {DISTANCE_SCORE_KEY: scores})
 
-  def _graph_temperatures(self, info: dict, support, features, scores, images):
+  def _graph_temperatures(self, info: dict, support, features, scores):
     raise NotImplementedError

@@ -36,10 +36,10 @@ def batch_images(batches: tf.data.Dataset) -> np.ndarray:
   weight-0 padding rows."""
   images = []
   for batch in batches:
-    batch_images = batch[0].numpy()
+    kept = batch[0].numpy()
     if len(batch) > 2:
-      batch_images = batch_images[batch[2].numpy().reshape(-1) > 0]
-    images.append(batch_images)
+      kept = kept[batch[2].numpy().reshape(-1) > 0]
+    images.append(kept)
   return np.concatenate(images) if images else np.zeros((0,) + tuple(
       batches.element_spec[0].shape[1:]), np.float32)
 
