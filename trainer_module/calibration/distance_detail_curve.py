@@ -43,9 +43,9 @@ class DistanceDetailCurveFit(DistanceCurveFit):
   def describe(self, info: dict) -> str:
     curve = info["distance_curve"]
     return (
-        f"A temperature per input from how far it lies from the training data and how much "
-        f"fine detail it holds: T(x) = exp({curve['log_temperature']:.4f} + "
-        f"{curve['slope']:.4f} z(x) {curve['detail_slope']:+.4f} s(x)). z(x) is the distance "
+        f"A temperature per input: T(x) = exp({curve['log_temperature']:.4f} + "
+        f"{curve['slope']:.4f} z(x) {curve['detail_slope']:+.4f} s(x)), from how far the input "
+        "lies from the training data and how much fine detail it holds. z(x) is the distance "
         "score of distance_curve; s(x), the detail score, is log(mean |x - its 3x3 mean| / "
         "std(x)) of the input's grey levels in standard deviations of the clean eval images' "
         "from their mean: below 0 for a blurred image, above for a noisy one. A typical eval "
