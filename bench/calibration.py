@@ -320,6 +320,7 @@ def model_sets(run: run_outputs.Run,
     if name not in computed:
       computed[name] = on(feature_model, name)
     return computed[name]
+
   def images(name):
     return model_outputs.batch_images(batches[name][0])
   return sets, features, images, config

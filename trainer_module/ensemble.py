@@ -212,7 +212,7 @@ def served_temperatures(model_dir: str, network: keras.Model,
                    info.get("temperature", 1.0))
   features = model_outputs.model_logits(model_outputs.penultimate_model(network), batches)[0]
   return method.temperatures(info, record.read_feature_support(model_dir), features,
-                             model_outputs.batch_images(batches))
+                             model_outputs.batch_images(batches) if method.reads_images else None)
 
 
 def member_temperature(model_dir: str) -> float:

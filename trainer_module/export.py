@@ -72,9 +72,9 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
   temperatures are baked into `probabilities` (T = 1 without it). A method that reads feature
   distances measures them in the space of `features_model`, by default the network's
   penultimate_model, which must share model's graph; the method's served_scores (the distance
-  score, the detail score) are served beside the probabilities. The
-  calibration is recorded in assets.extra, as is each of `records` ({file name: JSON value}),
-  copied with the model and ignored by serving. class_names: in index order (default '0', '1',
+  score, the detail score) are served beside the probabilities. The calibration is recorded in
+  assets.extra, as is each of `records` ({file name: JSON value}), copied with the model and
+  ignored by serving. class_names: in index order (default '0', '1',
   ...); served beside the probabilities and recorded in assets.extra/CLASS_NAMES_FILE."""
   method = registry.recorded(calibration)
   reads_features = method is not None and method.needs_feature_distances

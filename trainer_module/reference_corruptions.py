@@ -39,7 +39,7 @@ EXTRA_FAMILIES = {"noise": ("speckle_noise",), "blur": ("gaussian_blur",),
                   "weather": ("spatter",), "digital": ("saturate",)}
 BENCHMARK_CORRUPTIONS = tuple(name for names in FAMILIES.values() for name in names)
 EXTRA_CORRUPTIONS = tuple(name for names in EXTRA_FAMILIES.values() for name in names)
-# A corruption of the project's own, for the validation shift: light that falls unevenly across
+# The project's own corruptions, for the validation shift. Light that falls unevenly across
 # the picture. On grayscale images (the digits) saturate changes nothing at severities 1-3, so
 # the four extra corruptions hold no change of overall intensity, while three of the 15
 # (brightness, contrast, fog) are one, and the largest pixel changes of all. Why it is not one
@@ -48,7 +48,7 @@ EXTRA_CORRUPTIONS = tuple(name for names in EXTRA_FAMILIES.values() for name in 
 # member when gaussian blur is left out (docs/robustness.md, "A blur as strong as gaussian blur").
 OWN_FAMILIES = {"weather": ("uneven_illumination",), "blur": ("butterworth_blur",)}
 OWN_CORRUPTIONS = tuple(name for names in OWN_FAMILIES.values() for name in names)
-# Three of CIFAR-10-C-bar's (trainer_module/c_bar_corruptions.py): a second member for noise and
+# Three of CIFAR-10-C-bar's (trainer_module/c_bar_corruptions.py): another member for noise and
 # blur, and for the digital kind one that acts on grey images. With one member per kind the
 # shift's far-out images were all one blur, and leaving a corruption out removed its kind.
 # docs/robustness.md, "A second validation shift".

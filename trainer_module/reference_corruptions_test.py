@@ -77,7 +77,8 @@ def test_the_validation_shift_is_the_extra_four_two_of_its_own_and_three_of_c_ba
   assert corruptions.family_of_slice("circular_motion_blur_1") == "blur"
 
 
-def test_each_kind_but_digital_has_two_validation_members_that_change_a_grey_digit(images):
+def test_each_kind_but_digital_has_at_least_two_validation_members_that_change_a_grey_digit(
+    images):
   """Why the C-bar three: with one member, a kind vanishes when that member is left out. Only
   the digital kind has one (saturate leaves grey pixels grey)."""
   digit = images[0]

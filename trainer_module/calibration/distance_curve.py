@@ -1,4 +1,4 @@
-"""`temperature_fit=distance_curve` (the pipeline presets'): a temperature per input,
+"""`temperature_fit=distance_curve`: a temperature per input,
 T(x) = exp(a + b z(x)) with b >= 0 over the input's distance score z, sharpening near the data
 and softening farther out. The fit and why: docs/robustness.md, "A temperature per input".
 """
@@ -122,6 +122,10 @@ class DistanceCurveFit(ByFeatureDistance):
     """[batch] the detail scores of these transformed images, for a map that reads them."""
     return None
 
+  def _graph_details(self, info, images):
+    """_details in the served graph."""
+    return None
+
   def eval_temperatures(self, info):
     return self.temperature_of_score(info)(info["eval_distance_scores"],
                                            info.get("eval_detail_scores"))
@@ -130,9 +134,13 @@ class DistanceCurveFit(ByFeatureDistance):
     return DistanceCurve(**info["distance_curve"]).temperatures(
         distances.distance_scores(features, support), self._details(info, images))
 
-  def _graph_temperatures(self, info, support, features, scores):
+  def served_temperatures(self, info, logits, features, images):
     from trainer_module.calibration import serving
-    return serving.curve_temperatures(DistanceCurve(**info["distance_curve"]), scores)
+    scores = serving.graph_distance_scores(features, info["feature_support"])
+    details = self._graph_details(info, images)
+    temperatures = serving.curve_temperatures(DistanceCurve(**info["distance_curve"]), scores,
+                                              details)
+    return temperatures, dict(zip(self.served_scores, (scores, details)))
 
   def temperature_of_score(self, info):
     """T(z, s): an input whose detail score is not given is taken to be of typical detail
@@ -144,11 +152,15 @@ class DistanceCurveFit(ByFeatureDistance):
       return curve.temperatures(scores, np.zeros(len(scores)) if details is None else details)
     return temperatures
 
+  @staticmethod
+  def _features_described(info: dict) -> str:
+    return ("its penultimate features" if not isinstance(info["support_radius"], list)
+            else "its members' penultimate features (each member's own feature space; "
+            "z is the mean of the members' scores)")
+
   def describe(self, info: dict) -> str:
     curve = info["distance_curve"]
-    where = ("its penultimate features" if not isinstance(info["support_radius"], list)
-             else "its members' penultimate features (each member's own feature space; "
-             "z is the mean of the members' scores)")
+    where = self._features_described(info)
     return (
         f"A temperature per input: T(x) = exp({curve['log_temperature']:.4f} + "
         f"{curve['slope']:.4f} z(x)), where z(x) is how far the input lies from the training "

@@ -6,8 +6,6 @@ so the map can soften a far image for its blur and not for its distance alone. F
 distance_curve is. Why, and how it was chosen: docs/robustness.md, "The joint candidate
 again".
 """
-import numpy as np
-
 from trainer_module.calibration import detail
 from trainer_module.calibration.distance_curve import DistanceCurve, DistanceCurveFit
 from trainer_module.features import DETAIL_SCORE_KEY, DISTANCE_SCORE_KEY
@@ -16,6 +14,7 @@ from trainer_module.features import DETAIL_SCORE_KEY, DISTANCE_SCORE_KEY
 class DistanceDetailCurveFit(DistanceCurveFit):
   name = "distance_detail_curve"
   served_scores = (DISTANCE_SCORE_KEY, DETAIL_SCORE_KEY)
+  reads_images = True
 
   def _fit_details(self, held_out, shifted, info):
     from trainer_module.calibration import model_outputs
@@ -32,21 +31,19 @@ class DistanceDetailCurveFit(DistanceCurveFit):
       raise ValueError(f"temperature_fit={self.name} reads the input images; none were given.")
     return detail.detail_scores(images, detail.DetailScale(**info["detail_scale"]))
 
-  def served_temperatures(self, info, logits, features, images):
+  def _graph_details(self, info, images):
     from trainer_module.calibration import serving
-    scores = serving.graph_distance_scores(features, info["feature_support"])
-    details = serving.graph_detail_scores(images, detail.DetailScale(**info["detail_scale"]))
-    temperatures = serving.curve_temperatures(DistanceCurve(**info["distance_curve"]), scores,
-                                              details)
-    return temperatures, {DISTANCE_SCORE_KEY: scores, DETAIL_SCORE_KEY: details}
+    return serving.graph_detail_scores(images, detail.DetailScale(**info["detail_scale"]))
 
   def describe(self, info: dict) -> str:
     curve = info["distance_curve"]
     return (
         f"A temperature per input: T(x) = exp({curve['log_temperature']:.4f} + "
         f"{curve['slope']:.4f} z(x) {curve['detail_slope']:+.4f} s(x)), from how far the input "
-        "lies from the training data and how much fine detail it holds. z(x) is the distance "
-        "score of distance_curve; s(x), the detail score, is log(mean |x - its 3x3 mean| / "
+        "lies from the training data and how much fine detail it holds. z(x) is the log "
+        f"Mahalanobis distance of {self._features_described(info)} to the nearest training "
+        "class mean, in standard deviations of the clean eval images' log distances above "
+        "their mean; s(x), the detail score, is log(mean |x - its 3x3 mean| / "
         "std(x)) of the input's grey levels in standard deviations of the clean eval images' "
         "from their mean: below 0 for a blurred image, above for a noisy one. A typical eval "
         f"image (z = 0, s = 0) gets T = {info['temperature']:.4f}. The map is fitted on "

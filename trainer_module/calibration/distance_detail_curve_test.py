@@ -47,6 +47,8 @@ def test_a_map_that_reads_details_refuses_to_serve_without_them():
   curve = distance_curve.DistanceCurve(-0.5, 0.2, -0.1)
   with pytest.raises(ValueError, match="detail scores"):
     curve.temperatures(np.zeros(3))
+  with pytest.raises(ValueError, match="detail scores"):
+    serving.curve_temperatures(curve, tf.zeros([3], tf.float64))
   np.testing.assert_allclose(curve.temperatures(np.zeros(2), np.array([0.0, -10.0])),
                              np.exp([-0.5, 0.5]))
   with pytest.raises(ValueError, match="both the clean and the shifted"):

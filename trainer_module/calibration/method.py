@@ -53,6 +53,7 @@ class CalibrationMethod:
   calibrated_selection: ClassVar[bool] = False
   # The outputs the served graph adds beside the probabilities ([batch] float32 each).
   served_scores: ClassVar[Tuple[str, ...]] = ()
+  reads_images: ClassVar[bool] = False  # T depends on the input image itself (its detail).
 
   def fit(self, model, held_out: HeldOut, num_bins: int = 15, features_model=None,
           feature_widths: Optional[Sequence[int]] = None) -> dict:

@@ -34,15 +34,16 @@ def test_the_flag_takes_every_registered_name_and_refuses_others_naming_the_flag
 def test_what_each_method_reads_and_where_it_may_serve():
   needs = {name: (m.needs_validation_corruptions, m.needs_augmix_views,
                   m.needs_feature_distances, m.for_ensembles, m.calibrated_selection,
-                  m.served_scores)
+                  m.served_scores, m.reads_images)
            for name, m in registry.METHODS.items()}
-  assert needs == {"validation_corruptions": (True, False, False, True, False, ()),
-                   "clean": (False, False, False, True, True, ()),
-                   "clean_and_augmix": (False, True, False, False, False, ()),
-                   "in_support": (True, False, True, True, True, ("distance_score",)),
-                   "distance_curve": (True, False, True, True, True, ("distance_score",)),
+  assert needs == {"validation_corruptions": (True, False, False, True, False, (), False),
+                   "clean": (False, False, False, True, True, (), False),
+                   "clean_and_augmix": (False, True, False, False, False, (), False),
+                   "in_support": (True, False, True, True, True, ("distance_score",), False),
+                   "distance_curve": (True, False, True, True, True, ("distance_score",),
+                                      False),
                    "distance_detail_curve": (True, False, True, True, True,
-                                             ("distance_score", "detail_score"))}
+                                             ("distance_score", "detail_score"), True)}
 
 
 def test_a_fit_is_given_exactly_the_sets_its_method_reads():

@@ -43,6 +43,8 @@ def curve_temperatures(curve, scores: tf.Tensor, details: Optional[tf.Tensor] = 
   float64 distance (and detail) scores."""
   log_t = curve.log_temperature + curve.slope * tf.cast(scores, tf.float64)
   if curve.detail_slope:
+    if details is None:
+      raise ValueError("This curve reads the inputs' detail scores; none were given.")
     log_t += curve.detail_slope * tf.cast(details, tf.float64)
   return tf.cast(tf.clip_by_value(tf.exp(log_t), MIN_TEMPERATURE, MAX_TEMPERATURE), tf.float32)
 
