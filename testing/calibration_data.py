@@ -47,3 +47,19 @@ def labelled_logits(rng, count, margin, correct_fraction, classes=4):
   logits = rng.normal(0.0, 0.1, (count, classes))
   logits[np.arange(count), top] += margin
   return logits, labels
+
+
+def feature_distance_fit(seed):
+  """What a fit by feature distance is tested on: tiny_pooled_network, 12 eval images (batches
+  of 5) with their labels, and the HeldOut sets it reads: the eval batches, their validation
+  corruptions (3 images a slice) and 40 train images."""
+  from trainer_module.calibration.inputs import validation_corrupted_set
+  from trainer_module.calibration.method import HeldOut
+  model = tiny_pooled_network()
+  rng = np.random.default_rng(seed)
+  mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
+  (images, labels, _), batches = normalised_batches(rng, 12, 5, mean, std)
+  _, train_batches = normalised_batches(rng, 40, 16, mean, std)
+  held_out = HeldOut(batches, validation_corrupted_set(batches, mean, std, 3, 16),
+                     train_batches=train_batches)
+  return model, images, labels, held_out

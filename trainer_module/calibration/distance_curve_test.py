@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from testing.calibration_data import normalised_batches, tiny_pooled_network, labelled_logits
+from testing.calibration_data import feature_distance_fit, labelled_logits
 from trainer_module import reference_corruptions
 from trainer_module.calibration import distance_curve, maths, registry
-from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS, validation_corrupted_set
+from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS
 from trainer_module.calibration.method import HeldOut
 
 
@@ -92,14 +92,8 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
     return corrupt_all(requests, *args, **kwargs)
 
   monkeypatch.setattr(reference_corruptions, "corrupt_all", spy)
-  model = tiny_pooled_network()
-  rng = np.random.default_rng(15)
-  mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
-  _, batches = normalised_batches(rng, 12, 5, mean, std)
-  _, train_batches = normalised_batches(rng, 40, 16, mean, std)
-  corrupted = validation_corrupted_set(batches, mean, std, 3, 16)
-  info = registry.get("distance_curve").fit(
-      model, HeldOut(batches, corrupted, train_batches=train_batches))
+  model, _, _, held_out = feature_distance_fit(15)
+  info = registry.get("distance_curve").fit(model, held_out)
   assert requested and set(requested) == set(VALIDATION_CORRUPTIONS)
   assert not set(requested) & set(reference_corruptions.BENCHMARK_CORRUPTIONS)
   assert info["temperature_fit"] == "distance_curve"
@@ -118,4 +112,5 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
   splits = json.loads(transform.exec_properties["splits_config"])
   assert splits["transform"] == ["train", "eval"]
   with pytest.raises(ValueError, match="needs the train split"):
-    registry.get("distance_curve").fit(model, HeldOut(batches, corrupted))
+    registry.get("distance_curve").fit(model, HeldOut(held_out.eval_batches,
+                                                      held_out.validation_corrupted))

@@ -4,10 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from testing.calibration_data import labelled_logits, normalised_batches, tiny_pooled_network
+from testing.calibration_data import feature_distance_fit, labelled_logits
 from trainer_module.calibration import detail, distance_curve, maths, registry, serving
-from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS, validation_corrupted_set
-from trainer_module.calibration.method import HeldOut
+from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS
 
 
 def _far_blur_and_far_noise(rng):
@@ -72,14 +71,9 @@ def test_the_served_graph_computes_the_detail_score_as_numpy_does():
 
 
 def test_the_fit_reads_the_eval_images_and_the_validation_shift_and_records_their_details():
-  model = tiny_pooled_network()
-  rng = np.random.default_rng(16)
-  mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
-  (eval_images, _, _), batches = normalised_batches(rng, 12, 5, mean, std)
-  _, train_batches = normalised_batches(rng, 40, 16, mean, std)
-  corrupted = validation_corrupted_set(batches, mean, std, 3, 16)
+  model, eval_images, _, held_out = feature_distance_fit(16)
   method = registry.get("distance_detail_curve")
-  info = method.fit(model, HeldOut(batches, corrupted, train_batches=train_batches))
+  info = method.fit(model, held_out)
   assert info["temperature_fit"] == "distance_detail_curve"
   assert set(info["distance_curve"]) == {"log_temperature", "slope", "detail_slope"}
   scale = detail.DetailScale(**info["detail_scale"])
@@ -87,7 +81,8 @@ def test_the_fit_reads_the_eval_images_and_the_validation_shift_and_records_thei
   assert len(info["validation_detail_scores"]) == len(VALIDATION_CORRUPTIONS) * 5 * 3
   assert info["validation_nll_after"] <= info["validation_nll_before"]
   from trainer_module.calibration import model_outputs
-  features = model_outputs.model_logits(model_outputs.penultimate_model(model), batches)[0]
+  features = model_outputs.model_logits(model_outputs.penultimate_model(model),
+                                        held_out.eval_batches)[0]
   np.testing.assert_allclose(method.temperatures(info, info["feature_support"], features,
                                                  eval_images),
                              method.eval_temperatures(info), rtol=1e-9)

@@ -2,10 +2,9 @@
 import numpy as np
 import pytest
 
-from testing.calibration_data import miscalibrated, normalised_batches, tiny_pooled_network
+from testing.calibration_data import feature_distance_fit, miscalibrated
 from trainer_module.calibration import maths, model_outputs, registry
 from trainer_module.calibration.distances import mahalanobis_distance
-from trainer_module.calibration.inputs import validation_corrupted_set
 from trainer_module.calibration.method import HeldOut
 
 
@@ -35,14 +34,10 @@ def test_in_support_keeps_the_clean_fit_where_the_slice_that_forbids_it_lies_out
 
 
 def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
-  model = tiny_pooled_network()
-  rng = np.random.default_rng(14)
-  mean, std = np.array([0.5, 0.5, 0.5], np.float32), np.array([0.25, 0.25, 0.25], np.float32)
-  (images, labels, _), batches = normalised_batches(rng, 12, 5, mean, std)
-  _, train_batches = normalised_batches(rng, 40, 16, mean, std)
-  corrupted = validation_corrupted_set(batches, mean, std, 3, 16)
-  info = registry.get("in_support").fit(
-      model, HeldOut(batches, corrupted, train_batches=train_batches))
+  model, images, labels, held_out = feature_distance_fit(14)
+  batches, corrupted, train_batches = (held_out.eval_batches, held_out.validation_corrupted,
+                                       held_out.train_batches)
+  info = registry.get("in_support").fit(model, held_out)
   features = model_outputs.penultimate_model(model)
   support = model_outputs.feature_support(features, train_batches, batches)
   assert info["temperature_fit"] == "in_support"
