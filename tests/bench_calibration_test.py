@@ -4,7 +4,7 @@ import pytest
 
 from bench import calibration
 from bench.run_outputs import LabelledSet
-from trainer_module.calibration import distance_curve, distances, maths
+from trainer_module.calibration import detail, distance_curve, distances, maths
 
 
 def _labelled(logits, labels, slices=None):
@@ -97,8 +97,14 @@ def test_the_distance_detail_row_is_the_trainers_fit_with_each_sets_detail_score
   scores = {name: rng.normal(0.0 if name in ("eval", "test") else 4.0, 1.0, n)
             for name, n in counts.items()}
   images = {name: rng.normal(0.0, 1.0, (n, 8, 8, 3)) for name, n in counts.items()}
+  for name in ("validation", "corrupted"):  # Smoothed: less detail than the eval images hold.
+    images[name] = (images[name] + np.roll(images[name], 1, axis=1)) / 2
   details = calibration.detail_scores(images.get)
   assert details["eval"].mean() == pytest.approx(0.0, abs=1e-9)
+  eval_unit = detail.detail_scale(images["eval"])  # Every set in the eval images' unit.
+  for name in ("validation", "test", "corrupted"):
+    np.testing.assert_allclose(details[name], detail.detail_scores(images[name], eval_unit))
+  assert details["corrupted"].mean() < -1.0
   name, label, metrics = calibration.distance_detail_curve_row(sets, scores, details, 15)
   assert name.startswith("`distance_detail_curve`") and " s); median T" in label
   curve = distance_curve.fit_distance_curve(

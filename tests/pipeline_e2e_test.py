@@ -101,6 +101,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   # validation corruptions x 5 severities, where it is no worse calibrated than the raw softmax.
   assert calibration["temperature_fit"] == "distance_detail_curve"
   assert calibration["distance_curve"]["slope"] >= 0
+  assert "detail_slope" in calibration["distance_curve"]
   assert len(calibration["eval_detail_scores"]) == calibration["eval_examples"]
   assert len(calibration["eval_distance_scores"]) == calibration["eval_examples"]
   assert calibration["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 10
@@ -192,6 +193,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert "![temperature and distance](data:image/png;base64," in report
   assert RunRecord(config).latest_output("report").custom_properties["blessed"].int_value == 0
   assert re.search(r"\| corrupted test: noise \| \d+ \| ", report), "served distance scores"
+  assert "the table's median T reads each image's own detail" in report  # The detail map's.
 
   # The same two steps warm-started from the model in production (the next run of a schedule)
   # keep what it learned: the accuracy bound the scratch run failed is met, the accuracy stays

@@ -61,8 +61,9 @@ def test_the_served_graph_computes_the_detail_score_as_numpy_does():
   images = rng.normal(0.0, 1.0, (6, 32, 32, 3)).astype(np.float32)
   images[1] = 0.5  # A flat image: finite.
   scale = detail.DetailScale(-0.3, 0.4)
-  np.testing.assert_allclose(serving.graph_detail_scores(tf.constant(images), scale).numpy(),
-                             detail.detail_scores(images, scale), rtol=1e-9, atol=1e-9)
+  served = serving.graph_detail_scores(tf.constant(images), scale).numpy()
+  assert np.isfinite(served).all()
+  np.testing.assert_allclose(served, detail.detail_scores(images, scale), rtol=1e-9, atol=1e-9)
   curve = distance_curve.DistanceCurve(-0.4, 0.3, -0.2)
   scores, details = rng.normal(0, 2, 6), rng.normal(0, 2, 6)
   np.testing.assert_allclose(
@@ -75,12 +76,16 @@ def test_the_fit_reads_the_eval_images_and_the_validation_shift_and_records_thei
   method = registry.get("distance_detail_curve")
   info = method.fit(model, held_out)
   assert info["temperature_fit"] == "distance_detail_curve"
-  assert set(info["distance_curve"]) == {"log_temperature", "slope", "detail_slope"}
-  scale = detail.DetailScale(**info["detail_scale"])
+  assert info["distance_curve"]["detail_slope"] != 0.0
+  # The unit is the eval images' own, and every set is scored in it.
+  scale = detail.detail_scale(eval_images)
+  assert info["detail_scale"] == pytest.approx(scale._asdict(), rel=1e-12)
   np.testing.assert_allclose(info["eval_detail_scores"], detail.detail_scores(eval_images, scale))
-  assert len(info["validation_detail_scores"]) == len(VALIDATION_CORRUPTIONS) * 5 * 3
-  assert info["validation_nll_after"] <= info["validation_nll_before"]
   from trainer_module.calibration import model_outputs
+  shifted_images = model_outputs.batch_images(held_out.validation_corrupted.batches)
+  assert len(shifted_images) == len(VALIDATION_CORRUPTIONS) * 5 * 3
+  np.testing.assert_allclose(info["validation_detail_scores"],
+                             detail.detail_scores(shifted_images, scale))
   features = model_outputs.model_logits(model_outputs.penultimate_model(model),
                                         held_out.eval_batches)[0]
   np.testing.assert_allclose(method.temperatures(info, info["feature_support"], features,
