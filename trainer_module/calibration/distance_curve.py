@@ -35,6 +35,27 @@ def _per_example_nll(logits: np.ndarray, labels: np.ndarray,
   return -log_p[np.arange(len(labels)), labels]
 
 
+def curve_minimising_slice_nll(logits: np.ndarray, labels: np.ndarray, slices: np.ndarray,
+                               scores: np.ndarray, details: Optional[np.ndarray] = None,
+                               start_log_temperature: float = 0.0) -> DistanceCurve:
+  """The curve (with details: the map) minimising the mean over the slices of each slice's NLL,
+  slope >= 0; L-BFGS-B from one T, so deterministic."""
+  from scipy import optimize
+  weights = maths.slice_weights(slices)
+
+  def objective(params):
+    curve = DistanceCurve(*params)
+    return float(np.sum(weights * _per_example_nll(logits, labels,
+                                                   curve.temperatures(scores, details))))
+
+  start = [start_log_temperature, 0.0]
+  bounds = [(np.log(maths.MIN_TEMPERATURE), np.log(maths.MAX_TEMPERATURE)), (0.0, None)]
+  if details is not None:
+    start, bounds = start + [0.0], bounds + [(None, None)]
+  return DistanceCurve(*(float(value) for value in optimize.minimize(
+      objective, start, method="L-BFGS-B", bounds=bounds).x))
+
+
 def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
                        clean_scores: np.ndarray, shifted_logits: np.ndarray,
                        shifted_labels: np.ndarray, shifted_slices: np.ndarray,
@@ -46,7 +67,6 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
   ECE are no worse than raw (see the module docstring). With the inputs' detail scores it also
   fits detail_slope (either sign). Deterministic: L-BFGS-B from the clean fit, then a fixed
   grid."""
-  from scipy import optimize
   clean_logits, shifted_logits = (np.asarray(x, np.float64) for x in (clean_logits,
                                                                       shifted_logits))
   clean_labels, shifted_labels = (np.asarray(y, np.int64).reshape(-1)
@@ -64,7 +84,6 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
                            np.asarray(shifted_scores, np.float64)])
   slices = np.concatenate([np.full(len(clean_labels), maths.CLEAN_SLICE),
                            shifted_slices.astype(str)])
-  weights = maths.slice_weights(slices)
   with_details = clean_details is not None
   if with_details != (shifted_details is not None):
     raise ValueError("Give the detail scores of both the clean and the shifted images, or none.")
@@ -72,17 +91,9 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
                              np.asarray(shifted_details, np.float64)]) if with_details else None)
   if with_details and len(details) != len(labels):
     raise maths.TemperatureFitError(f"{len(details)} detail scores for {len(labels)} examples.")
-
-  def objective(params):
-    curve = DistanceCurve(*params)
-    return float(np.sum(weights * _per_example_nll(logits, labels,
-                                                   curve.temperatures(scores, details))))
-
-  start = [float(np.log(maths.fit_temperature(clean_logits, clean_labels))), 0.0]
-  bounds = [(np.log(maths.MIN_TEMPERATURE), np.log(maths.MAX_TEMPERATURE)), (0.0, None)]
-  if with_details:
-    start, bounds = start + [0.0], bounds + [(None, None)]
-  fitted = optimize.minimize(objective, start, method="L-BFGS-B", bounds=bounds).x
+  fitted = curve_minimising_slice_nll(
+      logits, labels, slices, scores, details,
+      float(np.log(maths.fit_temperature(clean_logits, clean_labels))))
   raw_nll, raw_ece = maths.slice_means(shifted_logits, shifted_labels, shifted_slices, 1.0,
                                        num_bins)
   for step in range(maths.GRID_STEPS, 0, -1):
