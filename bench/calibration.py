@@ -22,9 +22,10 @@ For an ensemble the distance score is the one it serves (the mean of its members
 in the member's own feature space, from its recorded support); `in_support` is a single
 model's row.
 
-Two more rows are ceilings, not rules: T chosen with the corrupted set's own labels, the best
-any function of the distance score can do (one T per bin of z) and the best one T per slice can
-do. They say how much of what is left a better rule could remove. The "cECE floor" column is
+Three more rows are ceilings, not rules: T chosen with the corrupted set's own labels, the best
+the default map's form can do (its a, b and c fitted there), the best any function of the
+distance score can do (one T per bin of z) and the best one T per slice can do. They say how
+much of what is left a better rule could remove. The "cECE floor" column is
 the cECE a perfectly calibrated model with the row's confidences would measure on slices of
 this size (exact: each bin's accuracy Binomial(n, its mean confidence) / n): ECE over a few
 hundred images is biased upward by binomial noise, so no row can go below it.
@@ -238,6 +239,23 @@ def distance_detail_curve_row(sets: ModelSets, scores: Dict[str, np.ndarray],
   return "`distance_detail_curve` (default)", label, row_metrics(sets, temperatures, num_bins)
 
 
+def map_ceiling_row(sets: ModelSets, scores: Dict[str, np.ndarray],
+                    details: Dict[str, np.ndarray],
+                    num_bins: int) -> Tuple[str, str, Dict[str, float]]:
+  """The best the default map's form, T(x) = exp(a + b z(x) + c s(x)), can do on the corrupted
+  set: (a, b, c) minimising its cNLL on its own labels. How near the served map, fitted on the
+  validation shift, comes to its family's best."""
+  corrupted = sets.corrupted
+  curve = distance_curve.curve_minimising_slice_nll(
+      np.asarray(corrupted.values, np.float64), corrupted.labels, corrupted.slices,
+      scores[CORRUPTED], details[CORRUPTED],
+      float(np.log(maths.fit_temperature(corrupted.values, corrupted.labels))))
+  temperatures = {name: curve.temperatures(z, details[name]) for name, z in scores.items()}
+  label = f"exp({curve.log_temperature:.3f} + {curve.slope:.3f} z {curve.detail_slope:+.3f} s)"
+  return ("ceiling: the default map's form (corrupted labels)", label,
+          row_metrics(sets, temperatures, num_bins))
+
+
 def distance_ceiling_row(sets: ModelSets, scores: Dict[str, np.ndarray], num_bins: int,
                          bins: int = CEILING_DISTANCE_BINS) -> Tuple[str, str, Dict[str, float]]:
   """The best any function of z can do on the corrupted set: z cut into `bins` equal-count
@@ -352,7 +370,9 @@ def main():
   if support is not None:
     scores = distance_scores(support, features)
     rows.append(distance_curve_row(sets, scores, num_bins))
-    rows.append(distance_detail_curve_row(sets, scores, detail_scores(images), num_bins))
+    details = detail_scores(images)
+    rows.append(distance_detail_curve_row(sets, scores, details, num_bins))
+    rows.append(map_ceiling_row(sets, scores, details, num_bins))
     rows.append(distance_ceiling_row(sets, scores, num_bins))
   rows.append(slice_ceiling_row(sets, num_bins))
   print(f"model: {model_dir}\n{len(sets.eval.labels)} eval, {len(sets.validation.labels)} "

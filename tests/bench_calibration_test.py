@@ -1,4 +1,6 @@
 """bench/calibration.py: the table it prints and the distance_curve row it fits."""
+import re
+
 import numpy as np
 import pytest
 
@@ -114,6 +116,34 @@ def test_the_distance_detail_row_is_the_trainers_fit_with_each_sets_detail_score
   assert metrics == pytest.approx(calibration.row_metrics(
       sets, {n: curve.temperatures(scores[n], details[n])
              for n in ("test", "corrupted", "validation")}, 15), nan_ok=True)
+
+
+def test_the_map_ceiling_recovers_the_map_the_corrupted_labels_were_drawn_from():
+  """Labels drawn from softmax(logits / T(x)), T(x) = exp(0.2 + 0.5 z - 0.3 s): fitted on those
+  labels, the map's form finds that T, and no map fitted elsewhere has a lower cNLL."""
+  rng = np.random.default_rng(4)
+  sets = _sets(rng)
+  counts = {name: len(getattr(sets, name).labels)
+            for name in ("eval", "validation", "test", "corrupted")}
+  scores = {name: rng.normal(1.0, 1.0, n) for name, n in counts.items()}
+  details = {name: rng.normal(0.0, 1.5, n) for name, n in counts.items()}
+  corrupted_count = 3000
+  logits = rng.normal(0.0, 4.0, (corrupted_count, 5))
+  scores["corrupted"], details["corrupted"] = (rng.normal(1.0, 1.0, corrupted_count),
+                                               rng.normal(0.0, 1.5, corrupted_count))
+  true_t = np.exp(0.2 + 0.5 * scores["corrupted"] - 0.3 * details["corrupted"])
+  p = np.exp(maths.log_softmax(logits / true_t[:, None]))
+  labels = np.array([rng.choice(5, p=row) for row in p])
+  sets = calibration.ModelSets(sets.eval, sets.validation, sets.augmented, sets.test,
+                               _labelled(logits, labels, np.repeat(["x_1", "y_1", "z_1"], 1000)))
+  name, label, ceiling = calibration.map_ceiling_row(sets, scores, details, 15)
+  assert name.startswith("ceiling: the default map's form")
+  a, b, c = map(float, re.fullmatch(r"exp\((\S+) \+ (\S+) z ([+-]\S+) s\)", label).groups())
+  assert (a, b, c) == pytest.approx((0.2, 0.5, -0.3), abs=0.1)
+  _, _, fitted_elsewhere = calibration.distance_detail_curve_row(sets, scores, details, 15)
+  assert ceiling["cNLL"] < fitted_elsewhere["cNLL"]
+  raw = calibration.row_metrics(sets, {n: 1.0 for n in ("test", "corrupted", "validation")}, 15)
+  assert ceiling["cNLL"] < raw["cNLL"]
 
 
 def _two_kinds_of_shift(rng, same_distance):
