@@ -38,7 +38,8 @@ def measure(output_dir: str, autograph: bool) -> dict:
   strategy = tf.distribute.get_strategy()
   training = training_loop.Training(config, strategy, steps_per_epoch=10_000,
                                     checkpoint_dir=tempfile.mkdtemp())
-  step = (training.train_step if not autograph else tf.function(training._train_step))  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  step = (training.train_step if not autograph else tf.function(training._train_step))
   batches = iter(
       strategy.distribute_datasets_from_function(lambda context: data.training_batches(
           files, spec, config, config.training.per_core_batch_size, 0, context)))

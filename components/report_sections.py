@@ -439,7 +439,8 @@ def _ensemble_section(record: dict) -> List[str]:
   lines = ["## Ensemble", "",
            f"Greedy selection with replacement on "
            f"{record.get('selected_on', 'the eval split')} ({record['objective']}{after_t}): "
-           f"picks {record['picks']}, {len(weights)} distinct of at most {record['ensemble_size']}; "
+           f"picks {record['picks']}, {len(weights)} distinct of at most "
+           f"{record['ensemble_size']}; "
            f"diversity (mean pairwise disagreement of the members on eval) "
            f"{_fmt(record['diversity'])}.", ""]
   comparison = record.get("comparison")

@@ -1,4 +1,5 @@
-"""`python -m kubeflow compile|upload|run|schedule|local-run ...` (see kubeflow/cli.py, docs/kubeflow.md)."""
+"""`python -m kubeflow compile|upload|run|schedule|local-run ...` (see kubeflow/cli.py,
+docs/kubeflow.md)."""
 import sys
 
 from kubeflow.cli import main

@@ -45,7 +45,8 @@ USAGE = f"""usage: python -m kubeflow COMMAND [--flag=value ...]
             Refused while a run on the same pipeline root has not ended, unless
             --allow_concurrent_run=true.
   schedule  --package=FILE.yaml --experiment=NAME --cron="SEC MIN HOUR DOM MON DOW"
-            [--schedule_name=NAME] [--max_concurrency=1] [--data_root=URI] [--TRAINER_FLAG=VALUE ...]
+            [--schedule_name=NAME] [--max_concurrency=1] [--data_root=URI]
+            [--TRAINER_FLAG=VALUE ...]
             Uploads, then creates a recurring run on a 6-field cron schedule (seconds first).
   local-run --package=FILE.yaml [--runner=subprocess|docker] [--pipeline_root=DIR]
             [--data_root=URI] [--TRAINER_FLAG=VALUE ...]

@@ -57,8 +57,8 @@ def vertex_training_config(kubeflow) -> dict:
 
 def trainjob_node_placement(config) -> NodePlacement:
   """What each TrainJob node's pod gets besides image and command: the Trainer step's pod
-  (cluster_config.step_pod of a training node): its resources, node selector, tolerations, plain env and the
-  Secret keys mapped into its environment."""
+  (cluster_config.step_pod of a training node): its resources, node selector, tolerations,
+  plain env and the Secret keys mapped into its environment."""
   pod = step_pod(config, TRAINER_STEP, training_node=True)
   quantities = {name: value for name, value in (("cpu", pod.resources.cpu),
                                                  ("memory", pod.resources.memory)) if value}

@@ -98,7 +98,7 @@ class KubeflowConfig:
   # enters it). With a location on s3://, every pod's environment maps these Secret keys.
   credentials_secret: str = KFP_MINIO_SECRET  # Secret holding the object store's credentials.
   credentials_secret_keys: str = KFP_MINIO_SECRET_KEYS  # KEY:ENV_VAR,... mapped from it.
-  s3_endpoint: str = ""  # AWS_ENDPOINT_URL_S3 of every pod (e.g. http://minio-service.kubeflow:9000).
+  s3_endpoint: str = ""  # Each pod's AWS_ENDPOINT_URL_S3 (e.g. http://minio-service.kubeflow:9000).
   s3_region: str = ""  # AWS_REGION of every pod (MinIO: any, e.g. us-east-1).
   trainer_node_selector: str = ""  # LABEL=VALUE,... the Trainer's node must carry.
   trainer_tolerations: str = ""  # KEY[=VALUE][:EFFECT],... taints the Trainer's pod tolerates.

@@ -3,7 +3,8 @@ import pytest
 from kubeflow.cluster_config import from_flags
 
 # A Vertex multi-worker GPU pipeline on the embedded digits, and a TFRecord one without Vertex.
-VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn", "--dataset=digits",
+VERTEX_FLAGS = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=gs://bucket/wrn",
+                "--dataset=digits",
                 "--kubeflow_target=vertex", "--vertex_project=proj",
                 "--vertex_region=europe-west4",
                 "--accelerator_type=NVIDIA_TESLA_V100", "--accelerator_count=2",

@@ -54,7 +54,8 @@ def test_every_package_the_pipeline_imports_is_copied_then_installed():
   for *sources, destination in copies:  # Each into the same place under WORKDIR.
     assert all(destination == "./" or destination == source for source in sources)
   runs = [(index, args) for index, (op, args) in enumerate(instructions) if op == "RUN"]
-  lock_install = [i for i, args in runs if "pip install" in args and "--no-deps -r requirements.lock" in args]
+  lock_install = [i for i, args in runs
+                  if "pip install" in args and "--no-deps -r requirements.lock" in args]
   project_install = [i for i, args in runs if re.search(r"pip install .*--no-deps \.( |$)", args)]
   last_copy = max(i for i, (op, _) in enumerate(instructions) if op == "COPY")
   assert lock_install and project_install and project_install[0] > last_copy
@@ -79,7 +80,8 @@ def test_dockerignore_keeps_what_the_image_copies():
     patterns = [line.strip() for line in f if line.strip() and not line.startswith("#")]
   shipped = ["requirements.lock", "pyproject.toml", "components/schema.pbtxt"]
   for package in IMAGE_PACKAGES:
-    shipped += [os.path.join(package, name) for name in os.listdir(os.path.join(PROJECT_DIR, package))
+    shipped += [os.path.join(package, name)
+                for name in os.listdir(os.path.join(PROJECT_DIR, package))
                 if name.endswith(".py") and not name.endswith("_test.py") and name != "conftest.py"]
   for path in shipped:
     assert not any(fnmatch.fnmatch(path, pattern) or path.startswith(pattern.rstrip("/") + "/")
