@@ -42,8 +42,10 @@ def _fmt(value: Optional[float], digits: int = 4) -> str:
 
 
 def _mean(values) -> Optional[float]:
-  present = [v for v in values if v is not None]
-  return float(np.mean(present)) if present else None
+  """The mean of every value, or None when any is missing: a mean over some of the slices is
+  not the metric the report names."""
+  values = list(values)
+  return None if not values or any(v is None for v in values) else float(np.mean(values))
 
 
 def _corruption_slice(name: str, severity: int) -> tfma_results.Slice:

@@ -58,6 +58,13 @@ def test_the_cece_floor_is_the_mean_of_the_slices_floors_from_their_reliability_
 
 def test_missing_slices_give_no_number_rather_than_a_wrong_one():
   assert report_sections.corrupted_means({}, PROBABILITIES_KEY, ["fog"])[ACCURACY_NAME] is None
+  values = _values({"fog": 0.9, "contrast": 0.3})
+  del values[(("corruption", "fog"), ("severity", 5))]  # One slice of ten missing.
+  means = report_sections.corrupted_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
+  assert means[ACCURACY_NAME] is None
+  families = report_sections.family_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
+  assert families["weather"][ACCURACY_NAME] is None
+  assert families["digital"][ACCURACY_NAME] == pytest.approx(0.33)  # Its five are all there.
 
 
 def test_the_warm_start_line_says_what_the_model_records(tmp_path):
@@ -181,13 +188,13 @@ def test_a_distance_and_detail_map_reads_each_images_own_detail_in_the_table(tmp
 def test_a_familys_confidence_gap_is_its_slices_mean_confidence_minus_accuracy():
   from components.calibration_metrics import RELIABILITY_NAME
   values = _values({"fog": 0.5})
-  for severity in range(1, 6):  # Two bins: 10 examples at confidence 0.9 (6 right), 10 at 0.3.
+  for severity in range(1, 6):  # 30 examples at confidence 0.9 (60% right), 10 at 0.3, none.
     values[(("corruption", "fog"), ("severity", severity))][
         ("candidate", PROBABILITIES_KEY, RELIABILITY_NAME, False)] = np.array(
-            [[10, 0.9, 0.6], [10, 0.3, 0.2 + severity / 100]])
+            [[30, 0.9, 0.6], [10, 0.3, 0.2 + severity / 100], [0, 0.0, 0.0]])
   gap = report_sections.family_means(values, PROBABILITIES_KEY, ["fog"])["weather"]["gap"]
-  assert gap == pytest.approx(np.mean([(0.9 - 0.6 + 0.3 - 0.2 - s / 100) / 2
-                                       for s in range(1, 6)]))
+  # Severity s: (30 x 0.3 + 10 x (0.1 - s/100)) / 40 = 0.25 - s/400; their mean, s = 3.
+  assert gap == pytest.approx(0.25 - 3 / 400)
 
 
 def test_class_names_come_from_the_model_and_skipped_files_are_listed(tmp_path):
