@@ -43,11 +43,30 @@ def test_wrong_sizes_and_kinds_are_named_from_the_header_as_serving_names_them()
   assert "is a 8-bit RGBA PNG" in image_problem(make_example("k", _png((32, 32, 4)), 1))
 
 
-def test_the_gate_and_serving_accept_and_refuse_the_same_images():
-  for image in (_png((32, 32, 3)), _png((28, 28, 3)), _png((32, 32)), _png((32, 32, 4)),
-                _png((32, 32, 3))[:-20], b"\x00garbage", b""):
-    gate_accepts = image_problem(make_example("k", image, 1)) is None
-    assert gate_accepts == (image_format.header_problem(image) is None)
+def test_what_the_gate_accepts_serving_decodes_unchanged_and_serving_converts_more():
+  """Stored examples are the model's input as it is; a served request may be any JPEG or PNG,
+  converted. So serving takes every image the gate accepts and decodes it to the same pixels,
+  takes the off-shape PNGs the gate refuses and converts them, and both refuse what is not a
+  whole image."""
+  import tensorflow as tf
+
+  def serving_accepts(image):
+    try:
+      image_format.assert_served_headers(tf.constant([image]))
+    except tf.errors.InvalidArgumentError:
+      return False
+    return True
+
+  pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), np.uint8)
+  stored = encode_png(pixels)
+  assert image_problem(make_example("k", stored, 1)) is None and serving_accepts(stored)
+  np.testing.assert_array_equal(image_format.decode_to_model_input(tf.constant(stored)), pixels)
+  for image in (_png((28, 28, 3)), _png((32, 32)), _png((32, 32, 4))):
+    assert image_problem(make_example("k", image, 1)) is not None and serving_accepts(image)
+    assert image_format.decode_to_model_input(tf.constant(image)).shape == (32, 32, 3)
+  for image in (stored[:-20], b"\x00garbage", b""):
+    assert image_problem(make_example("k", image, 1)) is not None
+    assert not serving_accepts(image)
 
 
 def test_a_decompression_bomb_is_refused_by_its_header_without_decoding(monkeypatch):

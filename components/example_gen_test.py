@@ -10,14 +10,17 @@ from tfx.dsl.components.base import base_beam_executor
 from tfx.types import standard_artifacts, standard_component_specs
 from tfx.utils import proto_utils
 
-from components import example_gen, image_folder
+from components import example_gen, image_folder, image_sources
 from testing import image_folders
 from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 
 
+EVAL_FRACTION, TEST_FRACTION = 0.1, 0.3  # Unequal, so that swapping the two shows.
+
+
 def _exec_properties(image_dir: str, skip_bad_images: bool, source: str = "image_dir") -> dict:
   component = example_gen.ImageDatasetExampleGen(
-      source=source, eval_fraction=0.2, test_fraction=0.2,
+      source=source, eval_fraction=EVAL_FRACTION, test_fraction=TEST_FRACTION,
       image_dir=image_dir if source == "image_dir" else None, skip_bad_images=skip_bad_images)
   return {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
           for name, value in component.exec_properties.items() if value is not None}
@@ -123,6 +126,10 @@ def test_the_driver_fingerprints_the_folder_so_that_a_changed_folder_misses_the_
 
 def test_the_digits_go_through_the_same_executor_and_record_no_folder_files(tmp_path):
   examples = run_example_gen("", str(tmp_path), False, source="digits")
-  assert sum(len(records) for records in _examples(examples.uri).values()) == 1797
+  written = _examples(examples.uri)
+  assert sum(len(records) for records in written.values()) == 1797
+  for split in image_sources.SPLITS:  # Each split as its fractions, in their order, give it.
+    expected = image_sources.digits_records(split, EVAL_FRACTION, TEST_FRACTION)
+    assert len(written[f"Split-{split}"]) == len(list(expected)), split
   assert example_gen.read_class_names(examples.uri) is None  # The config names them.
   assert example_gen.read_skipped_files(examples.uri) == []

@@ -18,15 +18,16 @@ def _files(layout):
 
 def test_class_folders_give_sorted_classes_keys_by_relative_path_and_a_split_by_key(tmp_path):
   written = image_folders.write_image_folder(str(tmp_path), per_class=30)
-  layout = image_folder.scan(str(tmp_path), 0.2, 0.2)
+  layout = image_folder.scan(str(tmp_path), 0.1, 0.3)  # Unequal: a swap of the two shows.
   assert layout.class_names == ("blue sky", "grass", "red_car")
   assert layout.problems == []
   files = _files(layout)
   assert files == {key: layout.class_names.index(name) for key, name in written.items()}
   assert "grass/more/0009.png" in files  # Subfolders of a class folder are read too.
   for split, split_files in layout.files.items():
-    assert {image_sources.split_for_key(key, 0.2, 0.2) for key, _ in split_files} == {split}
-  assert layout == image_folder.scan(str(tmp_path), 0.2, 0.2)
+    assert {image_sources.split_for_key(key, 0.1, 0.3) for key, _ in split_files} == {split}
+  assert len(layout.files["test"]) > len(layout.files["eval"])  # 30% against 10% of 90 files.
+  assert layout == image_folder.scan(str(tmp_path), 0.1, 0.3)
 
 
 def test_fixed_splits_keep_their_files_and_name_missing_empty_and_unknown_classes(tmp_path):
@@ -111,9 +112,26 @@ def test_each_bad_file_is_refused_with_its_reason(tmp_path, data, reason):
   assert re.search(reason, bad[1]), bad[1]
 
 
-def test_a_changed_file_changes_the_listing_fingerprint(tmp_path):
-  image_folders.write_image_folder(str(tmp_path), per_class=2)
-  before = image_folder.listing_fingerprint(str(tmp_path))
-  assert before == image_folder.listing_fingerprint(str(tmp_path))
+def test_a_replaced_a_touched_or_a_new_file_changes_the_listing_fingerprint(tmp_path):
+  """Each of a file's size and modification time counts, not only its name."""
+  written = image_folders.write_image_folder(str(tmp_path), per_class=2)
+  path = tmp_path / sorted(written)[0]
+  original, stat = path.read_bytes(), os.stat(path)
+  times = (stat.st_atime_ns, stat.st_mtime_ns)
+
+  def fingerprint():
+    return image_folder.listing_fingerprint(str(tmp_path))
+
+  before = fingerprint()
+  assert before == fingerprint()
+  path.write_bytes(original + b"\0")  # Another size at the same time: a corrected photo.
+  os.utime(path, ns=times)
+  assert fingerprint() != before
+  path.write_bytes(original)
+  os.utime(path, ns=times)
+  assert fingerprint() == before  # Path, size and time: nothing else.
+  os.utime(path, ns=(times[0], times[1] + 10**9))  # The same size, touched a second later.
+  assert fingerprint() != before
+  os.utime(path, ns=times)
   (tmp_path / "grass" / "new.jpg").write_bytes(image_folders.jpeg())
-  assert image_folder.listing_fingerprint(str(tmp_path)) != before
+  assert fingerprint() != before

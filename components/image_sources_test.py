@@ -12,19 +12,23 @@ from components.example_gen import records_for_query, source_query
 from trainer_module.features import IMAGE_SHAPE
 
 
+EVAL_FRACTION, TEST_FRACTION = 0.1, 0.3  # Unequal, so that swapping the two shows.
+
+
 def _digits(split):
-  return list(image_sources.digits_records(split, eval_fraction=0.15, test_fraction=0.15))
+  return list(image_sources.digits_records(split, EVAL_FRACTION, TEST_FRACTION))
 
 
 def test_split_for_key_is_a_pure_function_of_the_key():
   keys = [f"example-{i}" for i in range(5000)]
-  first = [image_sources.split_for_key(k, 0.15, 0.15) for k in keys]
-  second = [image_sources.split_for_key(k, 0.15, 0.15) for k in reversed(keys)][::-1]
+  first = [image_sources.split_for_key(k, EVAL_FRACTION, TEST_FRACTION) for k in keys]
+  second = [image_sources.split_for_key(k, EVAL_FRACTION, TEST_FRACTION)
+            for k in reversed(keys)][::-1]
   assert first == second
   counts = collections.Counter(first)
-  assert abs(counts["train"] / 5000 - 0.70) < 0.03
-  assert abs(counts["eval"] / 5000 - 0.15) < 0.03
-  assert abs(counts["test"] / 5000 - 0.15) < 0.03
+  assert abs(counts["train"] / 5000 - 0.6) < 0.03
+  assert abs(counts["eval"] / 5000 - EVAL_FRACTION) < 0.03
+  assert abs(counts["test"] / 5000 - TEST_FRACTION) < 0.03
 
 
 def test_split_for_key_without_test_fraction_never_picks_test():
@@ -36,8 +40,9 @@ def test_digits_splits_partition_all_1797_examples_with_unique_stable_keys():
   splits = {split: _digits(split) for split in image_sources.SPLITS}
   keys = [key for records in splits.values() for key, _, _ in records]
   assert len(keys) == len(set(keys)) == 1797
-  assert {len(splits[s]) for s in splits} and len(splits["train"]) > 1100
-  assert 200 < len(splits["eval"]) < 340 and 200 < len(splits["test"]) < 340
+  assert 1797 * 0.55 < len(splits["train"]) < 1797 * 0.65  # 60% of 1797 is 1078.
+  assert 1797 * 0.07 < len(splits["eval"]) < 1797 * 0.13  # 10%: 180.
+  assert 1797 * 0.26 < len(splits["test"]) < 1797 * 0.34  # 30%: 539.
   again = _digits("test")
   assert [(k, png, label) for k, png, label in again] == splits["test"]  # Bytes too.
   assert {label for records in splits.values() for _, _, label in records} == set(range(10))
@@ -82,7 +87,7 @@ def test_make_example_carries_image_label_and_key():
 
 
 def test_example_gen_query_reads_the_split_it_names():
-  query = source_query("digits", "eval", 0.15, 0.15, None)
+  query = source_query("digits", "eval", EVAL_FRACTION, TEST_FRACTION, None)
   assert list(records_for_query(query)) == _digits("eval")
 
 

@@ -209,7 +209,7 @@ def test_the_newest_version_is_the_one_tf_serving_reads_not_python(tmp_path, cap
   assert production_model.production_version_dir(serving, []) == spaced
   for name in ("99999999999999999999", "²"):
     assert f"skipping {os.path.join(serving, name)}: not a version" in caplog.text
-  assert older
+  assert f"skipping {older}" not in caplog.text  # An older version, not a refused name.
 
 
 def test_of_two_names_of_one_version_the_one_tf_serving_loads_is_used(tmp_path, caplog):
