@@ -412,7 +412,11 @@ def test_the_open_source_command_is_the_one_the_docs_and_help_give():
 def test_kfps_own_secret_is_mapped_by_default_and_vertex_has_no_platform_section(compiled):
   _, package = compiled["tfrecord"]
   spec, platform_spec = _documents(package)
-  for label, config in _kubernetes_configs(platform_spec).items():
+  configs = _kubernetes_configs(platform_spec)
+  containers = {label for label, executor in _executors(spec).items()
+                if executor.HasField("container")}
+  assert set(configs) == containers  # Every pod, with no endpoint given (AWS S3 itself).
+  for label, config in configs.items():
     assert config.secret_as_env[0].secret_name == "mlpipeline-minio-artifact", label
   trainer = _executors(spec)["Trainer_executor"].container
   assert not trainer.resources.accelerator.count and trainer.resources.cpu_limit == 8

@@ -98,13 +98,20 @@ def test_kfp_local_own_subprocess_handler_refuses_a_container_component():
         runner=local_run.make_runner("subprocess"))
 
 
-def test_the_docker_runner_is_kfp_locals_docker_handler_on_the_spec_image(tmp_path):
+def test_the_docker_runner_is_ours_on_kfp_locals_docker_handler_only_while_the_run_lasts(
+    tmp_path, monkeypatch):
+  """What kfp.local builds for a docker task is our ContainerTaskHandler (a pod's object-storage
+  environment), a kind of its own handler on the spec's image; after the run, kfp's own again."""
+  monkeypatch.setenv("AWS_REGION", "us-east-1")
+  kfps_own = docker_task_handler.DockerTaskHandler
   runs = []
   with local_run.task_handlers(runs):
     handler = docker_task_handler.DockerTaskHandler(
         image="gcr.io/p/wrn:1", full_command=["python", "-m", "x"],
         pipeline_root=str(tmp_path), runner=None)
-  assert isinstance(handler, docker_task_handler.DockerTaskHandler)
+  assert isinstance(handler, local_run.ContainerTaskHandler) and isinstance(handler, kfps_own)
+  assert handler.environment["AWS_REGION"] == "us-east-1"
+  assert docker_task_handler.DockerTaskHandler is kfps_own  # Restored.
   assert handler.image == "gcr.io/p/wrn:1" and handler.full_command == ["python", "-m", "x"]
   assert handler.get_volumes_to_mount() == {str(tmp_path): {"bind": str(tmp_path), "mode": "rw"}}
 

@@ -55,6 +55,7 @@ def test_a_model_against_itself_differs_by_exactly_zero():
   labelled, scored = _scored(rng)
   difference = bench.paired_difference(scored, scored, labelled.slices,
                                        np.arange(300).astype(str), 15, 200, 0)
+  assert set(difference) == {"accuracy", "nll", "ece"}
   assert all(value == (0.0, 0.0, 0.0) for value in difference.values())
 
 

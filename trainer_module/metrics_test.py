@@ -26,7 +26,9 @@ def test_batches_accumulate_to_the_numpy_metrics_and_padding_is_ignored():
   probabilities = np.exp(logits - logits.max(-1, keepdims=True))
   expected = reference_metrics.metrics(probabilities / probabilities.sum(-1, keepdims=True),
                                        labels, 15)
-  for name, value in metrics.result().items():
+  result = metrics.result()
+  assert set(result) == {"accuracy", "nll", "ece"}
+  for name, value in result.items():
     assert value == pytest.approx(expected[name], abs=1e-6), name
 
 

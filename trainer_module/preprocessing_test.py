@@ -73,3 +73,9 @@ def test_decode_images_resizes_any_other_size_and_mode_as_the_image_folder_inges
   assert decoded.shape == (3, 32, 32, 3)
   for png, image in zip(pngs, decoded):
     np.testing.assert_array_equal(image, image_format.decode_to_model_input(png).numpy())
+    # An independent reference: PIL's RGB conversion (grey copied, alpha dropped) and its
+    # bilinear resize, which filters over the scaled footprint as antialiasing does.
+    reference = np.asarray(Image.open(io.BytesIO(png)).convert("RGB").resize(
+        (32, 32), Image.BILINEAR)).astype(int)
+    assert np.abs(image.astype(int) - reference).max() <= 2
+  assert (decoded[1, ..., 0] == decoded[1, ..., 1]).all()  # The grey image stays grey.
