@@ -43,9 +43,9 @@ class RunRecord:
     self.states: Dict[str, str] = {producers[e.id]: state_names(e.last_known_state)
                                    for e in executions if e.id in producers}
     # Output key ("examples", "transformed_examples", "model", "blessing", ...) ->
-    # (producing node, artifact), oldest first.
+    # (producing node, artifact), oldest first; of this pipeline's nodes, as the states are.
     events = [e for e in store.get_events_by_execution_ids([x.id for x in executions])
-              if e.type == metadata_store_pb2.Event.OUTPUT]
+              if e.type == metadata_store_pb2.Event.OUTPUT and e.execution_id in producers]
     artifacts = {a.id: a for a in store.get_artifacts_by_id([e.artifact_id for e in events])}
     self.outputs: Dict[str, List[Tuple[str, Any]]] = defaultdict(list)
     for event in sorted(events, key=lambda e: e.artifact_id):
