@@ -1,0 +1,103 @@
+"""The console summary of a run, from its report artifact's recorded figures (as
+components/run_report.py records them), and the report's copies a browser and an editor open."""
+import json
+import os
+import types
+
+import pytest
+from ml_metadata.proto import metadata_store_pb2
+
+from components.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
+from pipeline.config import from_flags
+from reporting.run_summary import report_lines
+
+BLESSED_AND_PUSHED = {
+    "eval_accuracy": 0.98765, "eval_ece": 0.0123, "eval_nll": 0.0456,
+    "corrupted_accuracy": 0.8812, "corrupted_nll": 0.3719, "corrupted_ece": 0.0604,
+    "corrupted_ece_floor": 0.0231, "evaluation_uri": "/runs/Evaluator/evaluation/7",
+    "blessed": 1, "served_check_passed": 1, "pushed": 1, "pushed_version": "/serving/1700000000",
+    "served_split": "test", "served_accuracy": 290 / 292, "served_correct": 290,
+    "served_examples": 292, "warm_start": "no, trained from scratch", "skipped_images": 0,
+    GATE_FAILURES: "[]", SERVED_CHECK_PROBLEMS: "[]"}
+
+
+def _artifact(uri, figures=None):
+  """An MLMD artifact with the figures as custom properties of their kinds."""
+  artifact = metadata_store_pb2.Artifact(uri=str(uri))
+  for name, value in (figures or {}).items():
+    field = ("string_value" if isinstance(value, str) else
+             "int_value" if isinstance(value, int) else "double_value")
+    setattr(artifact.custom_properties[name], field, value)
+  return artifact
+
+
+def _run(tmp_path, figures, pusher_state="COMPLETE"):
+  """A RunRecord stand-in: run-7, whose report (HTML and Markdown files) holds `figures`."""
+  (tmp_path / "report").write_text("<html>report</html>")
+  (tmp_path / "report_markdown").write_text("# report")
+  outputs = {"report": _artifact(tmp_path / "report", figures),
+             "report_markdown": _artifact(tmp_path / "report_markdown")}
+  return types.SimpleNamespace(run_id="run-7", states={"Pusher": pusher_state},
+                               latest_output=lambda key, producer=None: outputs.get(key))
+
+
+@pytest.fixture
+def config(tmp_path):
+  return from_flags([f"--output_dir={tmp_path / 'outputs'}"])
+
+
+def test_a_blessed_and_pushed_run_gives_its_figures_the_new_version_and_the_report_s_copies(
+    tmp_path, config):
+  lines = report_lines(config, _run(tmp_path, BLESSED_AND_PUSHED))
+  report_dir = os.path.join(config.runner.output_dir, "reports", "run-run-7")
+  assert lines == [
+      "  eval accuracy:   0.9877  (ECE 0.0123, NLL 0.0456, temperature-scaled)",
+      "  corrupted:       cA 0.8812, cNLL 0.3719, cECE 0.0604 (floor 0.0231)",
+      "  metrics (TFMA):  /runs/Evaluator/evaluation/7",
+      "  blessed:         yes",
+      "  pushed model:    /serving/1700000000",
+      "  test accuracy:   0.9932 (290/292 held-out test examples, served model, fresh process)",
+      "  warm-started:    no, trained from scratch",
+      f"  run report:      {os.path.join(report_dir, 'report.html')}",
+      f"  report artifact: {tmp_path / 'report'}"]
+  with open(os.path.join(report_dir, "report.html")) as html, \
+       open(os.path.join(report_dir, "report.md")) as markdown:
+    assert (html.read(), markdown.read()) == ("<html>report</html>", "# report")
+
+
+def test_a_refused_run_says_why_and_that_nothing_was_pushed(tmp_path, config):
+  figures = {**BLESSED_AND_PUSHED, "blessed": 0, "served_check_passed": 0, "pushed": 0,
+             "pushed_version": "", "skipped_images": 2,
+             GATE_FAILURES: json.dumps(["cECE 0.2100 above its bound 0.1500"]),
+             SERVED_CHECK_PROBLEMS: json.dumps(["the served model answered 3 of 292 wrongly"])}
+  lines = report_lines(config, _run(tmp_path, figures))
+  at = lines.index("  blessed:         no, the gate failed:")
+  assert lines[at + 1:at + 6] == [
+      "    - cECE 0.2100 above its bound 0.1500",
+      "  served check:    failed, the Pusher pushed nothing:",
+      "    - the served model answered 3 of 292 wrongly",
+      "  pushed model:    nothing pushed this run",
+      "  skipped images:  2 bad file(s) or folder(s) left out (--skip_bad_images; listed in the "
+      "run report)"]
+  assert not any(line.startswith("  test accuracy:") for line in lines)  # Nothing serves.
+
+
+def test_a_model_pushed_by_an_earlier_run_is_named_as_already_serving(tmp_path, config):
+  lines = report_lines(config, _run(tmp_path, BLESSED_AND_PUSHED, pusher_state="CACHED"))
+  assert ("  pushed model:    none new; the blessed model already serves as /serving/1700000000"
+          in lines)
+
+
+def test_figures_not_recorded_say_so_and_a_run_without_corruptions_has_no_corrupted_line(
+    tmp_path):
+  config = from_flags([f"--output_dir={tmp_path / 'outputs'}", "--corruptions="])
+  figures = {k: v for k, v in BLESSED_AND_PUSHED.items() if k != "eval_nll"}
+  lines = report_lines(config, _run(tmp_path, figures))
+  assert lines[0] == "  eval accuracy:   0.9877  (ECE 0.0123, NLL not found, temperature-scaled)"
+  assert not any(line.startswith("  corrupted:") for line in lines)
+
+
+def test_a_run_without_a_report_says_so():
+  run = types.SimpleNamespace(latest_output=lambda key, producer=None: None)
+  assert report_lines(from_flags([]), run) == [
+      "  run report:      none: the run recorded no report"]
