@@ -5,9 +5,9 @@ import os
 import types
 
 import pytest
-from ml_metadata.proto import metadata_store_pb2
 
-from components.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
+from components.run_report import (GATE_FAILURES, SERVED_CHECK_PROBLEMS, HtmlReport,
+                                   record_headline)
 from pipeline.config import from_flags
 from reporting.run_summary import report_lines
 
@@ -22,13 +22,11 @@ BLESSED_AND_PUSHED = {
 
 
 def _artifact(uri, figures=None):
-  """An MLMD artifact with the figures as custom properties of their kinds."""
-  artifact = metadata_store_pb2.Artifact(uri=str(uri))
-  for name, value in (figures or {}).items():
-    field = ("string_value" if isinstance(value, str) else
-             "int_value" if isinstance(value, int) else "double_value")
-    setattr(artifact.custom_properties[name], field, value)
-  return artifact
+  """The MLMD artifact of a report holding the figures as the RunReport step records them."""
+  artifact = HtmlReport()
+  artifact.uri = str(uri)
+  record_headline(artifact, figures or {})
+  return artifact.mlmd_artifact
 
 
 def _run(tmp_path, figures, pusher_state="COMPLETE"):
