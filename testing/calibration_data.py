@@ -49,6 +49,19 @@ def labelled_logits(rng, count, margin, correct_fraction, classes=4):
   return logits, labels
 
 
+def expected_class_statistics(features, labels):
+  """What distances.class_statistics should give, class by class: the class means and the
+  inverse of the classes' pooled within-class covariance (each class's scatter about its own
+  mean, over all examples) plus a ridge of 1e-6 of its mean variance."""
+  features = np.asarray(features, np.float64)
+  classes = np.unique(labels)
+  means = np.stack([features[labels == c].mean(axis=0) for c in classes])
+  scatter = sum((features[labels == c] - mean).T @ (features[labels == c] - mean)
+                for c, mean in zip(classes, means)) / len(features)
+  width = scatter.shape[0]
+  return means, np.linalg.inv(scatter + 1e-6 * np.trace(scatter) / width * np.eye(width))
+
+
 def feature_distance_fit(seed):
   """What a fit by feature distance is tested on: tiny_pooled_network, 12 eval images (batches
   of 5) with their labels, and the HeldOut sets it reads: the eval batches, their validation

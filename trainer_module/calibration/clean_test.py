@@ -18,7 +18,10 @@ def test_calibrate_reads_the_models_logits_and_an_empty_eval_split_fails(tmp_pat
   logits = model(images).numpy()
   assert info["eval_examples"] == 50
   assert info["temperature"] == maths.fit_temperature(logits, labels)
-  assert info["eval_nll_after"] <= info["eval_nll_before"]
+  assert info["eval_nll_before"] == pytest.approx(maths.nll(logits, labels))
+  assert info["eval_nll_after"] == pytest.approx(maths.nll(logits, labels, info["temperature"]))
+  assert info["eval_ece_after"] == pytest.approx(maths.ece(logits, labels, info["temperature"]))
+  assert info["eval_nll_after"] < info["eval_nll_before"]
   record.write_calibration_info(str(tmp_path), info)
   assert record.read_calibration_info(str(tmp_path)) == info
   with pytest.raises(maths.TemperatureFitError, match="eval split is empty"):

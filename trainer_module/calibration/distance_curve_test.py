@@ -3,12 +3,40 @@ import json
 
 import numpy as np
 import pytest
+from scipy import special
 
-from testing.calibration_data import feature_distance_fit, labelled_logits
+from testing.calibration_data import feature_distance_fit, labelled_logits, miscalibrated
 from trainer_module import reference_corruptions
-from trainer_module.calibration import distance_curve, maths, registry
+from trainer_module.calibration import distance_curve, distances, maths, model_outputs, registry
 from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS
 from trainer_module.calibration.method import HeldOut
+
+
+def test_the_curve_minimises_the_mean_over_the_slices_of_each_slices_nll():
+  """1000 clean images near the data ask for sharpening, 100 shifted ones farther out for
+  softening. Each slice weighs the same, however few its examples: the curve is the minimum
+  on a grid of (log T, slope) of the mean of the two slices' NLLs."""
+  rng = np.random.default_rng(29)
+  clean_logits, clean_labels = miscalibrated(rng, 0.5, count=1000, classes=4)
+  shifted_logits, shifted_labels = miscalibrated(rng, 2.0, count=100, classes=4)
+  logits = np.concatenate([clean_logits, shifted_logits])
+  labels = np.concatenate([clean_labels, shifted_labels])
+  clean = np.arange(1100) < 1000
+  scores = np.concatenate([rng.normal(0.0, 1.0, 1000), rng.normal(2.0, 0.5, 100)])
+  curve = distance_curve.curve_minimising_slice_nll(logits, labels,
+                                                    np.where(clean, "clean", "shifted"), scores)
+  log_temperatures, slopes = np.linspace(-2.0, 2.0, 81), np.linspace(0.0, 2.0, 41)
+
+  def mean_slice_nll(log_temperature):  # [slopes]
+    temperatures = np.exp(log_temperature + slopes[:, np.newaxis] * scores)
+    scaled = logits / temperatures[:, :, np.newaxis]
+    nll = special.logsumexp(scaled, axis=2) - scaled[:, np.arange(1100), labels]
+    return (nll[:, clean].mean(axis=1) + nll[:, ~clean].mean(axis=1)) / 2
+
+  table = np.array([mean_slice_nll(a) for a in log_temperatures])
+  best_a, best_b = np.unravel_index(np.argmin(table), table.shape)
+  assert curve.log_temperature == pytest.approx(log_temperatures[best_a], abs=0.05)
+  assert curve.slope == pytest.approx(slopes[best_b], abs=0.05)
 
 
 def test_distance_curve_sharpens_near_the_data_and_softens_far_from_it():
@@ -92,17 +120,33 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
     return corrupt_all(requests, *args, **kwargs)
 
   monkeypatch.setattr(reference_corruptions, "corrupt_all", spy)
-  model, _, _, held_out = feature_distance_fit(15)
+  model, images, labels, held_out = feature_distance_fit(11)
   info = registry.get("distance_curve").fit(model, held_out)
   assert requested and set(requested) == set(VALIDATION_CORRUPTIONS)
   assert not set(requested) & set(reference_corruptions.BENCHMARK_CORRUPTIONS)
   assert info["temperature_fit"] == "distance_curve"
   assert info["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 3
-  assert len(info["validation_distance_scores"]) == info["validation_examples"]
-  assert len(info["eval_distance_scores"]) == info["eval_examples"] == 12
-  assert info["validation_nll_after"] <= info["validation_nll_before"]
+  assert info["eval_examples"] == 12
+  # Both sets are scored by their penultimate features, in the support the fit measured.
+  corrupted = held_out.validation_corrupted
+  features_model = model_outputs.penultimate_model(model)
+  eval_scores, shifted_scores = (
+      distances.distance_scores(model_outputs.model_logits(features_model, batches)[0],
+                                info["feature_support"])
+      for batches in (held_out.eval_batches, corrupted.batches))
+  np.testing.assert_allclose(info["eval_distance_scores"], eval_scores)
+  np.testing.assert_allclose(info["validation_distance_scores"], shifted_scores)
+  curve = distance_curve.DistanceCurve(**info["distance_curve"])
+  assert curve.slope > 0
+  assert info["temperature"] == pytest.approx(np.exp(curve.log_temperature))
+  shifted_logits, shifted_labels = model_outputs.model_logits(model, corrupted.batches)
+  served = shifted_logits / curve.temperatures(shifted_scores)[:, np.newaxis]
+  assert (info["validation_nll_after"], info["validation_ece_after"]) == pytest.approx(
+      maths.slice_means(served, shifted_labels, corrupted.slices))
+  assert info["validation_nll_after"] < info["validation_nll_before"]
   assert info["validation_ece_after"] <= info["validation_ece_before"]
-  assert info["temperature"] == pytest.approx(np.exp(info["distance_curve"]["log_temperature"]))
+  assert info["eval_nll_after"] == pytest.approx(maths.nll(
+      model(images).numpy() / curve.temperatures(eval_scores)[:, np.newaxis], labels))
   from tfx.types import Channel, standard_artifacts
   from pipeline import pipeline as pipeline_graph
   from pipeline.config import PipelineConfig

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from testing.calibration_data import feature_distance_fit, labelled_logits
-from trainer_module.calibration import detail, distance_curve, maths, registry, serving
+from trainer_module.calibration import (detail, distance_curve, distances, maths, registry,
+                                        serving)
 from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS
 
 
@@ -86,8 +87,14 @@ def test_the_fit_reads_the_eval_images_and_the_validation_shift_and_records_thei
   assert len(shifted_images) == len(VALIDATION_CORRUPTIONS) * 5 * 3
   np.testing.assert_allclose(info["validation_detail_scores"],
                              detail.detail_scores(shifted_images, scale))
-  features = model_outputs.model_logits(model_outputs.penultimate_model(model),
-                                        held_out.eval_batches)[0]
+  features_model = model_outputs.penultimate_model(model)
+  features, shifted_features = (model_outputs.model_logits(features_model, batches)[0]
+                                for batches in (held_out.eval_batches,
+                                                held_out.validation_corrupted.batches))
+  np.testing.assert_allclose(info["eval_distance_scores"],
+                             distances.distance_scores(features, info["feature_support"]))
+  np.testing.assert_allclose(info["validation_distance_scores"],
+                             distances.distance_scores(shifted_features, info["feature_support"]))
   np.testing.assert_allclose(method.temperatures(info, info["feature_support"], features,
                                                  eval_images),
                              method.eval_temperatures(info), rtol=1e-9)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from testing.calibration_data import expected_class_statistics
 from trainer_module.calibration import distance_curve, serving
 from trainer_module.calibration.distances import (class_statistics, distance_scores,
                                                   mahalanobis_distance, support_from_features,
@@ -25,6 +26,21 @@ def test_the_mahalanobis_distance_is_zero_at_a_class_mean_and_blind_to_linear_re
       mahalanobis_distance(queries, means, precision), rtol=1e-4)
   far = mahalanobis_distance(means + 100.0, means, precision)
   assert np.all(far > mahalanobis_distance(features, means, precision).max())
+
+
+def test_the_shared_covariance_is_the_classes_pooled_within_class_covariance():
+  """Two unit-variance classes 10 apart along the first feature: a point one unit beyond a
+  class mean lies at distance ~1. (About the overall mean that feature's variance would be
+  ~26, and the point's distance ~0.2.)"""
+  rng = np.random.default_rng(30)
+  labels = np.arange(2000) % 2
+  features = rng.normal(size=(2000, 3)) + np.outer(labels * 10.0 - 5.0, [1.0, 0.0, 0.0])
+  means, precision = class_statistics(features, labels)
+  expected_means, expected_precision = expected_class_statistics(features, labels)
+  np.testing.assert_allclose(means, expected_means, rtol=1e-12)
+  np.testing.assert_allclose(precision, expected_precision, rtol=1e-9, atol=1e-12)
+  beyond = means[:1] - [[1.0, 0.0, 0.0]]
+  assert mahalanobis_distance(beyond, means, precision) == pytest.approx([1.0], abs=0.1)
 
 
 def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temperatures():

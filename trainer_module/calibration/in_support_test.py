@@ -34,7 +34,11 @@ def test_in_support_keeps_the_clean_fit_where_the_slice_that_forbids_it_lies_out
 
 
 def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
-  model, images, labels, held_out = feature_distance_fit(14)
+  """The network's logits scaled 3x: the validation images within the radius allow softening
+  that the whole slices would forbid."""
+  model, images, labels, held_out = feature_distance_fit(18)
+  logits_layer = model.layers[-1]
+  logits_layer.set_weights([3.0 * weights for weights in logits_layer.get_weights()])
   batches, corrupted, train_batches = (held_out.eval_batches, held_out.validation_corrupted,
                                        held_out.train_batches)
   info = registry.get("in_support").fit(model, held_out)
@@ -48,9 +52,17 @@ def test_calibrate_in_support_reads_the_train_features_and_records_the_radius():
       support.precision) <= support.radius
   assert info["validation_inside_support"] == pytest.approx(inside.mean())
   shifted_logits, shifted_labels = model_outputs.model_logits(model, corrupted.batches)
-  assert info["temperature"] == maths.select_temperature_under_shift(
-      model(images).numpy(), labels, shifted_logits, shifted_labels, corrupted.slices,
-      shifted_applies=inside)
-  assert info["validation_nll_after"] <= info["validation_nll_before"]
+  logits = model(images).numpy()
+  inside_only, everywhere = (
+      maths.select_temperature_under_shift(logits, labels, shifted_logits, shifted_labels,
+                                           corrupted.slices, shifted_applies=applies)
+      for applies in (inside, None))
+  assert everywhere == 1.0 < inside_only
+  assert info["temperature"] == inside_only
+  served = shifted_logits / np.where(inside, inside_only, 1.0)[:, np.newaxis]
+  assert info["validation_nll_after"] == pytest.approx(
+      maths.slice_means(served, shifted_labels, corrupted.slices)[0])
+  assert info["validation_nll_after"] < info["validation_nll_before"]
+  assert info["eval_nll_after"] == pytest.approx(maths.nll(logits, labels, inside_only))
   with pytest.raises(ValueError, match="needs the validation corruptions"):
     registry.get("in_support").fit(model, HeldOut(batches, train_batches=train_batches))

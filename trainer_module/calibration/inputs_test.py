@@ -1,9 +1,10 @@
 """The held-out sets: AugMix views and validation corruptions of the eval images, repeatable."""
+import hashlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from testing.calibration_data import normalised_batches
 from trainer_module import reference_corruptions
 from trainer_module.calibration import maths
 from trainer_module.calibration.inputs import (VALIDATION_CORRUPTIONS, augmented_eval_batches,
@@ -25,8 +26,8 @@ def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_
     np.testing.assert_array_equal(view_labels, batch[1])
     np.testing.assert_array_equal(view_weights, batch[2])
     np.testing.assert_array_equal(view, repeat)
-    pixels01 = view.numpy() * std + mean
-    assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
+    pixels01 = view.numpy() * std + mean  # Spanning [0, 1] as the images do.
+    assert -1e-5 <= pixels01.min() < 0.02 and 0.98 < pixels01.max() <= 1 + 1e-5
   assert not np.allclose(first[0][0], images[:4], atol=1e-3), "the views are augmented"
 
 
@@ -48,7 +49,10 @@ def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
 def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_any_order():
   rng = np.random.default_rng(9)
   mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
-  (images, labels, weights), batches = normalised_batches(rng, 7, 3, mean, std)
+  pixels = rng.integers(0, 256, (7, 32, 32, 3)).astype(np.uint8)
+  images = (pixels.astype(np.float32) / 255.0 - mean) / std
+  labels, weights = np.arange(7), np.ones(7, np.float32)  # Each image its own label.
+  batches = tf.data.Dataset.from_tensor_slices((images, labels, weights)).batch(3)
   corrupted, slices = validation_corrupted_set(batches, mean, std, 2, 8)
   reversed_batches = tf.data.Dataset.from_tensor_slices(
       (images[::-1], labels[::-1], weights[::-1])).batch(4)
@@ -63,10 +67,15 @@ def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_a
   np.testing.assert_array_equal(first_labels, np.concatenate([b[1].numpy() for b in again]))
   pixels01 = first_images * std + mean
   assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
-  # Two eval images, the same two in every slice, each its own label.
+  # Two eval images, chosen by a hash of their pixels and in key order, the same two in every
+  # slice, each with its own label.
   slices = first_images.reshape(len(VALIDATION_CORRUPTIONS) * 5, 2, 32, 32, 3)
   assert not np.allclose(slices[0], slices[-1], atol=1e-3), "different corruptions differ"
-  assert set(first_labels.reshape(-1, 2)[0]) <= set(labels)
+  keys = [hashlib.sha256(image.tobytes()).hexdigest() for image in pixels]
+  chosen = reference_corruptions.subsample([(key, index) for index, key in enumerate(keys)], 2)
+  np.testing.assert_array_equal(first_labels.reshape(-1, 2),
+                                np.tile([labels[index] for _, index in chosen],
+                                        (len(VALIDATION_CORRUPTIONS) * 5, 1)))
   assert not set(VALIDATION_CORRUPTIONS) & set(
       reference_corruptions.BENCHMARK_CORRUPTIONS), "no evaluated corruption tunes T"
 

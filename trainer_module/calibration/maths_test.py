@@ -2,6 +2,7 @@
 bounds under shift hold per slice."""
 import numpy as np
 import pytest
+from scipy import special
 
 from testing.calibration_data import overconfident, miscalibrated, one_slice
 from trainer_module.calibration import maths
@@ -21,6 +22,32 @@ def test_the_fit_is_deterministic():
   logits, labels = overconfident(np.random.default_rng(1), count=500)
   assert maths.fit_temperature(logits, labels) == maths.fit_temperature(
       logits.copy(), labels.copy())
+
+
+def test_a_weighted_fit_minimises_the_weighted_mean_nll():
+  """Half the examples ask for sharpening, half for softening: the weights decide the T."""
+  rng = np.random.default_rng(3)
+  sharp, soft = miscalibrated(rng, 0.5, count=600), miscalibrated(rng, 3.0, count=600)
+  logits, labels = np.concatenate([sharp[0], soft[0]]), np.concatenate([sharp[1], soft[1]])
+  weights = np.repeat([3.0, 1.0], 600)
+
+  def weighted_nll(temperature):
+    scaled = logits / temperature
+    per_example = special.logsumexp(scaled, axis=1) - scaled[np.arange(len(labels)), labels]
+    return np.sum(weights * per_example) / np.sum(weights)
+
+  grid = np.linspace(0.3, 3.0, 541)
+  fitted = maths.fit_temperature(logits, labels, weights)
+  assert fitted == pytest.approx(grid[np.argmin([weighted_nll(t) for t in grid])], abs=0.005)
+  assert abs(maths.fit_temperature(logits, labels) - fitted) > 0.1, "the weights matter"
+
+
+def test_slice_weights_give_every_slice_the_same_total_weight():
+  np.testing.assert_allclose(maths.slice_weights(np.array(["a", "a", "b"])), [0.25, 0.25, 0.5])
+  slices = np.repeat(["blur_1", "blur_5", "noise_3"], [5, 1, 14])
+  values = np.random.default_rng(2).normal(size=20)
+  each_slice = [values[slices == name].mean() for name in ("blur_1", "blur_5", "noise_3")]
+  assert np.sum(maths.slice_weights(slices) * values) == pytest.approx(np.mean(each_slice))
 
 
 def test_separable_data_sharpens_to_the_lower_bound():

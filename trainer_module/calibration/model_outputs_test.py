@@ -4,8 +4,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from testing.calibration_data import expected_class_statistics
 from trainer_module.calibration import maths, model_outputs
-from trainer_module.calibration.distances import support_from_features
+from trainer_module.calibration.distances import mahalanobis_distance
 
 
 def test_padding_rows_of_weighted_batches_are_left_out():
@@ -35,9 +36,11 @@ def test_feature_support_over_blocks_fits_each_block_on_its_own():
                                           batches(evaluated, labels[:20]), feature_widths=[5, 4])
   assert [part.start for part in support] == [0, 5]
   for part, columns in zip(support, (slice(0, 5), slice(5, 9))):
-    alone = support_from_features(train[:, columns], labels, evaluated[:, columns])
-    np.testing.assert_allclose(part.precision, alone.precision, rtol=1e-5, atol=1e-7)
-    assert part.radius == pytest.approx(alone.radius, rel=1e-6)
+    means, precision = expected_class_statistics(train[:, columns], labels)
+    np.testing.assert_allclose(part.class_means, means, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(part.precision, precision, rtol=1e-5, atol=1e-6)
+    assert part.radius == pytest.approx(
+        mahalanobis_distance(evaluated[:, columns], means, precision).max(), rel=1e-5)
   with pytest.raises(ValueError, match=r"widths \[5, 5\] do not cover the 9 features"):
     model_outputs.feature_support(features_model, batches(train, labels),
                                   batches(evaluated, labels[:20]), feature_widths=[5, 5])

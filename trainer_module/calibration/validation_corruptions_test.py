@@ -21,10 +21,14 @@ def test_calibrate_with_validation_corruptions_records_the_shift_before_and_afte
   shifted_logits, shifted_labels = model_outputs.model_logits(model, corrupted.batches)
   assert info["temperature_fit"] == "validation_corruptions"
   assert info["validation_examples"] == 3 * len(VALIDATION_CORRUPTIONS) * 5
-  assert info["temperature"] == maths.select_temperature_under_shift(
-      model(images).numpy(), labels, shifted_logits, shifted_labels, corrupted.slices)
-  assert info["validation_nll_after"] <= info["validation_nll_before"]
-  assert info["validation_ece_after"] <= info["validation_ece_before"]
-  assert info["eval_nll_after"] <= info["eval_nll_before"]
+  logits, temperature = model(images).numpy(), info["temperature"]
+  assert temperature == maths.select_temperature_under_shift(
+      logits, labels, shifted_logits, shifted_labels, corrupted.slices)
+  assert (info["validation_nll_after"], info["validation_ece_after"]) == pytest.approx(
+      maths.slice_means(shifted_logits / temperature, shifted_labels, corrupted.slices))
+  assert info["validation_nll_after"] < info["validation_nll_before"]
+  assert info["validation_ece_after"] < info["validation_ece_before"]
+  assert info["eval_nll_after"] == pytest.approx(maths.nll(logits, labels, temperature))
+  assert info["eval_nll_after"] < info["eval_nll_before"]
   with pytest.raises(ValueError, match="does not read the AugMix views"):
     registry.get("validation_corruptions").fit(model, HeldOut(batches, corrupted, batches))
