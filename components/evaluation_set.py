@@ -189,8 +189,10 @@ def cifar10_corrupted(names: List[str], per_corruption: int,
   import tensorflow_datasets as tfds
   for name in names:
     for severity in corruptions.SEVERITIES:
-      dataset = tfds.load(f"cifar10_corrupted/{name}_{severity}", split="test",
-                          data_dir=data_dir, shuffle_files=False)
+      config = f"cifar10_corrupted/{name}_{severity}"
+      image_sources.prepare_tfds(config, data_dir)
+      dataset = tfds.load(config, split="test", data_dir=data_dir, shuffle_files=False,
+                          download=False)
       if per_corruption > 0:
         dataset = dataset.take(per_corruption)
       for index, record in enumerate(tfds.as_numpy(dataset)):

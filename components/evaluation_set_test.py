@@ -94,14 +94,20 @@ def test_unknown_sources_and_corruptions_are_refused(tmp_path, source, names, me
                                         str(tmp_path / "out"), source, names, 0)
 
 
-def test_cifar10_corrupted_from_tensorflow_datasets(tmp_path):
+def test_cifar10_corrupted_from_tensorflow_datasets(tmp_path, monkeypatch):
+  """Each config is prepared (downloaded once, or found) before it is read."""
   import tensorflow_datasets as tfds
+  prepared, prepare = [], image_sources.prepare_tfds
+  monkeypatch.setattr(image_sources, "prepare_tfds",
+                      lambda name, data_dir=None: prepared.append(name) or prepare(name, data_dir))
   examples = _example_gen_output(tmp_path / "examples", per_split=3)
   with tfds.testing.mock_data(num_examples=7):
     counts = evaluation_set.write_evaluation_set(
         examples, ["train", "eval", "test"], str(tmp_path / "out"), "cifar10_corrupted",
         ["frost", "zoom_blur"], 4)
   assert counts["corrupted"] == 2 * 5 * 4
+  assert prepared == [f"cifar10_corrupted/{name}_{severity}" for name in ("frost", "zoom_blur")
+                      for severity in range(1, 6)]
   corrupted = _read(str(tmp_path / "out"), "corrupted")
   slices = collections.Counter((f["corruption"].bytes_list.value[0].decode(),
                                 f["severity"].int64_list.value[0]) for f in corrupted)

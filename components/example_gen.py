@@ -113,11 +113,14 @@ class _Executor(base_example_gen_executor.BaseExampleGenExecutor):
     return self._image_folder_transform or _ImageSourceToExamples
 
   def Do(self, input_dict, output_dict, exec_properties) -> None:
-    """Lists an image folder first; after the splits are written, fails naming its bad files
-    (unless the query skips them), and records its class names and the skipped files."""
+    """Prepares a tfds dataset or lists an image folder first; after the splits are written,
+    fails naming the folder's bad files (unless the query skips them), and records its class
+    names and the skipped files."""
     examples = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.EXAMPLES_KEY])
     spec = _first_query(exec_properties)
+    if spec["source"] == "cifar10":
+      image_sources.prepare_tfds(spec["source"], spec["tfds_data_dir"])
     layout = None
     if spec["source"] == "image_dir":
       layout = image_folder.scan(spec["image_dir"], spec["eval_fraction"],

@@ -133,3 +133,24 @@ def test_the_digits_go_through_the_same_executor_and_record_no_folder_files(tmp_
     assert len(written[f"Split-{split}"]) == len(list(expected)), split
   assert example_gen.read_class_names(examples.uri) is None  # The config names them.
   assert example_gen.read_skipped_files(examples.uri) == []
+
+
+def test_cifar10_is_prepared_once_in_the_step_before_its_workers_read_it(tmp_path, monkeypatch):
+  import tensorflow_datasets as tfds
+  prepared = []
+  monkeypatch.setattr(image_sources, "prepare_tfds",
+                      lambda name, data_dir=None: prepared.append((name, data_dir)))
+  with tfds.testing.mock_data(num_examples=12):
+    examples = run_example_gen("", str(tmp_path / "ok"), False, source="cifar10")
+  assert prepared == [("cifar10", None)]
+  written = _examples(examples.uri)
+  assert len(written["Split-test"]) == 12  # tfds' test split; train splits into train and eval
+  assert len(written["Split-train"]) + len(written["Split-eval"]) == 12
+
+  def unavailable(name, data_dir=None):
+    raise image_sources.TfdsUnavailable(f"tensorflow-datasets could not download {name}")
+
+  monkeypatch.setattr(image_sources, "prepare_tfds", unavailable)
+  with pytest.raises(image_sources.TfdsUnavailable, match="could not download cifar10"):
+    run_example_gen("", str(tmp_path / "offline"), False, source="cifar10")
+  assert not glob.glob(str(tmp_path / "offline" / "Split-*")), "no split is written"

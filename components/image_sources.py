@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from typing import Iterator, Optional, Tuple
 
 import numpy as np
@@ -78,16 +79,56 @@ def digits_records(split: str, eval_fraction: float, test_fraction: float) -> It
       yield key, encode_png(image), int(label)
 
 
+class TfdsUnavailable(ValueError):
+  """A tensorflow-datasets dataset is not prepared, and downloading it failed."""
+
+
+def prepare_tfds(name: str, data_dir: Optional[str] = None) -> None:
+  """Downloads and prepares a tensorflow-datasets dataset (e.g. "cifar10" or
+  "cifar10_corrupted/frost_1") unless it is prepared already: once, in the step's own process,
+  so that its Beam workers only read it and a failure names the dataset, not a worker's
+  traceback. A failed attempt removes the directories it made (the dataset's and the
+  download's), so the next one starts clean."""
+  import shutil
+  import tensorflow_datasets as tfds
+  builder = tfds.builder(name, data_dir=data_dir)
+  if builder.is_prepared():
+    return
+  root, data_path = os.fspath(builder.data_dir_root), os.fspath(builder.data_path)
+  downloads = os.path.join(root, "downloads")
+  made = [data_path, os.path.join(downloads, builder.name), os.path.join(downloads, "extracted"),
+          downloads]
+  parent = os.path.dirname(data_path)
+  while parent.startswith(root):
+    made.append(parent)
+    parent = os.path.dirname(parent)
+  # Deepest first; on object storage tfds' own temporary names are left to it.
+  made = [path for path in made if "://" not in root and not os.path.exists(path)]
+  try:
+    builder.download_and_prepare()
+  except Exception as error:
+    for path in made:
+      shutil.rmtree(path, ignore_errors=True)
+    cause = (str(error).strip().splitlines() or [""])[0]
+    raise TfdsUnavailable(
+        f"tensorflow-datasets could not download and prepare {name} into {root}: "
+        f"{type(error).__name__}: {cause[:200]}{'...' if len(cause) > 200 else ''}. Prepare it "
+        f"where there is network access (tfds build {name} --data_dir=DIR) and pass "
+        f"--tfds_data_dir=DIR.") from error
+
+
 def tfds_records(name: str, split: str, eval_fraction: float,
                  data_dir: Optional[str] = None) -> Iterator[Record]:
-  """A tensorflow-datasets image dataset (e.g. cifar10), for one split.
+  """A tensorflow-datasets image dataset (e.g. cifar10), for one split, prepared already
+  (prepare_tfds).
 
   The dataset's own test split is our test split; its train split is divided into train and
   eval by key, so model selection never sees test images.
   """
   import tensorflow_datasets as tfds
   source_split = "test" if split == "test" else "train"
-  dataset = tfds.load(name, split=source_split, data_dir=data_dir, shuffle_files=False)
+  dataset = tfds.load(name, split=source_split, data_dir=data_dir, shuffle_files=False,
+                      download=False)
   for record in tfds.as_numpy(dataset):
     key = f"{name}-{record['id'].decode('utf-8')}"
     if split == "test" or split_for_key(key, eval_fraction, 0.0) == split:

@@ -105,3 +105,52 @@ def test_cifar10_through_tfds_splits_train_into_train_and_eval_and_keeps_test():
     assert key.startswith("cifar10-")
     assert image_sources.decode_png(png).shape == IMAGE_SHAPE
     assert 0 <= label < 10
+
+
+def _refused_port() -> int:
+  """A port on 127.0.0.1 that nothing listens on."""
+  import socket
+  with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    return probe.getsockname()[1]
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+  """tfds' real downloader, sent to a refused local proxy and retrying nothing: a download
+  fails at once, as it does (after minutes of retries) on a host without network."""
+  from tensorflow_datasets.core.download import downloader
+  proxy = f"http://127.0.0.1:{_refused_port()}"
+  for variable in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+    monkeypatch.setenv(variable, proxy)
+  monkeypatch.delenv("NO_PROXY", raising=False)
+  monkeypatch.delenv("no_proxy", raising=False)
+  monkeypatch.setattr(downloader, "MAX_RETRIES", 0)
+
+
+def test_a_dataset_that_cannot_be_downloaded_is_named_and_leaves_no_directories(tmp_path,
+                                                                                 no_network):
+  fresh = tmp_path / "fresh"
+  with pytest.raises(image_sources.TfdsUnavailable,
+                     match=rf"cifar10 into {fresh}: .*Error.*--tfds_data_dir=DIR"):
+    image_sources.prepare_tfds("cifar10", str(fresh))
+  assert not fresh.exists(), "the data dir the attempt made is gone"
+  used = tmp_path / "used"
+  (used / "mnist").mkdir(parents=True)
+  (used / "mnist" / "keep.txt").write_text("another dataset's")
+  with pytest.raises(image_sources.TfdsUnavailable, match="cifar10_corrupted/frost_1"):
+    image_sources.prepare_tfds("cifar10_corrupted/frost_1", str(used))
+  assert sorted(p.name for p in used.rglob("*")) == ["keep.txt", "mnist"]
+
+
+def test_a_prepared_dataset_is_not_downloaded_again(tmp_path, monkeypatch):
+  import tensorflow_datasets as tfds
+
+  def download(self, *args, **kwargs):
+    raise AssertionError(f"{self.name} downloaded again")
+
+  monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", download)
+  with pytest.raises(image_sources.TfdsUnavailable, match="downloaded again"):
+    image_sources.prepare_tfds("cifar10", str(tmp_path))
+  monkeypatch.setattr(tfds.core.DatasetBuilder, "is_prepared", lambda self: True)
+  image_sources.prepare_tfds("cifar10", str(tmp_path))

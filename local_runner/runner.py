@@ -29,6 +29,9 @@ _OUR_LOGGERS = ("pipeline", "local_runner", "reporting", "trainer_module", "comp
 # Loggers whose errors stay in the log file: Beam relays every worker's traceback as an error.
 _LOG_ONLY = ("apache_beam",)
 LOG_ONLY = {"log_only": True}  # `extra` of a record meant for the log file alone.
+# How a Beam worker's error reaches the step: a RuntimeError holding the worker's traceback,
+# whose last line is the error.
+_WORKER_TRACEBACK = "Traceback (most recent call last):"
 
 
 class _ConsoleFilter(logging.Filter):
@@ -131,14 +134,18 @@ def run(config: config_lib.PipelineConfig, run_id: str) -> None:
 
 
 def failure_message(config: config_lib.PipelineConfig, error: Exception) -> str:
-  """The failing component's message; for damaged TFRecord input, the user's file and the
-  byte offset instead of Beam's traceback."""
+  """The failing component's message. For damaged TFRecord input, the user's file and the
+  byte offset instead of Beam's traceback; for another error a Beam worker raised, the error
+  itself, the traceback Beam wraps it in being in the log."""
   message = f"{type(error).__name__}: {error}"
   if config.data.dataset == "tfrecord" and tfrecord_check.looks_like_corrupted_input(message):
     damaged = tfrecord_check.corrupted_files(config.data.tfrecord_dir)
     if damaged:
       return ("Corrupted input TFRecord file(s); replace or remove them and run again:\n" +
               "\n".join(f"  - {line}" for line in damaged))
+  if _WORKER_TRACEBACK in message:
+    return (f"{message.strip().splitlines()[-1].strip()}\n"
+            "(raised in a Beam worker; its traceback is in the full log)")
   return message
 
 

@@ -1,0 +1,36 @@
+"""What the console says when a run fails: the error that stopped it, not Beam's wrapping."""
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from local_runner.runner import failure_message
+from pipeline.config import from_flags
+
+
+def _explode(number):
+  raise ValueError(f"example {number} has no label")
+
+
+@pytest.fixture(scope="module")
+def worker_error():
+  """The error a step gets when one of its Beam workers raises (as under multi_processing)."""
+  options = PipelineOptions(["--direct_running_mode=multi_threading", "--direct_num_workers=1"])
+  with pytest.raises(Exception) as raised:
+    with beam.Pipeline(options=options) as pipeline:
+      _ = pipeline | beam.Create([7]) | "Label" >> beam.Map(_explode)
+  return raised.value
+
+
+def test_a_beam_workers_error_is_shown_by_its_last_line_and_the_traceback_left_to_the_log(
+    worker_error, tmp_path):
+  assert len(str(worker_error).splitlines()) > 10, "Beam wraps it in the worker's traceback"
+  message = failure_message(from_flags([f"--output_dir={tmp_path}"]), worker_error)
+  assert message.splitlines() == [
+      "ValueError: example 7 has no label [while running 'Label']",
+      "(raised in a Beam worker; its traceback is in the full log)"]
+
+
+def test_an_error_raised_in_the_step_itself_is_shown_whole(tmp_path):
+  error = ValueError("eval split has 3 examples\nfewer than --min_eval_examples=50")
+  assert failure_message(from_flags([f"--output_dir={tmp_path}"]), error) == (
+      "ValueError: eval split has 3 examples\nfewer than --min_eval_examples=50")
