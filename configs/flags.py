@@ -13,8 +13,9 @@ from configs import groups
 
 
 def name_value_pairs(argv: Sequence[str]) -> List[Tuple[str, str]]:
-  """`--name value` / `--name=value` arguments -> [(name, value text)], in order."""
-  pairs = []
+  """`--name value` / `--name=value` arguments -> [(name, value text)], in order. A flag given
+  twice is refused by name: no flag repeats (a list is one comma-separated value)."""
+  pairs: List[Tuple[str, str]] = []
   args = list(argv)
   while args:
     arg = args.pop(0)
@@ -25,8 +26,20 @@ def name_value_pairs(argv: Sequence[str]) -> List[Tuple[str, str]]:
       if not args:
         raise ValueError(f"Flag --{name} needs a value.")
       value = args.pop(0)
+    first = next((text for given, text in pairs if given == name), None)
+    if first is not None:
+      raise ValueError(f"Flag --{name} is given more than once (--{name}={first} and "
+                       f"--{name}={value}): give each flag once.")
     pairs.append((name, value))
   return pairs
+
+
+def over_defaults(defaults: Sequence[str], argv: Sequence[str]) -> List[str]:
+  """`argv` after those of the `defaults` flags it does not give, as `--name=value`: how a caller
+  with flags of its own lets its user's replace them, when a flag given twice is an error."""
+  given = {name for name, _ in name_value_pairs(argv)}
+  return [f"--{name}={value}" for name, value in name_value_pairs(defaults)
+          if name not in given] + list(argv)
 
 
 def parse_flags(argv: Sequence[str], hints: Mapping[str, Any]) -> Dict[str, Any]:

@@ -7,9 +7,12 @@ import re
 import pytest
 
 from configs import groups
-from configs.flags import field_help, name_value_pairs, parse_config_flags, parse_flags
+from configs.flags import (field_help, name_value_pairs, over_defaults, parse_config_flags,
+                           parse_flags)
+from kubeflow import cli as kubeflow_cli
 from kubeflow.cluster_config import ClusterConfig, usage as cluster_usage
-from pipeline.config import CONFIG_FLAG, usage
+from local_runner import runner as local_runner
+from pipeline.config import CONFIG_FLAG, from_flags, usage
 from trainer_module.calibration import registry as calibration_methods
 from trainer_module.config import TrainerConfig
 
@@ -169,3 +172,25 @@ def test_flags_parse_by_type_and_bad_values_are_named():
   with pytest.raises(ValueError, match="needs a value"):
     name_value_pairs(["--depth"])
 
+
+@pytest.mark.parametrize("argv", [
+    ["--train_epochs=1", "--train_epochs=2"],
+    ["--train_epochs", "1", "--depth=16", "--train_epochs", "2"],
+    ["--train_epochs=1", "--trainer.training.train_epochs=2"],  # Its dotted path: one field.
+])
+def test_a_flag_given_twice_is_refused_by_name(argv, capsys):
+  message = "Flag --train_epochs is given more than once"
+  with pytest.raises(ValueError, match=f"{message} \\(--train_epochs=1 and --train_epochs=2\\)"):
+    from_flags(argv)
+  assert local_runner.main(argv) == 2
+  assert kubeflow_cli.main(["compile", "--image=i", *argv]) == 2
+  assert kubeflow_cli.main(["upload", "--package=a.yaml", "--package=b.yaml"]) == 2
+  err = capsys.readouterr().err
+  assert err.count(message) == 2 and "Flag --package is given more than once" in err
+
+
+def test_a_caller_s_own_flags_give_way_to_its_user_s():
+  assert over_defaults(["--depth=10", "--train_epochs=6"], ["--train_epochs", "3"]) == [
+      "--depth=10", "--train_epochs", "3"]
+  assert from_flags(over_defaults(["--depth=10", "--train_epochs=6"], ["--train_epochs=3"])
+                    ).trainer.training.train_epochs == 3

@@ -439,7 +439,6 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None,
   `--field value` / `--field=value` flags (or `--group.field=value`) over it, built once."""
   pairs = name_value_pairs(argv)
   presets = [value for name, value in pairs if name == CONFIG_FLAG]
-  require(len(presets) <= 1, CONFIG_FLAG, ",".join(presets), "is given more than once")
   flags = parse_config_flags([f"--{name}={value}" for name, value in pairs
                               if name != CONFIG_FLAG], config_class)
   if presets or base is None:
