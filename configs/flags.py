@@ -1,4 +1,5 @@
 """`--name=value` flags over dataclass fields: one parser, and one `--help`, for every CLI."""
+import ast
 import dataclasses
 import inspect
 import io
@@ -7,12 +8,14 @@ import tokenize
 import typing
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import configs
 from configs import groups
 
 
 def name_value_pairs(argv: Sequence[str]) -> List[Tuple[str, str]]:
-  """`--name value` / `--name=value` arguments -> [(name, value text)], in order."""
-  pairs = []
+  """`--name value` / `--name=value` arguments -> [(name, value text)], in order. A flag given
+  twice is refused by name: no flag repeats (a list is one comma-separated value)."""
+  pairs: List[Tuple[str, str]] = []
   args = list(argv)
   while args:
     arg = args.pop(0)
@@ -23,8 +26,20 @@ def name_value_pairs(argv: Sequence[str]) -> List[Tuple[str, str]]:
       if not args:
         raise ValueError(f"Flag --{name} needs a value.")
       value = args.pop(0)
+    first = next((text for given, text in pairs if given == name), None)
+    if first is not None:
+      raise ValueError(f"Flag --{name} is given more than once (--{name}={first} and "
+                       f"--{name}={value}): give each flag once.")
     pairs.append((name, value))
   return pairs
+
+
+def over_defaults(defaults: Sequence[str], argv: Sequence[str]) -> List[str]:
+  """`argv` after those of the `defaults` flags it does not give, as `--name=value`: how a caller
+  with flags of its own lets its user's replace them, when a flag given twice is an error."""
+  given = {name for name, _ in name_value_pairs(argv)}
+  return [f"--{name}={value}" for name, value in name_value_pairs(defaults)
+          if name not in given] + list(argv)
 
 
 def parse_flags(argv: Sequence[str], hints: Mapping[str, Any]) -> Dict[str, Any]:
@@ -58,35 +73,52 @@ def parse_value(name: str, text: str, hint: Any) -> Any:
                      f"{getattr(hint, '__name__', hint)}.") from None
 
 
-CONFIG_HELP = "the preset the other flags override: one of configs.PRESETS"
+CONFIG_HELP = ("The preset the other flags override, one of those in configs/: "
+               f"{', '.join(configs.PRESETS)}.")
 
 
 def field_help(cls) -> Dict[str, str]:
-  """Each field's help, from the comments that document it where it is defined: its trailing
-  comment, followed, for the first field under a comment block, by that block."""
+  """Each field's help, the comments that document it where it is defined: its end-of-line
+  comment with the comment-only lines right below it that start at that comment's column, then
+  the comment block directly above it. A comment block with a blank line below it heads the
+  fields that follow and is no field's help; a comment at any other column is refused."""
   source = textwrap.dedent(inspect.getsource(cls))
-  trailing: Dict[int, str] = {}
-  block_lines: Dict[int, str] = {}
-  for token in tokenize.generate_tokens(io.StringIO(source).readline):
-    if token.type == tokenize.COMMENT:
-      text = token.string.lstrip("#").strip()
-      if token.line.strip().startswith("#"):
-        block_lines[token.start[0]] = text
-      else:
-        trailing[token.start[0]] = text
+  body = ast.parse(source).body[0].body
   names = {f.name for f in dataclasses.fields(cls)}
-  helps, block = {}, []
+  statements = {}  # Line -> the field it defines (None: another statement, e.g. a method).
+  for node in body:
+    name = node.target.id if isinstance(node, ast.AnnAssign) else None
+    statements.update(dict.fromkeys(range(node.lineno, node.end_lineno + 1),
+                                    name if name in names else None))
+  comments = {token.start[0]: (token.start[1], token.string.lstrip("#").strip())
+              for token in tokenize.generate_tokens(io.StringIO(source).readline)
+              if token.type == tokenize.COMMENT}
+  parts: Dict[str, List[str]] = {name: [] for name in statements.values() if name}
+  above: Dict[str, List[str]] = {}
+  block: List[str] = []
+  continued = None  # (field, column) of the end-of-line comment the next line may continue.
   for number, line in enumerate(source.splitlines(), start=1):
-    if number in block_lines:
-      block.append(block_lines[number])
-      continue
-    name = line.strip().split(":", 1)[0]
-    if name in names:
-      context = " ".join(block)
-      helps[name] = " ".join([trailing.get(number, "")]
-                             + ([context] if len(context.split()) > 3 else [])).strip()
-    block = []
-  return helps
+    column, text = comments.get(number, (None, ""))
+    if number in statements:
+      name = statements[number]
+      if name and name not in above:
+        above[name] = block
+      block, continued = [], None
+      if name and column is not None:
+        parts[name].append(text)
+        continued = (name, column)
+    elif column is None:  # A blank line, or the class's own: no comment runs on past it.
+      block, continued = [], None
+    elif continued and column == continued[1]:
+      parts[continued[0]].append(text)
+    elif column == body[0].col_offset:
+      block.append(text)
+      continued = None
+    else:
+      raise ValueError(f"{cls.__name__}, line {number} of its definition: a comment neither "
+                       "continues the end-of-line comment above it (same column) nor starts at "
+                       f"the fields' indentation: {line.strip()!r}.")
+  return {name: " ".join(parts[name] + above[name]) for name in parts}
 
 
 def describe_flags(sections: Sequence[Tuple[str, Sequence[Tuple[str, Any, str]]]]) -> str:
@@ -99,7 +131,7 @@ def describe_flags(sections: Sequence[Tuple[str, Sequence[Tuple[str, Any, str]]]
     for name, default, text in flags:
       lines.append(f"  --{name}  (default: {default!r})")
       lines += textwrap.wrap(text, width=96, initial_indent="      ",
-                             subsequent_indent="      ")
+                             subsequent_indent="      ", break_on_hyphens=False)
   return "\n".join(lines)
 
 

@@ -2,17 +2,47 @@
 import dataclasses
 import io
 import contextlib
+import re
 
 import pytest
 
 from configs import groups
-from configs.flags import field_help, name_value_pairs, parse_config_flags, parse_flags
+from configs.flags import (field_help, name_value_pairs, over_defaults, parse_config_flags,
+                           parse_flags)
+from kubeflow import cli as kubeflow_cli
 from kubeflow.cluster_config import ClusterConfig, usage as cluster_usage
-from pipeline.config import CONFIG_FLAG, usage
+from local_runner import runner as local_runner
+from pipeline.config import CONFIG_FLAG, from_flags, usage
+from trainer_module.calibration import registry as calibration_methods
 from trainer_module.config import TrainerConfig
 
 # Every group class of a Kubeflow run's config (the pipeline's, the trainer's and the cluster's).
 CONFIGS = tuple(cls for _, _, cls in groups.sections(ClusterConfig))
+
+
+def _printed_helps(text):
+  """{flag: its help} as a `--help` text prints them, each flag listed once."""
+  helps, name = {}, None
+  for line in text.splitlines():
+    flag = re.match(r"  --(\S+)  \(default: ", line)
+    if flag:
+      name = flag.group(1)
+      assert name not in helps, f"--{name} listed twice"
+      helps[name] = ""
+    elif name and line.startswith("      "):
+      helps[name] = f"{helps[name]} {line.strip()}".lstrip()
+    else:
+      name = None
+  return helps
+
+
+# What `python -m local_runner --help` and `python -m kubeflow --help` print for each flag.
+LOCAL_HELPS = _printed_helps(usage())
+KUBEFLOW_HELPS = _printed_helps(cluster_usage("python -m kubeflow compile"))
+
+
+def _sentences(text):
+  return [s for s in re.split(r"(?<=\.)\s+", text) if len(s.split()) >= 3]
 
 
 def _flags():
@@ -29,23 +59,74 @@ def test_every_field_name_is_unique_across_the_groups_so_a_flat_flag_names_one_f
 
 
 @pytest.mark.parametrize("cls", CONFIGS, ids=lambda cls: cls.__name__)
-def test_every_field_says_what_it_means_in_its_trailing_comment(cls):
-  helps = field_help(cls)
-  assert {f.name for f in dataclasses.fields(cls)} == set(helps)
-  assert not [name for name, text in helps.items() if len(text.split()) < 2], helps
+def test_every_field_has_a_help(cls):
+  assert {f.name for f in dataclasses.fields(cls)} == set(field_help(cls))
 
 
-def test_help_is_the_trailing_comment_then_the_block_above_the_first_field():
+def test_the_local_help_lists_the_kubeflow_help_s_flags_but_the_cluster_s():
+  cluster = set(groups.leaf_paths(groups.group_fields(ClusterConfig)["kubeflow"]))
+  assert set(LOCAL_HELPS) == set(KUBEFLOW_HELPS) - cluster
+  assert all(LOCAL_HELPS[name] == KUBEFLOW_HELPS[name] for name in LOCAL_HELPS)
+
+
+@pytest.mark.parametrize("name", sorted(KUBEFLOW_HELPS))
+def test_every_flag_s_help_is_its_own_field_s_comment_in_whole_sentences_once(name):
+  text = KUBEFLOW_HELPS[name]
+  assert text and text.endswith("."), text
+  others = [(other, sentence) for other, help_text in KUBEFLOW_HELPS.items() if other != name
+            for sentence in _sentences(help_text) if sentence in text]
+  assert not others, f"--{name}'s help holds other flags' text: {others}"
+  words = re.findall(r"\w+", text.lower())
+  runs = [tuple(words[i:i + 4]) for i in range(len(words) - 3)]
+  assert not {run for run in runs if runs.count(run) > 1}, f"--{name} says it twice: {text}"
+
+
+def test_the_flags_the_review_found_wrong_say_what_they_mean_and_no_more():
+  helps = KUBEFLOW_HELPS
+  fit = helps["temperature_fit"]
+  assert fit.startswith("How temperature scaling (trainer_module/calibration/) fits T. ")
+  assert all(f" {method}: " in fit for method in calibration_methods.NAMES), fit
+  examples = helps["validation_corruption_examples"]
+  assert examples.startswith("Eval images per validation slice. ")
+  assert not [method for method in calibration_methods.NAMES
+              if re.search(rf"\b{method}\b", examples)], examples
+  assert helps["train_steps"].count("this many steps") == 1
+  assert helps["max_accuracy_drop"] == "Largest eval accuracy drop allowed against production."
+  assert helps["max_eval_ece"].startswith("Upper bound of the calibrated eval ECE. 0.10: ")
+  assert helps["max_corrupted_nll"] == "Upper bound of cNLL."
+  for heading in ("The rest of the gate", "Calibration under shift", "Checkpoints:"):
+    assert not [name for name, text in helps.items() if heading in text], heading
+
+
+def test_help_is_the_end_of_line_comment_and_its_continuation_then_the_block_above():
   @dataclasses.dataclass
   class Example:
-    # Learning rate schedule: warm-up then decay.
-    rate: float = 0.1  # Peak learning rate.
+    """A heading (a comment block with a blank line below it) documents no one field."""
+    # Schedule: warm-up, then decay.
+
+    # Reached at the end of warm-up.
+    rate: float = 0.1  # Peak learning rate,
+                       # per 128 examples.
     decay: float = 0.2  # Factor at each decay epoch.
-    name: str = "#not a comment"  # Quoted hashes are values.
+    # Quoted hashes are values.
+    name: str = "#not a comment"
+
+    def double(self):  # A method's comments are no field's.
+      # Nor this one.
+      return 2 * self.rate
 
   assert field_help(Example) == {
-      "rate": "Peak learning rate. Learning rate schedule: warm-up then decay.",
+      "rate": "Peak learning rate, per 128 examples. Reached at the end of warm-up.",
       "decay": "Factor at each decay epoch.", "name": "Quoted hashes are values."}
+
+  @dataclasses.dataclass
+  class Misaligned:
+    rate: float = 0.1  # Peak learning rate,
+                      # per 128 examples.
+
+  with pytest.raises(ValueError, match=r"Misaligned, line 4 .* nor starts at the fields' "
+                     r"indentation: '# per 128 examples.'"):
+    field_help(Misaligned)
 
 
 def test_pipeline_help_has_one_section_per_group_headed_by_its_docstring():
@@ -90,3 +171,26 @@ def test_flags_parse_by_type_and_bad_values_are_named():
     parse_flags(["--dept=1"], hints)
   with pytest.raises(ValueError, match="needs a value"):
     name_value_pairs(["--depth"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["--train_epochs=1", "--train_epochs=2"],
+    ["--train_epochs", "1", "--depth=16", "--train_epochs", "2"],
+    ["--train_epochs=1", "--trainer.training.train_epochs=2"],  # Its dotted path: one field.
+])
+def test_a_flag_given_twice_is_refused_by_name(argv, capsys):
+  message = "Flag --train_epochs is given more than once"
+  with pytest.raises(ValueError, match=f"{message} \\(--train_epochs=1 and --train_epochs=2\\)"):
+    from_flags(argv)
+  assert local_runner.main(argv) == 2
+  assert kubeflow_cli.main(["compile", "--image=i", *argv]) == 2
+  assert kubeflow_cli.main(["upload", "--package=a.yaml", "--package=b.yaml"]) == 2
+  err = capsys.readouterr().err
+  assert err.count(message) == 2 and "Flag --package is given more than once" in err
+
+
+def test_a_caller_s_own_flags_give_way_to_its_user_s():
+  assert over_defaults(["--depth=10", "--train_epochs=6"], ["--train_epochs", "3"]) == [
+      "--depth=10", "--train_epochs", "3"]
+  assert from_flags(over_defaults(["--depth=10", "--train_epochs=6"], ["--train_epochs=3"])
+                    ).trainer.training.train_epochs == 3

@@ -71,33 +71,38 @@ class KubeflowConfig:
   """Cluster (Kubeflow): the image, where it runs, training machines, Dataflow and pods."""
   image: str = ""  # The pipeline's container image (see Dockerfile); every component runs it.
   kubeflow_target: str = "kfp"  # kfp (open-source KFP v2 server) or vertex (Vertex AI).
-  # Vertex AI training: with a project, the Trainer runs as a Vertex CustomJob on these pools.
+  # With one (kubeflow_target=vertex), the Trainer runs as a Vertex AI CustomJob.
   vertex_project: str = ""  # Google Cloud project of Vertex AI training.
   vertex_region: str = "us-central1"  # Region of the Vertex AI training job.
   machine_type: str = "n1-standard-8"  # Machine type of each training replica.
-  # The Trainer's accelerators (empty for CPU only): with kfp a Kubernetes resource name on its
-  # pod (nvidia.com/gpu), with vertex a Vertex AcceleratorType name per pool replica.
-  accelerator_type: str = ""  # nvidia.com/gpu (kfp) or e.g. NVIDIA_TESLA_V100 (vertex).
-  accelerator_count: int = 0  # On the Trainer's pod (kfp; each TrainJob node's), or per replica.
-  # Machines: one chief plus replica_count - 1 workers (Vertex worker pools, or on kfp the
-  # nodes of a Kubeflow Trainer TrainJob, kubeflow/trainjob.py).
-  replica_count: int = 1
+  # With kfp, a Kubernetes resource name on its pod (e.g. nvidia.com/gpu); with vertex, a Vertex
+  # AcceleratorType name per pool replica (e.g. NVIDIA_TESLA_V100).
+  accelerator_type: str = ""  # The Trainer's accelerators (empty for CPU only).
+  # With kfp, on the Trainer's pod (each TrainJob node's); with vertex, per replica.
+  accelerator_count: int = 0  # Accelerators of the Trainer.
+  # One chief plus replica_count - 1 workers (Vertex worker pools, or on kfp the nodes of a
+  # Kubeflow Trainer TrainJob, kubeflow/trainjob.py).
+  replica_count: int = 1  # Machines the Trainer trains on.
   # Dataflow, the Beam engine of a Kubeflow run's Beam steps with --beam_runner=dataflow
   # (pipeline/beam_engine.py): the image as SDK container.
+
   dataflow_project: str = ""  # Google Cloud project of the Dataflow jobs.
   dataflow_region: str = ""  # Region of the Dataflow jobs.
   dataflow_temp_location: str = ""  # gs://bucket/path for Dataflow's staging and temp files.
   # What each pod asks for, as Kubernetes quantities (request and limit alike; empty for none):
   # the Trainer's (with kfp, its GPUs are accelerator_type/accelerator_count), and that of the
   # Beam steps reading every example (Transform, Evaluator, EvaluationSetGen).
+
   trainer_cpu: str = "8"  # CPU cores of the Trainer's pod (e.g. 8, 500m).
   trainer_memory: str = "32Gi"  # Memory of the Trainer's pod (e.g. 32Gi, 64G).
-  beam_cpu: str = "4"  # CPU cores of each heavy Beam step's pod.
-  beam_memory: str = "16Gi"  # Memory of each heavy Beam step's pod.
+  beam_cpu: str = "4"  # CPU cores of the pod of each Beam step reading every example.
+  beam_memory: str = "16Gi"  # Memory of the pod of each Beam step reading every example.
   # kubeflow_target=kfp: the Kubernetes platform section of the spec (no value of a Secret ever
-  # enters it). With a location on s3://, every pod's environment maps these Secret keys.
+  # enters it).
+
   credentials_secret: str = KFP_MINIO_SECRET  # Secret holding the object store's credentials.
-  credentials_secret_keys: str = KFP_MINIO_SECRET_KEYS  # KEY:ENV_VAR,... mapped from it.
+  # With a location on s3://, every pod's environment maps these keys of credentials_secret.
+  credentials_secret_keys: str = KFP_MINIO_SECRET_KEYS  # KEY:ENV_VAR,... pairs.
   s3_endpoint: str = ""  # Each pod's AWS_ENDPOINT_URL_S3 (e.g. http://minio-service.kubeflow:9000).
   s3_region: str = ""  # AWS_REGION of every pod (MinIO: any, e.g. us-east-1).
   trainer_node_selector: str = ""  # LABEL=VALUE,... the Trainer's node must carry.

@@ -4,6 +4,7 @@ import re
 import pytest
 
 from configs import groups
+from configs.flags import over_defaults
 from configs.kubeflow import CLUSTER_FLAGS
 from kubeflow import cluster_config as kubeflow_config
 from local_runner import runner as local_runner
@@ -99,7 +100,7 @@ def test_bad_cluster_values_name_the_flag_and_value(flags, message):
     from_flags(flags)
 
 
-S3 = CLUSTER + ["--output_dir=s3://bucket/wrn"]
+S3 = over_defaults(CLUSTER, ["--output_dir=s3://bucket/wrn"])
 KFP_GPUS = S3 + ["--accelerator_type=nvidia.com/gpu", "--accelerator_count=2",
                  "--distribution_strategy=mirrored",
                  "--trainer_node_selector=nvidia.com/gpu.present=true",
@@ -212,9 +213,9 @@ PORTABLE = CLUSTER + ["--beam_runner=portable", "--beam_job_endpoint=flink-jobse
     (DATAFLOW[:-1] + ["--dataflow_temp_location=s3://tmp-b/df"],
      "dataflow_temp_location='s3://tmp-b/df'"),
     (DATAFLOW[:-1] + ["--dataflow_temp_location=/tmp/df"], "dataflow_temp_location='/tmp/df'"),
-    (DATAFLOW + ["--dataflow_region=Europe West"], "dataflow_region='Europe West'"),
-    (DATAFLOW + ["--output_dir=s3://bucket/wrn"], "output_dir='s3://bucket/wrn': must be on "
-     "Cloud Storage (gs://) with beam_runner=dataflow"),
+    (over_defaults(DATAFLOW, ["--dataflow_region=Europe West"]), "dataflow_region='Europe West'"),
+    (over_defaults(DATAFLOW, ["--output_dir=s3://bucket/wrn"]),
+     "output_dir='s3://bucket/wrn': must be on Cloud Storage (gs://) with beam_runner=dataflow"),
     (DATAFLOW + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tfrecords"],
      "tfrecord_dir='s3://data/tfrecords'"),
     (DATAFLOW + ["--beam_workers=4"], "beam_workers=4: is for the direct runner"),
@@ -264,10 +265,11 @@ def test_a_portable_job_server_runs_the_pipeline_image_as_sdk_harness(flags, env
 def test_every_sdk_worker_sets_up_s3_when_a_path_is_on_s3():
   plugin = "--beam_plugin=storage.beam_worker"
   assert plugin not in from_flags(CLUSTER).beam_pipeline_args()  # gs:// is built into TF.
-  assert plugin in from_flags(CLUSTER + ["--output_dir=s3://bucket/wrn"]).beam_pipeline_args()
+  assert plugin in from_flags(S3).beam_pipeline_args()
   assert plugin in from_flags(CLUSTER + ["--dataset=tfrecord", "--tfrecord_dir=s3://data/tf"]
                               ).beam_pipeline_args()
-  assert from_flags(PORTABLE + ["--output_dir=s3://bucket/wrn"]).beam_pipeline_args()[-1] == plugin
+  assert from_flags(over_defaults(PORTABLE, ["--output_dir=s3://bucket/wrn"])
+                    ).beam_pipeline_args()[-1] == plugin
   assert plugin not in config_lib.from_flags([]).beam_pipeline_args()
 
 

@@ -3,6 +3,7 @@ import socket
 
 import pytest
 
+from configs.flags import over_defaults
 from local_runner import runner as local_runner
 from pipeline.config import LOCAL_BEAM_REQUIREMENTS, from_flags
 
@@ -45,7 +46,8 @@ def test_a_job_server_that_does_not_answer_stops_the_local_run_before_any_step(t
     unused.bind(("127.0.0.1", 0))
     endpoint = f"127.0.0.1:{unused.getsockname()[1]}"
     output_dir = tmp_path / "out"
-    flags = [f"--output_dir={output_dir}", *EXTERNAL, f"--beam_job_endpoint={endpoint}"]
+    flags = [f"--output_dir={output_dir}",
+             *over_defaults(EXTERNAL, [f"--beam_job_endpoint={endpoint}"])]
     assert local_runner.main(flags) == 2
   error = capsys.readouterr().err
   assert f"beam_job_endpoint='{endpoint}': no job server answers there" in error

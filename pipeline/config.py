@@ -53,18 +53,18 @@ class DataConfig:
   """Data: the dataset, its splits and the curated schema."""
   # digits (embedded), cifar10 (tensorflow-datasets), tfrecord (tf.Examples) or image_dir (a
   # folder of images in class folders: docs/pipeline.md, "Data").
-  dataset: str = "digits"  # digits, cifar10, tfrecord or image_dir.
-  tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: holds train/, eval/ [, test/].
-  # With dataset=tfrecord: the label's class names in label order, which the served model
-  # answers with; empty: the label's index ('0', '1', ...).
-  class_names: Tuple[str, ...] = ()  # Comma list, num_classes names.
+  dataset: str = "digits"  # The images the run trains and evaluates on.
+  tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: the folder of train/, eval/[, test/].
+  # With dataset=tfrecord: a comma list of num_classes names in label order, which the served
+  # model answers with; empty: the label's index ('0', '1', ...).
+  class_names: Tuple[str, ...] = ()  # The classes' names.
   # With dataset=image_dir: DIR/<class name>/<images>, or DIR/{train,eval,test}/<class name>/
   # for fixed splits; local or on object storage. JPEG, PNG, GIF or BMP of any size and mode.
   image_dir: Optional[str] = None  # The folder of labelled images.
-  # With dataset=image_dir: leave out bad files and folders (listed in the run report) instead
-  # of stopping the run at ExampleGen naming them.
-  skip_bad_images: bool = False  # Skip undecodable, empty or oversized images, listed.
-  tfds_data_dir: Optional[str] = None  # tensorflow-datasets cache; None is tfds' default.
+  # With dataset=image_dir: undecodable, empty or oversized files and folders are left out and
+  # listed in the run report; without it, ExampleGen stops the run and names them.
+  skip_bad_images: bool = False  # Skip bad images instead of failing.
+  tfds_data_dir: Optional[str] = None  # The tensorflow-datasets cache; None: tfds' default.
   eval_fraction: float = 0.15  # Share of keys held out for evaluation (model selection).
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
   schema_path: str = DEFAULT_SCHEMA_PATH  # The curated schema (label domain, features).
@@ -103,10 +103,10 @@ class DataConfig:
 @dataclasses.dataclass(frozen=True)
 class EvaluationConfig:
   """Evaluation: the robustness set, corrupted test images."""
-  # Robustness set: these corruptions x severities 1-5 of the test images (cifar10: tfds'
-  # cifar10_corrupted; others: made with tfds' corruption code). Default: the 15 benchmark
-  # corruptions. Empty: none.
-  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS  # Comma list.
+  # The robustness set's corruptions, a comma list: the set is these corruptions x severities
+  # 1-5 of the test images (cifar10: tfds' cifar10_corrupted; others: made with tfds'
+  # corruption code). Default: the 15 benchmark corruptions. Empty: none.
+  corruptions: Tuple[str, ...] = reference_corruptions.BENCHMARK_CORRUPTIONS
   examples_per_corruption: int = 100  # Test images per corruption x severity (0: all).
   # 0 = one per core when the slow corruptions have enough images to pay for the start-up
   # (trainer_module/reference_corruptions.py, pool_size).
@@ -131,6 +131,7 @@ class EnsembleConfig:
   # Hyper-deep ensemble: hyper_trials Trainers (trial 0 with the trainer config, the others
   # with drawn L2s, label smoothing and seed), of which greedy selection on the eval split keeps
   # at most ensemble_size distinct members. 1 and 1: one Trainer, no ensemble.
+
   ensemble_size: int = 1  # Most distinct members the ensemble keeps (1: no ensemble).
   hyper_trials: int = 1  # Trial Trainers to select the members from (>= ensemble_size).
   # What selection minimises: nll, acc or nll-acc on the eval split; shift_nll on it and each
@@ -152,9 +153,10 @@ class GateConfig:
   min_eval_accuracy: float = 0.9  # Evaluator blesses no model below this eval accuracy.
   # One eval example moves the eval accuracy by 1/n: on a handful the gate would judge noise.
   min_eval_examples: int = 50  # The gate stops a run whose eval split has fewer examples.
-  max_accuracy_drop: float = 0.01  # ... nor one this much less accurate than the last blessed.
+  max_accuracy_drop: float = 0.01  # Largest eval accuracy drop allowed against production.
   # The rest of the gate (evaluation branch): calibrated eval ECE and NLL, mean corrupted
-  # accuracy, each bounded and allowed to regress at most this much against the last blessed.
+  # accuracy, each bounded and allowed to regress at most this much against production.
+
   # 0.10: the default model is under-confident on clean images (raw ECE 0.07-0.08), and the
   # default temperature fit will not sharpen it at the cost of calibration under shift.
   max_eval_ece: float = 0.10  # Upper bound of the calibrated eval ECE.
@@ -169,12 +171,13 @@ class GateConfig:
   # allowed to regress at most this much against production. The bounds hold the default model
   # (spectrally normalised, a temperature by distance) with a margin and refuse the
   # previous default network's calibration under shift (docs/robustness.md).
+
   max_corrupted_nll: float = 1.0  # Upper bound of cNLL.
   max_corrupted_nll_increase: float = 0.2  # Largest cNLL rise allowed against production.
   max_corrupted_mean_ece: float = 0.15  # Upper bound of cECE, the slices' mean ECE.
   max_corrupted_mean_ece_increase: float = 0.03  # Largest cECE rise allowed against production.
   max_corrupted_ece: float = 0.1  # Upper bound of the ECE of the corrupted set as a whole.
-  max_corrupted_ece_increase: float = 0.03  # Largest rise of it allowed against production.
+  max_corrupted_ece_increase: float = 0.03  # Largest rise of that ECE against production.
 
   def __post_init__(self):
     require_finite(self)
@@ -196,7 +199,7 @@ class GateConfig:
 class RunnerConfig:
   """Runner: the run's name, where its outputs go, and the step cache."""
   pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
-  # On Kubeflow output_dir is on object storage: gs:// or s3://.
+  # On Kubeflow it is on object storage: gs:// or s3://.
   output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
   enable_cache: bool = True  # Reuse a step's result when its inputs and code are unchanged.
 
@@ -224,22 +227,23 @@ class RunnerConfig:
 class BeamConfig:
   """Beam: the engine of every Beam step and its workers."""
   beam_workers: int = 0  # Beam DirectRunner workers; 0 = one per CPU core.
-  # auto: a Beam step whose input has at most beam_in_memory_max_examples examples runs
-  # in_memory in one process (starting worker processes, each importing TensorFlow and TFX,
-  # costs more than they save on small data: measured with bench/beam_modes.py); bigger or
-  # uncounted inputs multi_processing.
-  beam_running_mode: str = "auto"  # Or multi_processing, multi_threading, in_memory.
-  beam_in_memory_max_examples: int = 10000  # auto: the largest input run in one process.
-  # The engine of every Beam step (pipeline/beam_engine.py; docs/kubeflow.md, "Beam engines"):
+  # auto, multi_processing, multi_threading or in_memory. auto: a Beam step whose input has at
+  # most beam_in_memory_max_examples examples runs in_memory in one process (starting worker
+  # processes, each importing TensorFlow and TFX, costs more than they save on small data:
+  # measured with bench/beam_modes.py); bigger or uncounted inputs multi_processing.
+  beam_running_mode: str = "auto"  # How the DirectRunner runs a step.
+  beam_in_memory_max_examples: int = 10000  # auto's largest input run in one process.
   # direct (DirectRunner in the step's process), portable (Beam's portable runner: a Flink,
-  # Spark or Beam job server and its SDK harnesses) or dataflow (Kubeflow runs only).
-  beam_runner: str = "direct"  # direct, portable or dataflow.
+  # Spark or Beam job server and its SDK harnesses) or dataflow (Kubeflow runs only); see
+  # pipeline/beam_engine.py and docs/kubeflow.md, "Beam engines".
+  beam_runner: str = "direct"  # The engine of every Beam step.
   beam_job_endpoint: str = ""  # host:port of the portable job server.
+  # DOCKER, EXTERNAL or PROCESS; beam_environment_config gives what each needs.
   beam_environment_type: str = "DOCKER"  # How the portable runner starts SDK harnesses.
   # DOCKER: the SDK harness image (on Kubeflow, default: image); EXTERNAL: host:port of a
   # worker pool (required); PROCESS: {"command": ...} JSON (on Kubeflow, default: the image's
   # Beam boot program).
-  beam_environment_config: str = ""  # Depends on beam_environment_type.
+  beam_environment_config: str = ""  # The SDK harnesses' environment, by its type.
 
   def __post_init__(self):
     require(self.beam_workers >= 0, "beam_workers", self.beam_workers,
@@ -418,7 +422,7 @@ def usage(preset: str = configs.DEFAULT_PRESET,
           config_class: type = PipelineConfig) -> str:
   """Every flag, by group, with its default (the preset's, else its class's) and what it means
   (the comments of its field)."""
-  preset_section = ("preset", [(CONFIG_FLAG, preset, f"{CONFIG_HELP} {configs.PRESETS}")])
+  preset_section = ("preset", [(CONFIG_FLAG, preset, CONFIG_HELP)])
   sections = config_sections(from_preset(preset), config_class)
   return f"usage: {command}\n" + describe_flags([preset_section] + sections)
 
@@ -435,7 +439,6 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None,
   `--field value` / `--field=value` flags (or `--group.field=value`) over it, built once."""
   pairs = name_value_pairs(argv)
   presets = [value for name, value in pairs if name == CONFIG_FLAG]
-  require(len(presets) <= 1, CONFIG_FLAG, ",".join(presets), "is given more than once")
   flags = parse_config_flags([f"--{name}={value}" for name, value in pairs
                               if name != CONFIG_FLAG], config_class)
   if presets or base is None:

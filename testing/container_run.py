@@ -19,10 +19,12 @@ SECOND_RUN_FLAGS = ("--train_steps=2",)  # A degraded candidate, refused against
 
 
 def compile_for_image(server, package_dir: str, image: str, flags: List[str]):
-  """The tiny config compiled for kfp on `server`'s bucket, every task in `image`."""
+  """The tiny config compiled for kfp on `server`'s bucket, every task in `image`; `flags`
+  replace its settings."""
+  from configs.flags import over_defaults
   from testing.tiny_config import SMALL_MODEL
-  return kfp_harness.compile_for_s3(server, package_dir, SMALL_MODEL + [
-      f"--image={image}", f"--pipeline_name={PIPELINE_NAME}", *flags])
+  return kfp_harness.compile_for_s3(server, package_dir, over_defaults(
+      SMALL_MODEL + [f"--image={image}", f"--pipeline_name={PIPELINE_NAME}"], flags))
 
 
 def local_run_command(spec_path: str, pipeline_root: str, *flags: str) -> List[str]:

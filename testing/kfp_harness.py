@@ -667,7 +667,9 @@ def compile_for_s3(server, package_dir: str, flags: List[str],
   """The pipeline compiled for kfp with output_dir and schema in a bucket of `server`
   (testing/s3_server.py), its endpoint and region in every container's environment and its
   credentials from KFP's Secret (s3_secrets); returns (config, CompiledPipeline). Pipelines of
-  other names share the bucket but not their pipeline root or serving directory."""
+  other names share the bucket but not their pipeline root or serving directory. `flags` replace
+  these settings."""
+  from configs.flags import over_defaults
   from kubeflow import compiler
   from kubeflow.cluster_config import from_flags
   from pipeline.config import DEFAULT_SCHEMA_PATH
@@ -675,12 +677,11 @@ def compile_for_s3(server, package_dir: str, flags: List[str],
   if BUCKET not in {b["Name"] for b in client.list_buckets()["Buckets"]}:
     server.create_bucket(BUCKET)
   client.upload_file(DEFAULT_SCHEMA_PATH, BUCKET, "schema/schema.pbtxt")
-  config = from_flags([f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out", "--dataset=digits",
-                       f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt",
-                       f"--pipeline_name={pipeline_name}", "--beam_running_mode=in_memory",
-                       f"--s3_endpoint={server.endpoint_url}",
-                       f"--s3_region={server.environ()['AWS_REGION']}",
-                       *flags])
+  config = from_flags(over_defaults([
+      f"--image={IMAGE}", f"--output_dir=s3://{BUCKET}/out", "--dataset=digits",
+      f"--schema_path=s3://{BUCKET}/schema/schema.pbtxt", f"--pipeline_name={pipeline_name}",
+      "--beam_running_mode=in_memory", f"--s3_endpoint={server.endpoint_url}",
+      f"--s3_region={server.environ()['AWS_REGION']}"], flags))
   return config, compiler.compile_pipeline(config, package_dir)
 
 
@@ -752,6 +753,7 @@ def _run_on_kfp_local(spec_path: str, pipeline_root: str, env: Mapping[str, str]
 def main(argv: List[str]) -> int:
   """One run of the compiled tiny pipeline on a local S3 server, by this harness or by the KFP
   SDK's kfp.local (--orchestrator=kfp.local); prints where the model went."""
+  from configs.flags import over_defaults
   from testing.tiny_config import SMALL_MODEL
   from testing.s3_server import S3Server
   from testing.trainjob_nodes import LocalTrainJobs
@@ -768,7 +770,7 @@ def main(argv: List[str]) -> int:
       os.path.join(workdir, "trainjobs"), without_host_credentials(os.environ),
       secrets=s3_secrets(server)) as cluster:
     config, compiled = compile_for_s3(server, os.path.join(workdir, "package"),
-                                      SMALL_MODEL + flags)
+                                      over_defaults(SMALL_MODEL, flags))
     print(f"compiled for kubeflow_target=kfp: {compiled.spec_path}", flush=True)
     try:
       if orchestrator == "harness":

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from components import image_folder, image_sources
+from configs.flags import over_defaults
 from pipeline.config import from_flags
 from testing import image_folders
 from testing.tiny_config import SMALL_MODEL
@@ -27,10 +28,10 @@ def run(tmp_path_factory):
   (images / "red_car" / "notes.txt").write_text("not an image")
   output = tmp_path_factory.mktemp("outputs")
   flags = [f"--output_dir={output}", "--dataset=image_dir", f"--image_dir={images}",
-           "--skip_bad_images=true", *SMALL_MODEL,
-           "--train_epochs=40",  # 210 training images: 3 steps an epoch.
-           "--min_eval_examples=30",  # The key hash holds out 49 of the 300 for eval.
-           "--corruptions=gaussian_noise,defocus_blur"]
+           "--skip_bad_images=true", *over_defaults(SMALL_MODEL, [
+               "--train_epochs=40",  # 210 training images: 3 steps an epoch.
+               "--min_eval_examples=30",  # The key hash holds out 49 of the 300 for eval.
+               "--corruptions=gaussian_noise,defocus_blur"])]
   process = run_pipeline(*flags)
   assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
   assert "pushed model:    /" in process.stdout, process.stdout[-3000:]

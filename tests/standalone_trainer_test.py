@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from configs.flags import over_defaults
 from tests.conftest import REPO
 from testing.tiny_config import TINY_NETWORK_FLAGS
 from testing.transform_runs import transformed_digits
@@ -31,8 +32,8 @@ def inputs(tmp_path_factory):
 
 
 def trainer_command(inputs, output_dir, *flags):
-  return [sys.executable, "-m", "trainer_module", *inputs, f"--output_dir={output_dir}", *TINY,
-          *flags]
+  return [sys.executable, "-m", "trainer_module",
+          *over_defaults([*inputs, f"--output_dir={output_dir}", *TINY], flags)]
 
 
 def run_trainer(inputs, output_dir, *flags, env=None, timeout=300):

@@ -35,6 +35,7 @@ class ModelConfig:
   width_multiplier: int = 10  # Channel widening factor k (10 in WRN-28-10).
   num_classes: int = 10  # Classes of the label (an image_dir run: its class folders).
   # Regularisation; each per-group L2 falls back to `l2` when None.
+
   l2: float = 2e-4  # L2 of every parameter group without its own.
   bn_l2: Optional[float] = None  # L2 of batch-norm scales and offsets.
   input_conv_l2: Optional[float] = None  # L2 of the first convolution.
@@ -48,22 +49,25 @@ class ModelConfig:
   # distances meaningful; UB's SNGP bounds each convolution by 6, DDU by 3, the pipeline
   # presets by 0.25 (configs/shared.py PIPELINE_MODEL).
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
-  # Each image made blind, before the first convolution (model.py), to a global change of
-  # brightness (centering: its mean over its pixels subtracted) or of brightness and contrast
-  # (standardization: also divided by its deviation). Why the pipeline presets centre:
+  # Before the first convolution (model.py), centering makes each image blind to a global
+  # change of brightness (its mean over its pixels subtracted), standardization to one of
+  # brightness and contrast (also divided by its deviation). Why the pipeline presets centre:
   # docs/robustness.md, "Each image centred" (issue 36).
   per_image_normalization: str = "none"  # none, centering or standardization.
-  # The output layer (model.py): a dense layer, or SNGP's random-feature Gaussian process
-  # (sngp.py), served as mean-field logits / sqrt(1 + factor * variance). Why the defaults
-  # differ from UB's (1024 features, length-scale^2 2, factor 25): docs/robustness.md.
-  output_layer: str = "dense"  # dense or sngp (the pipeline presets': configs/shared.py).
+  # dense: a dense layer; sngp: SNGP's random-feature Gaussian process (sngp.py), served as
+  # mean-field logits / sqrt(1 + factor * variance). The pipeline presets set it in
+  # configs/shared.py.
+  output_layer: str = "dense"  # The output layer (model.py): dense or sngp.
+  # SNGP's output layer. Why the defaults differ from UB's (1024 features, length-scale^2 2,
+  # factor 25): docs/robustness.md.
+
   sngp_random_features: int = 128  # Random Fourier features of the GP.
   sngp_kernel_scale: float = 128.0  # The RBF kernel's squared length-scale.
   sngp_ridge_penalty: float = 1.0  # Ridge of the Laplace precision (the prior's).
-  sngp_mean_field_factor: float = math.pi / 8  # lambda of the mean-field logits.
-  # Hyper-deep ensemble trials: when true, the HYPER_L2_GROUPS values are coefficients c and
-  # train with c / n, n = the train split's example count (known only when the Trainer runs).
-  l2_per_train_example: bool = False  # L2s are c, trained as c / n.
+  sngp_mean_field_factor: float = math.pi / 8  # The mean-field logits' factor (lambda).
+  # When true, the L2s of HYPER_L2_GROUPS are coefficients c, trained with c / n, n = the train
+  # split's example count (known only when the Trainer runs).
+  l2_per_train_example: bool = False  # L2s per train example (hyper-deep ensemble trials).
 
   def __post_init__(self):
     require_finite(self)
@@ -110,14 +114,14 @@ class ModelConfig:
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
   """Training: optimisation, schedule, batches, seed, checkpoints, mode and warm start."""
-  # Optimisation. The learning rate is given per 128 examples and scaled by the total batch.
-  base_learning_rate: float = 0.1  # Learning rate per 128 examples.
+  base_learning_rate: float = 0.1  # Learning rate per 128 examples, scaled by the total batch.
   one_minus_momentum: float = 0.1  # 1 - Nesterov momentum.
-  lr_decay_epochs: Tuple[int, ...] = (60, 120, 160)  # For 200 epochs; rescaled to train_epochs.
+  # A comma list, given for a 200-epoch schedule and rescaled to train_epochs.
+  lr_decay_epochs: Tuple[int, ...] = (60, 120, 160)  # Epochs the learning rate decays at.
   lr_decay_ratio: float = 0.2  # Learning rate factor at each decay epoch.
   lr_warmup_epochs: int = 1  # Epochs of linear warm-up.
   train_epochs: int = 200  # Epochs the schedule spans.
-  # Stops after this many steps when set (smoke runs); the schedule still spans train_epochs.
+  # None: train for train_epochs. When set, the schedule still spans train_epochs.
   train_steps: Optional[int] = None  # Stop after this many steps (smoke runs).
   per_core_batch_size: int = 64  # Training batch per replica.
   eval_batch_size: int = 256  # Evaluation batch.
@@ -125,22 +129,25 @@ class TrainingConfig:
   log_every_steps: int = 20  # Progress line every this many steps.
   # Checkpoints: every checkpoint_interval epochs as in the original (-1 never), also every
   # checkpoint_steps steps when > 0, and always when the process is told to stop (SIGTERM).
+
   checkpoint_interval: int = 25  # Checkpoint every this many epochs (-1 never).
-  checkpoint_steps: int = 0  # Also every this many steps (0 never).
+  checkpoint_steps: int = 0  # Checkpoint also every this many steps (0 never).
   max_checkpoints_to_keep: int = 3  # Newest checkpoints kept.
-  mode: str = "train_and_eval"  # train, eval, train_and_eval or continuous_eval.
-  # continuous_eval stops after the last step's checkpoint, or after this long without a new one.
-  continuous_eval_timeout_secs: int = 3600  # continuous_eval's wait for a new checkpoint.
-  # Warm start (trainer_module/warm_start.py): none, production (pipeline only: the model in
-  # production, when there is one), or a checkpoint directory / exported SavedModel. Variables
-  # named by a warm_start_exclude prefix ("head" = the logits layer) start freshly initialised.
-  # A warm-started run trains warm_start_epochs (default: a quarter of train_epochs) on the
-  # fine-tuning schedule (warm-up, cosine decay from base_learning_rate): restored variables at
-  # warm_start_lr_ratio x that rate, freshly initialised ones (a new head) at the full rate.
-  warm_start: str = "none"  # none, production, or a checkpoint/SavedModel path.
-  warm_start_exclude: Tuple[str, ...] = ()  # Variable prefixes left fresh (head = logits).
+  mode: str = "train_and_eval"  # What to run: train, eval, train_and_eval or continuous_eval.
+  # continuous_eval also stops after the last step's checkpoint.
+  continuous_eval_timeout_secs: int = 3600  # Seconds continuous_eval waits for a new checkpoint.
+  # Warm start (trainer_module/warm_start.py): a warm-started run trains warm_start_epochs on
+  # the fine-tuning schedule (warm-up, cosine decay from base_learning_rate): restored variables
+  # at warm_start_lr_ratio x that rate, freshly initialised ones (a new head) at the full rate.
+
+  # none; production (pipeline only: the model in production, when there is one); or a
+  # checkpoint directory or exported SavedModel.
+  warm_start: str = "none"  # The weights training starts from.
+  # Variables named by one of these prefixes ("head": the logits layer) start freshly
+  # initialised.
+  warm_start_exclude: Tuple[str, ...] = ()  # Variable prefixes not restored (comma list).
   warm_start_epochs: Optional[int] = None  # Fine-tuning epochs (None: train_epochs / 4).
-  warm_start_lr_ratio: float = 0.1  # Restored variables' rate / the schedule's.
+  warm_start_lr_ratio: float = 0.1  # Restored variables' learning rate / the schedule's.
 
   def __post_init__(self):
     require_finite(self)
@@ -196,17 +203,17 @@ class TrainingConfig:
 @dataclasses.dataclass(frozen=True)
 class DistributionConfig:
   """Distribution: the devices and strategy, TPU, precision, steps per host call, determinism."""
-  # Where and how to train: default (one device), mirrored (the local GPUs),
-  # multi_worker_mirrored (workers from TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
-  distribution_strategy: str = "default"  # default, mirrored, multi_worker_mirrored or tpu.
+  # default (one device), mirrored (the local GPUs), multi_worker_mirrored (workers from
+  # TF_CONFIG) or tpu (at `tpu`, "local" for a TPU VM).
+  distribution_strategy: str = "default"  # Where and how to train.
   tpu: str = ""  # TPU address for distribution_strategy=tpu.
   # auto: mixed_bfloat16 on TPUs and on CPUs with native bfloat16 units, mixed_float16 on
   # GPUs, float32 otherwise (distribution.resolve_precision_policy).
-  mixed_precision: str = "auto"  # auto, float32, mixed_float16 or mixed_bfloat16.
-  # Training steps per host call (a tf.range loop inside one tf.function), cutting the host
-  # round trip that dominates on TPUs; None: 1 on CPUs, 10 on GPUs, 100 on TPUs. Loops end at
-  # each log, epoch and checkpoint step, so raise log_every_steps with it.
-  steps_per_loop: Optional[int] = None  # Training steps per host call (None: by device).
+  mixed_precision: str = "auto"  # Policy: auto, float32, mixed_float16 or mixed_bfloat16.
+  # A tf.range loop inside one tf.function cuts the host round trip that dominates on TPUs;
+  # None: 1 on CPUs, 10 on GPUs, 100 on TPUs. Loops end at each log, epoch and checkpoint
+  # step, so raise log_every_steps with it.
+  steps_per_loop: Optional[int] = None  # Training steps per host call.
   op_determinism: bool = False  # Bit-identical reruns (tf.config op determinism; slower).
 
   def __post_init__(self):
@@ -233,9 +240,9 @@ class AugMixConfig:
   augmix_severity: int = 3  # Upper bound of operation levels (the paper's CIFAR setting).
   augmix_jsd_weight: float = 12.0  # Jensen-Shannon consistency weight, when aug_count >= 2.
   augmix_online: bool = False  # Fresh views each epoch in the Trainer instead of in Transform.
-  # Transform writes this many view sets per image; epoch e trains on set e mod augmix_view_sets
-  # (set s = online AugMix's views of epoch s, rounded to uint8). Not used with augmix_online.
-  augmix_view_sets: int = 1  # View sets per image, one per epoch.
+  # Epoch e trains on set e mod augmix_view_sets (set s = online AugMix's views of epoch s,
+  # rounded to uint8). Not used with augmix_online.
+  augmix_view_sets: int = 1  # View sets per image that Transform writes.
 
   def __post_init__(self):
     require_finite(self)
@@ -261,20 +268,19 @@ class AugMixConfig:
 @dataclasses.dataclass(frozen=True)
 class CalibrationConfig:
   """Calibration: the temperature fit and the calibration error's bins."""
-  # Temperature scaling (trainer_module/calibration/): the clean eval NLL minimum among the
-  # temperatures at which the eval images under the validation corruptions (tfds' four extra,
-  # uneven illumination and three of CIFAR-10-C-bar, never the 15 evaluated ones) are no worse
-  # calibrated than the raw softmax, in NLL and ECE ("validation_corruptions"); fitted on the
-  # clean eval split alone ("clean"); or on it and its training-time AugMix views, never worse
-  # than raw on either ("clean_and_augmix"); or, by the first rule, a T that applies only to
-  # inputs no farther from the training data (feature space) than the eval images, the raw
-  # softmax beyond ("in_support"; an ensemble measures that distance on its members'
-  # features); or a T per input that grows with that distance, never worse than raw on the
-  # validation corruptions ("distance_curve"); or one that also falls with the input image's
-  # fine detail ("distance_detail_curve").
-  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support,
-  # distance_curve, distance_detail_curve.
-  # Eval images per validation corruption x severity (9 x 5 slices, the same images in each).
+  # validation_corruptions: the clean eval NLL minimum among the temperatures at which the eval
+  # images under the validation corruptions (tfds' four extra, uneven illumination and three of
+  # CIFAR-10-C-bar, never the 15 evaluated ones) are no worse calibrated than the raw softmax,
+  # in NLL and ECE. clean: fitted on the clean eval split alone. clean_and_augmix: on it and
+  # its training-time AugMix views, never worse than raw on either. in_support: by the first
+  # rule, a T that applies only to inputs no farther from the training data (feature space)
+  # than the eval images, the raw softmax beyond (an ensemble measures that distance on its
+  # members' features). distance_curve: a T per input that grows with that distance, never
+  # worse calibrated than raw on the validation corruptions. distance_detail_curve: one that
+  # also falls with the input image's fine detail.
+  temperature_fit: str = "validation_corruptions"  # How temperature scaling
+                                                   # (trainer_module/calibration/) fits T.
+  # A slice is one validation corruption x severity: 9 x 5 slices, the same images in each.
   validation_corruption_examples: int = 50  # Eval images per validation slice.
   num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
 
