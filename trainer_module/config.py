@@ -272,8 +272,7 @@ class CalibrationConfig:
   # features); or a T per input that grows with that distance, never worse than raw on the
   # validation corruptions ("distance_curve"); or one that also falls with the input image's
   # fine detail ("distance_detail_curve").
-  temperature_fit: str = "validation_corruptions"  # Or clean, clean_and_augmix, in_support,
-  # distance_curve, distance_detail_curve.
+  temperature_fit: str = "validation_corruptions"  # One of the quoted rule names.
   # Eval images per validation corruption x severity (9 x 5 slices, the same images in each).
   validation_corruption_examples: int = 50  # Eval images per validation slice.
   num_bins: int = 15  # Equal-width confidence bins of the expected calibration error.
