@@ -51,11 +51,13 @@ from tfx import v1 as tfx  # noqa: E402
 from components import image_sources  # noqa: E402
 from components.calibration_metrics import NLL_NAME  # noqa: E402
 from components import report_sections, tfma_results  # noqa: E402
+from configs.flags import field_help  # noqa: E402
 from pipeline.config import BeamConfig, PipelineConfig, from_flags, from_preset  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
 from reporting.run_record import RunRecord  # noqa: E402
 from trainer_module import augmix, data, preprocessing  # noqa: E402
+from trainer_module.config import AugMixConfig  # noqa: E402
 from trainer_module.features import (EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE,  # noqa: E402
                                      PROBABILITIES_KEY)
 from trainer_module.training_loop import Training  # noqa: E402
@@ -330,25 +332,48 @@ def robustness(args) -> None:
           f"({' '.join(flags[1:])})", flush=True)
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
   defaults = from_preset().trainer
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--images", type=int, default=50_000)
-  parser.add_argument("--aug_count", type=int, default=max(defaults.augmentation.aug_count, 1))
-  parser.add_argument("--augmix_view_sets",
-                      type=int,
-                      default=defaults.augmentation.augmix_view_sets)
-  parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode)
+  augmix_help = field_help(AugMixConfig)
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--images", type=int, default=50_000,
+                      help="training images: the embedded digits repeated under distinct keys "
+                           "(default %(default)s, CIFAR-10's training set size)")
+  parser.add_argument("--aug_count", type=int, default=max(defaults.augmentation.aug_count, 1),
+                      help=augmix_help["aug_count"] + " Default %(default)s: the preset's, at "
+                           "least 1.")
+  parser.add_argument("--augmix_view_sets", type=int,
+                      default=defaults.augmentation.augmix_view_sets,
+                      help=augmix_help["augmix_view_sets"] + " Default %(default)s: the "
+                           "preset's.")
+  parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode,
+                      help="Transform's Beam running mode, default %(default)s (the "
+                           "pipeline's). " + field_help(BeamConfig)["beam_running_mode"])
   parser.add_argument("--repeats", type=int, default=1,
-                      help="Transform runs with and without AugMix, interleaved; best of each")
-  parser.add_argument("--train_steps", type=int, default=10)
-  parser.add_argument("--input_batches", type=int, default=200)
+                      help="Transform runs with and without AugMix, interleaved; the best of "
+                           "each counts (default %(default)s)")
+  parser.add_argument("--train_steps", type=int, default=10,
+                      help="timed training steps of the default model, after two untimed "
+                           "ones, for the examples/s a step consumes (default %(default)s)")
+  parser.add_argument("--input_batches", type=int, default=200,
+                      help="timed batches of the Trainer's input pipeline, after one untimed "
+                           "batch, for its examples/s (default %(default)s)")
   parser.add_argument("--robustness", default="",
                       help="instead: train the default pipeline once per AugMix source, e.g. "
-                      "'online,15,4,2,1' (online AugMix, or that many view sets)")
+                      "'online,15,4,2,1' (online AugMix, or that many view sets); default: "
+                      "the speed measurements")
   parser.add_argument("--pipeline_flags", default="",
-                      help="more flags for --robustness runs: --pipeline_flags=--train_epochs=6")
-  parser.add_argument("--output_dir", default="", help="--robustness runs' output directory")
+                      help="more local_runner flags for every --robustness run, space-separated "
+                           "in one argument, e.g. --pipeline_flags=--train_epochs=6 (default: "
+                           "none)")
+  parser.add_argument("--output_dir", default="",
+                      help="--robustness runs' output directory (default: a new temporary "
+                           "directory)")
+  return parser
+
+
+def main(argv=None) -> None:
+  parser = build_parser()
   args = parser.parse_args(argv)
   if args.aug_count < 1 or args.augmix_view_sets < 1 or args.repeats < 1:
     parser.error("--aug_count, --augmix_view_sets and --repeats must be >= 1")

@@ -61,13 +61,19 @@ def run_steps(mode: str, work_dir: str, **overrides) -> tuple:
   return {step: seconds[step] for step in BEAM_STEPS if step in seconds}, cpu, wall
 
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--repeats", type=int, default=1)
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--repeats", type=int, default=1,
+                      help="runs per running mode, the modes alternating; each step's best "
+                           "wall time counts (default %(default)s)")
   parser.add_argument("--augmix_view_sets", type=int, default=0,
-                      help="AugMix view sets Transform writes (0: the preset's); more sets, "
-                           "more TensorFlow work for the same examples")
-  args = parser.parse_args(argv)
+                      help="AugMix view sets Transform writes (default 0: the preset's); more "
+                           "sets, more TensorFlow work for the same examples")
+  return parser
+
+
+def main(argv=None) -> None:
+  args = build_parser().parse_args(argv)
   overrides = {"augmix_view_sets": args.augmix_view_sets} if args.augmix_view_sets else {}
   best = {mode: {} for mode in MODES}
   cpu = {mode: [] for mode in MODES}

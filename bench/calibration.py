@@ -344,13 +344,18 @@ def model_sets(run: run_outputs.Run,
   return sets, features, images, config
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--output_dir", default="outputs", help="a finished run's output directory")
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--output_dir", default="outputs",
+                      help="a finished run's output directory (default %(default)s, make run's)")
   parser.add_argument("--model", default=None,
                       help="the producing component of the model to measure (e.g. "
                            "Trainer_trial_3); default: the model the run evaluated")
-  args = parser.parse_args()
+  return parser
+
+
+def main():
+  args = build_parser().parse_args()
   run = run_outputs.Run(args.output_dir)
   model_dir = run.model_dir(args.model)
   sets, features, images, config = model_sets(run, model_dir)

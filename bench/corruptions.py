@@ -20,6 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 from components import evaluation_set, image_sources  # noqa: E402
+from configs.flags import field_help  # noqa: E402
+from pipeline.config import EvaluationConfig  # noqa: E402
 from trainer_module import reference_corruptions as corruptions  # noqa: E402
 
 
@@ -42,13 +44,25 @@ def timed_set(records, names, per_corruption, workers):
   return time.perf_counter() - start, pngs
 
 
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--images", type=int, default=4,
+                      help="digits each corruption's ms per image is timed over, at every "
+                           "severity (default %(default)s)")
+  parser.add_argument("--per_corruption", type=int, default=100,
+                      help="test images per corruption x severity in the corrupted split "
+                           "(default %(default)s, the pipeline's examples_per_corruption)")
+  parser.add_argument("--corruptions", default=",".join(corruptions.BENCHMARK_CORRUPTIONS),
+                      help="comma-separated corruptions of the corrupted split (default: the "
+                           "pipeline's 15 benchmark corruptions)")
+  parser.add_argument("--workers", type=int, default=0,
+                      help=field_help(EvaluationConfig)["corruption_workers"]
+                      + " The pooled run's; the other has 1.")
+  return parser
+
+
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--images", type=int, default=4, help="images per corruption timing")
-  parser.add_argument("--per_corruption", type=int, default=100)
-  parser.add_argument("--corruptions", default=",".join(corruptions.BENCHMARK_CORRUPTIONS))
-  parser.add_argument("--workers", type=int, default=0, help="pool size; 0 = auto")
-  args = parser.parse_args(argv)
+  args = build_parser().parse_args(argv)
   names = [name for name in args.corruptions.split(",") if name]
   records = list(image_sources.digits_records("test", 0.15, 0.15))
   images = [image_sources.decode_png(png) for _, png, _ in records[:args.images]]

@@ -157,15 +157,24 @@ def served_sets(model_dir: str, examples: run_outputs.EvaluationSet,
   return served, raw
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--output_dir", default="outputs", help="a finished ensemble run")
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--output_dir", default="outputs",
+                      help="a finished ensemble run's output directory (default %(default)s, "
+                           "make run's)")
   parser.add_argument("--ensemble_dir", default="",
                       help="an ensemble serving_model to score instead of the run's (e.g. from "
                            "`python -m trainer_module ensemble` over the run's trials)")
-  parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates")
-  parser.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
-  args = parser.parse_args()
+  parser.add_argument("--bootstrap", type=int, default=2000,
+                      help="paired bootstrap replicates of each 95%% interval (default "
+                           "%(default)s)")
+  parser.add_argument("--seed", type=int, default=0,
+                      help="the bootstrap's random seed (default %(default)s)")
+  return parser
+
+
+def main():
+  args = build_parser().parse_args()
   run = run_outputs.Run(args.output_dir)
   ensemble_dir = args.ensemble_dir or run.model_dir("EnsembleSelector")
   record = read_record(ensemble_dir, ENSEMBLE_FILE)

@@ -142,22 +142,29 @@ def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
   return time.time() - start, len(features["label"]), metrics
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--output_dir", default="outputs", help="a `make run` output directory")
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--output_dir", default="outputs",
+                      help="a `make run` output directory (default %(default)s, make run's)")
   parser.add_argument("--examples_per_corruption", type=int, default=0,
-                      help="test images per corruption x severity (0: all)")
+                      help="test images per corruption x severity (default 0: all)")
   parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode,
-                      help="the Evaluator's Beam DirectRunner mode (multi_processing: one "
-                           "worker process per core; in_memory: this process; auto: by the "
-                           "evaluation set's size, as the pipeline)")
+                      help="the Evaluator's Beam DirectRunner mode, default %(default)s "
+                           "(multi_processing: one worker process per core; in_memory: this "
+                           "process; auto: by the evaluation set's size, as the pipeline)")
   parser.add_argument("--inference_batch_size", type=int,
                       default=PipelineConfig().trainer.training.eval_batch_size,
                       help="rows the Evaluator regroups its input batches to before calling "
-                           "the model (the pipeline's: the trainer's eval_batch_size); 0: "
-                           "Beam's own adaptive batches")
+                           "the model (default %(default)s, the pipeline's: the trainer's "
+                           "eval_batch_size); 0: Beam's own adaptive batches")
   parser.add_argument("--direct_runs", type=int, default=2,
-                      help="runs of the direct path; the fastest is the baseline")
+                      help="runs of the direct path; the fastest is the baseline (default "
+                           "%(default)s)")
+  return parser
+
+
+def main():
+  parser = build_parser()
   args = parser.parse_args()
   if args.direct_runs < 1:
     parser.error("--direct_runs must be >= 1")

@@ -52,12 +52,20 @@ def measure(output_dir: str, autograph: bool) -> dict:
           "losses": losses, "policy": training.precision_policy}
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--output_dir", default="outputs", help="a finished single-model run")
-  parser.add_argument("--repeats", type=int, default=2, help="fresh processes per variant")
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--output_dir", default="outputs",
+                      help="a finished single-model run's output directory (default "
+                           "%(default)s, make run's)")
+  parser.add_argument("--repeats", type=int, default=2,
+                      help="fresh processes per variant, alternating; the median counts "
+                           "(default %(default)s)")
   parser.add_argument("--child", choices=("autograph", "plain"), help=argparse.SUPPRESS)
-  args = parser.parse_args()
+  return parser
+
+
+def main():
+  args = build_parser().parse_args()
   if args.child:
     print(json.dumps(measure(args.output_dir, args.child == "autograph")))
     return

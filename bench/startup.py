@@ -35,13 +35,19 @@ def import_seconds(extra_path: str = "") -> tuple:
   return time.perf_counter() - start, done.stderr.strip().splitlines()[-1]
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--other_api_core", default="",
                       help="a directory holding another google-api-core (pip install --target); "
                            "without it, only the locked environment is timed")
-  parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant")
-  args = parser.parse_args()
+  parser.add_argument("--repeats", type=int, default=3,
+                      help="fresh processes per variant, after one untimed warm-up import; the "
+                           "median counts (default %(default)s)")
+  return parser
+
+
+def main():
+  args = build_parser().parse_args()
   variants = {"locked": ""}
   if args.other_api_core:
     variants["other"] = args.other_api_core

@@ -216,18 +216,27 @@ def digits_accuracy(config: TrainerConfig, train_file: str, eval_file: str,
   return metrics["eval/accuracy"], time.perf_counter() - start
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--models", nargs="+", default=["16-4", "28-10"], choices=sorted(BATCH))
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--models", nargs="+", default=["16-4", "28-10"], choices=sorted(BATCH),
+                      help="Wide ResNets (depth-width) whose training throughput is measured "
+                           "(default: both)")
   parser.add_argument("--steps", type=int, default=None,
-                      help="timed steps per loop (default: 20 for 16-4, 12 for 28-10)")
-  parser.add_argument("--warmup", type=int, default=2)
+                      help="timed training steps per loop (default: 20 for 16-4, 12 for 28-10)")
+  parser.add_argument("--warmup", type=int, default=2,
+                      help="untimed steps (tracing, allocation) before the timed ones "
+                           "(default %(default)s)")
   parser.add_argument("--accuracy_model", default="16-2",
-                      help="depth-width of the digits accuracy run (default: the pipeline's)")
+                      help="depth-width of the digits accuracy run (default %(default)s, the "
+                           "pipeline's)")
   parser.add_argument("--accuracy_epochs", type=int, default=15,
-                      help="epochs of the digits accuracy run per precision (0: skip it)")
-  args = parser.parse_args()
+                      help="epochs of the digits accuracy run per precision (default "
+                           "%(default)s; 0: skip it)")
+  return parser
+
+
+def main():
+  args = build_parser().parse_args()
   units, onednn = distribution.cpu_bfloat16_units(), distribution.onednn_enabled()
   native_bf16 = bool(units) and onednn
   print(f"native bfloat16: {'yes' if native_bf16 else 'no'} (CPU flags: "

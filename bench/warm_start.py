@@ -96,12 +96,19 @@ def train(name, files, transform_dir, output_dir, *flags):
   return final, steps, epochs
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--transfer_steps", default="10,30",
-                      help="comma-separated step counts of the transfer runs")
-  parser.add_argument("--keep", action="store_true")
-  args = parser.parse_args()
+                      help="comma-separated training step counts of the 5-class transfer runs, "
+                           "each run from scratch and warm-started (default %(default)s)")
+  parser.add_argument("--keep", action="store_true",
+                      help="keep the work directory of transformed data, checkpoints and "
+                           "models (default: deleted at the end)")
+  return parser
+
+
+def main():
+  args = build_parser().parse_args()
   work = tempfile.mkdtemp(prefix="bench-warm-start-")
   try:
     files, transform_dir = transformed_digits(work)

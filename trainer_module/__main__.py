@@ -65,31 +65,33 @@ class StandalonePaths:
         raise ValueError(f"Invalid config value {error}") from None
 
 
-# The --help text's head: the three commands and what they write.
-USAGE = """`python -m trainer_module --train_files=... --eval_files=... --transform_output=...
+# The --help texts' heads: each command and what it writes.
+TRAIN_USAGE = """`python -m trainer_module --train_files=... --eval_files=... --transform_output=...
 --output_dir=... [--<trainer config field>=value ...]`: the trainer on its own, as GPU/TPU
-workers run it. Flags are TrainerConfig's fields (the original script's names) plus the paths.
-Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard), /serving_model.
-
-`python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=... --transform_output=...
---output_dir=... [--ensemble_size=4] [--ensemble_objective=nll] [--temperature_fit=in_support
---train_files=...]`: the pipeline's hyper-deep
-ensemble selection and export over member models trained elsewhere (each DIR a serving_model
-this command wrote); the ensemble goes to <output_dir>/serving_model.
+workers run it. Flags are TrainerConfig's fields (the original script's names) plus the paths;
 --warm_start is a checkpoint directory or exported SavedModel here (production is the
-pipeline's).
-
-`python -m trainer_module inspect PATH`: the variables (name, shape, dtype) of a checkpoint
-(directory or prefix) or SavedModel, and the step, config and warm start it was written with.
+pipeline's). Outputs: <output_dir>/checkpoints (resumed from on restart), /logs (TensorBoard),
+/serving_model.
 """
+ENSEMBLE_USAGE = """`python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=...
+--transform_output=... --output_dir=... [--ensemble_size=4] [--ensemble_objective=nll]
+[--temperature_fit=in_support --train_files=...]`: the pipeline's hyper-deep ensemble
+selection and export over member models trained elsewhere (each DIR a serving_model this
+command wrote); the ensemble goes to <output_dir>/serving_model.
+"""
+INSPECT_USAGE = """`python -m trainer_module inspect PATH`: the variables (name, shape, dtype) of a
+checkpoint (directory or prefix) or SavedModel, and the step, config and warm start it was
+written with.
+"""
+COMMAND_HELP = "`ensemble --help` (with its flags), `inspect --help`: that command's usage.\n"
 
 
 def usage() -> str:
-  """USAGE, then every flag, grouped, with its default and meaning."""
+  """The commands, then every flag of the trainer, grouped, with its default and meaning."""
   helps = field_help(StandalonePaths)
   paths = [(f.name, f.default, helps[f.name]) for f in dataclasses.fields(StandalonePaths)]
-  return USAGE + describe_flags([("paths", paths)]
-                                  + config_sections(TrainerConfig(), TrainerConfig))
+  return "\n".join((TRAIN_USAGE, ENSEMBLE_USAGE, INSPECT_USAGE, COMMAND_HELP)) + describe_flags(
+      [("paths", paths)] + config_sections(TrainerConfig(), TrainerConfig))
 
 
 def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
@@ -102,17 +104,21 @@ def parse(argv) -> Tuple[TrainerConfig, RunPaths]:
 
 @dataclasses.dataclass(frozen=True)
 class EnsembleFlags:
-  members: Tuple[str, ...] = ()  # The members' serving_model directories.
+  """The ensemble command's flags (`ensemble_usage`: their help)."""
+  members: Tuple[str, ...] = ()  # Comma-separated serving_model directories of the members.
   eval_files: Tuple[str, ...] = ()  # Transform's eval split: selection and temperature.
-  train_files: Tuple[str, ...] = ()  # Transform's train split (temperature_fit=in_support).
+  train_files: Tuple[str, ...] = ()  # Transform's train split, feature distances' reference.
   transform_output: str = ""
-  output_dir: str = ""
-  ensemble_size: int = 4
-  ensemble_objective: str = "nll"
+  output_dir: str = ""  # The ensemble's serving_model/ goes here.
+  ensemble_size: int = 4  # Selection stops at this many distinct members (picks may repeat).
+  # Greedy selection's objective on the eval split; shift_nll adds the NLL of each validation
+  # corruption x severity slice.
+  ensemble_objective: str = "nll"  # nll, acc (accuracy), nll-acc or shift_nll.
   eval_batch_size: int = 256
   num_bins: int = 15
-  temperature_fit: str = "validation_corruptions"  # The ensemble's T: or clean, in_support.
-  validation_corruption_examples: int = 50  # Eval images per validation slice.
+  # Any rule but clean_and_augmix; in_support and the distance rules need train_files.
+  temperature_fit: str = "validation_corruptions"  # The ensemble's T, fitted as one model's.
+  validation_corruption_examples: int = 50
 
   def __post_init__(self):
     for name in ("members", "eval_files", "transform_output", "output_dir"):
@@ -125,7 +131,22 @@ class EnsembleFlags:
                        f"must be one of {ENSEMBLE_OBJECTIVES}.")
 
 
+def ensemble_usage() -> str:
+  """ENSEMBLE_USAGE, then each of the command's flags with its default and meaning: its comment
+  in EnsembleFlags, then the help of the trainer's field of that name; a path without a comment
+  has the standalone trainer's help of that path."""
+  trainer = {name: text for _, flags in config_sections(TrainerConfig(), TrainerConfig)
+             for name, _, text in flags}
+  own, paths = field_help(EnsembleFlags), field_help(StandalonePaths)
+  flags = [(f.name, f.default, " ".join(filter(None, (own[f.name], trainer.get(f.name))))
+            or paths.get(f.name, "")) for f in dataclasses.fields(EnsembleFlags)]
+  return ENSEMBLE_USAGE + describe_flags([("flags", flags)])
+
+
 def ensemble_main(argv) -> int:
+  if _wants_help(argv):
+    print(ensemble_usage())
+    return 0
   try:
     flags = EnsembleFlags(**parse_flags(argv, typing.get_type_hints(EnsembleFlags)))
   except ValueError as error:
@@ -153,20 +174,33 @@ def _configure_logging() -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)
 
 
+def inspect_main(argv) -> int:
+  if _wants_help(argv):
+    print(INSPECT_USAGE, end="")
+    return 0
+  unknown = [arg for arg in argv if arg.startswith("-")]
+  if unknown or len(argv) != 1:
+    print("error: " + (f"Unknown argument {', '.join(unknown)}. " if unknown else "")
+          + "Usage: python -m trainer_module inspect PATH", file=sys.stderr)
+    return 2
+  try:
+    print(warm_start.inspect(argv[0]))
+  except warm_start.WarmStartError as error:
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def _wants_help(argv) -> bool:
+  return "--help" in argv or "-h" in argv
+
+
 def main(argv) -> int:
   if argv[:1] == ["ensemble"]:
     return ensemble_main(argv[1:])
   if argv[:1] == ["inspect"]:
-    if len(argv) != 2:
-      print("usage: python -m trainer_module inspect PATH", file=sys.stderr)
-      return 2
-    try:
-      print(warm_start.inspect(argv[1]))
-    except warm_start.WarmStartError as error:
-      print(f"error: {error}", file=sys.stderr)
-      return 2
-    return 0
-  if "--help" in argv or "-h" in argv:
+    return inspect_main(argv[1:])
+  if _wants_help(argv):
     print(usage())
     return 0
   try:
