@@ -182,17 +182,20 @@ def generated_corruptions(test_records: List[Record], names: List[str], per_corr
                                     label, CORRUPTED, name, severity)
 
 
+def _cifar10_corrupted_config(name: str, severity: int) -> str:
+  return f"cifar10_corrupted/{name}_{severity}"
+
+
 def cifar10_corrupted(names: List[str], per_corruption: int,
                       data_dir: Optional[str]) -> Iterator[tf.train.Example]:
-  """tensorflow-datasets' CIFAR-10-C: the first `per_corruption` images (all when 0) of each
-  `<corruption>_<severity>` config; the same test images in every slice."""
+  """tensorflow-datasets' CIFAR-10-C, prepared already (write_evaluation_set): the first
+  `per_corruption` images (all when 0) of each `<corruption>_<severity>` config; the same test
+  images in every slice."""
   import tensorflow_datasets as tfds
   for name in names:
     for severity in corruptions.SEVERITIES:
-      config = f"cifar10_corrupted/{name}_{severity}"
-      image_sources.prepare_tfds(config, data_dir)
-      dataset = tfds.load(config, split="test", data_dir=data_dir, shuffle_files=False,
-                          download=False)
+      dataset = tfds.load(_cifar10_corrupted_config(name, severity), split="test",
+                          data_dir=data_dir, shuffle_files=False, download=False)
       if per_corruption > 0:
         dataset = dataset.take(per_corruption)
       for index, record in enumerate(tfds.as_numpy(dataset)):
@@ -242,6 +245,10 @@ def write_evaluation_set(examples_uri: str, input_splits: List[str], output_uri:
   if names and source == "generated" and not test_records:
     raise ValueError(f"The generated robustness set corrupts the test split, and the examples "
                      f"at {examples_uri} have none; give a test split or set --corruptions=.")
+  if source == "cifar10_corrupted":
+    for name in names:
+      for severity in corruptions.SEVERITIES:
+        image_sources.prepare_tfds(_cifar10_corrupted_config(name, severity), tfds_data_dir)
   counts = {
       EVAL: _write(output_uri, EVAL, (make_evaluation_example(*r, EVAL)
                                       for r in _read_split(examples_uri, EVAL))),

@@ -95,7 +95,7 @@ def test_unknown_sources_and_corruptions_are_refused(tmp_path, source, names, me
 
 
 def test_cifar10_corrupted_from_tensorflow_datasets(tmp_path, monkeypatch):
-  """Each config is prepared (downloaded once, or found) before it is read."""
+  """Each config is prepared (downloaded once, or found) before anything is written."""
   import tensorflow_datasets as tfds
   prepared, prepare = [], image_sources.prepare_tfds
   monkeypatch.setattr(image_sources, "prepare_tfds",
@@ -108,6 +108,17 @@ def test_cifar10_corrupted_from_tensorflow_datasets(tmp_path, monkeypatch):
   assert counts["corrupted"] == 2 * 5 * 4
   assert prepared == [f"cifar10_corrupted/{name}_{severity}" for name in ("frost", "zoom_blur")
                       for severity in range(1, 6)]
+
+  def unavailable(name, data_dir=None):
+    raise image_sources.TfdsUnavailable(f"tensorflow-datasets could not download {name}")
+
+  monkeypatch.setattr(image_sources, "prepare_tfds", unavailable)
+  with pytest.raises(image_sources.TfdsUnavailable, match="download cifar10_corrupted/frost_1"):
+    evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"],
+                                        str(tmp_path / "offline"), "cifar10_corrupted",
+                                        ["frost"], 4)
+  assert not (tmp_path / "offline").exists() or not any((tmp_path / "offline").iterdir()), (
+      "nothing is written before every config is prepared")
   corrupted = _read(str(tmp_path / "out"), "corrupted")
   slices = collections.Counter((f["corruption"].bytes_list.value[0].decode(),
                                 f["severity"].int64_list.value[0]) for f in corrupted)

@@ -109,26 +109,36 @@ def prepare_tfds(name: str, data_dir: Optional[str] = None) -> None:
   except Exception as error:
     for path in made:
       shutil.rmtree(path, ignore_errors=True)
-    cause = (str(error).strip().splitlines() or [""])[0]
+    cause = (str(error).strip().splitlines() or [""])[0].rstrip(".")
+    cause = cause if len(cause) <= 200 else cause[:200] + "..."
+    advice = (f" Prepare it where there is network access (tfds build {name} --data_dir=DIR) and "
+              "pass --tfds_data_dir=DIR." if _is_network_error(error) else "")
     raise TfdsUnavailable(
-        f"tensorflow-datasets could not download and prepare {name} into {root}: "
-        f"{type(error).__name__}: {cause[:200]}{'...' if len(cause) > 200 else ''}. Prepare it "
-        f"where there is network access (tfds build {name} --data_dir=DIR) and pass "
-        f"--tfds_data_dir=DIR.") from error
+        f"tensorflow-datasets could not {'download' if advice else 'prepare'} {name} into "
+        f"{root}: {type(error).__name__}: {cause}."
+        f"{advice}") from error
+
+
+def _is_network_error(error: BaseException) -> bool:
+  """Whether a failed download_and_prepare failed to reach the dataset's source."""
+  import urllib.error
+  import requests
+  return isinstance(error, (requests.exceptions.RequestException, urllib.error.URLError,
+                            ConnectionError, TimeoutError))
 
 
 def tfds_records(name: str, split: str, eval_fraction: float,
                  data_dir: Optional[str] = None) -> Iterator[Record]:
-  """A tensorflow-datasets image dataset (e.g. cifar10), for one split, prepared already
-  (prepare_tfds).
+  """A tensorflow-datasets image dataset (e.g. cifar10), for one split. The step prepares it
+  first (prepare_tfds), so a worker on its machine only reads it; one elsewhere (Dataflow)
+  downloads it itself unless the data dir is shared.
 
   The dataset's own test split is our test split; its train split is divided into train and
   eval by key, so model selection never sees test images.
   """
   import tensorflow_datasets as tfds
   source_split = "test" if split == "test" else "train"
-  dataset = tfds.load(name, split=source_split, data_dir=data_dir, shuffle_files=False,
-                      download=False)
+  dataset = tfds.load(name, split=source_split, data_dir=data_dir, shuffle_files=False)
   for record in tfds.as_numpy(dataset):
     key = f"{name}-{record['id'].decode('utf-8')}"
     if split == "test" or split_for_key(key, eval_fraction, 0.0) == split:
