@@ -30,7 +30,7 @@ _OUR_LOGGERS = ("pipeline", "local_runner", "reporting", "trainer_module", "comp
 _LOG_ONLY = ("apache_beam",)
 LOG_ONLY = {"log_only": True}  # `extra` of a record meant for the log file alone.
 # How a Beam worker's error reaches the step: a RuntimeError holding the worker's traceback,
-# whose last line is the error.
+# which ends with the error.
 _WORKER_TRACEBACK = "Traceback (most recent call last):"
 
 
@@ -144,9 +144,18 @@ def failure_message(config: config_lib.PipelineConfig, error: Exception) -> str:
       return ("Corrupted input TFRecord file(s); replace or remove them and run again:\n" +
               "\n".join(f"  - {line}" for line in damaged))
   if _WORKER_TRACEBACK in message:
-    return (f"{message.strip().splitlines()[-1].strip()}\n"
-            "(raised in a Beam worker; its traceback is in the full log)")
+    return f"{_raised_error(message)}\n(raised in a Beam worker; its traceback is in the full log)"
   return message
+
+
+def _raised_error(traceback_text: str) -> str:
+  """The error a traceback ends with, whole: what follows its last frame's source lines."""
+  lines = traceback_text.rstrip().splitlines()
+  frames = [index for index, line in enumerate(lines) if line.startswith("  File ")]
+  start = frames[-1] + 1 if frames else len(lines) - 1
+  while start < len(lines) - 1 and lines[start].startswith("    "):
+    start += 1
+  return "\n".join(lines[start:])
 
 
 def main(argv: Sequence[str]) -> int:

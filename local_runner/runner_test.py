@@ -8,7 +8,7 @@ from pipeline.config import from_flags
 
 
 def _explode(number):
-  raise ValueError(f"example {number} has no label")
+  raise ValueError(f"example {number} has no label\nfile: digits-{number:04d}.png")
 
 
 @pytest.fixture(scope="module")
@@ -21,12 +21,12 @@ def worker_error():
   return raised.value
 
 
-def test_a_beam_workers_error_is_shown_by_its_last_line_and_the_traceback_left_to_the_log(
+def test_a_beam_workers_error_is_shown_whole_and_its_traceback_left_to_the_log(
     worker_error, tmp_path):
   assert len(str(worker_error).splitlines()) > 10, "Beam wraps it in the worker's traceback"
   message = failure_message(from_flags([f"--output_dir={tmp_path}"]), worker_error)
   assert message.splitlines() == [
-      "ValueError: example 7 has no label [while running 'Label']",
+      "ValueError: example 7 has no label", "file: digits-0007.png [while running 'Label']",
       "(raised in a Beam worker; its traceback is in the full log)"]
 
 
