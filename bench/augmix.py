@@ -51,7 +51,7 @@ from tfx import v1 as tfx  # noqa: E402
 from components import image_sources  # noqa: E402
 from components.calibration_metrics import NLL_NAME  # noqa: E402
 from components import report_sections, tfma_results  # noqa: E402
-from configs.flags import field_help  # noqa: E402
+from configs.flags import field_help, over_defaults  # noqa: E402
 from pipeline.config import BeamConfig, PipelineConfig, from_flags, from_preset  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
@@ -309,10 +309,10 @@ def robustness(args) -> None:
   print(f"AugMix sources, default pipeline model, outputs in {output_dir}; "
         f"{os.cpu_count()} cores", flush=True)
   for source in args.robustness.split(","):
-    flags = [f"--output_dir={output_dir}", "--max_eval_ece=0",  # No run becomes a baseline.
-             f"--aug_count={args.aug_count}", *args.pipeline_flags.split()]
-    flags += (["--augmix_online=true"] if source == "online"
-              else [f"--augmix_view_sets={int(source)}"])
+    own = [f"--output_dir={output_dir}", "--max_eval_ece=0",  # No run becomes a baseline.
+           f"--aug_count={args.aug_count}",
+           "--augmix_online=true" if source == "online" else f"--augmix_view_sets={int(source)}"]
+    flags = over_defaults(own, args.pipeline_flags.split())
     config = from_flags(flags)
     start = time.time()
     with open(os.path.join(output_dir, f"bench-{source}.log"), "w") as log:

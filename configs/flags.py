@@ -37,9 +37,9 @@ def name_value_pairs(argv: Sequence[str]) -> List[Tuple[str, str]]:
 def over_defaults(defaults: Sequence[str], argv: Sequence[str]) -> List[str]:
   """`argv` after those of the `defaults` flags it does not give, as `--name=value`: how a caller
   with flags of its own lets its user's replace them, when a flag given twice is an error."""
-  given = {name for name, _ in name_value_pairs(argv)}
+  given = {name.split(".")[-1] for name, _ in name_value_pairs(argv)}  # Leaf names are unique.
   return [f"--{name}={value}" for name, value in name_value_pairs(defaults)
-          if name not in given] + list(argv)
+          if name.split(".")[-1] not in given] + list(argv)
 
 
 def parse_flags(argv: Sequence[str], hints: Mapping[str, Any]) -> Dict[str, Any]:
@@ -81,7 +81,9 @@ def field_help(cls) -> Dict[str, str]:
   """Each field's help, the comments that document it where it is defined: its end-of-line
   comment with the comment-only lines right below it that start at that comment's column, then
   the comment block directly above it. A comment block with a blank line below it heads the
-  fields that follow and is no field's help; a comment at any other column is refused."""
+  fields that follow and is no field's help. From the first field to the first other statement
+  (a method), a comment at any other column is refused; elsewhere (on the decorator, in a
+  method) it is not read."""
   source = textwrap.dedent(inspect.getsource(cls))
   body = ast.parse(source).body[0].body
   names = {f.name for f in dataclasses.fields(cls)}
@@ -94,6 +96,9 @@ def field_help(cls) -> Dict[str, str]:
               for token in tokenize.generate_tokens(io.StringIO(source).readline)
               if token.type == tokenize.COMMENT}
   parts: Dict[str, List[str]] = {name: [] for name in statements.values() if name}
+  first_field = min(number for number, name in statements.items() if name)
+  after_fields = min((number for number, name in statements.items()  # E.g. the first method.
+                      if name is None and number > first_field), default=float("inf"))
   above: Dict[str, List[str]] = {}
   block: List[str] = []
   continued = None  # (field, column) of the end-of-line comment the next line may continue.
@@ -114,6 +119,8 @@ def field_help(cls) -> Dict[str, str]:
     elif column == body[0].col_offset:
       block.append(text)
       continued = None
+    elif not first_field <= number < after_fields:
+      block, continued = [], None
     else:
       raise ValueError(f"{cls.__name__}, line {number} of its definition: a comment neither "
                        "continues the end-of-line comment above it (same column) nor starts at "

@@ -13,6 +13,7 @@ from kubeflow import cli as kubeflow_cli
 from kubeflow.cluster_config import ClusterConfig, usage as cluster_usage
 from local_runner import runner as local_runner
 from pipeline.config import CONFIG_FLAG, from_flags, usage
+from testing.help_text import printed_helps
 from trainer_module.calibration import registry as calibration_methods
 from trainer_module.config import TrainerConfig
 
@@ -20,25 +21,9 @@ from trainer_module.config import TrainerConfig
 CONFIGS = tuple(cls for _, _, cls in groups.sections(ClusterConfig))
 
 
-def _printed_helps(text):
-  """{flag: its help} as a `--help` text prints them, each flag listed once."""
-  helps, name = {}, None
-  for line in text.splitlines():
-    flag = re.match(r"  --(\S+)  \(default: ", line)
-    if flag:
-      name = flag.group(1)
-      assert name not in helps, f"--{name} listed twice"
-      helps[name] = ""
-    elif name and line.startswith("      "):
-      helps[name] = f"{helps[name]} {line.strip()}".lstrip()
-    else:
-      name = None
-  return helps
-
-
 # What `python -m local_runner --help` and `python -m kubeflow --help` print for each flag.
-LOCAL_HELPS = _printed_helps(usage())
-KUBEFLOW_HELPS = _printed_helps(cluster_usage("python -m kubeflow compile"))
+LOCAL_HELPS = printed_helps(usage())
+KUBEFLOW_HELPS = printed_helps(cluster_usage("python -m kubeflow compile"))
 
 
 def _sentences(text):
@@ -81,7 +66,7 @@ def test_every_flag_s_help_is_its_own_field_s_comment_in_whole_sentences_once(na
   assert not {run for run in runs if runs.count(run) > 1}, f"--{name} says it twice: {text}"
 
 
-def test_the_flags_the_review_found_wrong_say_what_they_mean_and_no_more():
+def test_temperature_fit_names_its_methods_and_the_flags_beside_it_keep_to_their_own():
   helps = KUBEFLOW_HELPS
   fit = helps["temperature_fit"]
   assert fit.startswith("How temperature scaling (trainer_module/calibration/) fits T. ")
@@ -99,7 +84,7 @@ def test_the_flags_the_review_found_wrong_say_what_they_mean_and_no_more():
 
 
 def test_help_is_the_end_of_line_comment_and_its_continuation_then_the_block_above():
-  @dataclasses.dataclass
+  @dataclasses.dataclass  # Outside the fields: not read.
   class Example:
     """A heading (a comment block with a blank line below it) documents no one field."""
     # Schedule: warm-up, then decay.
@@ -114,6 +99,7 @@ def test_help_is_the_end_of_line_comment_and_its_continuation_then_the_block_abo
     def double(self):  # A method's comments are no field's.
       # Nor this one.
       return 2 * self.rate
+      # Nor one after a method's last statement.
 
   assert field_help(Example) == {
       "rate": "Peak learning rate, per 128 examples. Reached at the end of warm-up.",
@@ -194,3 +180,6 @@ def test_a_caller_s_own_flags_give_way_to_its_user_s():
       "--depth=10", "--train_epochs", "3"]
   assert from_flags(over_defaults(["--depth=10", "--train_epochs=6"], ["--train_epochs=3"])
                     ).trainer.training.train_epochs == 3
+  dotted = ["--trainer.training.train_epochs=3"]  # The same flag by its path.
+  assert over_defaults(["--depth=10", "--train_epochs=6"], dotted) == ["--depth=10", *dotted]
+  assert over_defaults(["--trainer.model.depth=10"], ["--depth=16"]) == ["--depth=16"]
