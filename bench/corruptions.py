@@ -50,8 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="digits each corruption's ms per image is timed over, at every "
                            "severity (default %(default)s)")
   parser.add_argument("--per_corruption", type=int, default=100,
-                      help="test images per corruption x severity in the corrupted split "
-                           "(default %(default)s, the pipeline's examples_per_corruption)")
+                      help=field_help(EvaluationConfig)["examples_per_corruption"])
   parser.add_argument("--corruptions", default=",".join(corruptions.BENCHMARK_CORRUPTIONS),
                       help="comma-separated corruptions of the corrupted split (default: the "
                            "pipeline's 15 benchmark corruptions)")

@@ -40,7 +40,9 @@ from tfx import v1 as tfx  # noqa: E402
 from components import evaluation_set  # noqa: E402
 from components.evaluator import Evaluator  # noqa: E402
 from components import tfma_results  # noqa: E402
-from pipeline.config import BeamConfig, PipelineConfig, from_preset, robustness_source  # noqa: E402
+from configs.flags import field_help  # noqa: E402
+from pipeline.config import (BeamConfig, EvaluationConfig, PipelineConfig,  # noqa: E402
+                             from_preset, robustness_source)
 from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
 from reporting.run_record import RunRecord  # noqa: E402
 from testing import reference_metrics  # noqa: E402
@@ -147,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--output_dir", default="outputs",
                       help="a `make run` output directory (default %(default)s, make run's)")
   parser.add_argument("--examples_per_corruption", type=int, default=0,
-                      help="test images per corruption x severity (default 0: all)")
+                      help=field_help(EvaluationConfig)["examples_per_corruption"]
+                      + " Here the default is 0.")
   parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode,
-                      help="the Evaluator's Beam DirectRunner mode, default %(default)s "
-                           "(multi_processing: one worker process per core; in_memory: this "
-                           "process; auto: by the evaluation set's size, as the pipeline)")
+                      help=field_help(BeamConfig)["beam_running_mode"]
+                      + " Here: the Evaluator's.")
   parser.add_argument("--inference_batch_size", type=int,
                       default=PipelineConfig().trainer.training.eval_batch_size,
                       help="rows the Evaluator regroups its input batches to before calling "

@@ -23,7 +23,7 @@ def test_help_is_the_docstrings_first_paragraph_and_says_what_every_flag_means(n
   module = importlib.import_module(f"bench.{name}")
   parser = module.build_parser()
   text = " ".join(parser.format_help().split())  # Formatting fails on a stray % in a help.
-  assert parser.description == module.__doc__.split("\n\n")[0]
+  assert module.__doc__.startswith(parser.description)
   assert parser.description.endswith(".") and " ".join(parser.description.split()) in text
   unexplained = [action.option_strings for action in parser._actions
                  if action.help != argparse.SUPPRESS and len((action.help or "").split()) < 3]

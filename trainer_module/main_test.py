@@ -4,21 +4,8 @@ import dataclasses
 
 import pytest
 
+from testing.help_text import printed_helps
 from trainer_module.__main__ import EnsembleFlags, main
-
-
-def _flag_helps(text):
-  """{flag: its help} from a --help text's `  --name  (default: ...)` lines and what follows."""
-  helps, name = {}, None
-  for line in text.splitlines():
-    if line.startswith("  --"):
-      name = line.split()[0][2:]
-      helps[name] = ""
-    elif name and line.startswith("      "):
-      helps[name] = " ".join((helps[name], line.strip())).strip()
-    else:
-      name = None
-  return helps
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--members=a", "--help"]])
@@ -26,7 +13,7 @@ def test_ensemble_help_lists_every_flag_with_what_it_means(argv, capsys):
   assert main(["ensemble", *argv]) == 0
   out = capsys.readouterr().out
   assert out.startswith("`python -m trainer_module ensemble --members=DIR,DIR,...")
-  helps = _flag_helps(out)
+  helps = printed_helps(out)
   assert list(helps) == [field.name for field in dataclasses.fields(EnsembleFlags)]
   assert not [name for name, text in helps.items() if len(text.split()) < 2], helps
   # Helps defined once: the trainer's field of the same name, the trainer's path.

@@ -278,3 +278,14 @@ def test_a_slice_name_gives_its_corruptions_family_and_anything_else_none():
   assert corruptions.family_of_slice("jpeg_compression_1") == "digital"
   assert corruptions.family_of_slice("speckle_noise_3") == "noise"  # A validation corruption.
   assert corruptions.family_of_slice("clean") is None
+
+
+def test_a_subsample_is_chosen_by_a_hash_of_the_keys_alone_and_listed_in_key_order():
+  records = [(f"image-{index}", index) for index in range(10)]
+  chosen = corruptions.subsample(records, 3)
+  assert chosen == [("image-1", 1), ("image-5", 5), ("image-9", 9)]
+  assert corruptions.subsample(records[::-1], 3) == chosen, "whatever order they come in"
+  assert corruptions.subsample(records + [("image-10", 10)], 3) == chosen, (
+      "a key that hashes higher than the chosen three leaves them chosen")
+  assert corruptions.subsample(records, 0) == records == corruptions.subsample(records, 10)
+

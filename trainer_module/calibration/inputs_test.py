@@ -1,6 +1,4 @@
 """The held-out sets: AugMix views and validation corruptions of the eval images, repeatable."""
-import hashlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -67,15 +65,12 @@ def test_validation_corrupted_batches_are_every_validation_slice_repeatable_in_a
   np.testing.assert_array_equal(first_labels, np.concatenate([b[1].numpy() for b in again]))
   pixels01 = first_images * std + mean
   assert pixels01.min() >= -1e-5 and pixels01.max() <= 1 + 1e-5
-  # Two eval images, chosen by a hash of their pixels and in key order, the same two in every
-  # slice, each with its own label.
+  # Two eval images, chosen by a hash of their pixels (images 4 and 0 of these seven, in the
+  # order of their keys), the same two in every slice, each with its own label.
   slices = first_images.reshape(len(VALIDATION_CORRUPTIONS) * 5, 2, 32, 32, 3)
   assert not np.allclose(slices[0], slices[-1], atol=1e-3), "different corruptions differ"
-  keys = [hashlib.sha256(image.tobytes()).hexdigest() for image in pixels]
-  chosen = reference_corruptions.subsample([(key, index) for index, key in enumerate(keys)], 2)
   np.testing.assert_array_equal(first_labels.reshape(-1, 2),
-                                np.tile([labels[index] for _, index in chosen],
-                                        (len(VALIDATION_CORRUPTIONS) * 5, 1)))
+                                np.tile([4, 0], (len(VALIDATION_CORRUPTIONS) * 5, 1)))
   assert not set(VALIDATION_CORRUPTIONS) & set(
       reference_corruptions.BENCHMARK_CORRUPTIONS), "no evaluated corruption tunes T"
 
