@@ -96,7 +96,7 @@ def field_help(cls) -> Dict[str, str]:
               for token in tokenize.generate_tokens(io.StringIO(source).readline)
               if token.type == tokenize.COMMENT}
   parts: Dict[str, List[str]] = {name: [] for name in statements.values() if name}
-  first_field = min(number for number, name in statements.items() if name)
+  first_field = min((number for number, name in statements.items() if name), default=0)
   after_fields = min((number for number, name in statements.items()  # E.g. the first method.
                       if name is None and number > first_field), default=float("inf"))
   above: Dict[str, List[str]] = {}

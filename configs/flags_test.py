@@ -106,6 +106,12 @@ def test_help_is_the_end_of_line_comment_and_its_continuation_then_the_block_abo
       "decay": "Factor at each decay epoch.", "name": "Quoted hashes are values."}
 
   @dataclasses.dataclass
+  class NoFields:
+    """A group may hold nothing yet."""
+
+  assert field_help(NoFields) == {}
+
+  @dataclasses.dataclass
   class Misaligned:
     rate: float = 0.1  # Peak learning rate,
                       # per 128 examples.
