@@ -41,6 +41,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -335,7 +337,7 @@ def robustness(args) -> None:
 def build_parser() -> argparse.ArgumentParser:
   defaults = from_preset().trainer
   augmix_help = field_help(AugMixConfig)
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--images", type=int, default=50_000,
                       help="training images: the embedded digits repeated under distinct keys "
                            "(default %(default)s, CIFAR-10's training set size)")

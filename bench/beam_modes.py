@@ -21,6 +21,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
@@ -62,7 +64,7 @@ def run_steps(mode: str, work_dir: str, **overrides) -> tuple:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--repeats", type=int, default=1,
                       help="runs per running mode, the modes alternating; each step's best "
                            "wall time counts (default %(default)s)")

@@ -42,6 +42,8 @@ from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
 
@@ -345,7 +347,7 @@ def model_sets(run: run_outputs.Run,
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--output_dir", default="outputs",
                       help="a finished run's output directory (default %(default)s, make run's)")
   parser.add_argument("--model", default=None,

@@ -18,6 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 from components import evaluation_set, image_sources  # noqa: E402
 from configs.flags import field_help  # noqa: E402
@@ -45,7 +47,7 @@ def timed_set(records, names, per_corruption, workers):
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--images", type=int, default=4,
                       help="digits each corruption's ms per image is timed over, at every "
                            "severity (default %(default)s)")

@@ -23,6 +23,8 @@ from typing import Dict, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -158,7 +160,7 @@ def served_sets(model_dir: str, examples: run_outputs.EvaluationSet,
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--output_dir", default="outputs",
                       help="a finished ensemble run's output directory (default %(default)s, "
                            "make run's)")

@@ -31,6 +31,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -145,7 +147,7 @@ def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--output_dir", default="outputs",
                       help="a `make run` output directory (default %(default)s, make run's)")
   parser.add_argument("--examples_per_corruption", type=int, default=0,

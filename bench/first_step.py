@@ -19,6 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 _STEADY_STEPS = 5
 
 
@@ -53,7 +55,7 @@ def measure(output_dir: str, autograph: bool) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--output_dir", default="outputs",
                       help="a finished single-model run's output directory (default "
                            "%(default)s, make run's)")

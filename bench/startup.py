@@ -19,6 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS, which the probes inherit.
 
 _PROBE = "import tfx.v1, google.api_core, sys; print(google.api_core.__version__, file=sys.stderr)"
@@ -36,7 +38,7 @@ def import_seconds(extra_path: str = "") -> tuple:
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--other_api_core", default="",
                       help="a directory holding another google-api-core (pip install --target); "
                            "without it, only the locked environment is timed")

@@ -34,6 +34,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -217,7 +219,7 @@ def digits_accuracy(config: TrainerConfig, train_file: str, eval_file: str,
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--models", nargs="+", default=["16-4", "28-10"], choices=sorted(BATCH),
                       help="Wide ResNets (depth-width) whose training throughput is measured "
                            "(default: both)")

@@ -28,6 +28,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import cli  # noqa: E402
+
 import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import tensorflow as tf  # noqa: E402
 
@@ -97,7 +99,7 @@ def train(name, files, transform_dir, output_dir, *flags):
 
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.script_parser(__doc__)
   parser.add_argument("--transfer_steps", default="10,30",
                       help="comma-separated training step counts of the 5-class transfer runs, "
                            "each run from scratch and warm-started (default %(default)s)")
