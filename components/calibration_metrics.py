@@ -2,7 +2,9 @@
 only binary ones; all share one pass of mergeable sums per slice (docs/pipeline.md,
 "Evaluation and the gate").
 """
-from typing import Dict, Iterable, List, Optional, Tuple
+import hashlib
+import math
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -17,30 +19,68 @@ RELIABILITY_NAME = "reliability_diagram"  # [num_bins, 3]: count, mean confidenc
 NLL_NAME = "nll"
 BRIER_NAME = "brier_score"
 MEAN_SLICE_ECE_NAME = "mean_slice_ece"
+# MeanSliceECE's other outputs: the mean over the sub-slices of confidence minus accuracy, and
+# the bootstrap standard deviations of both means.
+MEAN_SLICE_GAP_NAME = "mean_slice_confidence_gap"
+BOOTSTRAP_SD_SUFFIX = "_bootstrap_sd"
 # The features whose values make MeanSliceECE's sub-slices (components/evaluation_set.py).
 DEFAULT_SUB_SLICE_KEYS = ("corruption", "severity")
+# The feature naming the source image an example was made from (components/evaluation_set.py):
+# MeanSliceECE's bootstrap resamples source images, each with all its corrupted versions.
+DEFAULT_RESAMPLE_KEY = "source_image"
+DEFAULT_BOOTSTRAP_REPLICATES = 200
 DEFAULT_NUM_BINS = 15
 PROBABILITY_FLOOR = 1e-12  # Keeps -log p finite when a float32 softmax rounds p to 0.
 # One leading underscore: TFMA computes the statistics but drops them from its output.
 _STATISTICS_NAME = "_calibration_statistics"
 FLUSH_SIZE = 1024  # Examples an accumulator holds before adding them in one numpy pass.
+# P(K <= k) for K ~ Poisson(1), k = 0, 1, ...: beyond k = 18 it is 1 to float64's precision.
+_POISSON_1_CDF = np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(19)])
+_GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment and mixing constants.
+_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def poisson_weights(groups: Sequence[str], replicates: int) -> np.ndarray:
+  """[replicates, len(groups)] Poisson(1) counts, each a function of its group and replicate
+  alone (splitmix64 of a hash of the group's name). Every slice, worker and run draws the same
+  count for the same source image, so a bootstrap of a mean over slices resamples images whole,
+  with every corrupted version of each; and the sums stay mergeable (the Poisson bootstrap:
+  each example kept a Poisson(1) number of times approximates resampling n of n)."""
+  keys = np.array([int.from_bytes(hashlib.blake2b(group.encode("utf-8"), digest_size=8).digest(),
+                                  "little") for group in groups], dtype=np.uint64)
+  with np.errstate(over="ignore"):
+    z = keys[None, :] + np.arange(1, replicates + 1, dtype=np.uint64)[:, None] * _GOLDEN_GAMMA
+    z = (z ^ (z >> np.uint64(30))) * _MIX_1
+    z = (z ^ (z >> np.uint64(27))) * _MIX_2
+    z ^= z >> np.uint64(31)
+  uniform = (z >> np.uint64(11)).astype(np.float64) / float(2 ** 53)
+  return np.searchsorted(_POISSON_1_CDF, uniform, side="right").astype(np.float64)
 
 
 class _Accumulator:
   """Sufficient statistics of one slice: they add, so workers' partial sums merge exactly.
-  Examples wait in `pending` (label, probability row, weight) until `flush` adds a batch of
-  them at once: one vectorised numpy pass instead of a dozen numpy calls per example."""
+  Examples wait in `pending` (label, probability row, weight, source image or None) until
+  `flush` adds a batch of them at once: one vectorised numpy pass instead of a dozen numpy
+  calls per example. With `replicates`, the reliability sums are also kept per bootstrap
+  replicate ([replicates, num_bins], each example weighted by poisson_weights of its source
+  image); an example without a source image makes the slice's bootstrap unavailable
+  (`resampled` False), never a bootstrap over part of it."""
   __slots__ = ["count", "nll_sum", "brier_sum", "bin_count", "bin_confidence", "bin_correct",
+               "replicate_count", "replicate_confidence", "replicate_correct", "resampled",
                "pending"]
 
-  def __init__(self, num_bins: int):
+  def __init__(self, num_bins: int, replicates: int = 0):
     self.count = 0.0
     self.nll_sum = 0.0
     self.brier_sum = 0.0
     self.bin_count = np.zeros(num_bins)
     self.bin_confidence = np.zeros(num_bins)
     self.bin_correct = np.zeros(num_bins)
-    self.pending: List[Tuple[int, np.ndarray, float]] = []
+    self.replicate_count = np.zeros((replicates, num_bins))
+    self.replicate_confidence = np.zeros((replicates, num_bins))
+    self.replicate_correct = np.zeros((replicates, num_bins))
+    self.resampled = replicates > 0
+    self.pending: List[Tuple[int, np.ndarray, float, Optional[str]]] = []
 
   def merge(self, other: "_Accumulator") -> None:
     self.count += other.count
@@ -49,6 +89,10 @@ class _Accumulator:
     self.bin_count += other.bin_count
     self.bin_confidence += other.bin_confidence
     self.bin_correct += other.bin_correct
+    self.replicate_count += other.replicate_count
+    self.replicate_confidence += other.replicate_confidence
+    self.replicate_correct += other.replicate_correct
+    self.resampled = self.resampled and other.resampled
     self.pending.extend(other.pending)
 
   def flush(self) -> None:
@@ -56,7 +100,7 @@ class _Accumulator:
     docstring, summed over the batch)."""
     if not self.pending:
       return
-    labels, rows, weights = zip(*self.pending)
+    labels, rows, weights, sources = zip(*self.pending)
     sizes = {row.size for row in rows}
     if len(sizes) != 1:
       raise ValueError(f"Predictions of different numbers of class probabilities "
@@ -82,6 +126,20 @@ class _Accumulator:
     self.bin_count += np.bincount(bins, weights=w, minlength=num_bins)
     self.bin_confidence += np.bincount(bins, weights=w * confidence, minlength=num_bins)
     self.bin_correct += np.bincount(bins, weights=w * (predicted == y), minlength=num_bins)
+    if self.resampled and any(source is None for source in sources):
+      self.resampled = False
+    if self.resampled:
+      replicates = self.replicate_count.shape[0]
+      replicate_w = poisson_weights(sources, replicates) * w  # [replicates, examples]
+      cells = (np.arange(replicates)[:, None] * num_bins + bins[None, :]).ravel()
+
+      def replicate_sums(values):
+        return np.bincount(cells, weights=(replicate_w * values).ravel(),
+                           minlength=replicates * num_bins).reshape(replicates, num_bins)
+
+      self.replicate_count += replicate_sums(1.0)
+      self.replicate_confidence += replicate_sums(confidence)
+      self.replicate_correct += replicate_sums(predicted == y)
     self.pending = []
 
 
@@ -112,7 +170,7 @@ class _StatisticsCombiner(beam.CombineFn):
         element, eval_config=self._eval_config, model_name=self._model_name,
         output_name=self._output_name, example_weighted=self._example_weighted, flatten=False):
       accumulator.pending.append((int(np.ravel(label)[0]), np.ravel(prediction),
-                                  float(metric_util.safe_to_scalar(weight))))
+                                  float(metric_util.safe_to_scalar(weight)), None))
     if len(accumulator.pending) >= self._flush_size:
       accumulator.flush()
     return accumulator
@@ -246,14 +304,48 @@ def _feature_value(features, key: str):
       value, "item") else value
 
 
-class _SubSliceCombiner(beam.CombineFn):
-  """One _Accumulator per sub-slice (the values of `sub_slice_keys`), merged exactly."""
+def _slice_means(accumulators: List[_Accumulator]) -> Dict[str, float]:
+  """The mean over sub-slices of their ECE and of their confidence minus accuracy, and each
+  mean's standard deviation over the bootstrap replicates (NaN without a bootstrap)."""
+  def ece_and_gap(count, confidence, correct):
+    """Per row of bins ([..., num_bins]): (ECE, confidence - accuracy)."""
+    total = np.sum(count, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+      return (np.sum(np.abs(correct - confidence), axis=-1) / total,
+              (np.sum(confidence, axis=-1) - np.sum(correct, axis=-1)) / total)
 
-  def __init__(self, key: metric_types.MetricKey, num_bins: int, sub_slice_keys,
+  nan = float("nan")
+  if not accumulators:
+    return {MEAN_SLICE_ECE_NAME: nan, MEAN_SLICE_GAP_NAME: nan,
+            MEAN_SLICE_ECE_NAME + BOOTSTRAP_SD_SUFFIX: nan,
+            MEAN_SLICE_GAP_NAME + BOOTSTRAP_SD_SUFFIX: nan}
+  ece, gap = np.mean([ece_and_gap(a.bin_count, a.bin_confidence, a.bin_correct)
+                      for a in accumulators], axis=0)
+  ece_sd = gap_sd = nan
+  if all(a.resampled for a in accumulators):
+    replicate_ece, replicate_gap = np.mean(
+        [ece_and_gap(a.replicate_count, a.replicate_confidence, a.replicate_correct)
+         for a in accumulators], axis=0)  # Each [replicates]: the means of one resample.
+    ece_sd, gap_sd = float(np.std(replicate_ece, ddof=1)), float(np.std(replicate_gap, ddof=1))
+  return {MEAN_SLICE_ECE_NAME: float(ece), MEAN_SLICE_GAP_NAME: float(gap),
+          MEAN_SLICE_ECE_NAME + BOOTSTRAP_SD_SUFFIX: ece_sd,
+          MEAN_SLICE_GAP_NAME + BOOTSTRAP_SD_SUFFIX: gap_sd}
+
+
+class _SubSliceCombiner(beam.CombineFn):
+  """One _Accumulator per sub-slice (the values of `sub_slice_keys`), merged exactly; each with
+  `replicates` bootstrap replicates over the values of `resample_key` (0: none)."""
+
+  def __init__(self, keys: Dict[str, metric_types.MetricKey], num_bins: int, sub_slice_keys,
+               resample_key: str, replicates: int,
                eval_config: Optional[config_pb2.EvalConfig], example_weighted: bool):
-    self._key = key
+    self._keys = keys  # _slice_means' names -> the metric keys they are reported under.
+    self._model_name = keys[MEAN_SLICE_ECE_NAME].model_name
+    self._output_name = keys[MEAN_SLICE_ECE_NAME].output_name
     self._num_bins = num_bins
     self._sub_slice_keys = tuple(sub_slice_keys)
+    self._resample_key = resample_key
+    self._replicates = replicates
     self._eval_config = eval_config
     self._example_weighted = example_weighted
 
@@ -265,13 +357,15 @@ class _SubSliceCombiner(beam.CombineFn):
     sub_slice = tuple(_feature_value(element.features, key) for key in self._sub_slice_keys)
     if any(value is None for value in sub_slice):
       return accumulator
-    statistics = accumulator.setdefault(sub_slice, _Accumulator(self._num_bins))
+    source = _feature_value(element.features, self._resample_key)
+    statistics = accumulator.setdefault(sub_slice,
+                                        _Accumulator(self._num_bins, self._replicates))
     for label, prediction, weight in metric_util.to_label_prediction_example_weight(
-        element, eval_config=self._eval_config, model_name=self._key.model_name,
-        output_name=self._key.output_name, example_weighted=self._example_weighted,
-        flatten=False):
+        element, eval_config=self._eval_config, model_name=self._model_name,
+        output_name=self._output_name, example_weighted=self._example_weighted, flatten=False):
       statistics.pending.append((int(np.ravel(label)[0]), np.ravel(prediction),
-                                 float(metric_util.safe_to_scalar(weight))))
+                                 float(metric_util.safe_to_scalar(weight)),
+                                 None if source is None else str(source)))
     if len(statistics.pending) >= FLUSH_SIZE:
       statistics.flush()
     return accumulator
@@ -294,35 +388,56 @@ class _SubSliceCombiner(beam.CombineFn):
 
   def extract_output(self, accumulator: Dict[tuple, _Accumulator]
                      ) -> Dict[metric_types.MetricKey, float]:
-    eces = [_values(self.compact({None: s})[None])[ECE_NAME] for s in accumulator.values()]
-    return {self._key: float(np.mean(eces)) if eces else float("nan")}
+    means = _slice_means(list(self.compact(accumulator).values()))
+    return {key: means[name] for name, key in self._keys.items()}
 
 
 def _mean_slice_ece(name: str, num_bins: int = DEFAULT_NUM_BINS,
-                    sub_slice_keys=DEFAULT_SUB_SLICE_KEYS,
+                    sub_slice_keys=DEFAULT_SUB_SLICE_KEYS, resample_key=DEFAULT_RESAMPLE_KEY,
+                    bootstrap_replicates: int = DEFAULT_BOOTSTRAP_REPLICATES,
                     eval_config: Optional[config_pb2.EvalConfig] = None, model_name: str = "",
                     output_name: str = "", sub_key: Optional[metric_types.SubKey] = None,
                     aggregation_type: Optional[metric_types.AggregationType] = None,
                     class_weights: Optional[Dict[int, float]] = None,
                     example_weighted: bool = False) -> metric_types.MetricComputations:
   _check_full_vector(name, sub_key, aggregation_type, class_weights)
-  key = metric_types.MetricKey(name=name, model_name=model_name, output_name=output_name,
-                               example_weighted=example_weighted)
+
+  def key(key_name: str) -> metric_types.MetricKey:
+    return metric_types.MetricKey(name=key_name, model_name=model_name, output_name=output_name,
+                                  example_weighted=example_weighted)
+
+  keys = {MEAN_SLICE_ECE_NAME: key(name), MEAN_SLICE_GAP_NAME: key(MEAN_SLICE_GAP_NAME)}
+  if bootstrap_replicates:
+    keys.update({reported + BOOTSTRAP_SD_SUFFIX: key(reported_as + BOOTSTRAP_SD_SUFFIX)
+                 for reported, reported_as in ((MEAN_SLICE_ECE_NAME, name),
+                                               (MEAN_SLICE_GAP_NAME, MEAN_SLICE_GAP_NAME))})
   return [metric_types.MetricComputation(
-      keys=[key],
-      preprocessors=[metric_types.FeaturePreprocessor(feature_keys=list(sub_slice_keys))],
-      combiner=_SubSliceCombiner(key, num_bins, sub_slice_keys, eval_config,
-                                 example_weighted))]
+      keys=list(keys.values()),
+      preprocessors=[metric_types.FeaturePreprocessor(
+          feature_keys=list(sub_slice_keys) + [resample_key])],
+      combiner=_SubSliceCombiner(keys, num_bins, sub_slice_keys, resample_key,
+                                 bootstrap_replicates, eval_config, example_weighted))]
 
 
 class MeanSliceECE(metric_types.Metric):
-  """cECE: the mean over the sub-slices (corruption x severity) of their top-label ECE."""
+  """cECE: the mean over the sub-slices (corruption x severity) of their top-label ECE; beside
+  it, under fixed names, the mean over the sub-slices of confidence minus accuracy
+  (MEAN_SLICE_GAP_NAME) and, with `bootstrap_replicates`, each mean's standard deviation over a
+  Poisson bootstrap of the source images named by `resample_key` (BOOTSTRAP_SD_SUFFIX): how far
+  the figure would move on another draw of test images of the same kind. The replicates resample
+  an image with all its corrupted versions at once, since the slices share their images."""
 
   def __init__(self, name: str = MEAN_SLICE_ECE_NAME, num_bins: int = DEFAULT_NUM_BINS,
-               sub_slice_keys=DEFAULT_SUB_SLICE_KEYS):
+               sub_slice_keys=DEFAULT_SUB_SLICE_KEYS, resample_key: str = DEFAULT_RESAMPLE_KEY,
+               bootstrap_replicates: int = DEFAULT_BOOTSTRAP_REPLICATES):
     _check_num_bins(num_bins)
+    if not isinstance(bootstrap_replicates, int) or bootstrap_replicates == 1 or \
+        bootstrap_replicates < 0:
+      raise ValueError("bootstrap_replicates must be 0 (no bootstrap) or at least 2, got "
+                       f"{bootstrap_replicates!r}.")
     super().__init__(metric_util.merge_per_key_computations(_mean_slice_ece), name=name,
-                     num_bins=num_bins, sub_slice_keys=list(sub_slice_keys))
+                     num_bins=num_bins, sub_slice_keys=list(sub_slice_keys),
+                     resample_key=resample_key, bootstrap_replicates=bootstrap_replicates)
 
 
 for _metric in (TopLabelAccuracy, ExpectedCalibrationError, NegativeLogLikelihood, BrierScore,

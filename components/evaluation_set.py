@@ -27,6 +27,9 @@ EVAL_SET_KEY = "eval_set"  # bytes: which of the sets below an example belongs t
 CORRUPTION_KEY = "corruption"  # bytes, corrupted examples only.
 SEVERITY_KEY = "severity"  # int64 in [1, 5], corrupted examples only.
 FAMILY_KEY = "corruption_family"  # bytes, corrupted examples only: noise/blur/weather/digital.
+# bytes: the key of the clean image an example was made from (its own key when clean); the
+# Evaluator's bootstrap resamples these (components/calibration_metrics.py, MeanSliceECE).
+SOURCE_IMAGE_KEY = "source_image"
 EVAL, TEST, CORRUPTED = "eval", "test", "corrupted"
 SOURCES = ("generated", "cifar10_corrupted")
 
@@ -64,8 +67,13 @@ def read_evaluation_set(uri: str) -> EvaluationSet:
   slices = np.where(corruption == "", "",
                     np.char.add(np.char.add(corruption, "_"),
                                 c[SEVERITY_KEY].astype(str)))
-  return EvaluationSet(c[IMAGE_KEY], c[LABEL_KEY], c[EVAL_SET_KEY].astype(str),
-                       slices, np.char.partition(c[EXAMPLE_KEY].astype(str), "/")[:, 0])
+  keys = c[EXAMPLE_KEY].astype(str)
+  # make_evaluation_example's keys read back: a source key may hold "/" (an image folder's
+  # paths), its corrupted versions add one more; this also reads sets made before the
+  # SOURCE_IMAGE_KEY feature.
+  source_keys = np.where(corruption == "", keys, np.char.rpartition(keys, "/")[:, 0])
+  return EvaluationSet(c[IMAGE_KEY], c[LABEL_KEY], c[EVAL_SET_KEY].astype(str), slices,
+                       source_keys)
 
 
 def _read_split(examples_uri: str, split: str) -> List[Record]:
@@ -79,11 +87,16 @@ def _read_split(examples_uri: str, split: str) -> List[Record]:
   return sorted(records)
 
 
-def make_evaluation_example(key: str, png: bytes, label: int, eval_set: str,
+def make_evaluation_example(source_key: str, png: bytes, label: int, eval_set: str,
                             corruption: Optional[str] = None, severity: Optional[int] = None):
+  """An example of the evaluation set. A corrupted one is keyed
+  `<source_key>/<corruption>_<severity>` (read_evaluation_set's source_keys read it back), and
+  every example names its source image under SOURCE_IMAGE_KEY."""
+  key = source_key if corruption is None else f"{source_key}/{corruption}_{severity}"
   example = image_sources.make_example(key, png, label)
   feature = example.features.feature
   feature[EVAL_SET_KEY].bytes_list.value.append(eval_set.encode("utf-8"))
+  feature[SOURCE_IMAGE_KEY].bytes_list.value.append(source_key.encode("utf-8"))
   if corruption is not None:
     feature[CORRUPTION_KEY].bytes_list.value.append(corruption.encode("utf-8"))
     feature[SEVERITY_KEY].int64_list.value.append(severity)
@@ -178,7 +191,7 @@ def generated_corruptions(test_records: List[Record], names: List[str], per_corr
     else:
       images = np.load(paths[(name, severity)])
     for (key, _, label), image in zip(chosen, images):
-      yield make_evaluation_example(f"{key}/{name}_{severity}", image_sources.encode_png(image),
+      yield make_evaluation_example(key, image_sources.encode_png(image),
                                     label, CORRUPTED, name, severity)
 
 
@@ -199,7 +212,7 @@ def cifar10_corrupted(names: List[str], per_corruption: int,
       if per_corruption > 0:
         dataset = dataset.take(per_corruption)
       for index, record in enumerate(tfds.as_numpy(dataset)):
-        yield make_evaluation_example(f"cifar10_corrupted-{index:05d}/{name}_{severity}",
+        yield make_evaluation_example(f"cifar10_corrupted-{index:05d}",
                                       image_sources.encode_png(record["image"]),
                                       int(record["label"]), CORRUPTED, name, severity)
 

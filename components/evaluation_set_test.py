@@ -37,6 +37,7 @@ def test_generated_set_has_every_corruption_and_severity_with_equal_counts(tmp_p
     for feature in _read(out, split):
       assert feature["eval_set"].bytes_list.value == [split.encode()]
       assert not {"corruption", "severity", "corruption_family"} & set(feature)
+      assert feature["source_image"].bytes_list.value == feature["key"].bytes_list.value
   corrupted = _read(out, "corrupted")
   slices = collections.Counter((f["corruption"].bytes_list.value[0].decode(),
                                 f["severity"].int64_list.value[0]) for f in corrupted)
@@ -46,8 +47,11 @@ def test_generated_set_has_every_corruption_and_severity_with_equal_counts(tmp_p
   # The same five test images in every slice, with their labels.
   test_labels = {f["key"].bytes_list.value[0].decode(): f["label"].int64_list.value[0]
                  for f in _read(out, "test")}
-  for feature in corrupted:
-    source_key = feature["key"].bytes_list.value[0].decode().split("/")[0]
+  for feature in corrupted:  # Keyed <source image>/<corruption>_<severity>, source named.
+    source_key = feature["source_image"].bytes_list.value[0].decode()
+    corruption = feature["corruption"].bytes_list.value[0].decode()
+    assert feature["key"].bytes_list.value[0].decode() == \
+        f"{source_key}/{corruption}_{feature['severity'].int64_list.value[0]}"
     assert feature["label"].int64_list.value[0] == test_labels[source_key]
     assert image_sources.decode_png(feature["image"].bytes_list.value[0]).shape == (32, 32, 3)
   assert len({f["key"].bytes_list.value[0].split(b"/")[0] for f in corrupted}) == 5
@@ -123,10 +127,16 @@ def test_cifar10_corrupted_from_tensorflow_datasets(tmp_path, monkeypatch):
   slices = collections.Counter((f["corruption"].bytes_list.value[0].decode(),
                                 f["severity"].int64_list.value[0]) for f in corrupted)
   assert slices == {(c, s): 4 for c in ("frost", "zoom_blur") for s in range(1, 6)}
+  sources = collections.defaultdict(set)  # The same 4 images in every slice, by index.
   for feature in corrupted:
-    assert feature["key"].bytes_list.value[0].startswith(b"cifar10_corrupted-")
+    source = feature["source_image"].bytes_list.value[0].decode()
+    sources[(feature["corruption"].bytes_list.value[0], feature["severity"].int64_list.value[0])
+            ].add(source)
+    assert feature["key"].bytes_list.value[0].decode().startswith(source + "/")
     assert image_sources.decode_png(feature["image"].bytes_list.value[0]).shape == (32, 32, 3)
     assert 0 <= feature["label"].int64_list.value[0] < 10
+  assert set(map(frozenset, sources.values())) == {
+      frozenset(f"cifar10_corrupted-{index:05d}" for index in range(4))}
 
 
 def test_the_corrupted_split_made_by_a_pool_of_processes_is_byte_identical(tmp_path):
@@ -219,3 +229,28 @@ def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
   monkeypatch.delenv("CORRUPTION_CACHE_DIR")
   monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
   assert evaluation_set.corruption_cache_dir().startswith(str(tmp_path / "xdg"))
+
+
+def test_read_back_each_example_names_the_image_it_was_made_from_even_when_keys_hold_slashes(
+    tmp_path):
+  """An image folder's keys are paths: the source of `test/cat/7.jpg/fog_3` is
+  `test/cat/7.jpg`, as its source_image feature says, not `test`."""
+  png = image_sources.encode_png(tf.zeros([32, 32, 3], tf.uint8).numpy())
+  examples = {evaluation_set.EVAL: [evaluation_set.make_evaluation_example(
+                  "eval/dog/1.jpg", png, 1, evaluation_set.EVAL)],
+              evaluation_set.TEST: [evaluation_set.make_evaluation_example(
+                  "test/cat/7.jpg", png, 3, evaluation_set.TEST)],
+              evaluation_set.CORRUPTED: [evaluation_set.make_evaluation_example(
+                  source, png, 3, evaluation_set.CORRUPTED, "fog", severity)
+                  for source in ("test/cat/7.jpg", "test/cat/8.jpg") for severity in (1, 3)]}
+  for split, split_examples in examples.items():
+    evaluation_set._write(str(tmp_path), split, split_examples)
+  read = evaluation_set.read_evaluation_set(str(tmp_path))
+  written = {split: [f["source_image"].bytes_list.value[0].decode() for f in _read(
+      str(tmp_path), split)] for split in examples}
+  for split, sources in written.items():
+    assert sorted(read.source_keys[read.eval_sets == split]) == sorted(sources)
+  assert sorted(read.source_keys[read.eval_sets == evaluation_set.CORRUPTED]) == [
+      "test/cat/7.jpg", "test/cat/7.jpg", "test/cat/8.jpg", "test/cat/8.jpg"]
+  assert sorted(read.slices[read.eval_sets == evaluation_set.CORRUPTED]) == [
+      "fog_1", "fog_1", "fog_3", "fog_3"]

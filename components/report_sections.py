@@ -13,8 +13,9 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
-from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME, NLL_NAME,
-                                            RELIABILITY_NAME)
+from components.calibration_metrics import (ACCURACY_NAME, BOOTSTRAP_SD_SUFFIX, BRIER_NAME,
+                                            ECE_NAME, MEAN_SLICE_ECE_NAME, MEAN_SLICE_GAP_NAME,
+                                            NLL_NAME, RELIABILITY_NAME)
 from components import plots, tfma_results
 from components.tfma_results import EXAMPLE_COUNT_NAME
 from trainer_module import reference_corruptions as corruptions
@@ -34,6 +35,9 @@ EVAL = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
 TEST = ((evaluation_set.EVAL_SET_KEY, evaluation_set.TEST),)
 CORRUPTED = ((evaluation_set.EVAL_SET_KEY, evaluation_set.CORRUPTED),)
 ECE_FLOOR = "ece_floor"  # corrupted_means' key of the cECE floor.
+# corrupted_means' and family_means' keys of the bootstrap standard deviations of cECE and of
+# the confidence gap (the Evaluator's MeanSliceECE; None when it had no source images).
+ECE_SD, GAP_SD = "ece_sd", "gap_sd"
 SET_NAMES = {EVAL: "clean eval (gated)", TEST: "clean test", CORRUPTED: "corrupted test"}
 
 
@@ -61,13 +65,20 @@ def slice_ece_floor(values: Dict, slice_, output: str) -> Optional[float]:
   return ece_floor(bins[:, 0], bins[:, 1])
 
 
+def _bootstrap_sd(values: Dict, slice_, output: str, name: str) -> Optional[float]:
+  value = tfma_results.metric(values, slice_, output, name + BOOTSTRAP_SD_SUFFIX)
+  return None if value is None or not np.isfinite(value) else float(value)
+
+
 def corrupted_means(values: Dict, output: str, names) -> Dict[str, Optional[float]]:
   """cA, cNLL, cECE: each metric's mean over the corruption x severity slices (UB's tables),
-  and the cECE floor, the mean of the slices' ECE floors (ECE_FLOOR)."""
+  the cECE floor, the mean of the slices' ECE floors (ECE_FLOOR), and cECE's bootstrap
+  standard deviation over the test images (ECE_SD)."""
   slices = [_corruption_slice(c, s) for c in names for s in corruptions.SEVERITIES]
   result = {name: _mean(tfma_results.metric(values, slice_, output, name) for slice_ in slices)
             for name in (ACCURACY_NAME, NLL_NAME, ECE_NAME)}
   result[ECE_FLOOR] = _mean(slice_ece_floor(values, slice_, output) for slice_ in slices)
+  result[ECE_SD] = _bootstrap_sd(values, CORRUPTED, output, MEAN_SLICE_ECE_NAME)
   return result
 
 
@@ -82,15 +93,28 @@ def confidence_gap(values: Dict, slice_, output: str) -> Optional[float]:
 
 
 def family_means(values: Dict, output: str, names) -> Dict[str, Dict[str, Optional[float]]]:
-  """corrupted_means per corruption family (noise, blur, weather, digital) of `names`, and the
-  mean over its slices of confidence minus accuracy ("gap")."""
+  """corrupted_means per corruption family (noise, blur, weather, digital) of `names`, the mean
+  over its slices of confidence minus accuracy ("gap"), and both means' bootstrap standard
+  deviations from the family's slice (ECE_SD, GAP_SD)."""
   families = {}
   for name in names:
     families.setdefault(corruptions.FAMILY_OF[name], []).append(name)
-  return {family: {**corrupted_means(values, output, members),
-                   "gap": _mean(confidence_gap(values, _corruption_slice(c, s), output)
-                                for c in members for s in corruptions.SEVERITIES)}
-          for family, members in families.items()}
+  result = {}
+  for family, members in families.items():
+    family_slice = ((evaluation_set.FAMILY_KEY, family),)
+    result[family] = {
+        **corrupted_means(values, output, members),
+        "gap": _mean(confidence_gap(values, _corruption_slice(c, s), output)
+                     for c in members for s in corruptions.SEVERITIES),
+        ECE_SD: _bootstrap_sd(values, family_slice, output, MEAN_SLICE_ECE_NAME),
+        GAP_SD: _bootstrap_sd(values, family_slice, output, MEAN_SLICE_GAP_NAME)}
+  return result
+
+
+def _with_sd(value: Optional[float], sd: Optional[float], signed: bool = False) -> str:
+  """`value (sd x)`, or the value alone when there is no bootstrap."""
+  text = "n/a" if value is None else f"{value:+.4f}" if signed else _fmt(value)
+  return text if value is None or sd is None else f"{text} (sd {sd:.4f})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,20 +195,26 @@ def _metric_table(settings, values) -> List[str]:
               f"Uncertainty Baselines): **cA {_fmt(means[ACCURACY_NAME])}, cNLL "
               f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}** (cECE floor "
               f"{_fmt(means[ECE_FLOOR])}: what a perfectly calibrated model with these "
-              f"confidences would measure on slices of this size).", "",
+              f"confidences would measure on slices of this size" +
+              ("" if means[ECE_SD] is None else f"; cECE's bootstrap standard deviation "
+               f"{means[ECE_SD]:.4f}: how far it would move on another draw of as many test "
+               f"images") + ").", "",
               "| corruption family | corruptions | cA | cNLL | cECE | cECE floor | "
               "confidence - accuracy |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for family, family_values in family_means(values, CALIBRATED, settings.corruptions).items():
       members = [name for name in settings.corruptions if corruptions.FAMILY_OF[name] == family]
-      gap = family_values["gap"]
       lines.append(f"| {family} | {', '.join(members)} | {_fmt(family_values[ACCURACY_NAME])} "
-                   f"| {_fmt(family_values[NLL_NAME])} | {_fmt(family_values[ECE_NAME])} | "
+                   f"| {_fmt(family_values[NLL_NAME])} | "
+                   f"{_with_sd(family_values[ECE_NAME], family_values[ECE_SD])} | "
                    f"{_fmt(family_values[ECE_FLOOR])} | "
-                   f"{'n/a' if gap is None else f'{gap:+.4f}'} |")
+                   f"{_with_sd(family_values['gap'], family_values[GAP_SD], signed=True)} |")
     lines += ["", "Confidence - accuracy: the mean over the family's slices of the mean "
               "top-label probability minus the accuracy (> 0 over-confident, < 0 "
-              "under-confident)."]
+              "under-confident). sd: the figure's standard deviation over a bootstrap of the "
+              "test images, each drawn with all its corrupted versions (the Evaluator's "
+              "MeanSliceECE); a difference within about two of them is not one the set can "
+              "tell."]
   return lines + [""]
 
 
@@ -518,7 +548,8 @@ def headline(settings: ReportSettings, values: Dict) -> Dict[str, float]:
   if settings.corruptions:
     means = corrupted_means(values, CALIBRATED, settings.corruptions)
     figures.update(corrupted_accuracy=means[ACCURACY_NAME], corrupted_nll=means[NLL_NAME],
-                   corrupted_ece=means[ECE_NAME], corrupted_ece_floor=means[ECE_FLOOR])
+                   corrupted_ece=means[ECE_NAME], corrupted_ece_floor=means[ECE_FLOOR],
+                   corrupted_ece_sd=means[ECE_SD])
   return {name: float(value) for name, value in figures.items() if value is not None}
 
 

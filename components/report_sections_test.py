@@ -197,6 +197,56 @@ def test_a_familys_confidence_gap_is_its_slices_mean_confidence_minus_accuracy()
   assert gap == pytest.approx(0.25 - 3 / 400)
 
 
+def _with_bootstrap(values, deviations):
+  """`values` with the Evaluator's MeanSliceECE outputs on the corrupted slice and the family
+  slices: {slice: (cECE sd, gap sd)}."""
+  for slice_, (ece_sd, gap_sd) in deviations.items():
+    values.setdefault(slice_, {}).update({
+        ("candidate", PROBABILITIES_KEY, "mean_slice_ece_bootstrap_sd", False): ece_sd,
+        ("candidate", PROBABILITIES_KEY, "mean_slice_confidence_gap_bootstrap_sd", False): gap_sd})
+  return values
+
+
+def test_cece_and_each_familys_gap_carry_their_bootstrap_deviations_when_the_evaluator_has_them():
+  from components.calibration_metrics import RELIABILITY_NAME
+  values = _values({"fog": 0.5, "contrast": 0.7})
+  for row in values.values():
+    row[("candidate", PROBABILITIES_KEY, RELIABILITY_NAME, False)] = np.array(
+        [[40, 0.9, 0.6], [10, 0.3, 0.3]])
+  settings = report_sections.ReportSettings(
+      pipeline_name="p", dataset="digits", model="WRN-10-1", num_classes=10,
+      corruptions=("fog", "contrast"), bounds=())
+  without = "\n".join(report_sections._metric_table(settings, values))
+  assert "| weather | fog | 0.5300 | 0.5000 | 0.1000 |" in without
+  assert "(sd " not in without and "bootstrap standard deviation" not in without
+
+  _with_bootstrap(values, {report_sections.CORRUPTED: (0.0024, 0.0031),
+                           (("corruption_family", "weather"),): (0.0041, 0.0052),
+                           (("corruption_family", "digital"),): (0.0043, 0.0057)})
+  means = report_sections.corrupted_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
+  assert means[report_sections.ECE_SD] == 0.0024
+  families = report_sections.family_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
+  assert (families["weather"][report_sections.ECE_SD],
+          families["weather"][report_sections.GAP_SD]) == (0.0041, 0.0052)
+  table = "\n".join(report_sections._metric_table(settings, values))
+  assert "cECE's bootstrap standard deviation 0.0024" in table
+  # 40 x 0.3 / 50 = +0.24 over-confident in every slice.
+  assert "| weather | fog | 0.5300 | 0.5000 | 0.1000 (sd 0.0041) |" in table
+  assert "| +0.2400 (sd 0.0052) |" in table and "| +0.2400 (sd 0.0057) |" in table
+  assert report_sections.headline(settings, values)["corrupted_ece_sd"] == 0.0024
+
+
+def test_a_bootstrap_the_evaluator_could_not_make_is_left_out_not_shown_as_a_number():
+  values = _with_bootstrap(_values({"fog": 0.5}), {report_sections.CORRUPTED: (
+      float("nan"), float("nan"))})
+  assert report_sections.corrupted_means(values, PROBABILITIES_KEY, ["fog"])[
+      report_sections.ECE_SD] is None
+  settings = report_sections.ReportSettings(
+      pipeline_name="p", dataset="digits", model="WRN-10-1", num_classes=10,
+      corruptions=("fog",), bounds=())
+  assert "corrupted_ece_sd" not in report_sections.headline(settings, values)
+
+
 def test_class_names_come_from_the_model_and_skipped_files_are_listed(tmp_path):
   assert report_sections.model_class_names(_SETTINGS, None) == [str(k) for k in range(10)]
   write_record(str(tmp_path), CLASS_NAMES_FILE, {"class_names": ["cat", "dog"]})

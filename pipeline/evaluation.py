@@ -30,6 +30,8 @@ SLICING_SPECS = [
     tfma.SlicingSpec(feature_keys=[evaluation_set.CORRUPTION_KEY]),
     tfma.SlicingSpec(feature_keys=[evaluation_set.SEVERITY_KEY]),
     tfma.SlicingSpec(feature_keys=[evaluation_set.CORRUPTION_KEY, evaluation_set.SEVERITY_KEY]),
+    # Each family's cECE and confidence gap with their bootstrap deviations (MeanSliceECE).
+    tfma.SlicingSpec(feature_keys=[evaluation_set.FAMILY_KEY]),
 ]
 
 
@@ -58,10 +60,12 @@ def _accuracy_and_calibration_metrics(num_bins: int) -> List[tfma.MetricConfig]:
 
 def _mean_slice_ece(num_bins: int) -> tfma.MetricConfig:
   """cECE: the mean ECE of the corruption x severity slices, on every slice of corrupted
-  images (components/calibration_metrics.py)."""
+  images, and the mean confidence gap, each with its standard deviation over a bootstrap of
+  the test images (components/calibration_metrics.py)."""
   return tfma.MetricConfig(class_name="MeanSliceECE", module=_CALIBRATION_MODULE,
                            config=json.dumps({"num_bins": num_bins, "sub_slice_keys": [
-                               evaluation_set.CORRUPTION_KEY, evaluation_set.SEVERITY_KEY]}))
+                               evaluation_set.CORRUPTION_KEY, evaluation_set.SEVERITY_KEY],
+                               "resample_key": evaluation_set.SOURCE_IMAGE_KEY}))
 
 
 def gated_metrics(config: PipelineConfig) -> List[tfma.MetricConfig]:

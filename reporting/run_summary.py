@@ -36,7 +36,9 @@ def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
   if config.evaluation.corruptions:
     lines.append(f"  corrupted:       cA {_fmt(get('corrupted_accuracy'))}, cNLL "
                  f"{_fmt(get('corrupted_nll'))}, cECE {_fmt(get('corrupted_ece'))} (floor "
-                 f"{_fmt(get('corrupted_ece_floor'))})")
+                 f"{_fmt(get('corrupted_ece_floor'))}" + (
+                     f", bootstrap sd {_fmt(get('corrupted_ece_sd'))})"
+                     if get('corrupted_ece_sd') is not None else ")"))
   lines.append(f"  metrics (TFMA):  {get('evaluation_uri')}")
   blessed = get("blessed") == 1
   lines.append(f"  blessed:         {'yes' if blessed else 'no, the gate failed:'}")

@@ -14,7 +14,7 @@ from reporting.run_summary import report_lines
 BLESSED_AND_PUSHED = {
     "eval_accuracy": 0.98765, "eval_ece": 0.0123, "eval_nll": 0.0456,
     "corrupted_accuracy": 0.8812, "corrupted_nll": 0.3719, "corrupted_ece": 0.0604,
-    "corrupted_ece_floor": 0.0231, "evaluation_uri": "/runs/Evaluator/evaluation/7",
+    "corrupted_ece_floor": 0.0231, "corrupted_ece_sd": 0.0024, "evaluation_uri": "/runs/Evaluator/evaluation/7",
     "blessed": 1, "served_check_passed": 1, "pushed": 1, "pushed_version": "/serving/1700000000",
     "served_split": "test", "served_accuracy": 290 / 292, "served_correct": 290,
     "served_examples": 292, "warm_start": "no, trained from scratch", "skipped_images": 0,
@@ -50,7 +50,8 @@ def test_a_blessed_and_pushed_run_gives_its_figures_the_new_version_and_the_repo
   report_dir = os.path.join(config.runner.output_dir, "reports", "run-run-7")
   assert lines == [
       "  eval accuracy:   0.9877  (ECE 0.0123, NLL 0.0456, temperature-scaled)",
-      "  corrupted:       cA 0.8812, cNLL 0.3719, cECE 0.0604 (floor 0.0231)",
+      "  corrupted:       cA 0.8812, cNLL 0.3719, cECE 0.0604 (floor 0.0231, bootstrap sd "
+      "0.0024)",
       "  metrics (TFMA):  /runs/Evaluator/evaluation/7",
       "  blessed:         yes",
       "  pushed model:    /serving/1700000000",
@@ -93,6 +94,13 @@ def test_figures_not_recorded_say_so_and_a_run_without_corruptions_has_no_corrup
   lines = report_lines(config, _run(tmp_path, figures))
   assert lines[0] == "  eval accuracy:   0.9877  (ECE 0.0123, NLL not found, temperature-scaled)"
   assert not any(line.startswith("  corrupted:") for line in lines)
+
+
+def test_a_run_whose_evaluator_made_no_bootstrap_gives_cece_with_its_floor_alone(tmp_path,
+                                                                                config):
+  figures = {k: v for k, v in BLESSED_AND_PUSHED.items() if k != "corrupted_ece_sd"}
+  assert report_lines(config, _run(tmp_path, figures))[1] == (
+      "  corrupted:       cA 0.8812, cNLL 0.3719, cECE 0.0604 (floor 0.0231)")
 
 
 def test_a_run_without_a_report_says_so():

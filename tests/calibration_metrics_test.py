@@ -161,6 +161,160 @@ def test_num_bins_must_be_a_positive_integer(bad):
     calibration_metrics.ExpectedCalibrationError(num_bins=bad)
 
 
+def _slice_inputs(probabilities, labels, sub_slices, sources):
+  """MeanSliceECE's inputs: each example with its (corruption, severity) and, unless None, the
+  source image it was made from."""
+  inputs = []
+  for p, label, (corruption, severity), source in zip(probabilities, labels, sub_slices,
+                                                      sources):
+    features = {"corruption": np.array([corruption.encode()]), "severity": np.array([severity])}
+    if source is not None:
+      features["source_image"] = np.array([source.encode()])
+    inputs.append(metric_types.StandardMetricInputs(
+        labels=np.array([label]), predictions=p, example_weights=np.array([1.0]),
+        features=features))
+  return inputs
+
+
+def _mean_slice_values(metric, inputs, workers=3):
+  """MeanSliceECE's outputs by name, from `workers` partial results (the odd ones shipped
+  pickled, as Beam does) merged."""
+  (computation,) = metric.computations()
+  combiner = computation.combiner
+  parts = []
+  for worker, chunk in enumerate(np.array_split(np.arange(len(inputs)), workers)):
+    accumulator = combiner.create_accumulator()
+    for index in chunk:
+      accumulator = combiner.add_input(accumulator, inputs[index])
+    if worker % 2:
+      accumulator = pickle.loads(pickle.dumps(combiner.compact(accumulator)))
+    parts.append(accumulator)
+  output = combiner.extract_output(combiner.merge_accumulators(parts))
+  return {key.name: value for key, value in output.items()}
+
+
+def _numpy_slice_means(probabilities, labels, slice_ids, num_bins):
+  """The mean over slices of their ECE and of their mean confidence minus accuracy."""
+  eces, gaps = [], []
+  for slice_id in np.unique(slice_ids):
+    mask = slice_ids == slice_id
+    expected = reference_metrics.metrics(probabilities[mask], labels[mask], num_bins)
+    eces.append(expected["ece"])
+    gaps.append(probabilities[mask].max(axis=1).mean() - expected["accuracy"])
+  return np.mean(eces), np.mean(gaps)
+
+
+def _correlated_slices(rng, images, corruptions, severities):
+  """Each source image under every (corruption, severity): an image the model gets wrong in one
+  slice it tends to get wrong in all, as real corrupted images are."""
+  hard = rng.random(images) < 0.4
+  rows = []  # (probabilities, label, (corruption, severity), source)
+  for corruption in corruptions:
+    for severity in severities:
+      logits, labels = _random_predictions(rng, images, sharpness=1.0 + severity)
+      wrong = hard & (rng.random(images) < 0.9)
+      labels = np.where(wrong, (logits.argmax(1) + 1) % NUM_CLASSES, logits.argmax(1))
+      rows += [(p, y, (corruption, severity), f"test-{i:03d}")
+               for i, (p, y) in enumerate(zip(_softmax(logits), labels))]
+  return rows
+
+
+def test_mean_slice_ece_its_gap_and_their_bootstrap_deviations_equal_numpy_repeating_images():
+  """Replicate r keeps each source image poisson_weights(...)[r] times, with all its corrupted
+  versions: numpy on the examples repeated that many times gives each replicate's cECE and gap,
+  and their standard deviations are the metric's, from merged partial results."""
+  rng = np.random.default_rng(5)
+  rows = _correlated_slices(rng, 60, ("fog", "contrast"), (1, 5))
+  probabilities = np.stack([r[0] for r in rows])
+  labels = np.array([r[1] for r in rows])
+  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
+  sources = np.array([r[3] for r in rows])
+  replicates = 30
+  values = _mean_slice_values(
+      calibration_metrics.MeanSliceECE(num_bins=10, bootstrap_replicates=replicates),
+      _slice_inputs(probabilities, labels, [r[2] for r in rows], sources))
+  ece, gap = _numpy_slice_means(probabilities, labels, slice_ids, 10)
+  assert values["mean_slice_ece"] == pytest.approx(ece, abs=1e-12)
+  assert values["mean_slice_confidence_gap"] == pytest.approx(gap, abs=1e-12)
+  counts = calibration_metrics.poisson_weights(sources, replicates).astype(int)
+  replicate_means = np.array([_numpy_slice_means(*(
+      array[np.repeat(np.arange(len(labels)), counts[r])]
+      for array in (probabilities, labels, slice_ids)), 10) for r in range(replicates)])
+  assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
+      np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
+  assert values["mean_slice_confidence_gap_bootstrap_sd"] == pytest.approx(
+      np.std(replicate_means[:, 1], ddof=1), rel=1e-9)
+
+
+def test_the_bootstrap_resamples_each_source_image_with_all_its_slices():
+  """Half the images wrong in all ten slices, half right, all at confidence 0.9: the mean gap
+  is 0.9 minus the share of right images, whose standard deviation over draws of 400 images is
+  sqrt(0.25 / 400) = 0.025. Resampling each slice's examples on their own would give about
+  sqrt(10) times less."""
+  images, slices = 400, 10
+  right = np.arange(images) % 2 == 0
+  probabilities, labels, sub_slices, sources = [], [], [], []
+  for slice_index in range(slices):
+    for image in range(images):
+      row = np.full(NUM_CLASSES, 0.1 / (NUM_CLASSES - 1))
+      row[0] = 0.9
+      probabilities.append(row)
+      labels.append(0 if right[image] else 1)
+      sub_slices.append(("fog", slice_index))
+      sources.append(f"test-{image:03d}")
+  values = _mean_slice_values(calibration_metrics.MeanSliceECE(bootstrap_replicates=200),
+                              _slice_inputs(probabilities, labels, sub_slices, sources))
+  assert values["mean_slice_confidence_gap"] == pytest.approx(0.4)
+  # 200 replicates estimate a standard deviation within about 5% (1 / sqrt(2 x 200)).
+  assert values["mean_slice_confidence_gap_bootstrap_sd"] == pytest.approx(0.025, rel=0.2)
+  assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(0.025, rel=0.2)
+
+
+def test_poisson_weights_depend_on_the_image_alone_and_are_poisson_one():
+  """The same image draws the same counts whatever else is drawn and in whatever order, so
+  every slice, worker and run agrees; over many images the counts are Poisson(1)."""
+  names = [f"cifar10_corrupted-{i:05d}" for i in range(4000)]
+  weights = calibration_metrics.poisson_weights(names, 50)
+  assert weights.shape == (50, 4000)
+  np.testing.assert_array_equal(
+      calibration_metrics.poisson_weights([names[7], names[3]], 50), weights[:, [7, 3]])
+  assert not np.array_equal(weights[:, 0], weights[:, 1])
+  for k, probability in enumerate(np.exp(-1.0) / np.array([1, 1, 2, 6])):
+    assert np.mean(weights == k) == pytest.approx(probability, abs=0.005), k
+  assert weights.mean() == pytest.approx(1.0, abs=0.01)
+  assert weights.var() == pytest.approx(1.0, abs=0.02)
+  assert abs(np.corrcoef(weights[0], weights[1])[0, 1]) < 0.05  # Replicates independent.
+
+
+def test_without_source_images_the_bootstrap_is_unavailable_and_the_means_still_computed():
+  """One example without a source image makes the deviations NaN (not a bootstrap over part of
+  the slices); cECE and the gap do not need it."""
+  rng = np.random.default_rng(6)
+  rows = _correlated_slices(rng, 30, ("fog",), (1, 2))
+  probabilities = np.stack([r[0] for r in rows])
+  labels = np.array([r[1] for r in rows])
+  sources = [r[3] for r in rows]
+  sources[-1] = None
+  values = _mean_slice_values(calibration_metrics.MeanSliceECE(),
+                              _slice_inputs(probabilities, labels, [r[2] for r in rows], sources))
+  ece, gap = _numpy_slice_means(probabilities, labels,
+                                np.array([f"{c}_{v}" for _, _, (c, v), _ in rows]), 15)
+  assert values["mean_slice_ece"] == pytest.approx(ece, abs=1e-12)
+  assert values["mean_slice_confidence_gap"] == pytest.approx(gap, abs=1e-12)
+  assert np.isnan(values["mean_slice_ece_bootstrap_sd"])
+  assert np.isnan(values["mean_slice_confidence_gap_bootstrap_sd"])
+  without = _mean_slice_values(calibration_metrics.MeanSliceECE(bootstrap_replicates=0),
+                               _slice_inputs(probabilities, labels, [r[2] for r in rows],
+                                             [r[3] for r in rows]))
+  assert set(without) == {"mean_slice_ece", "mean_slice_confidence_gap"}
+
+
+@pytest.mark.parametrize("bad", [1, -2, 2.5])
+def test_bootstrap_replicates_must_be_zero_or_at_least_two(bad):
+  with pytest.raises(ValueError, match="bootstrap_replicates"):
+    calibration_metrics.MeanSliceECE(bootstrap_replicates=bad)
+
+
 class _FakeModel(tf.Module):
   """Serves probabilities computed from logits stored in each tf.Example, like the exported
   model's signature (serialized examples in, calibrated and raw probabilities out)."""
@@ -185,19 +339,19 @@ class _FakeModel(tf.Module):
 
 def _write_evaluation_set(path, rng):
   """Clean eval examples (70% right) and corrupted ones (2 corruptions x 2 severities)."""
-  rows = []  # (eval_set, corruption, severity, logits, label)
+  rows = []  # (eval_set, corruption, severity, logits, label[, source image when corrupted])
   for eval_set in (evaluation_set.EVAL, evaluation_set.TEST):
     logits, labels = _random_predictions(rng, 120)
     rows += [(eval_set, None, None, z, y) for z, y in zip(logits, labels)]
   for corruption in ("contrast", "gaussian_noise"):
     for severity in (1, 5):
       logits, labels = _random_predictions(rng, 40, sharpness=1.0 + severity)
-      rows += [(evaluation_set.CORRUPTED, corruption, severity, z, y)
-               for z, y in zip(logits, labels)]
+      rows += [(evaluation_set.CORRUPTED, corruption, severity, z, y, f"test-{image}")
+               for image, (z, y) in enumerate(zip(logits, labels))]
   with tf.io.TFRecordWriter(path) as writer:
-    for index, (eval_set, corruption, severity, z, y) in enumerate(rows):
-      example = evaluation_set.make_evaluation_example(f"k{index}", b"", int(y), eval_set,
-                                                       corruption, severity)
+    for index, (eval_set, corruption, severity, z, y, *source) in enumerate(rows):
+      example = evaluation_set.make_evaluation_example(
+          source[0] if source else f"k{index}", b"", int(y), eval_set, corruption, severity)
       example.features.feature[LOGITS_KEY].float_list.value.extend(z.astype(np.float32))
       writer.write(example.SerializeToString())
   return rows
@@ -294,6 +448,40 @@ def test_tfma_numbers_equal_numpy_on_every_slice(evaluated):
                                    "reliability_diagram")
   assert reliability.shape == (PipelineConfig().trainer.calibration.num_bins, 3)
   assert reliability[:, 0].sum() == np.sum(eval_set_of == "eval")
+
+
+def test_tfma_gives_cece_and_each_familys_gap_with_deviations_over_a_bootstrap_of_test_images(
+    evaluated):
+  """On the corrupted slice and on each family's, as numpy computes them on the same
+  predictions with each test image kept poisson_weights times in every corruption x severity
+  slice it is in (the default 200 replicates)."""
+  rows, output, _ = evaluated
+  values = tfma_results.load_metrics(output)
+  corrupted = [r for r in rows if r[0] == "corrupted"]
+  probabilities = _softmax(np.stack([r[3] for r in corrupted]).astype(np.float32)
+                           .astype(np.float64), TEMPERATURE)
+  labels = np.array([r[4] for r in corrupted])
+  slice_ids = np.array([f"{r[1]}_{r[2]}" for r in corrupted])
+  sources = np.array([r[5] for r in corrupted])
+  families = np.array([{"contrast": "digital", "gaussian_noise": "noise"}[r[1]]
+                       for r in corrupted])
+  for slice_key, mask in [((("eval_set", "corrupted"),), np.ones(len(labels), bool)),
+                          ((("corruption_family", "digital"),), families == "digital"),
+                          ((("corruption_family", "noise"),), families == "noise")]:
+    chosen = [array[mask] for array in (probabilities, labels, slice_ids)]
+    counts = calibration_metrics.poisson_weights(sources[mask], 200).astype(int)
+    replicates = np.array([_numpy_slice_means(*(
+        array[np.repeat(np.arange(mask.sum()), counts[r])] for array in chosen), 15)
+                           for r in range(200)])
+    expected = dict(zip(
+        ["mean_slice_ece", "mean_slice_confidence_gap", "mean_slice_ece_bootstrap_sd",
+         "mean_slice_confidence_gap_bootstrap_sd"],
+        [*_numpy_slice_means(*chosen, 15), *np.std(replicates, axis=0, ddof=1)]))
+    for name, value in expected.items():
+      assert values[slice_key][("candidate", PROBABILITIES_KEY, name, False)] == pytest.approx(
+          value, abs=1e-4), (slice_key, name)
+  assert values[(("corruption_family", "noise"),)][(
+      "candidate", PROBABILITIES_KEY, "mean_slice_ece_bootstrap_sd", False)] > 0
 
 
 def test_a_model_below_the_accuracy_bound_is_not_blessed_and_the_reason_names_it(evaluated):
