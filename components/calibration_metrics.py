@@ -19,10 +19,11 @@ RELIABILITY_NAME = "reliability_diagram"  # [num_bins, 3]: count, mean confidenc
 NLL_NAME = "nll"
 BRIER_NAME = "brier_score"
 MEAN_SLICE_ECE_NAME = "mean_slice_ece"
-# MeanSliceECE's other outputs: the mean over the sub-slices of confidence minus accuracy, and
-# the bootstrap standard deviations of both means.
+# MeanSliceECE's other outputs, under these fixed names whatever the metric's own: the mean over
+# the sub-slices of confidence minus accuracy, and the bootstrap standard deviations of both.
 MEAN_SLICE_GAP_NAME = "mean_slice_confidence_gap"
-BOOTSTRAP_SD_SUFFIX = "_bootstrap_sd"
+MEAN_SLICE_ECE_SD_NAME = "mean_slice_ece_bootstrap_sd"
+MEAN_SLICE_GAP_SD_NAME = "mean_slice_confidence_gap_bootstrap_sd"
 # The features whose values make MeanSliceECE's sub-slices (components/evaluation_set.py).
 DEFAULT_SUB_SLICE_KEYS = ("corruption", "severity")
 # The feature naming the source image an example was made from (components/evaluation_set.py):
@@ -64,9 +65,9 @@ class _Accumulator:
   calls per example. With `replicates`, the reliability sums are also kept per bootstrap
   replicate ([replicates, num_bins], each example weighted by poisson_weights of its source
   image); an example without a source image makes the slice's bootstrap unavailable
-  (`resampled` False), never a bootstrap over part of it."""
+  (`bootstrap_complete` False), never a bootstrap over part of it."""
   __slots__ = ["count", "nll_sum", "brier_sum", "bin_count", "bin_confidence", "bin_correct",
-               "replicate_count", "replicate_confidence", "replicate_correct", "resampled",
+               "replicate_count", "replicate_confidence", "replicate_correct", "bootstrap_complete",
                "pending"]
 
   def __init__(self, num_bins: int, replicates: int = 0):
@@ -79,7 +80,7 @@ class _Accumulator:
     self.replicate_count = np.zeros((replicates, num_bins))
     self.replicate_confidence = np.zeros((replicates, num_bins))
     self.replicate_correct = np.zeros((replicates, num_bins))
-    self.resampled = replicates > 0
+    self.bootstrap_complete = replicates > 0
     self.pending: List[Tuple[int, np.ndarray, float, Optional[str]]] = []
 
   def merge(self, other: "_Accumulator") -> None:
@@ -92,7 +93,7 @@ class _Accumulator:
     self.replicate_count += other.replicate_count
     self.replicate_confidence += other.replicate_confidence
     self.replicate_correct += other.replicate_correct
-    self.resampled = self.resampled and other.resampled
+    self.bootstrap_complete = self.bootstrap_complete and other.bootstrap_complete
     self.pending.extend(other.pending)
 
   def flush(self) -> None:
@@ -126,9 +127,9 @@ class _Accumulator:
     self.bin_count += np.bincount(bins, weights=w, minlength=num_bins)
     self.bin_confidence += np.bincount(bins, weights=w * confidence, minlength=num_bins)
     self.bin_correct += np.bincount(bins, weights=w * (predicted == y), minlength=num_bins)
-    if self.resampled and any(source is None for source in sources):
-      self.resampled = False
-    if self.resampled:
+    if self.bootstrap_complete and any(source is None for source in sources):
+      self.bootstrap_complete = False
+    if self.bootstrap_complete:
       replicates = self.replicate_count.shape[0]
       replicate_w = poisson_weights(sources, replicates) * w  # [replicates, examples]
       cells = (np.arange(replicates)[:, None] * num_bins + bins[None, :]).ravel()
@@ -306,7 +307,9 @@ def _feature_value(features, key: str):
 
 def _slice_means(accumulators: List[_Accumulator]) -> Dict[str, float]:
   """The mean over sub-slices of their ECE and of their confidence minus accuracy, and each
-  mean's standard deviation over the bootstrap replicates (NaN without a bootstrap)."""
+  mean's standard deviation over the bootstrap replicates (NaN without a bootstrap). A replicate
+  that drew none of some sub-slice's images (only likely with a handful per slice) has no mean
+  and is left out; fewer than two left leave no deviation."""
   def ece_and_gap(count, confidence, correct):
     """Per row of bins ([..., num_bins]): (ECE, confidence - accuracy)."""
     total = np.sum(count, axis=-1)
@@ -315,21 +318,22 @@ def _slice_means(accumulators: List[_Accumulator]) -> Dict[str, float]:
               (np.sum(confidence, axis=-1) - np.sum(correct, axis=-1)) / total)
 
   nan = float("nan")
+  means = {MEAN_SLICE_ECE_NAME: nan, MEAN_SLICE_GAP_NAME: nan, MEAN_SLICE_ECE_SD_NAME: nan,
+           MEAN_SLICE_GAP_SD_NAME: nan}
   if not accumulators:
-    return {MEAN_SLICE_ECE_NAME: nan, MEAN_SLICE_GAP_NAME: nan,
-            MEAN_SLICE_ECE_NAME + BOOTSTRAP_SD_SUFFIX: nan,
-            MEAN_SLICE_GAP_NAME + BOOTSTRAP_SD_SUFFIX: nan}
+    return means
   ece, gap = np.mean([ece_and_gap(a.bin_count, a.bin_confidence, a.bin_correct)
                       for a in accumulators], axis=0)
-  ece_sd = gap_sd = nan
-  if all(a.resampled for a in accumulators):
+  means.update({MEAN_SLICE_ECE_NAME: float(ece), MEAN_SLICE_GAP_NAME: float(gap)})
+  if all(a.bootstrap_complete for a in accumulators):
     replicate_ece, replicate_gap = np.mean(
         [ece_and_gap(a.replicate_count, a.replicate_confidence, a.replicate_correct)
          for a in accumulators], axis=0)  # Each [replicates]: the means of one resample.
-    ece_sd, gap_sd = float(np.std(replicate_ece, ddof=1)), float(np.std(replicate_gap, ddof=1))
-  return {MEAN_SLICE_ECE_NAME: float(ece), MEAN_SLICE_GAP_NAME: float(gap),
-          MEAN_SLICE_ECE_NAME + BOOTSTRAP_SD_SUFFIX: ece_sd,
-          MEAN_SLICE_GAP_NAME + BOOTSTRAP_SD_SUFFIX: gap_sd}
+    drawn = np.isfinite(replicate_ece)
+    if np.sum(drawn) >= 2:
+      means.update({MEAN_SLICE_ECE_SD_NAME: float(np.std(replicate_ece[drawn], ddof=1)),
+                    MEAN_SLICE_GAP_SD_NAME: float(np.std(replicate_gap[drawn], ddof=1))})
+  return means
 
 
 class _SubSliceCombiner(beam.CombineFn):
@@ -408,9 +412,8 @@ def _mean_slice_ece(name: str, num_bins: int = DEFAULT_NUM_BINS,
 
   keys = {MEAN_SLICE_ECE_NAME: key(name), MEAN_SLICE_GAP_NAME: key(MEAN_SLICE_GAP_NAME)}
   if bootstrap_replicates:
-    keys.update({reported + BOOTSTRAP_SD_SUFFIX: key(reported_as + BOOTSTRAP_SD_SUFFIX)
-                 for reported, reported_as in ((MEAN_SLICE_ECE_NAME, name),
-                                               (MEAN_SLICE_GAP_NAME, MEAN_SLICE_GAP_NAME))})
+    keys[MEAN_SLICE_ECE_SD_NAME] = key(MEAN_SLICE_ECE_SD_NAME)
+    keys[MEAN_SLICE_GAP_SD_NAME] = key(MEAN_SLICE_GAP_SD_NAME)
   return [metric_types.MetricComputation(
       keys=list(keys.values()),
       preprocessors=[metric_types.FeaturePreprocessor(
@@ -423,9 +426,10 @@ class MeanSliceECE(metric_types.Metric):
   """cECE: the mean over the sub-slices (corruption x severity) of their top-label ECE; beside
   it, under fixed names, the mean over the sub-slices of confidence minus accuracy
   (MEAN_SLICE_GAP_NAME) and, with `bootstrap_replicates`, each mean's standard deviation over a
-  Poisson bootstrap of the source images named by `resample_key` (BOOTSTRAP_SD_SUFFIX): how far
-  the figure would move on another draw of test images of the same kind. The replicates resample
-  an image with all its corrupted versions at once, since the slices share their images."""
+  Poisson bootstrap of the source images named by `resample_key` (MEAN_SLICE_ECE_SD_NAME,
+  MEAN_SLICE_GAP_SD_NAME): how far the figure would move on another draw of test images of the
+  same kind. The replicates resample an image with all its corrupted versions at once, since
+  the slices share their images."""
 
   def __init__(self, name: str = MEAN_SLICE_ECE_NAME, num_bins: int = DEFAULT_NUM_BINS,
                sub_slice_keys=DEFAULT_SUB_SLICE_KEYS, resample_key: str = DEFAULT_RESAMPLE_KEY,

@@ -13,9 +13,9 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
-from components.calibration_metrics import (ACCURACY_NAME, BOOTSTRAP_SD_SUFFIX, BRIER_NAME,
-                                            ECE_NAME, MEAN_SLICE_ECE_NAME, MEAN_SLICE_GAP_NAME,
-                                            NLL_NAME, RELIABILITY_NAME)
+from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME,
+                                            MEAN_SLICE_ECE_SD_NAME, MEAN_SLICE_GAP_NAME,
+                                            MEAN_SLICE_GAP_SD_NAME, NLL_NAME, RELIABILITY_NAME)
 from components import plots, tfma_results
 from components.tfma_results import EXAMPLE_COUNT_NAME
 from trainer_module import reference_corruptions as corruptions
@@ -65,8 +65,10 @@ def slice_ece_floor(values: Dict, slice_, output: str) -> Optional[float]:
   return ece_floor(bins[:, 0], bins[:, 1])
 
 
-def _bootstrap_sd(values: Dict, slice_, output: str, name: str) -> Optional[float]:
-  value = tfma_results.metric(values, slice_, output, name + BOOTSTRAP_SD_SUFFIX)
+def _finite(values: Dict, slice_, output: str, name: str) -> Optional[float]:
+  """A metric's value, None when TFMA has none or it is NaN (MeanSliceECE without a bootstrap,
+  or on a slice of no corrupted images)."""
+  value = tfma_results.metric(values, slice_, output, name)
   return None if value is None or not np.isfinite(value) else float(value)
 
 
@@ -78,36 +80,25 @@ def corrupted_means(values: Dict, output: str, names) -> Dict[str, Optional[floa
   result = {name: _mean(tfma_results.metric(values, slice_, output, name) for slice_ in slices)
             for name in (ACCURACY_NAME, NLL_NAME, ECE_NAME)}
   result[ECE_FLOOR] = _mean(slice_ece_floor(values, slice_, output) for slice_ in slices)
-  result[ECE_SD] = _bootstrap_sd(values, CORRUPTED, output, MEAN_SLICE_ECE_NAME)
+  result[ECE_SD] = _finite(values, CORRUPTED, output, MEAN_SLICE_ECE_SD_NAME)
   return result
-
-
-def confidence_gap(values: Dict, slice_, output: str) -> Optional[float]:
-  """A slice's mean confidence minus its accuracy (> 0: over-confident), from its reliability
-  diagram's bins."""
-  bins = tfma_results.metric(values, slice_, output, RELIABILITY_NAME)
-  if bins is None or not np.sum(bins[:, 0]):
-    return None
-  count, confidence, accuracy = bins.T
-  return float(np.sum(count * (confidence - accuracy)) / np.sum(count))
 
 
 def family_means(values: Dict, output: str, names) -> Dict[str, Dict[str, Optional[float]]]:
   """corrupted_means per corruption family (noise, blur, weather, digital) of `names`, the mean
   over its slices of confidence minus accuracy ("gap"), and both means' bootstrap standard
-  deviations from the family's slice (ECE_SD, GAP_SD)."""
+  deviations (ECE_SD, GAP_SD), the last three the Evaluator's MeanSliceECE on the family's
+  slice."""
   families = {}
   for name in names:
     families.setdefault(corruptions.FAMILY_OF[name], []).append(name)
   result = {}
   for family, members in families.items():
     family_slice = ((evaluation_set.FAMILY_KEY, family),)
-    result[family] = {
-        **corrupted_means(values, output, members),
-        "gap": _mean(confidence_gap(values, _corruption_slice(c, s), output)
-                     for c in members for s in corruptions.SEVERITIES),
-        ECE_SD: _bootstrap_sd(values, family_slice, output, MEAN_SLICE_ECE_NAME),
-        GAP_SD: _bootstrap_sd(values, family_slice, output, MEAN_SLICE_GAP_NAME)}
+    result[family] = {**corrupted_means(values, output, members),
+                      "gap": _finite(values, family_slice, output, MEAN_SLICE_GAP_NAME),
+                      ECE_SD: _finite(values, family_slice, output, MEAN_SLICE_ECE_SD_NAME),
+                      GAP_SD: _finite(values, family_slice, output, MEAN_SLICE_GAP_SD_NAME)}
   return result
 
 
@@ -213,8 +204,9 @@ def _metric_table(settings, values) -> List[str]:
               "top-label probability minus the accuracy (> 0 over-confident, < 0 "
               "under-confident). sd: the figure's standard deviation over a bootstrap of the "
               "test images, each drawn with all its corrupted versions (the Evaluator's "
-              "MeanSliceECE); a difference within about two of them is not one the set can "
-              "tell."]
+              "MeanSliceECE): how far this figure would move on another draw of as many test "
+              "images. It is not the spread of a difference between two models on the same "
+              "images, which is usually smaller."]
   return lines + [""]
 
 

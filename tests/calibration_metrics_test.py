@@ -1,5 +1,7 @@
 """The Evaluator's metrics and gate: TFMA's numbers equal numpy's on the same predictions, on
 every slice; partial results merge exactly; a model below the bounds is not blessed."""
+import hashlib
+import math
 import os
 import pickle
 
@@ -286,15 +288,63 @@ def test_poisson_weights_depend_on_the_image_alone_and_are_poisson_one():
   assert abs(np.corrcoef(weights[0], weights[1])[0, 1]) < 0.05  # Replicates independent.
 
 
+def _splitmix64_poisson(group: str, replicate: int) -> int:
+  """poisson_weights' count for one image and replicate, from its definition in plain Python
+  integers: splitmix64 of (blake2b-64 of the name + replicate x golden gamma), its top 53 bits
+  a uniform u, and the smallest k with P(Poisson(1) <= k) > u."""
+  mask = 2 ** 64 - 1
+  z = (int.from_bytes(hashlib.blake2b(group.encode(), digest_size=8).digest(), "little")
+       + replicate * 0x9E3779B97F4A7C15) & mask
+  z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+  z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+  u = ((z ^ (z >> 31)) >> 11) / 2 ** 53
+  k, cumulative = 0, math.exp(-1.0)
+  while u >= cumulative:
+    k += 1
+    cumulative += math.exp(-1.0) / math.factorial(k)
+  return k
+
+
+def test_poisson_weights_follow_their_definition_so_every_process_draws_the_same():
+  """Computed from the image's name alone with a hash that does not change between processes
+  (Python's hash() of a string does: Beam workers would then disagree)."""
+  names = ["test-000", "cifar10_corrupted-00042", "test/cat/7.jpg"]
+  weights = calibration_metrics.poisson_weights(names, 40)
+  assert [[_splitmix64_poisson(name, r + 1) for name in names] for r in range(40)] == \
+      weights.astype(int).tolist()
+
+
+def test_a_replicate_that_drew_none_of_a_slices_images_is_left_out_of_the_deviation():
+  """Two images per slice: about e^-2 = 14% of replicates draw neither, and have no mean."""
+  rng = np.random.default_rng(8)
+  rows = _correlated_slices(rng, 2, ("fog",), (1, 2))
+  probabilities = np.stack([r[0] for r in rows])
+  labels = np.array([r[1] for r in rows])
+  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
+  sources = np.array([r[3] for r in rows])
+  values = _mean_slice_values(calibration_metrics.MeanSliceECE(bootstrap_replicates=50),
+                              _slice_inputs(probabilities, labels, [r[2] for r in rows],
+                                            sources), workers=2)
+  counts = calibration_metrics.poisson_weights(sources, 50).astype(int)
+  drawn = [r for r in range(50) if counts[r].sum()]
+  assert 30 < len(drawn) < 50
+  replicate_means = np.array([_numpy_slice_means(*(
+      array[np.repeat(np.arange(len(labels)), counts[r])]
+      for array in (probabilities, labels, slice_ids)), 15) for r in drawn])
+  assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
+      np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
+
+
 def test_without_source_images_the_bootstrap_is_unavailable_and_the_means_still_computed():
   """One example without a source image makes the deviations NaN (not a bootstrap over part of
-  the slices); cECE and the gap do not need it."""
+  the slices), also when its worker's statistics were compacted before the merge; cECE and the
+  gap do not need it."""
   rng = np.random.default_rng(6)
   rows = _correlated_slices(rng, 30, ("fog",), (1, 2))
   probabilities = np.stack([r[0] for r in rows])
   labels = np.array([r[1] for r in rows])
   sources = [r[3] for r in rows]
-  sources[-1] = None
+  sources[25] = None  # fog_1 on the middle worker (compacted, pickled), merged into the first.
   values = _mean_slice_values(calibration_metrics.MeanSliceECE(),
                               _slice_inputs(probabilities, labels, [r[2] for r in rows], sources))
   ece, gap = _numpy_slice_means(probabilities, labels,
