@@ -81,9 +81,9 @@ def field_help(cls) -> Dict[str, str]:
   """Each field's help, the comments that document it where it is defined: its end-of-line
   comment with the comment-only lines right below it that start at that comment's column, then
   the comment block directly above it. A comment block with a blank line below it heads the
-  fields that follow and is no field's help. From the first field to the first other statement
-  (a method), a comment at any other column is refused; elsewhere (on the decorator, in a
-  method) it is not read."""
+  fields that follow and is no field's help. Below a field, a comment at any other column is
+  refused, wherever the field stands; a method's own comments, the decorator's and those above
+  the first field at other columns are not read."""
   source = textwrap.dedent(inspect.getsource(cls))
   body = ast.parse(source).body[0].body
   names = {f.name for f in dataclasses.fields(cls)}
@@ -96,16 +96,15 @@ def field_help(cls) -> Dict[str, str]:
               for token in tokenize.generate_tokens(io.StringIO(source).readline)
               if token.type == tokenize.COMMENT}
   parts: Dict[str, List[str]] = {name: [] for name in statements.values() if name}
-  first_field = min((number for number, name in statements.items() if name), default=0)
-  after_fields = min((number for number, name in statements.items()  # E.g. the first method.
-                      if name is None and number > first_field), default=float("inf"))
   above: Dict[str, List[str]] = {}
   block: List[str] = []
   continued = None  # (field, column) of the end-of-line comment the next line may continue.
+  below_field = False  # The last statement above the line defines a field (not a method).
   for number, line in enumerate(source.splitlines(), start=1):
     column, text = comments.get(number, (None, ""))
     if number in statements:
       name = statements[number]
+      below_field = name is not None
       if name and name not in above:
         above[name] = block
       block, continued = [], None
@@ -119,7 +118,7 @@ def field_help(cls) -> Dict[str, str]:
     elif column == body[0].col_offset:
       block.append(text)
       continued = None
-    elif not first_field <= number < after_fields:
+    elif not below_field:  # Above the first field, or a method's own below its last line.
       block, continued = [], None
     else:
       raise ValueError(f"{cls.__name__}, line {number} of its definition: a comment neither "

@@ -120,6 +120,20 @@ def test_help_is_the_end_of_line_comment_and_its_continuation_then_the_block_abo
                      r"indentation: '# per 128 examples.'"):
     field_help(Misaligned)
 
+  @dataclasses.dataclass
+  class MethodBetweenFields:
+    rate: float = 0.1  # Peak learning rate.
+
+    def double(self):
+      return 2 * self.rate
+      # A method's own, below its last line.
+
+    decay: float = 0.2  # Factor at each decay epoch,
+                       # misaligned below a field after the method.
+
+  with pytest.raises(ValueError, match=r"MethodBetweenFields, line 10 .* '# misaligned below"):
+    field_help(MethodBetweenFields)
+
 
 def test_pipeline_help_has_one_section_per_group_headed_by_its_docstring():
   text = cluster_usage("python -m kubeflow compile")
