@@ -116,6 +116,9 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert f"trained in `{precision['policy']}`" in report_text
   for family in ("noise", "blur", "weather", "digital"):
     assert f"| {family} | " in report_text, "robustness per corruption family"
+    family_row = next(line for line in report_text.splitlines()
+                      if line.startswith(f"| {family} | "))
+    assert family_row.count("(sd ") == 2, "cECE and the gap with their bootstrap deviations"
   assert "| frosted_glass_blur | blur |" in report_text, "every corruption's accuracy and ECE"
   assert "| spatter |" not in report_text, "validation corruptions are not evaluated"
   assert "| validation shift (eval images, validation corruptions; chose T) |" in report_text
@@ -130,7 +133,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert _figure(report, "served_accuracy") == pytest.approx(scored["accuracy"])
   assert f"test accuracy:   {scored['accuracy']:.4f} ({scored['correct']}/" in first.stdout
   for name in ("eval_accuracy", "eval_nll", "eval_ece", "corrupted_accuracy", "corrupted_nll",
-               "corrupted_ece", "corrupted_ece_floor"):
+               "corrupted_ece", "corrupted_ece_floor", "corrupted_ece_sd"):
     assert f"{_figure(report, name):.4f}" in first.stdout, name
   # The HTML page in a real browser: every chart loads from the page itself, nothing leaves it.
   page = browser.open_page(os.path.abspath(_report_path(first.stdout)))
