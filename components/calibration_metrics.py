@@ -83,6 +83,16 @@ class _Accumulator:
     self.bootstrap_complete = replicates > 0
     self.pending: List[Tuple[int, np.ndarray, float, Optional[str]]] = []
 
+  def add(self, element: metric_types.StandardMetricInputs,
+          eval_config: Optional[config_pb2.EvalConfig], model_name: str, output_name: str,
+          example_weighted: bool, source: Optional[str] = None) -> None:
+    """Queues the element's (label, probabilities, weight) of one output for the next flush."""
+    for label, prediction, weight in metric_util.to_label_prediction_example_weight(
+        element, eval_config=eval_config, model_name=model_name, output_name=output_name,
+        example_weighted=example_weighted, flatten=False):
+      self.pending.append((int(np.ravel(label)[0]), np.ravel(prediction),
+                           float(metric_util.safe_to_scalar(weight)), source))
+
   def merge(self, other: "_Accumulator") -> None:
     self.count += other.count
     self.nll_sum += other.nll_sum
@@ -167,11 +177,8 @@ class _StatisticsCombiner(beam.CombineFn):
 
   def add_input(self, accumulator: _Accumulator,
                 element: metric_types.StandardMetricInputs) -> _Accumulator:
-    for label, prediction, weight in metric_util.to_label_prediction_example_weight(
-        element, eval_config=self._eval_config, model_name=self._model_name,
-        output_name=self._output_name, example_weighted=self._example_weighted, flatten=False):
-      accumulator.pending.append((int(np.ravel(label)[0]), np.ravel(prediction),
-                                  float(metric_util.safe_to_scalar(weight)), None))
+    accumulator.add(element, self._eval_config, self._model_name, self._output_name,
+                    self._example_weighted)
     if len(accumulator.pending) >= self._flush_size:
       accumulator.flush()
     return accumulator
@@ -364,12 +371,8 @@ class _SubSliceCombiner(beam.CombineFn):
     source = _feature_value(element.features, self._resample_key)
     statistics = accumulator.setdefault(sub_slice,
                                         _Accumulator(self._num_bins, self._replicates))
-    for label, prediction, weight in metric_util.to_label_prediction_example_weight(
-        element, eval_config=self._eval_config, model_name=self._model_name,
-        output_name=self._output_name, example_weighted=self._example_weighted, flatten=False):
-      statistics.pending.append((int(np.ravel(label)[0]), np.ravel(prediction),
-                                 float(metric_util.safe_to_scalar(weight)),
-                                 None if source is None else str(source)))
+    statistics.add(element, self._eval_config, self._model_name, self._output_name,
+                   self._example_weighted, None if source is None else str(source))
     if len(statistics.pending) >= FLUSH_SIZE:
       statistics.flush()
     return accumulator

@@ -132,6 +132,18 @@ def source_fingerprint(source: str) -> bytes:
   return ast.dump(tree, include_attributes=False).encode()
 
 
+def examples_code_fingerprint() -> str:
+  """A hash of the code that writes the evaluation set's examples (this module, the example and
+  PNG encoding, the corruptions): TFX's cache key does not cover a component's code, so the
+  pipeline passes it to EvaluationSetGen, which then runs again when the code changes, instead
+  of reusing a set of the old format (say, without SOURCE_IMAGE_KEY)."""
+  digest = hashlib.sha256()
+  for path in (__file__, image_sources.__file__, corruptions.__file__):
+    with open(path, encoding="utf-8") as source:
+      digest.update(source_fingerprint(source.read()))
+  return digest.hexdigest()
+
+
 def _code_fingerprint() -> bytes:
   """reference_corruptions' code and the versions of the libraries it calls."""
   digest = hashlib.sha256()
@@ -284,11 +296,13 @@ def EvaluationSetGen(
     examples_per_corruption: Parameter[int] = 0,
     tfds_data_dir: Parameter[str] = "",
     workers: Parameter[int] = 0,
+    code_fingerprint: Parameter[str] = "",
 ) -> None:
   """Writes splits eval (clean), test (clean) and corrupted.
 
   corruption_names: comma-separated; empty for no robustness set.
   workers: processes making the generated corruptions; 0 = one per core when that pays.
+  code_fingerprint: examples_code_fingerprint(), read by TFX's cache key alone.
   """
   names = [name for name in corruption_names.split(",") if name]
   counts = write_evaluation_set(

@@ -254,3 +254,29 @@ def test_read_back_each_example_names_the_image_it_was_made_from_even_when_keys_
       "test/cat/7.jpg", "test/cat/7.jpg", "test/cat/8.jpg", "test/cat/8.jpg"]
   assert sorted(read.slices[read.eval_sets == evaluation_set.CORRUPTED]) == [
       "fog_1", "fog_1", "fog_3", "fog_3"]
+
+
+def test_the_set_is_made_again_when_the_code_writing_its_examples_changes(tmp_path, monkeypatch):
+  """TFX's cache key covers EvaluationSetGen's parameters, not its code: the pipeline passes
+  this fingerprint of the three modules that write the examples, so a changed feature (say,
+  SOURCE_IMAGE_KEY added) remakes the set; a comment does not."""
+  copies = {}
+  for module in (evaluation_set, image_sources, reference_corruptions):
+    copies[module] = tmp_path / os.path.basename(module.__file__)
+    with open(module.__file__, encoding="utf-8") as source:
+      copies[module].write_text(source.read())
+    monkeypatch.setattr(module, "__file__", str(copies[module]))
+  key = evaluation_set.examples_code_fingerprint()
+  assert key == evaluation_set.examples_code_fingerprint()
+  for module, edit, same in [
+      (image_sources, lambda text: text + "\n# A note.\n", True),
+      (evaluation_set, lambda text: text.replace('SOURCE_IMAGE_KEY = "source_image"',
+                                                 'SOURCE_IMAGE_KEY = "source_key"'), False),
+      (image_sources, lambda text: text.replace("def make_example(", "def make_example_(", 1)
+       .replace("make_example(", "make_example_("), False),
+      (reference_corruptions, lambda text: text + "\nEXTRA = 1\n", False)]:
+    original = copies[module].read_text()
+    assert edit(original) != original
+    copies[module].write_text(edit(original))
+    assert (evaluation_set.examples_code_fingerprint() == key) is same, module.__name__
+    copies[module].write_text(original)

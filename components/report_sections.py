@@ -37,7 +37,7 @@ CORRUPTED = ((evaluation_set.EVAL_SET_KEY, evaluation_set.CORRUPTED),)
 ECE_FLOOR = "ece_floor"  # corrupted_means' key of the cECE floor.
 # corrupted_means' and family_means' keys of the bootstrap standard deviations of cECE and of
 # the confidence gap (the Evaluator's MeanSliceECE; None when it had no source images).
-ECE_SD, GAP_SD = "ece_sd", "gap_sd"
+GAP, ECE_SD, GAP_SD = "gap", "ece_sd", "gap_sd"
 SET_NAMES = {EVAL: "clean eval (gated)", TEST: "clean test", CORRUPTED: "corrupted test"}
 
 
@@ -74,38 +74,46 @@ def _finite(values: Dict, slice_, output: str, name: str) -> Optional[float]:
 
 def corrupted_means(values: Dict, output: str, names) -> Dict[str, Optional[float]]:
   """cA, cNLL, cECE: each metric's mean over the corruption x severity slices (UB's tables),
-  the cECE floor, the mean of the slices' ECE floors (ECE_FLOOR), and cECE's bootstrap
-  standard deviation over the test images (ECE_SD)."""
+  and the cECE floor, the mean of the slices' ECE floors (ECE_FLOOR)."""
   slices = [_corruption_slice(c, s) for c in names for s in corruptions.SEVERITIES]
   result = {name: _mean(tfma_results.metric(values, slice_, output, name) for slice_ in slices)
             for name in (ACCURACY_NAME, NLL_NAME, ECE_NAME)}
   result[ECE_FLOOR] = _mean(slice_ece_floor(values, slice_, output) for slice_ in slices)
-  result[ECE_SD] = _finite(values, CORRUPTED, output, MEAN_SLICE_ECE_SD_NAME)
   return result
+
+
+def corrupted_ece_sd(values: Dict, output: str) -> Optional[float]:
+  """cECE's bootstrap standard deviation over the test images, the Evaluator's MeanSliceECE on
+  the whole corrupted set (None without a bootstrap)."""
+  return _finite(values, CORRUPTED, output, MEAN_SLICE_ECE_SD_NAME)
 
 
 def family_means(values: Dict, output: str, names) -> Dict[str, Dict[str, Optional[float]]]:
   """corrupted_means per corruption family (noise, blur, weather, digital) of `names`, the mean
-  over its slices of confidence minus accuracy ("gap"), and both means' bootstrap standard
+  over its slices of confidence minus accuracy (GAP), and both means' bootstrap standard
   deviations (ECE_SD, GAP_SD), the last three the Evaluator's MeanSliceECE on the family's
-  slice."""
+  slice; all None when a slice of the family is missing, as its cECE is."""
   families = {}
   for name in names:
     families.setdefault(corruptions.FAMILY_OF[name], []).append(name)
   result = {}
   for family, members in families.items():
+    means = corrupted_means(values, output, members)
     family_slice = ((evaluation_set.FAMILY_KEY, family),)
-    result[family] = {**corrupted_means(values, output, members),
-                      "gap": _finite(values, family_slice, output, MEAN_SLICE_GAP_NAME),
-                      ECE_SD: _finite(values, family_slice, output, MEAN_SLICE_ECE_SD_NAME),
-                      GAP_SD: _finite(values, family_slice, output, MEAN_SLICE_GAP_SD_NAME)}
+    complete = means[ECE_NAME] is not None
+    result[family] = {**means, **{
+        key: _finite(values, family_slice, output, name) if complete else None
+        for key, name in ((GAP, MEAN_SLICE_GAP_NAME), (ECE_SD, MEAN_SLICE_ECE_SD_NAME),
+                          (GAP_SD, MEAN_SLICE_GAP_SD_NAME))}}
   return result
 
 
 def _with_sd(value: Optional[float], sd: Optional[float], signed: bool = False) -> str:
-  """`value (sd x)`, or the value alone when there is no bootstrap."""
-  text = "n/a" if value is None else f"{value:+.4f}" if signed else _fmt(value)
-  return text if value is None or sd is None else f"{text} (sd {sd:.4f})"
+  """`value (sd x)`, the value alone when there is no bootstrap, n/a when there is no value."""
+  if value is None or not np.isfinite(value):
+    return "n/a"
+  text = f"{value:+.4f}" if signed else _fmt(value)
+  return text if sd is None else f"{text} (sd {sd:.4f})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,15 +189,18 @@ def _metric_table(settings, values) -> List[str]:
                  f"{_fmt(get(NLL_NAME))} | {_fmt(get(ECE_NAME))} | {_fmt(get(BRIER_NAME))} |")
   if settings.corruptions:
     means = corrupted_means(values, CALIBRATED, settings.corruptions)
+    ece_sd = corrupted_ece_sd(values, CALIBRATED)
     lines += ["", f"Robustness ({len(settings.corruptions)} corruptions x "
               f"{len(corruptions.SEVERITIES)} severities, means over the slices as in "
               f"Uncertainty Baselines): **cA {_fmt(means[ACCURACY_NAME])}, cNLL "
               f"{_fmt(means[NLL_NAME])}, cECE {_fmt(means[ECE_NAME])}** (cECE floor "
               f"{_fmt(means[ECE_FLOOR])}: what a perfectly calibrated model with these "
               f"confidences would measure on slices of this size" +
-              ("" if means[ECE_SD] is None else f"; cECE's bootstrap standard deviation "
-               f"{means[ECE_SD]:.4f}: how far it would move on another draw of as many test "
-               f"images") + ").", "",
+              (f"; cECE's bootstrap standard deviation {ece_sd:.4f}: how far it would move on "
+               "another draw of as many test images" if ece_sd is not None else "; no bootstrap "
+               "deviation: a corrupted example names no source image (an evaluation set made "
+               "before the `source_image` feature), or the slices are too small to resample")
+              + ").", "",
               "| corruption family | corruptions | cA | cNLL | cECE | cECE floor | "
               "confidence - accuracy |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -199,7 +210,7 @@ def _metric_table(settings, values) -> List[str]:
                    f"| {_fmt(family_values[NLL_NAME])} | "
                    f"{_with_sd(family_values[ECE_NAME], family_values[ECE_SD])} | "
                    f"{_fmt(family_values[ECE_FLOOR])} | "
-                   f"{_with_sd(family_values['gap'], family_values[GAP_SD], signed=True)} |")
+                   f"{_with_sd(family_values[GAP], family_values[GAP_SD], signed=True)} |")
     lines += ["", "Confidence - accuracy: the mean over the family's slices of the mean "
               "top-label probability minus the accuracy (> 0 over-confident, < 0 "
               "under-confident). sd: the figure's standard deviation over a bootstrap of the "
@@ -541,7 +552,7 @@ def headline(settings: ReportSettings, values: Dict) -> Dict[str, float]:
     means = corrupted_means(values, CALIBRATED, settings.corruptions)
     figures.update(corrupted_accuracy=means[ACCURACY_NAME], corrupted_nll=means[NLL_NAME],
                    corrupted_ece=means[ECE_NAME], corrupted_ece_floor=means[ECE_FLOOR],
-                   corrupted_ece_sd=means[ECE_SD])
+                   corrupted_ece_sd=corrupted_ece_sd(values, CALIBRATED))
   return {name: float(value) for name, value in figures.items() if value is not None}
 
 

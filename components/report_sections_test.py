@@ -62,9 +62,18 @@ def test_missing_slices_give_no_number_rather_than_a_wrong_one():
   del values[(("corruption", "fog"), ("severity", 5))]  # One slice of ten missing.
   means = report_sections.corrupted_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
   assert means[ACCURACY_NAME] is None
+  family_outputs = {("candidate", PROBABILITIES_KEY, name, False): 0.01 for name in (
+      "mean_slice_confidence_gap", "mean_slice_ece_bootstrap_sd",
+      "mean_slice_confidence_gap_bootstrap_sd")}
+  for family in ("weather", "digital"):  # The Evaluator's MeanSliceECE on the family slices.
+    values[(("corruption_family", family),)] = dict(family_outputs)
   families = report_sections.family_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
   assert families["weather"][ACCURACY_NAME] is None
+  assert [families["weather"][key] for key in (
+      report_sections.GAP, report_sections.ECE_SD, report_sections.GAP_SD)] == [None] * 3, (
+      "nor the gap over the slices that are there")
   assert families["digital"][ACCURACY_NAME] == pytest.approx(0.33)  # Its five are all there.
+  assert families["digital"][report_sections.GAP] == 0.01
 
 
 def test_the_warm_start_line_says_what_the_model_records(tmp_path):
@@ -223,8 +232,7 @@ def test_cece_and_each_familys_gap_carry_their_bootstrap_deviations_when_the_eva
   _with_bootstrap(values, {report_sections.CORRUPTED: (0.0024, 0.012, 0.0031),
                            (("corruption_family", "weather"),): (0.0041, -0.044, 0.0052),
                            (("corruption_family", "digital"),): (0.0043, 0.0038, 0.0057)})
-  means = report_sections.corrupted_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
-  assert means[report_sections.ECE_SD] == 0.0024
+  assert report_sections.corrupted_ece_sd(values, PROBABILITIES_KEY) == 0.0024
   families = report_sections.family_means(values, PROBABILITIES_KEY, ["fog", "contrast"])
   assert (families["weather"][report_sections.ECE_SD],
           families["weather"][report_sections.GAP_SD]) == (0.0041, 0.0052)
@@ -238,12 +246,14 @@ def test_cece_and_each_familys_gap_carry_their_bootstrap_deviations_when_the_eva
 def test_a_bootstrap_the_evaluator_could_not_make_is_left_out_not_shown_as_a_number():
   values = _with_bootstrap(_values({"fog": 0.5}), {report_sections.CORRUPTED: (
       float("nan"), 0.01, float("nan"))})
-  assert report_sections.corrupted_means(values, PROBABILITIES_KEY, ["fog"])[
-      report_sections.ECE_SD] is None
+  assert report_sections.corrupted_ece_sd(values, PROBABILITIES_KEY) is None
   settings = report_sections.ReportSettings(
       pipeline_name="p", dataset="digits", model="WRN-10-1", num_classes=10,
       corruptions=("fog",), bounds=())
   assert "corrupted_ece_sd" not in report_sections.headline(settings, values)
+  table = "\n".join(report_sections._metric_table(settings, values))
+  assert "no bootstrap deviation: a corrupted example names no source image" in table
+  assert "| weather | fog | 0.5300 | 0.5000 | 0.1000 | n/a | n/a |" in table
 
 
 def test_class_names_come_from_the_model_and_skipped_files_are_listed(tmp_path):

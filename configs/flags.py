@@ -82,15 +82,16 @@ def field_help(cls) -> Dict[str, str]:
   comment with the comment-only lines right below it that start at that comment's column, then
   the comment block directly above it. A comment block with a blank line below it heads the
   fields that follow and is no field's help. Below a field, a comment at any other column is
-  refused, wherever the field stands; a method's own comments, the decorator's and those above
-  the first field at other columns are not read."""
+  refused, wherever the field stands; a method's own comments (its decorators' included), the
+  class decorator's and those above the first field at other columns are not read."""
   source = textwrap.dedent(inspect.getsource(cls))
   body = ast.parse(source).body[0].body
   names = {f.name for f in dataclasses.fields(cls)}
   statements = {}  # Line -> the field it defines (None: another statement, e.g. a method).
   for node in body:
     name = node.target.id if isinstance(node, ast.AnnAssign) else None
-    statements.update(dict.fromkeys(range(node.lineno, node.end_lineno + 1),
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    statements.update(dict.fromkeys(range(first, node.end_lineno + 1),
                                     name if name in names else None))
   comments = {token.start[0]: (token.start[1], token.string.lstrip("#").strip())
               for token in tokenize.generate_tokens(io.StringIO(source).readline)

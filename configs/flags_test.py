@@ -124,6 +124,7 @@ def test_help_is_the_end_of_line_comment_and_its_continuation_then_the_block_abo
   class MethodBetweenFields:
     rate: float = 0.1  # Peak learning rate.
 
+    @property  # A decorator's comment is its method's.
     def double(self):
       return 2 * self.rate
       # A method's own, below its last line.
@@ -131,7 +132,7 @@ def test_help_is_the_end_of_line_comment_and_its_continuation_then_the_block_abo
     decay: float = 0.2  # Factor at each decay epoch,
                        # misaligned below a field after the method.
 
-  with pytest.raises(ValueError, match=r"MethodBetweenFields, line 10 .* '# misaligned below"):
+  with pytest.raises(ValueError, match=r"MethodBetweenFields, line 11 .* '# misaligned below"):
     field_help(MethodBetweenFields)
 
 

@@ -435,6 +435,15 @@ def test_tfx_builds_no_sdist_of_itself_for_a_local_beam_step(tmp_path):
   assert dependency_utils.make_beam_dependency_flags(args) == args  # No --extra_package.
 
 
+def test_the_evaluation_set_step_is_keyed_by_the_code_that_writes_its_examples(tmp_path):
+  from components.evaluation_set import examples_code_fingerprint
+  from pipeline.pipeline import create_pipeline
+  config = from_preset().replace(output_dir=str(tmp_path))
+  (step,) = [c for c in create_pipeline(config, local_runner.local_parts(config)).components
+             if c.id == "EvaluationSetGen"]
+  assert step.exec_properties["code_fingerprint"] == examples_code_fingerprint()
+
+
 def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):
   """The pipeline-wide arguments come first and a step's own last: Beam's last flag wins."""
   from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions

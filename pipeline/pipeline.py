@@ -165,7 +165,8 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       examples=examples.outputs["examples"], source=robustness_source(config.data.dataset),
       corruption_names=",".join(config.evaluation.corruptions),
       examples_per_corruption=config.evaluation.examples_per_corruption,
-      tfds_data_dir=config.data.tfds_data_dir or "", workers=config.evaluation.corruption_workers)
+      tfds_data_dir=config.data.tfds_data_dir or "", workers=config.evaluation.corruption_workers,
+      code_fingerprint=evaluation_set.examples_code_fingerprint())
   eval_examples.add_upstream_node(data_check)
 
   model_components = list(trainers)

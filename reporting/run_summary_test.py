@@ -14,7 +14,8 @@ from reporting.run_summary import report_lines
 BLESSED_AND_PUSHED = {
     "eval_accuracy": 0.98765, "eval_ece": 0.0123, "eval_nll": 0.0456,
     "corrupted_accuracy": 0.8812, "corrupted_nll": 0.3719, "corrupted_ece": 0.0604,
-    "corrupted_ece_floor": 0.0231, "corrupted_ece_sd": 0.0024, "evaluation_uri": "/runs/Evaluator/evaluation/7",
+    "corrupted_ece_floor": 0.0231, "corrupted_ece_sd": 0.0024,
+    "evaluation_uri": "/runs/Evaluator/evaluation/7",
     "blessed": 1, "served_check_passed": 1, "pushed": 1, "pushed_version": "/serving/1700000000",
     "served_split": "test", "served_accuracy": 290 / 292, "served_correct": 290,
     "served_examples": 292, "warm_start": "no, trained from scratch", "skipped_images": 0,

@@ -335,16 +335,22 @@ def test_a_replicate_that_drew_none_of_a_slices_images_is_left_out_of_the_deviat
       np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
 
 
-def test_without_source_images_the_bootstrap_is_unavailable_and_the_means_still_computed():
+@pytest.mark.parametrize("missing", [25, 35, 45])
+def test_without_source_images_the_bootstrap_is_unavailable_and_the_means_still_computed(
+    missing):
   """One example without a source image makes the deviations NaN (not a bootstrap over part of
-  the slices), also when its worker's statistics were compacted before the merge; cECE and the
-  gap do not need it."""
+  the slices), also when its worker's statistics were compacted before the merge: example 25
+  (fog_1) on the middle worker, merged into the first worker's fog_1; example 35 (fog_2) on
+  the middle worker, which holds fog_2 first, the last worker's complete ones merged into it;
+  example 45 (fog_2) on the last worker, after the middle worker's fog_2 reached the
+  replicate sums: fog_2's sums are then partial, and fog_1's complete. cECE and the gap do not
+  need it."""
   rng = np.random.default_rng(6)
   rows = _correlated_slices(rng, 30, ("fog",), (1, 2))
   probabilities = np.stack([r[0] for r in rows])
   labels = np.array([r[1] for r in rows])
   sources = [r[3] for r in rows]
-  sources[25] = None  # fog_1 on the middle worker (compacted, pickled), merged into the first.
+  sources[missing] = None
   values = _mean_slice_values(calibration_metrics.MeanSliceECE(),
                               _slice_inputs(probabilities, labels, [r[2] for r in rows], sources))
   ece, gap = _numpy_slice_means(probabilities, labels,
