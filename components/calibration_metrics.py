@@ -201,6 +201,15 @@ class _StatisticsCombiner(beam.CombineFn):
     return {self._key: accumulator}
 
 
+def _ece_and_gap(count: np.ndarray, confidence: np.ndarray, correct: np.ndarray):
+  """From per-bin sums ([..., num_bins]: weights, confidences, correct predictions), per row:
+  the top-label ECE and the mean confidence minus the accuracy (NaN for a row of no weight)."""
+  total = np.sum(count, axis=-1)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return (np.sum(np.abs(correct - confidence), axis=-1) / total,
+            (np.sum(confidence, axis=-1) - np.sum(correct, axis=-1)) / total)
+
+
 def _values(accumulator: _Accumulator) -> dict:
   count = accumulator.count
   occupied = accumulator.bin_count > 0
@@ -211,9 +220,10 @@ def _values(accumulator: _Accumulator) -> dict:
     nan = float("nan")
     return {ACCURACY_NAME: nan, ECE_NAME: nan, NLL_NAME: nan, BRIER_NAME: nan,
             RELIABILITY_NAME: np.stack([accumulator.bin_count, mean_confidence, accuracy], 1)}
-  gaps = np.abs(accumulator.bin_correct - accumulator.bin_confidence)  # count * |acc - conf|
+  ece, _ = _ece_and_gap(accumulator.bin_count, accumulator.bin_confidence,
+                        accumulator.bin_correct)
   return {ACCURACY_NAME: float(np.sum(accumulator.bin_correct) / count),
-          ECE_NAME: float(np.sum(gaps) / count),
+          ECE_NAME: float(ece),
           NLL_NAME: accumulator.nll_sum / count,
           BRIER_NAME: accumulator.brier_sum / count,
           RELIABILITY_NAME: np.stack([accumulator.bin_count, mean_confidence, accuracy], 1)}
@@ -317,24 +327,17 @@ def _slice_means(accumulators: List[_Accumulator]) -> Dict[str, float]:
   mean's standard deviation over the bootstrap replicates (NaN without a bootstrap). A replicate
   that drew none of some sub-slice's images (only likely with a handful per slice) has no mean
   and is left out; fewer than two left leave no deviation."""
-  def ece_and_gap(count, confidence, correct):
-    """Per row of bins ([..., num_bins]): (ECE, confidence - accuracy)."""
-    total = np.sum(count, axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-      return (np.sum(np.abs(correct - confidence), axis=-1) / total,
-              (np.sum(confidence, axis=-1) - np.sum(correct, axis=-1)) / total)
-
   nan = float("nan")
   means = {MEAN_SLICE_ECE_NAME: nan, MEAN_SLICE_GAP_NAME: nan, MEAN_SLICE_ECE_SD_NAME: nan,
            MEAN_SLICE_GAP_SD_NAME: nan}
   if not accumulators:
     return means
-  ece, gap = np.mean([ece_and_gap(a.bin_count, a.bin_confidence, a.bin_correct)
+  ece, gap = np.mean([_ece_and_gap(a.bin_count, a.bin_confidence, a.bin_correct)
                       for a in accumulators], axis=0)
   means.update({MEAN_SLICE_ECE_NAME: float(ece), MEAN_SLICE_GAP_NAME: float(gap)})
   if all(a.bootstrap_complete for a in accumulators):
     replicate_ece, replicate_gap = np.mean(
-        [ece_and_gap(a.replicate_count, a.replicate_confidence, a.replicate_correct)
+        [_ece_and_gap(a.replicate_count, a.replicate_confidence, a.replicate_correct)
          for a in accumulators], axis=0)  # Each [replicates]: the means of one resample.
     drawn = np.isfinite(replicate_ece)
     if np.sum(drawn) >= 2:
