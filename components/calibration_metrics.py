@@ -4,12 +4,11 @@ only binary ones; all share one pass of mergeable sums per slice (docs/pipeline.
 """
 import hashlib
 import math
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import apache_beam as beam
 import numpy as np
 from tensorflow_model_analysis.metrics import metric_types, metric_util
-from tensorflow_model_analysis.proto import config_pb2
 
 from trainer_module.metrics import confidence_bins
 
@@ -83,15 +82,26 @@ class _Accumulator:
     self.bootstrap_complete = replicates > 0
     self.pending: List[Tuple[int, np.ndarray, float, Optional[str]]] = []
 
-  def add(self, element: metric_types.StandardMetricInputs,
-          eval_config: Optional[config_pb2.EvalConfig], model_name: str, output_name: str,
+  def add(self, element: metric_types.StandardMetricInputs, model_name: str, output_name: str,
           example_weighted: bool, source: Optional[str] = None) -> None:
-    """Queues the element's (label, probabilities, weight) of one output for the next flush."""
-    for label, prediction, weight in metric_util.to_label_prediction_example_weight(
-        element, eval_config=eval_config, model_name=model_name, output_name=output_name,
-        example_weighted=example_weighted, flatten=False):
-      self.pending.append((int(np.ravel(label)[0]), np.ravel(prediction),
-                           float(metric_util.safe_to_scalar(weight)), source))
+    """Queues the element's (label, probabilities, weight) of one output for the next flush.
+    Read with the extracts' own accessors, not metric_util.to_label_prediction_example_weight:
+    its binarization, top-k and class-weight options do not apply here (_check_full_vector),
+    and its generality was most of the Evaluator's time beside the model (bench/README.md)."""
+    label, prediction = (element.get_labels(model_name or None, output_name or None),
+                         element.get_predictions(model_name or None, output_name or None))
+    for name, value in (("label", label), ("prediction", prediction)):
+      if value is None or isinstance(value, Mapping):
+        raise ValueError(
+            f"No single {name} for model {model_name!r} and output {output_name!r}: got "
+            f"{value!r}. A multi-output model needs the output named in "
+            "MetricsSpec.output_names.")
+    weight = 1.0
+    if example_weighted:
+      weights = element.get_example_weights(model_name or None, output_name or None)
+      if weights is not None:
+        weight = float(np.ravel(weights)[0])
+    self.pending.append((int(np.ravel(label)[0]), np.ravel(prediction), weight, source))
 
   def merge(self, other: "_Accumulator") -> None:
     self.count += other.count
@@ -162,11 +172,10 @@ class _StatisticsCombiner(beam.CombineFn):
   (tensorflow_model_analysis/metrics/tf_metric_wrapper.py, _CompilableMetricsCombiner)."""
 
   def __init__(self, key: metric_types.MetricKey, num_bins: int,
-               eval_config: Optional[config_pb2.EvalConfig], model_name: str, output_name: str,
-               example_weighted: bool, flush_size: int = FLUSH_SIZE):
+               model_name: str, output_name: str, example_weighted: bool,
+               flush_size: int = FLUSH_SIZE):
     self._key = key
     self._num_bins = num_bins
-    self._eval_config = eval_config
     self._model_name = model_name
     self._output_name = output_name
     self._example_weighted = example_weighted
@@ -177,8 +186,7 @@ class _StatisticsCombiner(beam.CombineFn):
 
   def add_input(self, accumulator: _Accumulator,
                 element: metric_types.StandardMetricInputs) -> _Accumulator:
-    accumulator.add(element, self._eval_config, self._model_name, self._output_name,
-                    self._example_weighted)
+    accumulator.add(element, self._model_name, self._output_name, self._example_weighted)
     if len(accumulator.pending) >= self._flush_size:
       accumulator.flush()
     return accumulator
@@ -241,7 +249,7 @@ def _computations(value: str, extra_values: tuple = ()):
   name beside it."""
 
   def computations(name: str, num_bins: int = DEFAULT_NUM_BINS,
-                   eval_config: Optional[config_pb2.EvalConfig] = None, model_name: str = "",
+                   model_name: str = "",
                    output_name: str = "", sub_key: Optional[metric_types.SubKey] = None,
                    aggregation_type: Optional[metric_types.AggregationType] = None,
                    class_weights: Optional[Dict[int, float]] = None,
@@ -264,8 +272,8 @@ def _computations(value: str, extra_values: tuple = ()):
     return [
         metric_types.MetricComputation(
             keys=[statistics_key], preprocessors=None,
-            combiner=_StatisticsCombiner(statistics_key, num_bins, eval_config, model_name,
-                                         output_name, example_weighted)),
+            combiner=_StatisticsCombiner(statistics_key, num_bins, model_name, output_name,
+                                         example_weighted)),
         metric_types.DerivedMetricComputation(keys=list(outputs), result=result)]
 
   return computations
@@ -352,7 +360,7 @@ class _SubSliceCombiner(beam.CombineFn):
 
   def __init__(self, keys: Dict[str, metric_types.MetricKey], num_bins: int, sub_slice_keys,
                resample_key: str, replicates: int,
-               eval_config: Optional[config_pb2.EvalConfig], example_weighted: bool):
+               example_weighted: bool):
     self._keys = keys  # _slice_means' names -> the metric keys they are reported under.
     self._model_name = keys[MEAN_SLICE_ECE_NAME].model_name
     self._output_name = keys[MEAN_SLICE_ECE_NAME].output_name
@@ -360,7 +368,6 @@ class _SubSliceCombiner(beam.CombineFn):
     self._sub_slice_keys = tuple(sub_slice_keys)
     self._resample_key = resample_key
     self._replicates = replicates
-    self._eval_config = eval_config
     self._example_weighted = example_weighted
 
   def create_accumulator(self) -> Dict[tuple, _Accumulator]:
@@ -374,8 +381,8 @@ class _SubSliceCombiner(beam.CombineFn):
     source = _feature_value(element.features, self._resample_key)
     statistics = accumulator.setdefault(sub_slice,
                                         _Accumulator(self._num_bins, self._replicates))
-    statistics.add(element, self._eval_config, self._model_name, self._output_name,
-                   self._example_weighted, None if source is None else str(source))
+    statistics.add(element, self._model_name, self._output_name, self._example_weighted,
+                   None if source is None else str(source))
     if len(statistics.pending) >= FLUSH_SIZE:
       statistics.flush()
     return accumulator
@@ -405,7 +412,7 @@ class _SubSliceCombiner(beam.CombineFn):
 def _mean_slice_ece(name: str, num_bins: int = DEFAULT_NUM_BINS,
                     sub_slice_keys=DEFAULT_SUB_SLICE_KEYS, resample_key=DEFAULT_RESAMPLE_KEY,
                     bootstrap_replicates: int = DEFAULT_BOOTSTRAP_REPLICATES,
-                    eval_config: Optional[config_pb2.EvalConfig] = None, model_name: str = "",
+                    model_name: str = "",
                     output_name: str = "", sub_key: Optional[metric_types.SubKey] = None,
                     aggregation_type: Optional[metric_types.AggregationType] = None,
                     class_weights: Optional[Dict[int, float]] = None,
@@ -425,7 +432,7 @@ def _mean_slice_ece(name: str, num_bins: int = DEFAULT_NUM_BINS,
       preprocessors=[metric_types.FeaturePreprocessor(
           feature_keys=list(sub_slice_keys) + [resample_key])],
       combiner=_SubSliceCombiner(keys, num_bins, sub_slice_keys, resample_key,
-                                 bootstrap_replicates, eval_config, example_weighted))]
+                                 bootstrap_replicates, example_weighted))]
 
 
 class MeanSliceECE(metric_types.Metric):

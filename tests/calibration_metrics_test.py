@@ -97,7 +97,7 @@ def _weighted_inputs(probabilities, labels, weights):
 
 def _statistics_combiner(flush_size, num_bins=15):
   key = metric_types.MetricKey(name="_calibration_statistics", example_weighted=True)
-  return calibration_metrics._StatisticsCombiner(key, num_bins, None, "", "", True,
+  return calibration_metrics._StatisticsCombiner(key, num_bins, "", "", True,
                                                  flush_size=flush_size), key
 
 
@@ -147,6 +147,50 @@ def test_a_label_outside_the_classes_is_refused_with_the_label_named(label):
     accumulator = combiner.add_input(accumulator, element)
   with pytest.raises(ValueError, match=rf"Label {label} is outside \[0, {NUM_CLASSES}\)"):
     combiner.extract_output(accumulator)
+
+
+def test_each_output_of_a_multi_output_model_is_read_by_its_name_with_its_weights():
+  """Predictions, labels and example weights keyed by output name, as TFMA gives them for a
+  multi-output model: each output's statistics hold its own probabilities and weights."""
+  rng = np.random.default_rng(5)
+  logits, labels = _random_predictions(rng, 40)
+  calibrated, raw = _softmax(logits, TEMPERATURE), _softmax(logits)
+  weights = rng.integers(1, 4, len(labels)).astype(np.float64)
+  inputs = [metric_types.StandardMetricInputs(
+      labels={"calibrated": np.array([y]), "raw": np.array([y])},
+      predictions={"calibrated": c, "raw": r},
+      example_weights={"calibrated": np.array([w]), "raw": np.array([1.0])})
+      for y, c, r, w in zip(labels, calibrated, raw, weights)]
+  repeated = np.repeat(np.arange(len(labels)), weights.astype(int))
+  for output, probabilities, rows in (("calibrated", calibrated, repeated),
+                                      ("raw", raw, np.arange(len(labels)))):
+    key = metric_types.MetricKey(name="_calibration_statistics", output_name=output,
+                                 example_weighted=True)
+    combiner = calibration_metrics._StatisticsCombiner(key, 15, "", output, True)
+    accumulator = combiner.create_accumulator()
+    for element in inputs:
+      accumulator = combiner.add_input(accumulator, element)
+    values = calibration_metrics._values(combiner.extract_output(accumulator)[key])
+    expected = reference_metrics.metrics(probabilities[rows], labels[rows], num_bins=15)
+    for name in ("accuracy", "ece", "nll", "brier_score"):
+      assert values[name] == pytest.approx(expected[name], rel=1e-12), (output, name)
+
+
+@pytest.mark.parametrize("output_name, missing", [("", "prediction"), ("calibrated", "label")])
+def test_an_output_without_a_single_prediction_or_label_is_refused_naming_it(
+    output_name, missing):
+  """A multi-output model's predictions read without an output name (a dict, not one
+  prediction), or a label missing for the output: an error naming the output, not a wrong
+  figure."""
+  element = metric_types.StandardMetricInputs(
+      labels=None if missing == "label" else np.array([1]),
+      predictions={"calibrated": _softmax(np.zeros((1, 3)))[0]})
+  combiner = calibration_metrics._StatisticsCombiner(
+      metric_types.MetricKey(name="_calibration_statistics", output_name=output_name), 15, "",
+      output_name, False)
+  with pytest.raises(ValueError, match=rf"No single {missing} for model '' and output "
+                                       rf"'{output_name}'"):
+    combiner.add_input(combiner.create_accumulator(), element)
 
 
 def test_predictions_of_different_class_counts_in_one_slice_are_refused():
