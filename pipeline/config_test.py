@@ -444,10 +444,10 @@ def test_the_evaluation_set_step_is_keyed_by_the_code_that_writes_its_examples(t
   assert step.exec_properties["code_fingerprint"] == examples_code_fingerprint()
 
 
-def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):
+def test_each_beam_step_gets_the_engine_for_the_input_datas_size(tmp_path):
   """The pipeline-wide arguments come first and a step's own last: Beam's last flag wins."""
   from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
-  from pipeline.pipeline import create_pipeline, evaluation_set_examples
+  from pipeline.pipeline import create_pipeline
   small = from_preset().replace(output_dir=str(tmp_path), beam_in_memory_max_examples=20000)
   for component in create_pipeline(small, local_runner.local_parts(small)).components:
     args = getattr(component.executor_spec, "beam_pipeline_args", None)
@@ -456,16 +456,15 @@ def test_each_beam_step_gets_the_engine_for_its_own_input_size(tmp_path):
     options = PipelineOptions(args).view_as(DirectOptions)
     assert (options.direct_running_mode, options.direct_num_workers) == ("in_memory", 1), \
         component.id
-  config = from_preset().replace(output_dir=str(tmp_path), examples_per_corruption=100)
-  clean = round(1797 * (0.15 + 0.15))  # The eval and test splits, by key hash.
-  assert evaluation_set_examples(config) == clean + 100 * 15 * 5
+  config = from_preset().replace(output_dir=str(tmp_path))
   def modes(config):
     return {c.id: PipelineOptions(c.executor_spec.beam_pipeline_args).view_as(
         DirectOptions).direct_running_mode
             for c in create_pipeline(config, local_runner.local_parts(config)).components
             if hasattr(c.executor_spec, "beam_pipeline_args")}
   # The digits' 1,797 examples: Transform too, though it writes 8 AugMix views of each train
-  # image (TensorFlow's work, on every core in one process).
+  # image, and the Evaluator, though it scores 22,456 (TensorFlow's work, on every core in one
+  # process).
   assert modes(config) == {"ImageDatasetExampleGen": "in_memory", "StatisticsGen": "in_memory",
                            "ValidationGate": "in_memory", "Transform": "in_memory",
                            "Evaluator": "in_memory"}
