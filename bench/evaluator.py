@@ -103,6 +103,7 @@ def _slice_masks(features: dict) -> dict:
   """The pipeline's slices (see pipeline/evaluation.py) as boolean masks."""
   eval_set, label = features["eval_set"], features["label"]
   corruption, severity = features["corruption"], features["severity"]
+  family = features["corruption_family"]
   corrupted = corruption != ""
   masks = {}
   for s in np.unique(eval_set):
@@ -110,11 +111,10 @@ def _slice_masks(features: dict) -> dict:
     for k in np.unique(label):
       masks[("eval_set", s, "label", k)] = (eval_set == s) & (label == k)
   for c in np.unique(corruption[corrupted]):
-    masks[("corruption", c)] = corruption == c
     for v in np.unique(severity[corrupted]):
       masks[("corruption", c, "severity", v)] = (corruption == c) & (severity == v)
-  for v in np.unique(severity[corrupted]):
-    masks[("severity", v)] = corrupted & (severity == v)
+  for f in np.unique(family[corrupted]):
+    masks[("corruption_family", f)] = family == f
   return masks
 
 
@@ -126,7 +126,8 @@ def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
   spec = {LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
           "eval_set": tf.io.FixedLenFeature([], tf.string),
           "corruption": tf.io.FixedLenFeature([], tf.string, default_value=""),
-          "severity": tf.io.FixedLenFeature([], tf.int64, default_value=0)}
+          "severity": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+          "corruption_family": tf.io.FixedLenFeature([], tf.string, default_value="")}
   outputs, columns = collections.defaultdict(list), collections.defaultdict(list)
   for serialized in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH):
     predictions = serve(examples=serialized)
@@ -135,7 +136,7 @@ def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
     for key, value in tf.io.parse_example(serialized, spec).items():
       columns[key].append(value.numpy())
   features = {key: np.concatenate(values) for key, values in columns.items()}
-  for key in ("eval_set", "corruption"):
+  for key in ("eval_set", "corruption", "corruption_family"):
     features[key] = features[key].astype(str)
   metrics = {}
   for output, batches in outputs.items():
