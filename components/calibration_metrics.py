@@ -87,7 +87,7 @@ class _Accumulator:
     """Queues the element's (label, probabilities, weight) of one output for the next flush.
     Read with the extracts' own accessors, not metric_util.to_label_prediction_example_weight:
     its binarization, top-k and class-weight options do not apply here (_check_full_vector),
-    and its generality was most of the Evaluator's time beside the model (bench/README.md)."""
+    and its generality was the largest part of the Evaluator's own time (bench/README.md)."""
     label, prediction = (element.get_labels(model_name or None, output_name or None),
                          element.get_predictions(model_name or None, output_name or None))
     for name, value in (("label", label), ("prediction", prediction)):
