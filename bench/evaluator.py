@@ -74,7 +74,7 @@ def cpu_seconds() -> float:
 
 
 def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
-                      work_dir: str, count: int, inference_batch_size: int) -> tuple:
+                      work_dir: str, inference_batch_size: int) -> tuple:
   tfma_config = eval_config(config)
   tfma_config.model_specs[0].inference_batch_size = inference_batch_size
   examples = tfx.dsl.Importer(
@@ -90,7 +90,8 @@ def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
       pipeline_name="bench_evaluator", pipeline_root=os.path.join(work_dir, "root"),
       components=[examples, model, evaluator], enable_cache=False,
       metadata_connection_config=connection,
-      beam_pipeline_args=config.beam_pipeline_args(count)))  # What the pipeline picks.
+      # What the pipeline picks: the engine for the input data's size (pipeline/pipeline.py).
+      beam_pipeline_args=config.beam_pipeline_args(config.data.input_examples)))
   store = metadata_store.MetadataStore(connection)
   (execution,) = [e for e in store.get_executions()
                   if store.get_execution_types_by_id([e.type_id])[0].name.endswith("Evaluator")]
@@ -193,7 +194,7 @@ def main():
       assert direct_count == count
     cpu = cpu_seconds()
     evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work,
-                                                       count, args.inference_batch_size)
+                                                       args.inference_batch_size)
     evaluator_cpu = cpu_seconds() - cpu
     tfma_values = tfma_results.load_metrics(evaluation_uri)
   direct_time = min(direct_times)

@@ -57,6 +57,17 @@ def poisson_weights(groups: Sequence[str], replicates: int) -> np.ndarray:
   return np.searchsorted(_POISSON_1_CDF, uniform, side="right").astype(np.float64)
 
 
+def _read(value, what: str, model_name: str, output_name: str, needs: str, scalar: bool = True):
+  """One example's label or weight (`scalar`) as its number, or its prediction as a flat array.
+  A dict (the values of several outputs), a missing value, or more than one number where one is
+  expected is refused, naming the model, the output and what the configuration needs."""
+  if (value is None or isinstance(value, Mapping) or np.size(value) == 0 or
+      (scalar and np.size(value) != 1)):
+    raise ValueError(f"No single {what} for model {model_name!r} and output {output_name!r}: "
+                     f"got {value!r}. This metric needs {needs}.")
+  return np.ravel(value)[0] if scalar else np.ravel(value)
+
+
 class _Accumulator:
   """Sufficient statistics of one slice: they add, so workers' partial sums merge exactly.
   Examples wait in `pending` (label, probability row, weight, source image or None) until
@@ -88,20 +99,18 @@ class _Accumulator:
     Read with the extracts' own accessors, not metric_util.to_label_prediction_example_weight:
     its binarization, top-k and class-weight options do not apply here (_check_full_vector),
     and its generality was the largest part of the Evaluator's own time (bench/README.md)."""
-    label, prediction = (element.get_labels(model_name or None, output_name or None),
-                         element.get_predictions(model_name or None, output_name or None))
-    for name, value in (("label", label), ("prediction", prediction)):
-      if value is None or isinstance(value, Mapping):
-        raise ValueError(
-            f"No single {name} for model {model_name!r} and output {output_name!r}: got "
-            f"{value!r}. A multi-output model needs the output named in "
-            "MetricsSpec.output_names.")
+    model, output = model_name or None, output_name or None
+    label = _read(element.get_labels(model, output), "label", model_name, output_name,
+                  "a label feature named in ModelSpec.label_key")
+    prediction = _read(element.get_predictions(model, output), "prediction", model_name,
+                       output_name, "the output named in MetricsSpec.output_names", scalar=False)
     weight = 1.0
     if example_weighted:
-      weights = element.get_example_weights(model_name or None, output_name or None)
+      weights = element.get_example_weights(model, output)
       if weights is not None:
-        weight = float(np.ravel(weights)[0])
-    self.pending.append((int(np.ravel(label)[0]), np.ravel(prediction), weight, source))
+        weight = float(_read(weights, "example weight", model_name, output_name,
+                             "one weight per example (ModelSpec.example_weight_key)"))
+    self.pending.append((int(label), prediction, weight, source))
 
   def merge(self, other: "_Accumulator") -> None:
     self.count += other.count

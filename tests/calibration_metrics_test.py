@@ -151,19 +151,21 @@ def test_a_label_outside_the_classes_is_refused_with_the_label_named(label):
 
 def test_each_output_of_a_multi_output_model_is_read_by_its_name_with_its_weights():
   """Predictions, labels and example weights keyed by output name, as TFMA gives them for a
-  multi-output model: each output's statistics hold its own probabilities and weights."""
+  multi-output model: each output's statistics hold its own probabilities, labels and weights."""
   rng = np.random.default_rng(5)
   logits, labels = _random_predictions(rng, 40)
+  raw_labels = (labels + 1) % NUM_CLASSES  # Another label per output: a mix-up would show.
   calibrated, raw = _softmax(logits, TEMPERATURE), _softmax(logits)
   weights = rng.integers(1, 4, len(labels)).astype(np.float64)
   inputs = [metric_types.StandardMetricInputs(
-      labels={"calibrated": np.array([y]), "raw": np.array([y])},
+      labels={"calibrated": np.array([y]), "raw": np.array([z])},
       predictions={"calibrated": c, "raw": r},
       example_weights={"calibrated": np.array([w]), "raw": np.array([1.0])})
-      for y, c, r, w in zip(labels, calibrated, raw, weights)]
+      for y, z, c, r, w in zip(labels, raw_labels, calibrated, raw, weights)]
   repeated = np.repeat(np.arange(len(labels)), weights.astype(int))
-  for output, probabilities, rows in (("calibrated", calibrated, repeated),
-                                      ("raw", raw, np.arange(len(labels)))):
+  for output, probabilities, truth, rows in (
+      ("calibrated", calibrated, labels, repeated),
+      ("raw", raw, raw_labels, np.arange(len(labels)))):
     key = metric_types.MetricKey(name="_calibration_statistics", output_name=output,
                                  example_weighted=True)
     combiner = calibration_metrics._StatisticsCombiner(key, 15, "", output, True)
@@ -171,25 +173,40 @@ def test_each_output_of_a_multi_output_model_is_read_by_its_name_with_its_weight
     for element in inputs:
       accumulator = combiner.add_input(accumulator, element)
     values = calibration_metrics._values(combiner.extract_output(accumulator)[key])
-    expected = reference_metrics.metrics(probabilities[rows], labels[rows], num_bins=15)
+    expected = reference_metrics.metrics(probabilities[rows], truth[rows], num_bins=15)
     for name in ("accuracy", "ece", "nll", "brier_score"):
       assert values[name] == pytest.approx(expected[name], rel=1e-12), (output, name)
 
 
-@pytest.mark.parametrize("output_name, missing", [("", "prediction"), ("calibrated", "label")])
-def test_an_output_without_a_single_prediction_or_label_is_refused_naming_it(
-    output_name, missing):
-  """A multi-output model's predictions read without an output name (a dict, not one
-  prediction), or a label missing for the output: an error naming the output, not a wrong
-  figure."""
-  element = metric_types.StandardMetricInputs(
-      labels=None if missing == "label" else np.array([1]),
-      predictions={"calibrated": _softmax(np.zeros((1, 3)))[0]})
+_PROBABILITIES = _softmax(np.zeros((1, 3)))[0]
+
+
+@pytest.mark.parametrize("output_name, labels, predictions, weights, refused, needs", [
+    ("", np.array([1]), {"calibrated": _PROBABILITIES}, None, "prediction",
+     "the output named in MetricsSpec.output_names"),
+    ("calibrated", None, {"calibrated": _PROBABILITIES}, None, "label",
+     r"a label feature named in ModelSpec.label_key"),
+    ("", {"calibrated": np.array([1])}, _PROBABILITIES, None, "label", "a label feature"),
+    ("calibrated", np.array([1]), {"raw": _PROBABILITIES}, None, "prediction", "the output"),
+    ("", np.array([1, 2]), _PROBABILITIES, None, "label", "a label feature"),
+    ("", np.array([1]), _PROBABILITIES, {"calibrated": np.array([2.0])}, "example weight",
+     "one weight per example"),
+    ("", np.array([1]), _PROBABILITIES, np.array([1.0, 2.0]), "example weight",
+     "one weight per example"),
+], ids=["prediction-dict", "no-label", "label-dict", "output-not-there", "two-labels",
+        "weight-dict", "two-weights"])
+def test_an_example_without_one_label_prediction_or_weight_is_refused_naming_what_is_needed(
+    output_name, labels, predictions, weights, refused, needs):
+  """A multi-output model's values read without an output name (a dict, not one value), a
+  value missing for the output, or two where one belongs: an error naming the output and what
+  the configuration needs, not a wrong figure."""
+  element = metric_types.StandardMetricInputs(labels=labels, predictions=predictions,
+                                              example_weights=weights)
   combiner = calibration_metrics._StatisticsCombiner(
-      metric_types.MetricKey(name="_calibration_statistics", output_name=output_name), 15, "",
-      output_name, False)
-  with pytest.raises(ValueError, match=rf"No single {missing} for model '' and output "
-                                       rf"'{output_name}'"):
+      metric_types.MetricKey(name="_calibration_statistics", output_name=output_name,
+                             example_weighted=True), 15, "", output_name, True)
+  with pytest.raises(ValueError, match=rf"No single {refused} for model '' and output "
+                                       rf"'{output_name}': .* This metric needs {needs}"):
     combiner.add_input(combiner.create_accumulator(), element)
 
 
