@@ -45,7 +45,7 @@ from components import tfma_results  # noqa: E402
 from configs.flags import field_help  # noqa: E402
 from pipeline.config import (BeamConfig, EvaluationConfig, PipelineConfig,  # noqa: E402
                              from_preset, robustness_source)
-from pipeline.evaluation import ACCURACY_NAME, eval_config  # noqa: E402
+from pipeline.evaluation import ACCURACY_NAME, SLICING_SPECS, eval_config  # noqa: E402
 from reporting.run_record import RunRecord  # noqa: E402
 from testing import reference_metrics  # noqa: E402
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,  # noqa: E402
@@ -100,22 +100,31 @@ def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
           output.uri)
 
 
+# The features the pipeline slices by. The corrupted examples' own default to a value none of
+# them carries, which marks a clean example as outside those slices.
+_SLICE_FEATURES = {LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+                   "eval_set": tf.io.FixedLenFeature([], tf.string),
+                   "corruption": tf.io.FixedLenFeature([], tf.string, default_value=""),
+                   "severity": tf.io.FixedLenFeature([], tf.int64, default_value=0),
+                   "corruption_family": tf.io.FixedLenFeature([], tf.string, default_value="")}
+
+
 def _slice_masks(features: dict) -> dict:
-  """The pipeline's slices (see pipeline/evaluation.py) as boolean masks."""
-  eval_set, label = features["eval_set"], features["label"]
-  corruption, severity = features["corruption"], features["severity"]
-  family = features["corruption_family"]
-  corrupted = corruption != ""
+  """The pipeline's slices (pipeline/evaluation.py's SLICING_SPECS) as boolean masks, keyed
+  (feature, value, feature, value, ...): one per combination of values among the examples that
+  carry every feature of the spec."""
   masks = {}
-  for s in np.unique(eval_set):
-    masks[("eval_set", s)] = eval_set == s
-    for k in np.unique(label):
-      masks[("eval_set", s, "label", k)] = (eval_set == s) & (label == k)
-  for c in np.unique(corruption[corrupted]):
-    for v in np.unique(severity[corrupted]):
-      masks[("corruption", c, "severity", v)] = (corruption == c) & (severity == v)
-  for f in np.unique(family[corrupted]):
-    masks[("corruption_family", f)] = family == f
+  for spec in SLICING_SPECS:
+    keys = list(spec.feature_keys)
+    carry = np.ones(len(features[LABEL_KEY]), bool)
+    for key in keys:
+      if _SLICE_FEATURES[key].default_value is not None:
+        carry &= features[key] != _SLICE_FEATURES[key].default_value
+    for combination in sorted(set(zip(*(features[key][carry] for key in keys)))):
+      mask = carry.copy()
+      for key, value in zip(keys, combination):
+        mask &= features[key] == value
+      masks[tuple(x for pair in zip(keys, combination) for x in pair)] = mask
   return masks
 
 
@@ -124,25 +133,22 @@ def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
   serve = tf.saved_model.load(model_dir).signatures["serving_default"]
   files = sorted(f for split in SPLITS
                  for f in tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
-  spec = {LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
-          "eval_set": tf.io.FixedLenFeature([], tf.string),
-          "corruption": tf.io.FixedLenFeature([], tf.string, default_value=""),
-          "severity": tf.io.FixedLenFeature([], tf.int64, default_value=0),
-          "corruption_family": tf.io.FixedLenFeature([], tf.string, default_value="")}
   outputs, columns = collections.defaultdict(list), collections.defaultdict(list)
   for serialized in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(_BATCH):
     predictions = serve(examples=serialized)
     for key in (PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY):
       outputs[key].append(predictions[key].numpy())
-    for key, value in tf.io.parse_example(serialized, spec).items():
+    for key, value in tf.io.parse_example(serialized, _SLICE_FEATURES).items():
       columns[key].append(value.numpy())
   features = {key: np.concatenate(values) for key, values in columns.items()}
-  for key in ("eval_set", "corruption", "corruption_family"):
-    features[key] = features[key].astype(str)
+  for key, feature in _SLICE_FEATURES.items():
+    if feature.dtype == tf.string:
+      features[key] = features[key].astype(str)
+  masks = _slice_masks(features)
   metrics = {}
   for output, batches in outputs.items():
     probabilities = np.concatenate(batches)
-    for slice_, mask in _slice_masks(features).items():
+    for slice_, mask in masks.items():
       metrics[(output, slice_)] = reference_metrics.metrics(probabilities[mask],
                                                         features["label"][mask], num_bins)
   return time.time() - start, len(features["label"]), metrics
