@@ -63,6 +63,16 @@ def _replica_slice(global_batch_size: int, input_context) -> tuple:
   return input_context.input_pipeline_id * size, size, per_replica
 
 
+def _without_autotuning(batches: tf.data.Dataset) -> tf.data.Dataset:
+  """The pipeline without tf.data's autotuning thread, which sleeps up to 60 s between tunings:
+  releasing the iterator could wait for it to wake, 3-55 s after 49 of 110 logged trainings
+  (docs/performance_history.md, "The pause after training"). AUTOTUNE parallelism stays at its
+  start, min(16, cores); prefetch buffers keep their own autotuner."""
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return batches.with_options(options)
+
+
 def _split_for_replicas(batches: tf.data.Dataset, global_batch_size: int,
                         input_context) -> tf.data.Dataset:
   """Global batches of tuples -> this pipeline's per-replica batches, in replica order."""
@@ -122,7 +132,8 @@ def training_batches(file_patterns: Sequence[str], feature_spec: Mapping,
   stream = tf.data.Dataset.counter(start_epoch).flat_map(one_epoch).skip(skip)
   batches = _split_for_replicas(stream.batch(global_batch_size, drop_remainder=True),
                                 global_batch_size, input_context)
-  return batches.map(to_batch, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+  return _without_autotuning(batches.map(to_batch, num_parallel_calls=tf.data.AUTOTUNE)
+                             .prefetch(tf.data.AUTOTUNE))
 
 
 def eval_batches(file_patterns: Sequence[str], feature_spec: Mapping, global_batch_size: int,
@@ -146,5 +157,5 @@ def eval_batches(file_patterns: Sequence[str], feature_spec: Mapping, global_bat
 
   batches = _records(file_patterns).batch(global_batch_size).map(
       padded, num_parallel_calls=tf.data.AUTOTUNE)
-  return _split_for_replicas(batches, global_batch_size, input_context).prefetch(
-      tf.data.AUTOTUNE)
+  return _without_autotuning(_split_for_replicas(batches, global_batch_size, input_context)
+                             .prefetch(tf.data.AUTOTUNE))

@@ -194,3 +194,12 @@ def test_seed_0_shuffles_reproducibly_like_any_other_seed(tmp_path):
     np.testing.assert_array_equal(first, _labels(data.training_batches(files, spec, config), 3))
   finally:
     tf.random.set_seed(None)
+
+
+def test_neither_pipeline_runs_tf_datas_autotuning_thread(tmp_path):
+  """That thread's sleep can hold up the release of an iterator for up to a minute after
+  training (data._without_autotuning)."""
+  files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2, view_sets=2)
+  config = TrainerConfig().replace(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
+  assert data.training_batches(files, spec, config).options().autotune.enabled is False
+  assert data.eval_batches(files, spec, global_batch_size=10).options().autotune.enabled is False
