@@ -216,10 +216,13 @@ def test_a_staging_directory_of_a_live_push_is_left_alone(tmp_path):
   base = tmp_path / "serving"
   live = base / f".incomplete-{socket.gethostname()}-{os.getpid()}-0123abcd"
   dead = base / f".incomplete-{socket.gethostname()}-{2**22 + 1}-0123abcd"
-  for staging in (live, dead):
+  # Another host's push (a shared filesystem): its pid means nothing here, so it may be live.
+  other_host = base / f".incomplete-not-{socket.gethostname()}-{2**22 + 1}-0123abcd"
+  for staging in (live, dead, other_host):
     staging.mkdir(parents=True)
   pusher.remove_stale_staging_dirs(str(base))
   assert live.exists() and not dead.exists()
+  assert other_host.exists()
 
 
 # Object storage (s3:// on the moto server): versions claimed with a conditional create.

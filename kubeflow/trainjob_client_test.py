@@ -200,6 +200,12 @@ def test_the_cancel_handler_is_removed_once_the_trainjob_has_ended(api):
   job = manifest()
   when_created(api, job["metadata"]["name"], lambda: api.set_status(
       trainjob.PLURAL, NAMESPACE, job["metadata"]["name"], condition("Complete")))
-  before = signal.getsignal(signal.SIGTERM)
-  run_to_completion(job_client(api), job)
-  assert signal.getsignal(signal.SIGTERM) is before
+  def before(signum, frame):  # Not the default: restoring must mean this one, not SIG_DFL.
+    raise AssertionError("the previous handler ran")
+
+  original = signal.signal(signal.SIGTERM, before)
+  try:
+    run_to_completion(job_client(api), job)
+    assert signal.getsignal(signal.SIGTERM) is before
+  finally:
+    signal.signal(signal.SIGTERM, original)

@@ -60,12 +60,18 @@ def test_no_checkpoint_means_a_fresh_start(tmp_path):
 
 
 def test_sigterm_is_recorded_and_the_previous_handler_restored():
-  previous = signal.getsignal(signal.SIGTERM)
-  with StopSignal() as stop:
-    assert not stop.received
-    os.kill(os.getpid(), signal.SIGTERM)
-    assert stop.received
-  assert signal.getsignal(signal.SIGTERM) is previous
+  def previous(signum, frame):  # Not the default: restoring must mean this one, not SIG_DFL.
+    raise AssertionError("the previous handler ran while StopSignal was in place")
+
+  original = signal.signal(signal.SIGTERM, previous)
+  try:
+    with StopSignal() as stop:
+      assert not stop.received
+      os.kill(os.getpid(), signal.SIGTERM)
+      assert stop.received
+    assert signal.getsignal(signal.SIGTERM) is previous
+  finally:
+    signal.signal(signal.SIGTERM, original)
 
 
 @pytest.mark.parametrize("garbage", [b"model_checkpoint_path: \"ckpt-3\"\x00 garbled\n",
