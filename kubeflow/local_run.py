@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import sys
+import threading
 import time
 from typing import Callable, Dict, Iterator, List, Mapping, Optional
 
@@ -31,6 +32,9 @@ RUNNERS = ("subprocess", "docker")
 # quiet start; the stream itself has no timeout.
 CONTAINER_API_TIMEOUT_SECONDS = 900
 IMAGE_INTERPRETER = kfp_entrypoint.COMMAND[0]  # The image's, which every compiled command runs.
+# How long a task's followed log may take to end once its container has exited (podman's: about
+# 0.3 s, measured) before the log is read again without following (FollowedLog).
+LOG_STREAM_GRACE_SECONDS = 5
 
 
 @dataclasses.dataclass
@@ -158,6 +162,54 @@ def container_record(attrs: dict) -> dict:
           "working_dir": config.get("WorkingDir") or "", "image": config.get("Image")}
 
 
+class FollowedLog:
+  """A container's log printed as it comes, from a followed stream read in a daemon thread;
+  finish(), once the container has exited, ends it. The container's exit ends a task, not the
+  stream: podman 4.3's Docker API can keep a followed stream open forever when the container
+  exits as the request arrives (it waits for a "died" event that was written before it started
+  reading events: libpod/container_log.go at v4.3.1; containers/podman#6627 and #11461 are
+  hangs of the same shape). A stream not ended within LOG_STREAM_GRACE_SECONDS is closed, and
+  what it has not printed is read without following."""
+
+  def __init__(self, container):
+    self.container = container
+    self.printed = 0  # Bytes of the log printed so far.
+    self.stream = None
+    self.error: Optional[Exception] = None
+    self.finished = False
+    self.lock = threading.Lock()
+    self.thread = threading.Thread(target=self._follow, daemon=True)
+    self.thread.start()
+
+  def _follow(self) -> None:
+    try:
+      self.stream = self.container.logs(stream=True)
+      for chunk in self.stream:
+        with self.lock:
+          if self.finished:
+            return
+          print(chunk.decode(errors="replace"), end="", flush=True)
+          self.printed += len(chunk)
+    except Exception as error:  # finish() reads the log again.
+      self.error = error
+
+  def finish(self) -> None:
+    self.thread.join(LOG_STREAM_GRACE_SECONDS)
+    if not self.thread.is_alive() and self.error is None:
+      return
+    with self.lock:  # The thread prints nothing more.
+      self.finished = True
+    if self.stream is not None:
+      with contextlib.suppress(OSError):
+        self.stream.close()
+    reason = (f"failed ({self.error!r})" if self.error is not None else
+              f"did not end within {LOG_STREAM_GRACE_SECONDS} s after the container exited")
+    print(f"local-run: the engine's log stream {reason}; the rest of the log, read again:",
+          flush=True)
+    rest = self.container.logs(stream=False)[self.printed:]
+    print(rest.decode(errors="replace"), end="", flush=True)
+
+
 class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
   """kfp.local's DockerTaskHandler (only the pipeline root bind-mounted, the image pulled when
   missing, the log streamed), its container started as a pod's is. kfp 2.7 passes the command
@@ -189,9 +241,9 @@ class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
           environment=self.environment, network_mode="host",
           volumes=self.get_volumes_to_mount(), detach=True)
       try:
-        for line in container.logs(stream=True):
-          print(line.decode(errors="replace"), end="", flush=True)
+        log = FollowedLog(container)
         exit_code = container.wait()["StatusCode"]
+        log.finish()
         container.reload()
         self.recorded.container = container_record(container.attrs)
       finally:

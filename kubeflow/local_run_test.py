@@ -2,6 +2,8 @@
 import json
 import subprocess
 import sys
+import threading
+import types
 
 import pytest
 import yaml
@@ -167,6 +169,137 @@ def test_a_spec_reading_a_file_inside_the_image_is_refused_before_any_task_runs(
   assert ("names files inside the image that this machine does not have (FirstCount: "
           "schema_file=/pipeline/components/schema.pbtxt)") in err
   assert "Traceback" not in err and not (tmp_path / "outputs").exists()
+
+
+def _returns_within(seconds, function, what):
+  """function()'s value, run in a daemon thread; fails naming `what` if it has not returned
+  within `seconds` (the thread is left behind)."""
+  outcome = {}
+
+  def call():
+    try:
+      outcome["value"] = function()
+    except BaseException as error:  # pylint: disable=broad-except; re-raised below.
+      outcome["error"] = error
+
+  thread = threading.Thread(target=call, daemon=True)
+  thread.start()
+  thread.join(seconds)
+  if thread.is_alive():
+    pytest.fail(f"{what} did not return within {seconds} s")
+  if "error" in outcome:
+    raise outcome["error"]
+  return outcome["value"]
+
+
+class _FakeContainer:
+  """The docker client's container as ContainerTaskHandler uses it. Its followed log yields the
+  first `streamed` chunks, then does `then`: "end"s, "block"s until closed (as podman 4.3's did
+  after a quick container's exit) or raises it; "no answer": the request blocks (podman answers
+  only once the container writes; docs/kubeflow.md). wait() answers once those chunks are out."""
+
+  def __init__(self, chunks, streamed, then, exit_code):
+    self.chunks, self.streamed, self.then, self.exit_code = chunks, streamed, then, exit_code
+    self.streamed_all = threading.Event()
+    self.closed = threading.Event()
+    self.unfollowed_reads = 0
+    self.removed = False
+    self.attrs = {"Config": {"Entrypoint": ["python"], "Cmd": ["-c", "x"]},
+                  "HostConfig": {"NetworkMode": "host"}}
+
+  def logs(self, stream=False):
+    if not stream:
+      self.unfollowed_reads += 1
+      return b"".join(self.chunks)
+    if self.then == "no answer":
+      self.streamed_all.set()
+      self.closed.wait()  # Set by the test, not by the code under test.
+      return iter(())
+    container = self
+
+    class Stream:
+      def __iter__(self):
+        yield from container.chunks[:container.streamed]
+        container.streamed_all.set()
+        if container.then == "block":
+          container.closed.wait()
+        elif container.then != "end":
+          raise container.then
+
+      def close(self):
+        container.closed.set()
+    return Stream()
+
+  def wait(self):
+    self.streamed_all.wait()
+    return {"StatusCode": self.exit_code}
+
+  def reload(self):
+    pass
+
+  def remove(self, force):
+    self.removed = force
+
+
+def _handler_on(monkeypatch, tmp_path, container, runs):
+  """A ContainerTaskHandler whose docker client (docker.from_env) runs `container`."""
+  import docker
+  client = types.SimpleNamespace(
+      images=types.SimpleNamespace(list=lambda: [types.SimpleNamespace(tags=["wrn:1"])]),
+      containers=types.SimpleNamespace(run=lambda **kwargs: container), close=lambda: None)
+  monkeypatch.setattr(docker, "from_env", lambda **kwargs: client)
+  return local_run.ContainerTaskHandler(image="wrn:1", full_command=["python", "-c", "x"],
+                                        pipeline_root=str(tmp_path), runner=None, runs=runs)
+
+
+LOG_CHUNKS = [b"step 1\n", b"step 2: \xc3\xa9\n", b"last line, after the stream stopped\n"]
+
+
+@pytest.mark.parametrize("streamed, then", [(0, "no answer"), (0, "block"), (1, "block"),
+                                            (2, "block")])
+def test_a_task_ends_when_its_container_exits_though_the_followed_log_never_ends(
+    tmp_path, monkeypatch, capsys, streamed, then):
+  """podman 4.3's Docker API can leave a quick container's followed log open forever
+  (local_run.FollowedLog); the task still ends, and prints each byte of its log once."""
+  monkeypatch.setattr(local_run, "LOG_STREAM_GRACE_SECONDS", 0.2)
+  container = _FakeContainer(LOG_CHUNKS, streamed, then, exit_code=0)
+  runs = []
+  handler = _handler_on(monkeypatch, tmp_path, container, runs)
+  try:
+    task_status = _returns_within(10, handler.run, "a task whose log stream never ends")
+    assert container.closed.is_set() == (then == "block")  # The stream, once answered, closed.
+  finally:
+    container.closed.set()  # Lets the follower's thread (the old code's loop) end.
+  assert task_status == status.Status.SUCCESS
+  assert runs[0].succeeded and runs[0].container["entrypoint"] == ["python"]
+  assert container.removed
+  out = capsys.readouterr().out
+  notice = ("local-run: the engine's log stream did not end within 0.2 s after the container "
+            "exited; the rest of the log, read again:\n")
+  assert out.count(notice) == 1
+  assert out.replace(notice, "") == b"".join(LOG_CHUNKS).decode()
+
+
+def test_a_followed_log_that_ends_is_printed_once_and_not_read_again(
+    tmp_path, monkeypatch, capsys):
+  container = _FakeContainer(LOG_CHUNKS, len(LOG_CHUNKS), "end", exit_code=3)
+  runs = []
+  handler = _handler_on(monkeypatch, tmp_path, container, runs)
+  task_status = _returns_within(10, handler.run, "a task whose log stream ends")
+  assert task_status == status.Status.FAILURE and not runs[0].succeeded
+  assert capsys.readouterr().out == b"".join(LOG_CHUNKS).decode()
+  assert container.unfollowed_reads == 0
+
+
+def test_a_followed_log_that_fails_is_read_again_from_where_it_stopped(
+    tmp_path, monkeypatch, capsys):
+  container = _FakeContainer(LOG_CHUNKS, 1, ConnectionError("reset"), exit_code=0)
+  handler = _handler_on(monkeypatch, tmp_path, container, [])
+  assert _returns_within(10, handler.run, "a task") == status.Status.SUCCESS
+  out = capsys.readouterr().out
+  notice = ("local-run: the engine's log stream failed (ConnectionError('reset')); the rest of "
+            "the log, read again:\n")
+  assert out == LOG_CHUNKS[0].decode() + notice + b"".join(LOG_CHUNKS[1:]).decode()
 
 
 @pytest.fixture(scope="module")
