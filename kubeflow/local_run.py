@@ -204,9 +204,9 @@ class FollowedLog:
         self.stream.close()
     reason = (f"failed ({self.error!r})" if self.error is not None else
               f"did not end within {LOG_STREAM_GRACE_SECONDS} s after the container exited")
-    print(f"local-run: the engine's log stream {reason}; the rest of the log, read again:",
-          flush=True)
     rest = self.container.logs(stream=False)[self.printed:]
+    print(f"local-run: the engine's log stream {reason}; {len(rest)} more bytes of the log, "
+          "read without following:", flush=True)
     print(rest.decode(errors="replace"), end="", flush=True)
 
 

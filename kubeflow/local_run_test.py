@@ -274,8 +274,9 @@ def test_a_task_ends_when_its_container_exits_though_the_followed_log_never_ends
   assert runs[0].succeeded and runs[0].container["entrypoint"] == ["python"]
   assert container.removed
   out = capsys.readouterr().out
+  rest = len(b"".join(LOG_CHUNKS[streamed:]))
   notice = ("local-run: the engine's log stream did not end within 0.2 s after the container "
-            "exited; the rest of the log, read again:\n")
+            f"exited; {rest} more bytes of the log, read without following:\n")
   assert out.count(notice) == 1
   assert out.replace(notice, "") == b"".join(LOG_CHUNKS).decode()
 
@@ -297,8 +298,8 @@ def test_a_followed_log_that_fails_is_read_again_from_where_it_stopped(
   handler = _handler_on(monkeypatch, tmp_path, container, [])
   assert _returns_within(10, handler.run, "a task") == status.Status.SUCCESS
   out = capsys.readouterr().out
-  notice = ("local-run: the engine's log stream failed (ConnectionError('reset')); the rest of "
-            "the log, read again:\n")
+  notice = ("local-run: the engine's log stream failed (ConnectionError('reset')); 47 more "
+            "bytes of the log, read without following:\n")
   assert out == LOG_CHUNKS[0].decode() + notice + b"".join(LOG_CHUNKS[1:]).decode()
 
 
