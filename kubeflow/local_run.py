@@ -166,10 +166,10 @@ class FollowedLog:
   """A container's log printed as it comes, from a followed stream read in a daemon thread;
   finish(), once the container has exited, ends it. The container's exit ends a task, not the
   stream: podman 4.3's Docker API can keep a followed stream open forever when the container
-  exits as the request arrives (it waits for a "died" event that was written before it started
-  reading events: libpod/container_log.go at v4.3.1; containers/podman#6627 and #11461 are
-  hangs of the same shape). A stream not ended within LOG_STREAM_GRACE_SECONDS is closed, and
-  what it has not printed is read without following."""
+  exits as the request is handled (it then waits for a "died" event that a state sync may
+  already have written: libpod/container_log.go and libpod/events/logfile.go at v4.3.1). A
+  stream not ended within LOG_STREAM_GRACE_SECONDS is closed, and what it has not printed is
+  read without following; whatever the engine does then, the task keeps its exit code."""
 
   def __init__(self, container):
     self.container = container
@@ -183,8 +183,13 @@ class FollowedLog:
 
   def _follow(self) -> None:
     try:
-      self.stream = self.container.logs(stream=True)
-      for chunk in self.stream:
+      stream = self.container.logs(stream=True)
+      with self.lock:
+        self.stream = stream
+        if self.finished:  # Answered after finish() gave up on it.
+          _close_quietly(stream)
+          return
+      for chunk in stream:
         with self.lock:
           if self.finished:
             return
@@ -199,15 +204,30 @@ class FollowedLog:
       return
     with self.lock:  # The thread prints nothing more.
       self.finished = True
-    if self.stream is not None:
-      with contextlib.suppress(OSError):
-        self.stream.close()
-    reason = (f"failed ({self.error!r})" if self.error is not None else
-              f"did not end within {LOG_STREAM_GRACE_SECONDS} s after the container exited")
-    rest = self.container.logs(stream=False)[self.printed:]
+      stream = self.stream
+    if self.error is not None:
+      reason = f"failed ({self.error!r})"
+    elif stream is None:
+      reason = f"was not answered within {LOG_STREAM_GRACE_SECONDS} s of the container's exit"
+    else:
+      reason = f"did not end within {LOG_STREAM_GRACE_SECONDS} s after the container exited"
+      _close_quietly(stream)
+    try:
+      rest = self.container.logs(stream=False)[self.printed:]
+    except Exception as error:  # The exit code stands; only the log's rest is missing.
+      print(f"local-run: the engine's log stream {reason}, and reading the rest of the log "
+            f"failed too ({error!r}).", flush=True)
+      return
     print(f"local-run: the engine's log stream {reason}; {len(rest)} more bytes of the log, "
           "read without following:", flush=True)
     print(rest.decode(errors="replace"), end="", flush=True)
+
+
+def _close_quietly(stream) -> None:
+  """Closes a followed log stream; docker-py's can raise on some transports (ssh's
+  DockerException), and the stream is being abandoned anyway."""
+  with contextlib.suppress(Exception):
+    stream.close()
 
 
 class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):

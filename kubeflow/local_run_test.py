@@ -198,9 +198,11 @@ class _FakeContainer:
   after a quick container's exit) or raises it; "no answer": the request blocks (podman answers
   only once the container writes; docs/kubeflow.md). wait() answers once those chunks are out."""
 
-  def __init__(self, chunks, streamed, then, exit_code):
+  def __init__(self, chunks, streamed, then, exit_code, close_error=None, read_error=None):
     self.chunks, self.streamed, self.then, self.exit_code = chunks, streamed, then, exit_code
+    self.close_error, self.read_error = close_error, read_error
     self.streamed_all = threading.Event()
+    self.answered = threading.Event()  # "late answer": the request is answered once set.
     self.closed = threading.Event()
     self.unfollowed_reads = 0
     self.removed = False
@@ -210,24 +212,31 @@ class _FakeContainer:
   def logs(self, stream=False):
     if not stream:
       self.unfollowed_reads += 1
+      if self.read_error:
+        raise self.read_error
       return b"".join(self.chunks)
     if self.then == "no answer":
       self.streamed_all.set()
       self.closed.wait()  # Set by the test, not by the code under test.
       return iter(())
+    if self.then == "late answer":
+      self.streamed_all.set()
+      self.answered.wait()
     container = self
 
     class Stream:
       def __iter__(self):
         yield from container.chunks[:container.streamed]
         container.streamed_all.set()
-        if container.then == "block":
+        if container.then in ("block", "late answer"):
           container.closed.wait()
         elif container.then != "end":
           raise container.then
 
       def close(self):
         container.closed.set()
+        if container.close_error:
+          raise container.close_error
     return Stream()
 
   def wait(self):
@@ -275,10 +284,54 @@ def test_a_task_ends_when_its_container_exits_though_the_followed_log_never_ends
   assert container.removed
   out = capsys.readouterr().out
   rest = len(b"".join(LOG_CHUNKS[streamed:]))
-  notice = ("local-run: the engine's log stream did not end within 0.2 s after the container "
-            f"exited; {rest} more bytes of the log, read without following:\n")
+  why = ("was not answered within 0.2 s of the container's exit" if then == "no answer" else
+         "did not end within 0.2 s after the container exited")
+  notice = (f"local-run: the engine's log stream {why}; {rest} more bytes of the log, read "
+            "without following:\n")
   assert out.count(notice) == 1
   assert out.replace(notice, "") == b"".join(LOG_CHUNKS).decode()
+
+
+def test_a_follow_request_answered_after_the_task_ended_is_closed_and_prints_nothing(
+    tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(local_run, "LOG_STREAM_GRACE_SECONDS", 0.2)
+  container = _FakeContainer(LOG_CHUNKS, 2, "late answer", exit_code=0)
+  handler = _handler_on(monkeypatch, tmp_path, container, [])
+  assert _returns_within(10, handler.run, "a task") == status.Status.SUCCESS
+  printed = capsys.readouterr().out
+  container.answered.set()
+  try:
+    assert container.closed.wait(5), "the late stream was left open"
+  finally:
+    container.closed.set()
+  assert capsys.readouterr().out == ""  # Its chunks were printed once, from the re-read.
+  assert printed.endswith(b"".join(LOG_CHUNKS).decode())
+
+
+@pytest.mark.parametrize("failure", ["close", "re-read"])
+def test_a_task_keeps_its_exit_code_when_the_engine_fails_after_the_exit(
+    tmp_path, monkeypatch, capsys, failure):
+  """Closing the stuck stream (docker-py over ssh raises DockerException) or reading the log
+  again may fail: the task's status is still its container's exit code."""
+  monkeypatch.setattr(local_run, "LOG_STREAM_GRACE_SECONDS", 0.2)
+  container = _FakeContainer(
+      LOG_CHUNKS, 1, "block", exit_code=3,
+      close_error=RuntimeError("not a socket") if failure == "close" else None,
+      read_error=ConnectionError("engine gone") if failure == "re-read" else None)
+  runs = []
+  handler = _handler_on(monkeypatch, tmp_path, container, runs)
+  try:
+    task_status = _returns_within(10, handler.run, "a task")
+  finally:
+    container.closed.set()
+  assert task_status == status.Status.FAILURE and not runs[0].succeeded  # Exit code 3.
+  out = capsys.readouterr().out
+  assert out.startswith(LOG_CHUNKS[0].decode())
+  if failure == "close":
+    assert out.endswith(b"".join(LOG_CHUNKS[1:]).decode())
+  else:
+    assert ("did not end within 0.2 s after the container exited, and reading the rest of the "
+            "log failed too (ConnectionError('engine gone'))." in out)
 
 
 def test_a_followed_log_that_ends_is_printed_once_and_not_read_again(
