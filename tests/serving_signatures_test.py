@@ -21,7 +21,7 @@ from testing.tfrecord_inputs import png_bomb
 from testing.tiny_config import TINY_NETWORK
 from testing.transform_runs import raw_digit_examples, run_transform
 from trainer_module.calibration import model_outputs, record, registry
-from trainer_module.calibration.distances import (FeatureSupport, distance_scores,
+from trainer_module.calibration.distances import (FeatureSupport, class_statistics, distance_scores,
                                                   mahalanobis_distance, support_from_features)
 from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.config import TrainerConfig
@@ -285,12 +285,11 @@ def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyon
   pngs = [raw["image"] for raw in raw_digit_examples(8)]
   transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
   features = model_outputs.penultimate_model(model)(transformed).numpy()
-  # Not the images' own covariance: 8 images in 64 feature dimensions make it singular, every
-  # image then lies at the same distance (the square root of its rank), and rounding alone
-  # decides its side of the radius (it did on an AMX host). A scaled Euclidean support spreads
-  # them, and no image may sit near the edge.
-  labels = np.arange(8) % 2
-  means = np.stack([features[labels == c].mean(axis=0) for c in (0, 1)]).astype(np.float64)
+  # The class means, but not the images' own covariance: 8 images in 64 feature dimensions make
+  # it singular, every image then lies at the same distance (the square root of its rank), and
+  # rounding alone decides its side of the radius (it did on an AMX host). A scaled Euclidean
+  # support spreads them, and no image may sit near the edge.
+  means, _ = class_statistics(features, np.arange(8) % 2)
   precision = np.eye(features.shape[1]) / features.var()
   distances = mahalanobis_distance(features, means, precision)
   support = FeatureSupport(means, precision, float(np.median(distances)))
