@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bench import calibration_goals
 from pipeline.config import from_flags
 from reporting.run_record import RunRecord
 from testing import browser
@@ -135,6 +136,18 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   for name in ("eval_accuracy", "eval_nll", "eval_ece", "corrupted_accuracy", "corrupted_nll",
                "corrupted_ece", "corrupted_ece_floor", "corrupted_ece_sd"):
     assert f"{_figure(report, name):.4f}" in first.stdout, name
+  # bench/calibration_goals reads the run's figures back as the report computed them.
+  figures = calibration_goals.read_run(str(tmp_path))
+  assert figures.kind == "single" and figures.picks == () and figures.blessed
+  assert [figures.cece, figures.cece_sd, figures.cece_floor, figures.cnll] == pytest.approx(
+      [_figure(report, name) for name in ("corrupted_ece", "corrupted_ece_sd",
+                                          "corrupted_ece_floor", "corrupted_nll")],
+      abs=1e-6)  # The artifact's figures come back rounded to six decimal places.
+  assert figures.validation_nll == calibration["validation_nll_after"]
+  for family, (gap, sd) in figures.family_gaps.items():
+    assert f"| {gap:+.4f} (sd {sd:.4f}) |" in next(
+        line for line in report_text.splitlines() if line.startswith(f"| {family} | "))
+  assert set(figures.family_gaps) == {"noise", "blur", "weather", "digital"}
   # The HTML page in a real browser: every chart loads from the page itself, nothing leaves it.
   page = browser.open_page(os.path.abspath(_report_path(first.stdout)))
   assert page.content_type == "text/html"
