@@ -34,6 +34,9 @@ CECE_BOUND = {"single": 0.06, "ensemble": 0.05}
 FAMILY_GAP_BOUND = 0.05  # |confidence - accuracy| of every corruption family.
 CNLL_BOUND = 0.60
 CLEAN_TEST_ECE_BOUND = 0.01
+# "Measure where it can tell": slices large enough that a perfectly calibrated model's cECE
+# (the floor) is at most this; below that size no cECE figure meets the issue's measure.
+CECE_FLOOR_BOUND = 0.03
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,20 +66,23 @@ def misses(run: RunFigures) -> List[str]:
   found = []
   if not run.blessed:
     found.append("not blessed")
+  if run.cece_floor > CECE_FLOOR_BOUND:
+    found.append(f"cECE floor {run.cece_floor:.4f} > {CECE_FLOOR_BOUND} (slices too small)")
   if run.cece > CECE_BOUND[run.kind]:
     found.append(f"cECE {run.cece:.4f} > {CECE_BOUND[run.kind]}")
-  found += [f"{family} {gap:+.3f}" for family, (gap, _) in run.family_gaps.items()
+  found += [f"{family} {gap:+.4f}" for family, (gap, _) in run.family_gaps.items()
             if abs(gap) > FAMILY_GAP_BOUND]
   if run.cnll > CNLL_BOUND:
-    found.append(f"cNLL {run.cnll:.3f} > {CNLL_BOUND}")
+    found.append(f"cNLL {run.cnll:.4f} > {CNLL_BOUND}")
   if run.test_ece > CLEAN_TEST_ECE_BOUND:
     found.append(f"clean test ECE {run.test_ece:.4f} > {CLEAN_TEST_ECE_BOUND}")
   return found
 
 
-def _with_sd(value: float, sd: Optional[float], digits: int, signed: bool = False) -> str:
-  text = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-  return text if sd is None else f"{text} ({sd:.{digits}f})"
+def _with_sd(value: float, sd: Optional[float], signed: bool = False) -> str:
+  """As report.md writes a figure: four decimals, its bootstrap deviation beside it."""
+  text = f"{value:+.4f}" if signed else f"{value:.4f}"
+  return text if sd is None else f"{text} ({sd:.4f})"
 
 
 def table(runs: Sequence[RunFigures]) -> str:
@@ -89,13 +95,13 @@ def table(runs: Sequence[RunFigures]) -> str:
   bold = lambda text, missed: f"**{text}**" if missed else text  # noqa: E731
   for run in runs:
     model = run.kind + (f" {list(run.picks)}" if run.picks else "")
-    gaps = [bold(_with_sd(*run.family_gaps[family], 3, signed=True),
+    gaps = [bold(_with_sd(*run.family_gaps[family], signed=True),
                  abs(run.family_gaps[family][0]) > FAMILY_GAP_BOUND)
             if family in run.family_gaps else "" for family in families]
     cells = [run.name, model,
-             bold(_with_sd(run.cece, run.cece_sd, 4), run.cece > CECE_BOUND[run.kind]) +
-             f" / {run.cece_floor:.3f}",
-             bold(f"{run.cnll:.3f}", run.cnll > CNLL_BOUND), *gaps,
+             bold(_with_sd(run.cece, run.cece_sd), run.cece > CECE_BOUND[run.kind]) + " / " +
+             bold(f"{run.cece_floor:.4f}", run.cece_floor > CECE_FLOOR_BOUND),
+             bold(f"{run.cnll:.4f}", run.cnll > CNLL_BOUND), *gaps,
              bold(f"{run.test_ece:.4f}", run.test_ece > CLEAN_TEST_ECE_BOUND) +
              f" / {run.test_nll:.4f}",
              "" if run.validation_nll is None else f"{run.validation_nll:.4f}",
@@ -131,8 +137,8 @@ def _corruptions(values: Dict) -> List[str]:
   return [name for name in reference_corruptions.BENCHMARK_CORRUPTIONS if name in names]
 
 
-def read_run(output_dir: str, name: Optional[str] = None) -> RunFigures:
-  """The newest run in output_dir, read as its run report reads it."""
+def read_run(output_dir: str) -> RunFigures:
+  """The newest run in output_dir, read as its run report reads it; named by its directory."""
   run = run_outputs.Run(output_dir)
   report = run.record.latest_output("report")
   if report is None:
@@ -146,18 +152,27 @@ def read_run(output_dir: str, name: Optional[str] = None) -> RunFigures:
   means = corrupted_means(values, CALIBRATED, corruptions)
   families = {family: (figures[GAP], figures[GAP_SD])
               for family, figures in family_means(values, CALIBRATED, corruptions).items()}
+  metric = lambda slice_, metric_name: tfma_results.metric(  # noqa: E731
+      values, slice_, CALIBRATED, metric_name)
+  test_ece, test_nll = metric(TEST, ECE_NAME), metric(TEST, NLL_NAME)
+  missing = [name for name, value in (
+      ("cECE", means[ECE_NAME]), ("the cECE floor", means[ECE_FLOOR]), ("cNLL", means[NLL_NAME]),
+      ("the clean test ECE", test_ece), ("the clean test NLL", test_nll),
+      *((f"the {family} family's gap", gap) for family, (gap, _) in families.items()))
+             if value is None]
+  if missing:
+    raise ValueError(f"{output_dir}: the Evaluator's metrics lack {', '.join(missing)} (a set "
+                     "or a corruption x severity slice without images); the goals cannot be read.")
   model_dir = run.model_dir()
   ensemble = read_record(model_dir, ENSEMBLE_FILE)
   calibration = read_calibration_info(model_dir) or {}
-  metric = lambda slice_, metric_name: tfma_results.metric(  # noqa: E731
-      values, slice_, CALIBRATED, metric_name)
   return RunFigures(
-      name=name or os.path.basename(os.path.normpath(output_dir)),
+      name=os.path.basename(os.path.normpath(output_dir)),
       kind="ensemble" if ensemble else "single",
       picks=tuple(ensemble["picks"]) if ensemble else (),
       cece=means[ECE_NAME], cece_sd=corrupted_ece_sd(values, CALIBRATED),
       cece_floor=means[ECE_FLOOR], cnll=means[NLL_NAME], family_gaps=families,
-      test_ece=float(metric(TEST, ECE_NAME)), test_nll=float(metric(TEST, NLL_NAME)),
+      test_ece=float(test_ece), test_nll=float(test_nll),
       blessed=report.custom_properties["blessed"].int_value == 1,
       validation_nll=calibration.get("validation_nll_after"))
 

@@ -27,26 +27,35 @@ def test_each_goal_missed_is_named_with_its_figure():
   # The ensemble's bound is tighter: what a single model meets, an ensemble can miss.
   assert goals.misses(_run(kind="ensemble", picks=(1, 0), cece=0.0571)) == ["cECE 0.0571 > 0.05"]
   assert goals.misses(_run(family_gaps={**FAMILIES, "weather": (-0.053, 0.0045)})) == [
-      "weather -0.053"]
+      "weather -0.0530"]
   assert goals.misses(_run(family_gaps={**FAMILIES, "digital": (0.055, 0.0047)})) == [
-      "digital +0.055"]
-  assert goals.misses(_run(cnll=0.711)) == ["cNLL 0.711 > 0.6"]
+      "digital +0.0550"]
+  assert goals.misses(_run(cnll=0.711)) == ["cNLL 0.7110 > 0.6"]
   assert goals.misses(_run(test_ece=0.0101)) == ["clean test ECE 0.0101 > 0.01"]
   assert goals.misses(_run(blessed=False, cece=0.07)) == ["not blessed", "cECE 0.0700 > 0.06"]
+  # 100 images per slice: a perfectly calibrated model would measure 0.043 there.
+  assert goals.misses(_run(cece_floor=0.043)) == [
+      "cECE floor 0.0430 > 0.03 (slices too small)"]
 
 
 def test_the_table_has_a_row_per_run_and_bolds_exactly_the_missed_figures():
   runs = [_run(), _run(name="s1", kind="ensemble", picks=(2, 0), cece=0.0571,
-                       family_gaps={**FAMILIES, "weather": (-0.046, 0.005)})]
+                       family_gaps={**FAMILIES, "weather": (-0.046, 0.005)}),
+          _run(name="s2", cece_floor=0.043, cnll=0.711, test_ece=0.0101, blessed=False,
+               family_gaps={**FAMILIES, "digital": (0.055, 0.0047)})]
   lines = goals.table(runs).splitlines()
-  assert len(lines) == 4
+  assert len(lines) == 5
   assert lines[0] == ("| run | model (picks) | cECE (sd) / floor | cNLL | noise | blur | weather | "
                       "digital | clean test ECE / NLL | validation-shift NLL | blessed |")
   assert all(line.count("|") == lines[0].count("|") for line in lines)
-  assert "**" not in lines[2]
-  assert lines[2].startswith("| s42 | single | 0.0450 (0.0020) / 0.023 | 0.310 | -0.010 (0.004) |")
-  assert lines[3].startswith("| s1 | ensemble [2, 0] | **0.0571 (0.0020)** / 0.023 |")
-  assert "-0.046 (0.005)" in lines[3] and "**-0.046" not in lines[3]  # Within 0.05.
+  assert lines[2] == ("| s42 | single | 0.0450 (0.0020) / 0.0230 | 0.3100 | -0.0100 (0.0040) | "
+                      "+0.0200 (0.0040) | -0.0300 (0.0050) | +0.0100 (0.0040) | "
+                      "0.0070 / 0.0090 | 0.1500 | yes |")
+  assert lines[3].startswith("| s1 | ensemble [2, 0] | **0.0571 (0.0020)** / 0.0230 | 0.3100 |")
+  assert "| -0.0460 (0.0050) |" in lines[3] and lines[3].count("**") == 2  # Within 0.05.
+  assert lines[4] == ("| s2 | single | 0.0450 (0.0020) / **0.0430** | **0.7110** | "
+                      "-0.0100 (0.0040) | +0.0200 (0.0040) | -0.0300 (0.0050) | "
+                      "**+0.0550 (0.0047)** | **0.0101** / 0.0090 | 0.1500 | **no** |")
 
 
 def test_over_runs_counts_the_runs_meeting_every_goal_and_gives_the_run_to_run_spread():

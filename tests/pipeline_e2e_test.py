@@ -148,6 +148,10 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
     assert f"| {gap:+.4f} (sd {sd:.4f}) |" in next(
         line for line in report_text.splitlines() if line.startswith(f"| {family} | "))
   assert set(figures.family_gaps) == {"noise", "blur", "weather", "digital"}
+  clean_test = next(line for line in report_text.splitlines()
+                    if line.startswith("| clean test |")).split("|")
+  assert [clean_test[4].strip(), clean_test[5].strip()] == [  # The headline's NLL and ECE.
+      f"{figures.test_nll:.4f}", f"{figures.test_ece:.4f}"]
   # The HTML page in a real browser: every chart loads from the page itself, nothing leaves it.
   page = browser.open_page(os.path.abspath(_report_path(first.stdout)))
   assert page.content_type == "text/html"
@@ -290,6 +294,8 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert [trial["name"] for trial in record["trials"]] == [f"Trainer_trial_{i}" for i in range(3)]
   assert len({trial["hyperparameters"]["seed"] for trial in record["trials"]}) == 3
   assert 1 <= len(record["members"]) <= 2
+  figures = calibration_goals.read_run(str(tmp_path / "out"))
+  assert figures.kind == "ensemble" and list(figures.picks) == record["picks"]
   # Chosen, as the presets choose, on the eval split and the validation shift.
   assert record["objective"] == "shift_nll" and record["selected_on"].endswith(
       f"{len(VALIDATION_CORRUPTIONS) * 5} slices")
