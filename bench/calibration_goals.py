@@ -6,7 +6,8 @@ mean and the run-to-run standard deviation over the runs given.
 
 Every figure comes from the run's own records: the Evaluator's metrics (through the report's
 functions, so the same digits as report.md), the report artifact's gate decision, and the
-served model's ensemble and calibration records. docs/robustness.md fills its tables with it.
+served model's ensemble and calibration records. docs/robustness.md's table of session 30 (issue
+36's deep-ensemble protocol) is its output.
 """
 from __future__ import annotations
 
