@@ -111,22 +111,26 @@ def table(runs: Sequence[RunFigures]) -> str:
   return "\n".join(lines)
 
 
+def _spread(values: Sequence[float]) -> str:
+  """The mean, and the run-to-run standard deviation (ddof 1) when there are two runs or more."""
+  return f"mean {np.mean(values):.4f}" + (
+      f", sd {np.std(values, ddof=1):.4f}" if len(values) > 1 else "")
+
+
 def over_runs(runs: Sequence[RunFigures]) -> str:
-  """Per kind of model: how many runs meet every goal, and the mean and run-to-run standard
-  deviation (ddof 1) of cECE, the worst family |gap| and the validation-shift NLL."""
+  """Per kind of model: how many runs meet every goal, and the _spread of cECE, the worst
+  family |gap| and the validation-shift NLL."""
   lines = []
   for kind in ("single", "ensemble"):
     group = [run for run in runs if run.kind == kind]
     if not group:
       continue
-    spread = lambda values: (f"mean {np.mean(values):.4f}" + (  # noqa: E731
-        f", sd {np.std(values, ddof=1):.4f}" if len(values) > 1 else ""))
     validation = [run.validation_nll for run in group if run.validation_nll is not None]
     lines.append(
         f"{kind}: {sum(not misses(run) for run in group)} of {len(group)} meet every goal; "
-        f"cECE {spread([run.cece for run in group])} (bound {CECE_BOUND[kind]}); worst family "
-        f"|gap| {spread([run.worst_gap for run in group])}" +
-        (f"; validation-shift NLL {spread(validation)}" if len(validation) == len(group)
+        f"cECE {_spread([run.cece for run in group])} (bound {CECE_BOUND[kind]}); worst family "
+        f"|gap| {_spread([run.worst_gap for run in group])}" +
+        (f"; validation-shift NLL {_spread(validation)}" if len(validation) == len(group)
          else ""))
   return "\n".join(lines)
 
