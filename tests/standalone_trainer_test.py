@@ -3,6 +3,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +30,23 @@ def inputs(tmp_path_factory):
   paths = transformed_digits(str(tmp_path_factory.mktemp("transformed")), count=160,
                              eval_count=32)
   return [f"--{name}={value}" for name, value in paths.items()]
+
+
+# The run several tests start from (two epochs of 8 steps, a checkpoint every 4): trained once
+# per module, copied by each test that writes to it.
+TRAINED = ["--per_core_batch_size=16", "--train_epochs=2", "--checkpoint_steps=4"]
+
+
+@pytest.fixture(scope="module")
+def trained(inputs, tmp_path_factory):
+  """(output directory, the trainer's log) of one run with the TRAINED flags."""
+  output_dir = tmp_path_factory.mktemp("trained")
+  return output_dir, run_trainer(inputs, output_dir, *TRAINED)
+
+
+def copy_of(trained, path):
+  shutil.copytree(trained[0], path)
+  return path
 
 
 def trainer_command(inputs, output_dir, *flags):
@@ -97,15 +115,14 @@ def test_killed_and_preempted_runs_resume_to_bit_identical_weights(inputs, tmp_p
   assert os.path.isfile(resumed / "serving_model" / "saved_model.pb")
 
 
-def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(inputs, tmp_path):
-  flags = ["--per_core_batch_size=16", "--train_epochs=2", "--checkpoint_steps=4"]
-  run_trainer(inputs, tmp_path, *flags)
-  checkpoints = tmp_path / "checkpoints"
-  newest = tf.train.latest_checkpoint(str(checkpoints))
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(inputs, trained, tmp_path):
+  output_dir = copy_of(trained, tmp_path / "run")
+  newest = tf.train.latest_checkpoint(str(output_dir / "checkpoints"))
+  assert newest.startswith(str(output_dir)), "the copy's own checkpoints"
   data_file = newest + ".data-00000-of-00001"
   with open(data_file, "r+b") as f:
     f.truncate(os.path.getsize(data_file) // 2)
-  output = run_trainer(inputs, tmp_path, *flags)
+  output = run_trainer(inputs, output_dir, *TRAINED)
   assert f"Checkpoint {newest} is damaged" in output
   assert "Resuming from" in output and "ckpt-12" in output  # 16 steps; kept: 8, 12, 16.
 
@@ -155,20 +172,20 @@ def test_mirrored_and_multi_worker_runs_match_one_device_with_the_same_global_ba
                                  err_msg=f"{distributed}: {name}")
 
 
-def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inputs, tmp_path):
-  output = run_trainer(inputs, tmp_path, "--per_core_batch_size=16", "--train_epochs=2")
-  last_epoch = [line for line in output.splitlines() if "epoch 2 " in line][-1]
+def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inputs, trained,
+                                                                           tmp_path):
+  output_dir = copy_of(trained, tmp_path / "run")
+  last_epoch = [line for line in trained[1].splitlines() if "epoch 2 " in line][-1]
   trained_accuracy = last_epoch.split("eval/accuracy ")[1].split()[0]
 
-  evaluated = run_trainer(inputs, tmp_path, "--per_core_batch_size=16", "--train_epochs=2",
-                          "--mode=eval")
+  evaluated = run_trainer(inputs, output_dir, *TRAINED, "--mode=eval")
   assert f"eval/accuracy {trained_accuracy}" in evaluated
-  continuous = run_trainer(inputs, tmp_path, "--per_core_batch_size=16", "--train_epochs=2",
-                           "--mode=continuous_eval", "--continuous_eval_timeout_secs=5")
+  continuous = run_trainer(inputs, output_dir, *TRAINED, "--mode=continuous_eval",
+                           "--continuous_eval_timeout_secs=5")
   assert f"step 16  eval/accuracy {trained_accuracy}" in continuous
 
   tags = set()
-  for event_file in tf.io.gfile.glob(str(tmp_path / "logs" / "*" / "events.out.tfevents.*")):
+  for event_file in tf.io.gfile.glob(str(output_dir / "logs" / "*" / "events.out.tfevents.*")):
     for event in tf.compat.v1.train.summary_iterator(event_file):
       tags.update(value.tag for value in event.summary.value)
   assert {"train/ece", "train/nll", "train/accuracy", "train/loss", "eval/ece", "eval/nll",
@@ -238,12 +255,12 @@ def _ensemble_command(inputs, output_dir, members, *flags):
           f"--members={','.join(members)}", f"--output_dir={output_dir}", *flags]
 
 
-def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere(inputs, tmp_path):
-  members = []
-  for seed in (1, 2):
-    run_trainer(inputs, tmp_path / f"member_{seed}", "--train_epochs=1", f"--seed={seed}",
-                "--per_core_batch_size=32", timeout=900)
-    members.append(str(tmp_path / f"member_{seed}" / "serving_model"))
+def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere(inputs, trained,
+                                                                               tmp_path):
+  """The members: the shared run (seed 42) and one trained here with seed 2."""
+  run_trainer(inputs, tmp_path / "member_2", "--train_epochs=1", "--seed=2",
+              "--per_core_batch_size=32", timeout=900)
+  members = [str(trained[0] / "serving_model"), str(tmp_path / "member_2" / "serving_model")]
   train_files = next(flag for flag in inputs if flag.startswith("--train_files="))
   process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
                                              "--ensemble_size=2", "--temperature_fit=in_support",
@@ -253,7 +270,7 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   assert "Ensemble of" in process.stderr
   model_dir = tmp_path / "ensemble" / "serving_model"
   record = json.loads((model_dir / "assets.extra" / "ensemble.json").read_text())
-  assert [t["hyperparameters"]["seed"] for t in record["trials"]] == [1, 2]
+  assert [t["hyperparameters"]["seed"] for t in record["trials"]] == [42, 2]
   assert [t["name"] for t in record["trials"]] == members
   calibration = json.loads((model_dir / "assets.extra" / "temperature.json").read_text())
   assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
@@ -281,18 +298,18 @@ def _inspect(path):
   return process.stdout
 
 
-def test_warm_start_from_an_exported_model_inspect_and_a_mismatch_refused(inputs, tmp_path):
-  source = tmp_path / "source"
-  run_trainer(inputs, source, "--train_steps=3", "--per_core_batch_size=16")
+def test_warm_start_from_an_exported_model_inspect_and_a_mismatch_refused(inputs, trained,
+                                                                          tmp_path):
+  source = trained[0]
   listing = _inspect(source / "serving_model")
-  assert listing.startswith("saved_model: ") and "step: 3" in listing
-  assert "warm-started from: null" in listing and '"train_steps": 3' in listing
+  assert listing.startswith("saved_model: ") and "step: 16" in listing
+  assert "warm-started from: null" in listing and '"checkpoint_steps": 4' in listing
   assert re.search(r"^  logits/kernel +\[64, 10\] +float32$", listing, re.M)
   assert "tft_layer" not in listing, "only the classifier's variables, not Transform's"
 
   log = run_trainer(inputs, tmp_path / "warm", "--train_steps=2", "--per_core_batch_size=16",
                     f"--warm_start={source / 'serving_model'}")
-  assert re.search(r"Warm-started from \S+serving_model \(saved_model at step 3\): restored "
+  assert re.search(r"Warm-started from \S+serving_model \(saved_model at step 16\): restored "
                    r"(\d+) of \1 model variables", log), log[-3000:]
   assert re.search(r"Fine-tuning: \d+ restored variables at lr x0\.1, 0 new at full lr", log)
   listing = _inspect(tmp_path / "warm" / "checkpoints")
