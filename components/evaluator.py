@@ -7,8 +7,9 @@ from typing import Any, Dict, Iterable, List
 import apache_beam as beam
 import pyarrow as pa
 import tensorflow_model_analysis as tfma
+# tfx.components, not tfx.v1: v1's extensions import the Vertex AI SDK, 2 s more in every pod.
+from tfx import components as tfx_components
 from tfx import types
-from tfx import v1 as tfx
 from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import executor_spec
 from tfx.types import artifact_utils, standard_component_specs
@@ -83,7 +84,7 @@ def custom_extractors(eval_shared_model, eval_config, tensor_adapter_config):
       tensor_adapter_config=tensor_adapter_config)]
 
 
-class Evaluator(tfx.components.Evaluator):
+class Evaluator(tfx_components.Evaluator):
   """TFX's Evaluator with the production baseline and this module's extractors."""
   EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(ProductionBaselineExecutor)
 

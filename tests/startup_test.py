@@ -3,6 +3,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from tests.conftest import REPO
+
 _COUNT_SCANS = """
 import importlib.metadata as metadata
 scans = []
@@ -23,3 +27,21 @@ def test_importing_tfx_does_not_scan_every_installed_distribution_per_google_pac
   scans = int(done.stdout.strip().splitlines()[-1])
   assert scans <= 1, (f"importing TFX scanned the installed distributions {scans} times: "
                       "is google-api-core in the lock 2.28-2.43 (requirements.in)?")
+
+
+_MODULES_LOADED = """
+import importlib, sys
+importlib.import_module(sys.argv[1])
+print("google.cloud.aiplatform" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("module", ["components.evaluator", "kubeflow.trainjob_launcher"])
+def test_the_custom_components_kubeflow_pods_import_leave_the_vertex_ai_sdk_out(module):
+  """A pod imports its component's module before it runs; `tfx.v1` would load the Vertex AI
+  SDK with it (its extensions, ~2 s a pod) though only Vertex's own Trainer needs it."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  done = subprocess.run([sys.executable, "-W", "ignore", "-c", _MODULES_LOADED, module],
+                        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+                        check=True)
+  assert done.stdout.strip().splitlines()[-1] == "False", f"{module} loads the Vertex AI SDK"
