@@ -432,7 +432,7 @@ def test_kfps_own_secret_is_mapped_by_default_and_vertex_has_no_platform_section
 
 @pytest.mark.parametrize("flag, message", [
     ("--accelerator_type=tpu", "accelerator_type='tpu'"),
-    ("--accelerator_count=-1", "accelerator_count=-1"),
+    ("--accelerator_count=-1", "accelerator_count=-1: must be >= 0"),
     ("--trainer_memory=32GB", "trainer_memory='32GB'"),
     ("--credentials_secret=", "credentials_secret=''"),
 ])

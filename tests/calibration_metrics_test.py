@@ -117,7 +117,10 @@ def test_buffered_statistics_equal_numpy_across_flushes_weights_and_merged_worke
     accumulator = combiner.create_accumulator()
     for index in chunk:
       accumulator = combiner.add_input(accumulator, inputs[index])
-    assert len(accumulator.pending) < 7  # Added in batches, not one by one.
+    # Added in batches of 7, not one by one: the remainder waits, the rest is counted.
+    flushed = len(chunk) - len(chunk) % 7
+    assert len(accumulator.pending) == len(chunk) % 7
+    assert accumulator.count == weights[chunk[:flushed]].sum()
     if worker % 2:
       accumulator = pickle.loads(pickle.dumps(combiner.compact(accumulator)))
     parts.append(accumulator)

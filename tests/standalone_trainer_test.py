@@ -184,12 +184,22 @@ def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inp
                            "--continuous_eval_timeout_secs=5")
   assert f"step 16  eval/accuracy {trained_accuracy}" in continuous
 
+  # Training wrote logs/train (its epochs' eval figures too); each eval run a file in logs/eval.
+  assert not (trained[0] / "logs" / "eval").exists()
+  assert {"train/ece", "train/nll", "train/accuracy", "train/loss", "eval/ece", "eval/nll",
+          "eval/accuracy", "_hparams_/session_start_info"} <= _summary_tags(output_dir, "train")
+  eval_files = tf.io.gfile.glob(str(output_dir / "logs" / "eval" / "events.out.tfevents.*"))
+  assert len(eval_files) == 2, eval_files
+  assert {"eval/ece", "eval/nll", "eval/accuracy",
+          "_hparams_/session_start_info"} <= _summary_tags(output_dir, "eval")
+
+
+def _summary_tags(output_dir, subdir):
   tags = set()
-  for event_file in tf.io.gfile.glob(str(output_dir / "logs" / "*" / "events.out.tfevents.*")):
+  for event_file in tf.io.gfile.glob(str(output_dir / "logs" / subdir / "events.out.tfevents.*")):
     for event in tf.compat.v1.train.summary_iterator(event_file):
       tags.update(value.tag for value in event.summary.value)
-  assert {"train/ece", "train/nll", "train/accuracy", "train/loss", "eval/ece", "eval/nll",
-          "eval/accuracy", "_hparams_/session_start_info"} <= tags
+  return tags
 
 
 @pytest.mark.parametrize("flag, message", [

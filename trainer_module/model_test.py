@@ -102,6 +102,12 @@ def test_keras_batch_norm_checkpoints_restore_into_the_fused_layer_and_back(tmp_
   tf.train.Checkpoint(layer=ours).restore(path).assert_consumed()
   for mine, theirs in zip(ours.get_weights(), keras_own.get_weights()):
     np.testing.assert_array_equal(mine, theirs)
+  # And back: ours, changed, restored into Keras' layer.
+  ours.set_weights([np.full(3, 7.0 + i, np.float32) for i in range(4)])
+  path = tf.train.Checkpoint(layer=ours).save(str(tmp_path / "ours"))
+  tf.train.Checkpoint(layer=keras_own).restore(path).assert_consumed()
+  for mine, theirs in zip(ours.get_weights(), keras_own.get_weights()):
+    np.testing.assert_array_equal(theirs, mine)
 
 
 def test_a_saved_model_rebuilds_the_fused_layer_from_its_config(tmp_path):
