@@ -287,18 +287,22 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   signatures = tf.saved_model.load(str(model_dir)).signatures
   assert {"serving_default", "serving_images"} <= set(signatures)
 
-  missing = str(tmp_path / "not_a_model")
-  process = subprocess.run(_ensemble_command(inputs, tmp_path / "bad", [members[0], missing]),
-                           cwd=REPO, capture_output=True, text=True, timeout=600)
-  assert process.returncode == 2 and missing in process.stderr
-  process = subprocess.run(_ensemble_command(inputs, tmp_path / "bad", members,
-                                             "--ensemble_objective=brier"),
-                           cwd=REPO, capture_output=True, text=True, timeout=600)
-  assert process.returncode == 2 and "ensemble_objective='brier'" in process.stderr
-  process = subprocess.run(_ensemble_command(inputs, tmp_path / "bad", members,
-                                             "--temperature_fit=in_support"),
-                           cwd=REPO, capture_output=True, text=True, timeout=600)
-  assert process.returncode == 2 and "train_files" in process.stderr
+
+@pytest.mark.parametrize("second_member, flag, message", [
+    ("not_a_model", "--ensemble_size=2", "not_a_model"),
+    ("", "--ensemble_objective=brier", "ensemble_objective='brier'"),
+    ("", "--temperature_fit=in_support", "temperature_fit=in_support: the ensemble's feature "
+                                         "support is measured on the training split"),
+])
+def test_the_ensemble_command_exits_2_naming_a_missing_member_or_a_bad_flag(
+    inputs, trained, tmp_path, capsys, second_member, flag, message):
+  """Checked here in this process, before any member is loaded (the command's exit status
+  itself: the test above and test_the_command_exits_2_on_a_bad_flag)."""
+  members = [str(trained[0] / "serving_model"),
+             str(tmp_path / second_member) if second_member else str(trained[0] / "serving_model")]
+  assert trainer_main(_ensemble_command(inputs, tmp_path / "bad", members, flag)[3:]) == 2
+  assert message in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / "bad" / "serving_model")
 
 
 def _inspect(path):
