@@ -289,19 +289,20 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
 
 
 @pytest.mark.parametrize("second_member, flag, message", [
-    ("not_a_model", "--ensemble_size=2", "not_a_model"),
+    ("not_a_model", "--ensemble_size=2", "No SavedModel in ensemble member directory "),
     ("", "--ensemble_objective=brier", "ensemble_objective='brier'"),
     ("", "--temperature_fit=in_support", "temperature_fit=in_support: the ensemble's feature "
                                          "support is measured on the training split"),
 ])
 def test_the_ensemble_command_exits_2_naming_a_missing_member_or_a_bad_flag(
     inputs, trained, tmp_path, capsys, second_member, flag, message):
-  """Checked here in this process, before any member is loaded (the command's exit status
+  """Checked here in this process, before anything is written (the command's exit status
   itself: the test above and test_the_command_exits_2_on_a_bad_flag)."""
   members = [str(trained[0] / "serving_model"),
              str(tmp_path / second_member) if second_member else str(trained[0] / "serving_model")]
   assert trainer_main(_ensemble_command(inputs, tmp_path / "bad", members, flag)[3:]) == 2
-  assert message in capsys.readouterr().err
+  error = capsys.readouterr().err
+  assert message in error and (not second_member or members[1] in error)
   assert not os.path.exists(tmp_path / "bad" / "serving_model")
 
 
