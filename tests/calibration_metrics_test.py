@@ -118,9 +118,9 @@ def test_buffered_statistics_equal_numpy_across_flushes_weights_and_merged_worke
     for index in chunk:
       accumulator = combiner.add_input(accumulator, inputs[index])
     # Added in batches of 7, not one by one: the remainder waits, the rest is counted.
-    flushed = len(chunk) - len(chunk) % 7
-    assert len(accumulator.pending) == len(chunk) % 7
-    assert accumulator.count == weights[chunk[:flushed]].sum()
+    waiting = len(chunk) % 7
+    assert len(accumulator.pending) == waiting
+    assert accumulator.count == weights[chunk[:len(chunk) - waiting]].sum()
     if worker % 2:
       accumulator = pickle.loads(pickle.dumps(combiner.compact(accumulator)))
     parts.append(accumulator)

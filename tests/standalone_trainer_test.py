@@ -1,6 +1,7 @@
 """`python -m trainer_module` as GPU/TPU workers run it: modes, strategies, preemption."""
 import json
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -37,15 +39,24 @@ def inputs(tmp_path_factory):
 TRAINED = ["--per_core_batch_size=16", "--train_epochs=2", "--checkpoint_steps=4"]
 
 
+class TrainedRun(NamedTuple):
+  output_dir: pathlib.Path
+  log: str
+
+  @property
+  def serving_model(self) -> str:
+    return str(self.output_dir / "serving_model")
+
+
 @pytest.fixture(scope="module")
 def trained(inputs, tmp_path_factory):
-  """(output directory, the trainer's log) of one run with the TRAINED flags."""
+  """One run with the TRAINED flags."""
   output_dir = tmp_path_factory.mktemp("trained")
-  return output_dir, run_trainer(inputs, output_dir, *TRAINED)
+  return TrainedRun(output_dir, run_trainer(inputs, output_dir, *TRAINED))
 
 
 def copy_of(trained, path):
-  shutil.copytree(trained[0], path)
+  shutil.copytree(trained.output_dir, path)
   return path
 
 
@@ -175,7 +186,7 @@ def test_mirrored_and_multi_worker_runs_match_one_device_with_the_same_global_ba
 def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inputs, trained,
                                                                            tmp_path):
   output_dir = copy_of(trained, tmp_path / "run")
-  last_epoch = [line for line in trained[1].splitlines() if "epoch 2 " in line][-1]
+  last_epoch = [line for line in trained.log.splitlines() if "epoch 2 " in line][-1]
   trained_accuracy = last_epoch.split("eval/accuracy ")[1].split()[0]
 
   evaluated = run_trainer(inputs, output_dir, *TRAINED, "--mode=eval")
@@ -185,7 +196,7 @@ def test_eval_and_continuous_eval_score_the_checkpoints_train_and_eval_wrote(inp
   assert f"step 16  eval/accuracy {trained_accuracy}" in continuous
 
   # Training wrote logs/train (its epochs' eval figures too); each eval run a file in logs/eval.
-  assert not (trained[0] / "logs" / "eval").exists()
+  assert not (trained.output_dir / "logs" / "eval").exists()
   assert {"train/ece", "train/nll", "train/accuracy", "train/loss", "eval/ece", "eval/nll",
           "eval/accuracy", "_hparams_/session_start_info"} <= _summary_tags(output_dir, "train")
   eval_files = tf.io.gfile.glob(str(output_dir / "logs" / "eval" / "events.out.tfevents.*"))
@@ -270,7 +281,7 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   """The members: the shared run (seed 42) and one trained here with seed 2."""
   run_trainer(inputs, tmp_path / "member_2", "--train_epochs=1", "--seed=2",
               "--per_core_batch_size=32", timeout=900)
-  members = [str(trained[0] / "serving_model"), str(tmp_path / "member_2" / "serving_model")]
+  members = [trained.serving_model, str(tmp_path / "member_2" / "serving_model")]
   train_files = next(flag for flag in inputs if flag.startswith("--train_files="))
   process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
                                              "--ensemble_size=2", "--temperature_fit=in_support",
@@ -298,8 +309,8 @@ def test_the_ensemble_command_exits_2_naming_a_missing_member_or_a_bad_flag(
     inputs, trained, tmp_path, capsys, second_member, flag, message):
   """Checked here in this process, before anything is written (the command's exit status
   itself: the test above and test_the_command_exits_2_on_a_bad_flag)."""
-  members = [str(trained[0] / "serving_model"),
-             str(tmp_path / second_member) if second_member else str(trained[0] / "serving_model")]
+  members = [trained.serving_model,
+             str(tmp_path / second_member) if second_member else trained.serving_model]
   assert trainer_main(_ensemble_command(inputs, tmp_path / "bad", members, flag)[3:]) == 2
   error = capsys.readouterr().err
   assert message in error and (not second_member or members[1] in error)
@@ -315,7 +326,7 @@ def _inspect(path):
 
 def test_warm_start_from_an_exported_model_inspect_and_a_mismatch_refused(inputs, trained,
                                                                           tmp_path):
-  source = trained[0]
+  source = trained.output_dir
   listing = _inspect(source / "serving_model")
   assert listing.startswith("saved_model: ") and "step: 16" in listing
   assert "warm-started from: null" in listing and '"checkpoint_steps": 4' in listing
