@@ -138,7 +138,8 @@ def test_a_dataset_that_cannot_be_downloaded_is_named_and_leaves_no_directories(
   used = tmp_path / "used"
   (used / "mnist").mkdir(parents=True)
   (used / "mnist" / "keep.txt").write_text("another dataset's")
-  with pytest.raises(image_sources.TfdsUnavailable, match="cifar10_corrupted/frost_1"):
+  with pytest.raises(image_sources.TfdsUnavailable, match="could not download "
+                     rf"cifar10_corrupted/frost_1 into {used}: .*--tfds_data_dir=DIR"):
     image_sources.prepare_tfds("cifar10_corrupted/frost_1", str(used))
   assert sorted(p.name for p in used.rglob("*")) == ["keep.txt", "mnist"]
 

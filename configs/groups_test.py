@@ -15,7 +15,7 @@ class Model:
 
   def __post_init__(self):
     if self.depth < 10:
-      raise ValueError(f"depth={self.depth}")
+      raise ValueError(f"depth={self.depth}: must be >= 10")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ def test_build_over_a_start_rebuilds_only_the_groups_given_a_value():
 
 
 def test_a_group_validates_itself_and_unknown_names_are_refused():
-  with pytest.raises(ValueError, match="depth=4"):
+  with pytest.raises(ValueError, match="depth=4: must be >= 10"):
     groups.build(Run, {"depth": 4})
   with pytest.raises(ValueError, match=r"Unknown config field\(s\): \['dept'\]"):
     groups.build(Run, {"dept": 16})

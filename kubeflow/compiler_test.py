@@ -150,10 +150,10 @@ def test_compile_without_cluster_settings_fails_and_writes_nothing(tmp_path, cap
   package_dir = tmp_path / "package"
   assert cli.main(["compile", f"--package_dir={package_dir}",
                    "--output_dir=gs://bucket/wrn"]) == 2
-  assert "image=''" in capsys.readouterr().err
+  assert "image='': is required on Kubeflow" in capsys.readouterr().err
   assert cli.main(["compile", f"--package_dir={package_dir}", "--image=i",
                    "--output_dir=/local/out"]) == 2
-  assert "output_dir='/local/out'" in capsys.readouterr().err
+  assert "output_dir='/local/out': must be on object storage" in capsys.readouterr().err
   assert not package_dir.exists()
 
 
@@ -265,8 +265,12 @@ def test_the_entrypoint_maps_the_report_titles_to_their_classes():
       kfp_entrypoint.REPORT_TYPE_CLASSES)
 
 
-@pytest.mark.parametrize("kind, message", [("resolver", "Baseline_executor (resolver)"),
-                                           ("customJob", "Baseline_executor (customJob)")])
+@pytest.mark.parametrize("kind, message", [
+    ("resolver", "executor(s) Baseline_executor (resolver) cannot run on an open-source Kubeflow "
+     "Pipelines server"),
+    ("customJob", "executor(s) Baseline_executor (customJob) cannot run on an open-source "
+     "Kubeflow Pipelines server"),
+])
 def test_kfp_compile_names_an_executor_the_open_source_backend_refuses(kind, message):
   """backend/src/v2/compiler/argocompiler/dag.go refuses these; the compile fails first."""
   spec = {"deploymentSpec": {"executors": {"Baseline_executor": {kind: {}},
@@ -431,10 +435,12 @@ def test_kfps_own_secret_is_mapped_by_default_and_vertex_has_no_platform_section
 
 
 @pytest.mark.parametrize("flag, message", [
-    ("--accelerator_type=tpu", "accelerator_type='tpu'"),
+    ("--accelerator_type=tpu",
+     "accelerator_type='tpu': must be the Kubernetes resource name of the Trainer's accelerators"),
     ("--accelerator_count=-1", "accelerator_count=-1: must be >= 0"),
-    ("--trainer_memory=32GB", "trainer_memory='32GB'"),
-    ("--credentials_secret=", "credentials_secret=''"),
+    ("--trainer_memory=32GB",
+     "trainer_memory='32GB': must be a Kubernetes memory quantity from 1Mi to below 1P"),
+    ("--credentials_secret=", "credentials_secret='': is required with credentials_secret_keys="),
 ])
 def test_bad_pod_flags_stop_the_compile_naming_the_flag(flag, message, tmp_path, capsys):
   package_dir = tmp_path / "package"

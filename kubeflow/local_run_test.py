@@ -141,8 +141,9 @@ def test_two_tasks_kfp_local_would_put_in_one_directory_are_refused():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--runner=podman"], "Invalid --runner 'podman'"),
-    (["--pipeline_root=s3://bucket/root"], "Invalid --pipeline_root 's3://bucket/root'"),
+    (["--runner=podman"], "Invalid --runner 'podman': expected one of ['subprocess', 'docker']"),
+    (["--pipeline_root=s3://bucket/root"], "Invalid --pipeline_root 's3://bucket/root': kfp.local "
+     "reads and writes its pipeline root as local files"),
     (["--data_root=gs://bucket/images"], "--data_root applies to pipelines compiled with "
                                          "--dataset=tfrecord"),
 ])

@@ -195,9 +195,10 @@ def test_schedule_adds_a_version_and_creates_a_cron_recurring_run(compiled, kfp_
 
 @pytest.mark.parametrize("args, message", [
     (["schedule", "--experiment=e", "--cron=0 3 * * *"], "wants 6 fields"),
-    (["schedule", "--experiment=e", "--cron=0 0 25 * * *"], "hour field '25'"),
+    (["schedule", "--experiment=e", "--cron=0 0 25 * * *"],
+     "hour field '25': '25' is outside 0-23"),
     (["schedule", "--experiment=e", "--cron=0 0 3 * * *", "--max_concurrency=0"],
-     "--max_concurrency"),
+     "--max_concurrency '0': must be an integer >= 1"),
     (["run"], "--experiment is required"),
     (["run", "--experiment=e", "--augmix=false"],
      "--augmix is fixed when the pipeline is compiled"),
@@ -205,11 +206,11 @@ def test_schedule_adds_a_version_and_creates_a_cron_recurring_run(compiled, kfp_
     (["run", "--experiment=e", "--distribution_strategy=mirrored"],
      "--distribution_strategy is fixed"),
     (["run", "--experiment=e", "--seed=7"], "--seed is fixed"),
-    (["run", "--experiment=e", "--train_epochs=-1"], "train_epochs=-1"),
+    (["run", "--experiment=e", "--train_epochs=-1"], "train_epochs=-1: must be > 0"),
     (["run", "--experiment=e", "--no_such_flag=1"], "Unknown flag --no_such_flag"),
     (["run", "--experiment=e", "--data_root=s3://data/x"], "--data_root applies to pipelines"),
     (["run", "--experiment=e", "--allow_concurrent_run=maybe"],
-     "Invalid value for --allow_concurrent_run: 'maybe'"),
+     "Invalid value for --allow_concurrent_run: 'maybe' is not a valid bool"),
     (["upload", "--endpoint=127.0.0.1:8080"], "expected an http:// or https:// URL"),
     (["upload", "--depth=10"], "upload takes no pipeline flags"),
 ])

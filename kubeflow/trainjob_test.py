@@ -97,7 +97,8 @@ def test_names_are_deterministic_and_fit_pod_hostnames():
 
 
 def test_node_env_may_not_override_the_trainjobs_own_variables():
-  with pytest.raises(ValueError, match="TRAINJOB_NUM_NODES"):
+  with pytest.raises(ValueError, match=r"The node env must not set \['TRAINJOB_NUM_NODES'\]: the "
+                     "TrainJob sets them"):
     trainjob.trainjob_manifest("n", "ns", "image", ["true"], 2, trainjob.NodePlacement(
         env=({"name": trainjob.NUM_NODES_ENV, "value": "9"},)))
 
@@ -123,8 +124,10 @@ def test_each_node_builds_the_tfjob_format_tf_config_from_its_pod_environment():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({trainjob.COMPLETION_INDEX_ENV: None}, "JOB_COMPLETION_INDEX"),
-    ({trainjob.NUM_NODES_ENV: None}, "TRAINJOB_NUM_NODES"),
+    ({trainjob.COMPLETION_INDEX_ENV: None},
+     r"A TrainJob node needs \['JOB_COMPLETION_INDEX'\] in its environment"),
+    ({trainjob.NUM_NODES_ENV: None},
+     r"A TrainJob node needs \['TRAINJOB_NUM_NODES'\] in its environment"),
     ({trainjob.COMPLETION_INDEX_ENV: "3"}, "JOB_COMPLETION_INDEX=3 is not a node"),
 ])
 def test_a_pod_environment_without_what_the_trainjob_sets_is_a_clear_error(change, message):

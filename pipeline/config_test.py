@@ -159,7 +159,8 @@ def test_tfrecord_classes_are_named_by_index_or_by_class_names(tmp_path):
 def test_tfrecord_dir_needs_train_and_eval_subdirectories(tmp_path):
   (tmp_path / "train").mkdir()
   (tmp_path / "train" / "data.tfrecord").write_bytes(b"")
-  with pytest.raises(ValueError, match="eval"):
+  with pytest.raises(ValueError, match=r"has no \S+/eval \(expected train/, eval/ and optionally "
+                                       r"test/ subdirectories\)"):
     from_flags(["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}"])
 
 
@@ -356,9 +357,10 @@ def test_an_output_dir_that_is_a_file_or_under_a_file_is_rejected(tmp_path):
     (lambda tmp: [f"--output_dir={tmp / 'file'}"], "is a file, not a directory"),
     (lambda tmp: ["--output_dir="], "output_dir='': must not be empty"),
     (lambda tmp: [f"--output_dir={tmp / 'out'}", "--pipeline_name=../../escaped"],
-     "pipeline_name='../../escaped'"),
+     "pipeline_name='../../escaped': must be 1-100 letters, digits, '_', '-' or '.', starting "
+     "with a letter or digit"),
     (lambda tmp: [f"--output_dir={tmp / 'out'}", f"--pipeline_name={'p' * 300}"],
-     "pipeline_name='ppp"),
+     f"pipeline_name='{'p' * 300}': must be 1-100 letters, digits, '_', '-' or '.'"),
 ], ids=["file", "empty", "escaping-name", "long-name"])
 def test_the_runner_exits_2_on_a_bad_output_location_before_writing_anything(tmp_path, bad_flags,
                                                                              message):

@@ -76,7 +76,8 @@ def test_credentials_never_become_settings_or_beam_options():
 
 @pytest.mark.parametrize("environ, message", [
     ({"S3_ENDPOINT": "minio-service:9000"}, "S3_ENDPOINT='minio-service:9000': must be the URL"),
-    ({"AWS_ENDPOINT_URL": "ftp://minio"}, "AWS_ENDPOINT_URL='ftp://minio'"),
+    ({"AWS_ENDPOINT_URL": "ftp://minio"},
+     "AWS_ENDPOINT_URL='ftp://minio': must be the URL of an S3 endpoint"),
     ({"AWS_ENDPOINT_URL_S3": "http://minio:9000/bucket"}, "must be the URL of an S3 endpoint"),
     ({"AWS_ENDPOINT_URL_S3": MINIO, "S3_ENDPOINT": "http://other:9000"},
      "Conflicting environment values AWS_ENDPOINT_URL_S3="),

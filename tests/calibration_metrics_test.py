@@ -223,7 +223,7 @@ def test_predictions_of_different_class_counts_in_one_slice_are_refused():
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5])
 def test_num_bins_must_be_a_positive_integer(bad):
-  with pytest.raises(ValueError, match="num_bins"):
+  with pytest.raises(ValueError, match=f"num_bins must be a positive integer, got {bad!r}"):
     calibration_metrics.ExpectedCalibrationError(num_bins=bad)
 
 
@@ -431,7 +431,8 @@ def test_without_source_images_the_bootstrap_is_unavailable_and_the_means_still_
 
 @pytest.mark.parametrize("bad", [1, -2, 2.5])
 def test_bootstrap_replicates_must_be_zero_or_at_least_two(bad):
-  with pytest.raises(ValueError, match="bootstrap_replicates"):
+  with pytest.raises(ValueError, match=r"bootstrap_replicates must be 0 \(no bootstrap\) or at "
+                     f"least 2, got {bad!r}"):
     calibration_metrics.MeanSliceECE(bootstrap_replicates=bad)
 
 

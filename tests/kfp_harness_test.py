@@ -144,8 +144,9 @@ def test_a_task_gets_its_credentials_from_the_mapped_secret_and_nothing_from_thi
     ({"resources": {"accelerator": {"type": "gpu", "count": "1"}}}, None, {},
      "limits[gpu]: must be a standard resource type or fully qualified"),
     ({}, {"tolerations": [{"key": "gpu", "operator": "Exists", "value": "yes"}]}, {},
-     "spec.tolerations"),
-    ({}, {"nodeSelector": {"labels": {"gpu node": "yes"}}}, {}, "spec.nodeSelector"),
+     "Pod is invalid: spec.tolerations: {'key': 'gpu', 'operator': 'Exists', 'value': 'yes'}"),
+    ({}, {"nodeSelector": {"labels": {"gpu node": "yes"}}}, {},
+     "Pod is invalid: spec.nodeSelector: gpu node='yes': not a label"),
 ])
 def test_a_task_whose_pod_would_not_be_created_fails(tmp_path, container, platform, secrets,
                                                      message):

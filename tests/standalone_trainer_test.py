@@ -301,7 +301,8 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
 
 @pytest.mark.parametrize("second_member, flag, message", [
     ("not_a_model", "--ensemble_size=2", "No SavedModel in ensemble member directory "),
-    ("", "--ensemble_objective=brier", "ensemble_objective='brier'"),
+    ("", "--ensemble_objective=brier",
+     "ensemble_objective='brier': must be one of ('nll', 'acc', 'nll-acc', 'shift_nll')"),
     ("", "--temperature_fit=in_support", "temperature_fit=in_support: the ensemble's feature "
                                          "support is measured on the training split"),
 ])

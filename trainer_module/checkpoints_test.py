@@ -137,4 +137,7 @@ def test_when_no_checkpoint_can_be_restored_the_advice_deletes_nothing(tmp_path)
   os.remove(glob.glob(str(tmp_path / "ckpt-10.data-*"))[0])
   with pytest.raises(RuntimeError) as error:
     _restored_value(tmp_path)
-  assert "ckpt-10" in str(error.value) and "remove" not in str(error.value)
+  assert f"No checkpoint in {tmp_path} can be restored (ckpt-10: " in str(error.value)
+  assert ("). Repair them, or move them out of the directory to train from scratch."
+          in str(error.value))
+  assert "remove" not in str(error.value)

@@ -70,5 +70,6 @@ def test_an_explicit_policy_is_used_as_given_and_set_globally(cpu):
 
 
 def test_unknown_policies_are_refused():
-  with pytest.raises(ValueError, match="Invalid config value mixed_precision='true': must be"):
+  with pytest.raises(ValueError, match=r"Invalid config value mixed_precision='true': must be one "
+                     r"of \('auto', 'float32', 'mixed_float16', 'mixed_bfloat16'\)"):
     TrainerConfig().replace(mixed_precision="true")

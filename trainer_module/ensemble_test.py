@@ -76,7 +76,8 @@ def test_the_acc_objective_maximises_accuracy():
   assert ensemble.greedy_selection(np.stack([wrong, right]), LABELS, 2, "acc") == [1]
   assert ensemble.objective_value(right, LABELS, "acc") == -1.0
   assert ensemble.objective_value(right, LABELS, "nll-acc") == pytest.approx(-np.log(0.6) - 1)
-  with pytest.raises(ValueError, match="ensemble_objective='brier'"):
+  with pytest.raises(ValueError, match=r"ensemble_objective='brier': must be one of \('nll', "
+                     r"'acc', 'nll-acc', 'shift_nll'\)"):
     ensemble.objective_value(right, LABELS, "brier")
 
 
@@ -286,7 +287,8 @@ def test_an_in_support_ensemble_needs_the_training_split(members, tmp_path):
 
 def test_an_ensemble_temperature_fit_on_one_set_of_augmix_views_is_refused(members, tmp_path):
   _, flags, member_list = members
-  with pytest.raises(ValueError, match="temperature_fit='clean_and_augmix'"):
+  with pytest.raises(ValueError, match="temperature_fit='clean_and_augmix': an ensemble's "
+                     "temperature is fitted with one of "):
     ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
                             str(tmp_path / "out"), ensemble_size=1,
                             temperature_fit="clean_and_augmix")
@@ -296,7 +298,8 @@ def test_an_ensemble_temperature_fit_on_one_set_of_augmix_views_is_refused(membe
 def test_a_missing_member_model_is_named(members, tmp_path):
   _, flags, member_list = members
   missing = dataclasses.replace(member_list[0], model_dir=str(tmp_path / "nothing"))
-  with pytest.raises(FileNotFoundError, match=str(tmp_path / "nothing")):
+  with pytest.raises(FileNotFoundError,
+                     match=f"No SavedModel in ensemble member directory {tmp_path / 'nothing'}"):
     ensemble.build_ensemble([missing], [flags["eval_files"]], flags["transform_output"],
                             str(tmp_path / "out"), ensemble_size=1)
 

@@ -45,7 +45,7 @@ def test_per_group_l2_falls_back_to_l2():
 
 
 def test_depth_must_be_6n_plus_4():
-  with pytest.raises(ValueError, match="depth=12"):
+  with pytest.raises(ValueError, match=r"depth=12: must be 6n\+4 with n >= 1"):
     TrainerConfig().replace(depth=12)
 
 
@@ -198,7 +198,8 @@ def test_spectral_norm_is_off_by_default_and_then_the_model_is_today_s():
 
 
 def test_spectral_norm_bound_must_not_be_negative():
-  with pytest.raises(ValueError, match=r"^Invalid config value spectral_norm_bound=-1.0: "):
+  with pytest.raises(ValueError, match=r"^Invalid config value spectral_norm_bound=-1.0: must be "
+                     r">= 0 \(0 = no spectral normalisation\)"):
     TrainerConfig().replace(spectral_norm_bound=-1.0)
 
 

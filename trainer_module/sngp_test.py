@@ -84,11 +84,14 @@ def test_under_mixed_bfloat16_the_gp_head_is_float32_and_a_saved_model_reloads_i
 
 
 def test_output_layer_and_sngp_settings_are_validated():
-  with pytest.raises(ValueError, match=r"^Invalid config value output_layer='gp': "):
+  with pytest.raises(ValueError, match=r"^Invalid config value output_layer='gp': must be one of "
+                     r"\('dense', 'sngp'\)"):
     TrainerConfig().replace(output_layer="gp")
-  with pytest.raises(ValueError, match=r"^Invalid config value sngp_ridge_penalty=0.0: "):
+  with pytest.raises(ValueError,
+                     match=r"^Invalid config value sngp_ridge_penalty=0.0: must be > 0"):
     TrainerConfig().replace(sngp_ridge_penalty=0.0)
-  with pytest.raises(ValueError, match=r"^Invalid config value sngp_mean_field_factor=-1.0: "):
+  with pytest.raises(ValueError, match=r"^Invalid config value sngp_mean_field_factor=-1.0: must "
+                     r"be >= 0 \(0 = the posterior mode's logits\)"):
     TrainerConfig().replace(sngp_mean_field_factor=-1.0)
   assert TrainerConfig().model.output_layer == "dense"
 
