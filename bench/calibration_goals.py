@@ -81,7 +81,8 @@ def misses(run: RunFigures) -> List[str]:
 
 
 def _with_sd(value: float, sd: Optional[float], signed: bool = False) -> str:
-  """As report.md writes a figure: four decimals, its bootstrap deviation beside it."""
+  """Four decimals, the bootstrap deviation beside it in brackets: report.md's figure, with
+  "(x)" for its "(sd x)", as the docs' tables of these runs print it."""
   text = f"{value:+.4f}" if signed else f"{value:.4f}"
   return text if sd is None else f"{text} ({sd:.4f})"
 
