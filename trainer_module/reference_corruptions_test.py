@@ -194,8 +194,8 @@ def test_any_other_imagemagick_call_is_refused_naming_it(args):
 
 @pytest.mark.parametrize("name, severity, image, message", [
     ("sparkles", 1, np.zeros((32, 32, 3), np.uint8), "Unknown corruption 'sparkles'"),
-    ("contrast", 6, np.zeros((32, 32, 3), np.uint8), r"Severity 6 is not one of \(1, 2, 3, 4, "
-     r"5\)"),
+    ("contrast", 6, np.zeros((32, 32, 3), np.uint8),
+     r"Severity 6 is not one of \(1, 2, 3, 4, 5\)"),
     ("contrast", 1, np.zeros((32, 32), np.uint8), "RGB uint8"),
 ])
 def test_bad_requests_are_refused(name, severity, image, message):
