@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from configs import groups
 from configs.kubeflow import PIPELINE_NAME as KUBEFLOW_PIPELINE_NAME
+from kubeflow import kube_validation
 from pipeline import config as config_lib
 from pipeline.config import PROJECT_DIR, REQUIREMENTS_FILE, PipelineConfig, check_schema
 from storage.object_storage import is_object_store_uri, object_store_uri_problem
@@ -37,16 +38,6 @@ KUBEFLOW_TARGETS = ("kfp", "vertex")
 
 GCP_REGION = re.compile(r"[a-z]+-[a-z]+[0-9]")
 
-# Kubernetes names (k8s.io/apimachinery validation): a DNS-1123 subdomain (Secrets), a qualified
-# name (label and taint keys, extended resources: an optional DNS prefix, then a name) and a
-# label value.
-DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-QUALIFIED_NAME = re.compile(rf"({DNS_SUBDOMAIN.pattern}/)?{_NAME}")
-LABEL_VALUE = re.compile(rf"({_NAME})?")
-# A device plugin's resource (nvidia.com/gpu, amd.com/gpu, gpu.intel.com/i915, ...): outside the
-# kubernetes.io domain, prefixed (resource/helpers.go IsExtendedResourceName).
-EXTENDED_RESOURCE = re.compile(rf"{DNS_SUBDOMAIN.pattern}/{_NAME}")
 # Quantities as resource.ParseQuantity reads them, restricted to what makes sense here.
 CPU_QUANTITY = re.compile(r"([0-9]+(\.[0-9]+)?)(m?)")
 MEMORY_QUANTITY = re.compile(r"([0-9]+(\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
@@ -54,8 +45,6 @@ MEMORY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10*
                 "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
                 "Ei": 2**60}
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 # KFP's own object-store Secret (manifests of kubeflow/pipelines: every profile namespace has a
 # copy) and its keys, as the AWS variables storage/object_storage.py reads.
 KFP_MINIO_SECRET = "mlpipeline-minio-artifact"
@@ -110,9 +99,7 @@ class KubeflowConfig:
   image_pull_secrets: str = ""  # NAME,... Secrets every pod pulls the image with.
 
   def __post_init__(self):
-    require(bool(self.image.strip()) and not any(c.isspace() for c in self.image), "image",
-            self.image, "is required: the container image every component runs "
-            "(e.g. gcr.io/my-project/wrn-pipeline:1)")
+    _check_image(self.image)
     require(self.kubeflow_target in KUBEFLOW_TARGETS, "kubeflow_target", self.kubeflow_target,
             f"must be one of {KUBEFLOW_TARGETS}")
     require(not (self.vertex_project and self.kubeflow_target == "kfp"), "vertex_project",
@@ -162,14 +149,11 @@ class KubeflowConfig:
       require(not value or 2**20 <= (memory_bytes(value) or 0) < 10**15, name, value,
               "must be a Kubernetes memory quantity from 1Mi to below 1P (e.g. 32Gi, 64G, "
               "512Mi), or empty")
-    require(not self.credentials_secret or DNS_SUBDOMAIN.fullmatch(self.credentials_secret),
-            "credentials_secret", self.credentials_secret, "must be a Kubernetes Secret name")
-    pairs = _pairs(self.credentials_secret_keys, ":")
-    require(pairs is not None and all(SECRET_KEY.fullmatch(k) and ENV_NAME.fullmatch(v)
-                                      for k, v in pairs),
-            "credentials_secret_keys", self.credentials_secret_keys,
-            "must be SECRET_KEY:ENV_VAR,... (e.g. accesskey:AWS_ACCESS_KEY_ID), or empty")
-    require(bool(self.credentials_secret) or not pairs, "credentials_secret",
+    problems = kube_validation.dns1123_subdomain_problems(self.credentials_secret)
+    require(not self.credentials_secret or not problems, "credentials_secret",
+            self.credentials_secret, "must be a Kubernetes Secret name: " + "; ".join(problems))
+    settings = pod_settings(self)
+    require(bool(self.credentials_secret) or not settings.secret_env, "credentials_secret",
             self.credentials_secret, f"is required with credentials_secret_keys="
             f"{self.credentials_secret_keys!r} (the Secret they are read from); pass "
             "--credentials_secret_keys= too to map no Secret")
@@ -177,22 +161,6 @@ class KubeflowConfig:
             "s3_endpoint", self.s3_endpoint, "must be http(s)://HOST[:PORT], or empty")
     require(re.fullmatch(r"[a-z0-9-]*", self.s3_region) is not None, "s3_region",
             self.s3_region, "must be a region name (e.g. us-east-1), or empty")
-    selector = _pairs(self.trainer_node_selector, "=")
-    require(selector is not None and all(QUALIFIED_NAME.fullmatch(k) and len(v) <= 63 and
-                                         LABEL_VALUE.fullmatch(v) for k, v in selector),
-            "trainer_node_selector", self.trainer_node_selector,
-            "must be LABEL=VALUE,... with Kubernetes label names and values "
-            "(e.g. nvidia.com/gpu.present=true), or empty")
-    for toleration in filter(None, self.trainer_tolerations.split(",")):
-      key_value, _, effect = toleration.partition(":")
-      key, _, value = key_value.partition("=")
-      require(QUALIFIED_NAME.fullmatch(key) is not None and LABEL_VALUE.fullmatch(value)
-              is not None and effect in ("",) + TAINT_EFFECTS, "trainer_tolerations",
-              self.trainer_tolerations, f"must be KEY[=VALUE][:EFFECT],... with EFFECT one of "
-              f"{TAINT_EFFECTS} (e.g. nvidia.com/gpu:NoSchedule); {toleration!r} is not")
-    for name in filter(None, self.image_pull_secrets.split(",")):
-      require(DNS_SUBDOMAIN.fullmatch(name) is not None, "image_pull_secrets",
-              self.image_pull_secrets, "must be Kubernetes Secret names, comma-separated")
     if self.kubeflow_target == "vertex":
       for name in ("s3_endpoint", "s3_region", "trainer_node_selector", "trainer_tolerations",
                    "image_pull_secrets"):
@@ -304,21 +272,17 @@ def step_pod(config: ClusterConfig, kind: str, training_node: bool = False) -> S
     resources = PodResources(kubeflow.beam_cpu, kubeflow.beam_memory)
   if kubeflow.kubeflow_target != "kfp":
     return StepPod(resources=resources)
-  secret_env = tuple(_pairs(kubeflow.credentials_secret_keys, ":")) if config.uses_s3 else ()
+  settings = pod_settings(kubeflow)
+  secret_env = settings.secret_env if config.uses_s3 else ()
   env = tuple((name, value) for name, value in (("AWS_ENDPOINT_URL_S3", kubeflow.s3_endpoint),
                                                 ("AWS_REGION", kubeflow.s3_region)) if value)
   trainer = kind == TRAINER_STEP
-  tolerations = []
-  for toleration in filter(None, kubeflow.trainer_tolerations.split(",") if trainer else []):
-    key_value, _, effect = toleration.partition(":")
-    key, _, value = key_value.partition("=")
-    tolerations.append(Toleration(key, value, effect))
   return StepPod(
       resources=resources, secret_name=kubeflow.credentials_secret if secret_env else "",
       secret_env=secret_env, env=env,
-      node_selector=tuple(_pairs(kubeflow.trainer_node_selector, "=")) if trainer else (),
-      tolerations=tuple(tolerations),
-      image_pull_secrets=tuple(filter(None, kubeflow.image_pull_secrets.split(","))))
+      node_selector=settings.node_selector if trainer else (),
+      tolerations=settings.tolerations if trainer else (),
+      image_pull_secrets=settings.image_pull_secrets)
 
 
 def cpu_cores(quantity: str) -> Optional[float]:
@@ -338,20 +302,128 @@ def memory_bytes(quantity: str) -> Optional[float]:
 
 
 def _is_extended_resource(name: str) -> bool:
-  domain = name.split("/")[0]
-  return (EXTENDED_RESOURCE.fullmatch(name) is not None and "." in domain
+  """A prefixed qualified name outside the kubernetes.io domain (resource/helpers.go
+  IsExtendedResourceName)."""
+  domain, slash, _ = name.partition("/")
+  return (bool(slash) and not kube_validation.qualified_name_problems(name) and "." in domain
           and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io")))
 
 
-def _pairs(text: str, separator: str) -> Optional[List[Tuple[str, str]]]:
-  """'a<sep>b,c<sep>d' as [(a, b), (c, d)]; None if an item lacks the separator or a key."""
+def _check_image(image: str) -> None:
+  """The image every pod, TrainJob node and Dataflow worker runs, as the kubelet parses it."""
+  require(bool(image), "image", image, "is required: the container image every component runs "
+          "(e.g. gcr.io/my-project/wrn-pipeline:1)")
+  require("{{" not in image, "image", image, "is a template placeholder, not an image "
+          "reference: the spec names the image itself (each container's, the TrainJob nodes' "
+          "and the Dataflow workers', which no placeholder reaches)")
+  problems = kube_validation.image_reference_problems(image)
+  require(not problems, "image", image, f"is not an image reference: {'; '.join(problems)} "
+          "([REGISTRY[:PORT]/]PATH[:TAG][@sha256:DIGEST], the path in lowercase, e.g. "
+          "gcr.io/my-project/wrn-pipeline:1)")
+
+
+def list_entries(flag: str, text: str) -> List[str]:
+  """The comma-separated entries of a list flag (none when empty). An empty entry, or an entry
+  given twice, is refused: either is a typo that would otherwise vanish without a word."""
+  if not text:
+    return []
+  entries = text.split(",")
+  require(all(entries), flag, text, "has an empty entry (two commas in a row, or one at an "
+          "end)")
+  _unique(flag, text, entries, "names {!r} twice")
+  return entries
+
+
+def _unique(flag: str, text: str, values: Sequence[str], saying: str) -> None:
+  """Refuses a value given twice in a flag, `saying` which ("... {!r} twice")."""
+  seen = set()
+  for value in values:
+    require(value not in seen, flag, text, saying.format(value))
+    seen.add(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodSettings:
+  """The list flags of the pods, parsed: what a step's pod (step_pod) is built from."""
+  secret_env: Tuple[Tuple[str, str], ...]  # (Secret key, environment variable).
+  node_selector: Tuple[Tuple[str, str], ...]  # (label, value).
+  tolerations: Tuple["Toleration", ...]
+  image_pull_secrets: Tuple[str, ...]
+
+
+def pod_settings(kubeflow: KubeflowConfig) -> PodSettings:
+  """The pods' list flags parsed, each name checked by the rule Kubernetes checks it with
+  (kube_validation); a bad entry or a duplicate is refused naming its flag."""
+  return PodSettings(_secret_env(kubeflow.credentials_secret_keys),
+                     _node_selector(kubeflow.trainer_node_selector),
+                     _tolerations(kubeflow.trainer_tolerations),
+                     _image_pull_secrets(kubeflow.image_pull_secrets))
+
+
+def _require_name(flag: str, text: str, rule: str, what: str, problems: List[str]) -> None:
+  require(not problems, flag, text, f"{rule}; {what}: {'; '.join(problems)}")
+
+
+def _secret_env(text: str) -> Tuple[Tuple[str, str], ...]:
+  flag = "credentials_secret_keys"
+  rule = "must be SECRET_KEY:ENV_VAR,... (e.g. accesskey:AWS_ACCESS_KEY_ID), or empty"
   pairs = []
-  for item in filter(None, text.split(",")):
-    key, found, value = item.partition(separator)
-    if not found or not key:
-      return None
-    pairs.append((key, value))
-  return pairs
+  for entry in list_entries(flag, text):
+    key, found, variable = entry.partition(":")
+    require(found, flag, text, f"{rule}; {entry!r} has no ':'")
+    _require_name(flag, text, rule, f"Secret key {key!r}",
+                  kube_validation.config_map_key_problems(key))
+    _require_name(flag, text, rule, f"variable {variable!r}",
+                  kube_validation.c_identifier_problems(variable))
+    pairs.append((key, variable))
+  _unique(flag, text, [key for key, _ in pairs], "maps the Secret key {!r} twice")
+  _unique(flag, text, [variable for _, variable in pairs], "sets the variable {!r} twice")
+  return tuple(pairs)
+
+
+def _node_selector(text: str) -> Tuple[Tuple[str, str], ...]:
+  flag = "trainer_node_selector"
+  rule = ("must be LABEL=VALUE,... with Kubernetes label names and values (e.g. "
+          "nvidia.com/gpu.present=true), or empty")
+  pairs = []
+  for entry in list_entries(flag, text):
+    label, found, value = entry.partition("=")
+    require(found, flag, text, f"{rule}; {entry!r} has no '='")
+    _require_name(flag, text, rule, f"label name {label!r}",
+                  kube_validation.qualified_name_problems(label))
+    _require_name(flag, text, rule, f"label value {value!r}",
+                  kube_validation.label_value_problems(value))
+    pairs.append((label, value))
+  _unique(flag, text, [label for label, _ in pairs], "gives the label {!r} twice")
+  return tuple(pairs)
+
+
+def _tolerations(text: str) -> Tuple["Toleration", ...]:
+  flag = "trainer_tolerations"
+  rule = (f"must be KEY[=VALUE][:EFFECT],... with EFFECT one of {TAINT_EFFECTS} (e.g. "
+          "nvidia.com/gpu:NoSchedule)")
+  tolerations = []
+  for entry in list_entries(flag, text):
+    key_value, _, effect = entry.partition(":")
+    key, _, value = key_value.partition("=")
+    require(effect in ("",) + TAINT_EFFECTS, flag, text,
+            f"{rule}; {entry!r} has the effect {effect!r}")
+    # core/validation ValidateTolerations: the key a label name, an Equal value a label value.
+    _require_name(flag, text, rule, f"toleration key {key!r}",
+                  kube_validation.qualified_name_problems(key))
+    _require_name(flag, text, rule, f"toleration value {value!r}",
+                  kube_validation.label_value_problems(value))
+    tolerations.append(Toleration(key, value, effect))
+  return tuple(tolerations)
+
+
+def _image_pull_secrets(text: str) -> Tuple[str, ...]:
+  flag = "image_pull_secrets"
+  names = list_entries(flag, text)
+  for name in names:
+    _require_name(flag, text, "must be Kubernetes Secret names, comma-separated",
+                  f"Secret name {name!r}", kube_validation.dns1123_subdomain_problems(name))
+  return tuple(names)
 
 
 def image_path(local_path: str) -> str:

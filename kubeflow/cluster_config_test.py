@@ -6,6 +6,7 @@ import pytest
 from configs import groups
 from configs.flags import over_defaults
 from configs.kubeflow import CLUSTER_FLAGS
+from kubeflow import cli
 from kubeflow import cluster_config as kubeflow_config
 from local_runner import runner as local_runner
 from kubeflow.cluster_config import from_flags
@@ -341,3 +342,86 @@ def _escaped(text):
 def test_an_object_store_path_is_judged_by_its_bucket_and_by_the_target(flags, message):
   with pytest.raises(ValueError, match=re.escape(message)):
     from_flags(flags)
+
+
+LONG_PREFIX = "p" * 254  # One over a DNS subdomain's 253 characters.
+HEX64 = "0" * 64
+
+
+@pytest.mark.parametrize("flag, message", [
+    # Names over Kubernetes' limits (k8s.io/apimachinery validation).
+    (f"--credentials_secret={'s' * 254}", "must be a Kubernetes Secret name: must be no more "
+     "than 253 characters"),
+    (f"--image_pull_secrets=regcred,{'s' * 254}", f"Secret name {'s' * 254!r}: must be no "
+     "more than 253 characters"),
+    (f"--trainer_node_selector={LONG_PREFIX}/gpu=true", "label name "
+     f"'{LONG_PREFIX}/gpu': prefix part must be no more than 253 characters"),
+    (f"--credentials_secret_keys={'k' * 254}:AWS_ACCESS_KEY_ID",
+     f"Secret key {'k' * 254!r}: must be no more than 253 characters"),
+    (f"--trainer_node_selector={'n' * 64}=true",
+     f"label name {'n' * 64!r}: name part must be no more than 63 characters"),
+    (f"--trainer_node_selector=pool={'v' * 64}",
+     f"label value {'v' * 64!r}: must be no more than 63 characters"),
+    (f"--trainer_tolerations={'k' * 64}:NoSchedule",
+     f"toleration key {'k' * 64!r}: name part must be no more than 63 characters"),
+    (f"--trainer_tolerations={LONG_PREFIX}/gpu",
+     "prefix part must be no more than 253 characters"),
+    (f"--trainer_tolerations=dedicated={'v' * 64}",
+     f"toleration value {'v' * 64!r}: must be no more than 63 characters"),
+    (f"--accelerator_type=nvidia.com/{'g' * 64}", "must be the Kubernetes resource name"),
+    # Duplicates, empty parts and repeated entries.
+    ("--credentials_secret_keys=accesskey:AWS_ACCESS_KEY_ID,secretkey:AWS_ACCESS_KEY_ID",
+     "sets the variable 'AWS_ACCESS_KEY_ID' twice"),
+    ("--credentials_secret_keys=accesskey:AWS_ACCESS_KEY_ID,accesskey:AWS_SECRET_ACCESS_KEY",
+     "maps the Secret key 'accesskey' twice"),
+    ("--trainer_node_selector=a=b,a=c", "gives the label 'a' twice"),
+    ("--image_pull_secrets=a,,b", "has an empty entry"),
+    ("--image_pull_secrets=a,b,", "has an empty entry"),
+    ("--credentials_secret_keys=,accesskey:AWS_ACCESS_KEY_ID", "has an empty entry"),
+    ("--trainer_tolerations=a:NoSchedule,,b", "has an empty entry"),
+    ("--image_pull_secrets=a,a", "names 'a' twice"),
+    ("--trainer_tolerations=gpu:NoSchedule,gpu:NoSchedule", "names 'gpu:NoSchedule' twice"),
+    # Image references the kubelet refuses (InvalidImageName).
+    ("--image=registry.example.com/Wrn:1", "is not an image reference: repository name (Wrn) "
+     "must be lowercase"),
+    ("--image=wrn:bad:tag", "is not an image reference: invalid reference format"),
+    ("--image=wrn@sha256:short", "is not an image reference: invalid reference format"),
+    (f"--image=wrn@sha256:{HEX64}0", "is not an image reference: a sha256 digest is 64 "
+     "lowercase hexadecimal digits"),
+    (f"--image=registry.example.com/wrn:{'t' * 200}",
+     "is not an image reference: invalid reference format"),
+    ("--image={{$.inputs.parameters['image']}}", "is a template placeholder"),
+    ("--image=wrn pipeline:1", "is not an image reference: invalid reference format"),
+], ids=lambda value: value[:60])
+def test_a_name_kubernetes_would_refuse_stops_the_compile_naming_the_flag(flag, message,
+                                                                         tmp_path, capsys):
+  package_dir = tmp_path / "package"
+  flags = over_defaults(["--image=registry.example.com/wrn-pipeline:1",
+                         "--output_dir=s3://bucket/wrn", "--pipeline_name=wrn"], [flag])
+  assert cli.main(["compile", f"--package_dir={package_dir}"] + flags) == 2
+  error = capsys.readouterr().err
+  name = flag[2:].partition("=")[0]
+  assert f"error: Invalid config value {name}=" in error, error
+  assert message in error, error
+  assert "is required" not in error
+  assert not package_dir.exists()
+
+
+def test_consistent_names_at_kubernetes_limits_compile_to_the_pods_they_name():
+  prefix = ".".join(["a" * 63] * 3 + ["b" * 61])  # 253 characters.
+  config = from_flags(over_defaults(S3, [
+      f"--credentials_secret={prefix}",
+      f"--credentials_secret_keys={'k' * 253}:AWS_ACCESS_KEY_ID,secret.key:AWS_SECRET_ACCESS_KEY",
+      f"--trainer_node_selector={prefix}/{'n' * 63}={'v' * 63},pool=",
+      f"--trainer_tolerations={prefix}/{'t' * 63}={'v' * 63}:NoSchedule,gpu:NoSchedule,gpu",
+      f"--image_pull_secrets={prefix},regcred",
+      f"--image=registry.example.com:5000/team/wrn:{'t' * 128}@sha256:{HEX64}"]))
+  pod = kubeflow_config.step_pod(config, kubeflow_config.TRAINER_STEP)
+  assert pod.secret_name == prefix
+  assert pod.secret_env == (("k" * 253, "AWS_ACCESS_KEY_ID"),
+                            ("secret.key", "AWS_SECRET_ACCESS_KEY"))
+  assert pod.node_selector == ((f"{prefix}/{'n' * 63}", "v" * 63), ("pool", ""))
+  assert pod.tolerations == (
+      kubeflow_config.Toleration(f"{prefix}/{'t' * 63}", "v" * 63, "NoSchedule"),
+      kubeflow_config.Toleration("gpu", "", "NoSchedule"), kubeflow_config.Toleration("gpu"))
+  assert pod.image_pull_secrets == (prefix, "regcred")

@@ -60,6 +60,8 @@ import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
+from kubeflow import kube_validation
+
 RUNNABLE_EXECUTORS = ("container", "importer")
 REFUSALS = {  # argocompiler/dag.go's errors.
     "resolver": "resolver executors not implemented",
@@ -76,13 +78,6 @@ HOST_ONLY_VARIABLE_PREFIXES = ("AWS_", "S3_")
 # then a binary or decimal SI suffix or a decimal exponent.
 QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)"
                       r"(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
-# What the API server accepts as a pod's resource, label key and value (apimachinery
-# validation: qualified names; an extended resource has a domain outside kubernetes.io).
-_DNS = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
-LABEL_KEY = re.compile(rf"({_DNS}/)?{_NAME}")
-LABEL_VALUE = re.compile(rf"({_NAME})?")
-EXTENDED_RESOURCE = re.compile(rf"{_DNS}\.[a-z0-9]+/{_NAME}")
 TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -191,8 +186,10 @@ def container_pod(container: dict, config: k8s_pb2.KubernetesExecutorConfig) -> 
       target[resource] = _quantity(resource, go_float(resources[field]) + unit)
   accelerator = resources.get("accelerator", {})
   if accelerator.get("type") and int(accelerator.get("count", 0)) > 0:
-    if EXTENDED_RESOURCE.fullmatch(accelerator["type"]) is None or \
-        accelerator["type"].split("/")[0].endswith("kubernetes.io"):
+    # An extended resource: a qualified name whose domain is outside kubernetes.io.
+    domain, slash, _ = accelerator["type"].partition("/")
+    if (not slash or "." not in domain or domain.endswith("kubernetes.io")
+        or kube_validation.qualified_name_problems(accelerator["type"])):
       raise TaskFailed(f"Pod is invalid: spec.containers[0].resources.limits"
                        f"[{accelerator['type']}]: must be a standard resource type or fully "
                        "qualified")
@@ -206,14 +203,15 @@ def container_pod(container: dict, config: k8s_pb2.KubernetesExecutorConfig) -> 
       secret_env[key_to_env.env_var] = (secret.secret_name, key_to_env.secret_key)
   node_selector = dict(config.node_selector.labels)
   for key, value in node_selector.items():
-    if LABEL_KEY.fullmatch(key) is None or LABEL_VALUE.fullmatch(value) is None:
+    if kube_validation.qualified_name_problems(key) or kube_validation.label_value_problems(value):
       raise TaskFailed(f"Pod is invalid: spec.nodeSelector: {key}={value!r}: not a label")
   tolerations = []
   for toleration in config.tolerations:
     exists = toleration.operator == "Exists"
     if (toleration.operator not in ("", "Exists", "Equal") or
         toleration.effect not in TOLERATION_EFFECTS or (exists and toleration.value) or
-        (toleration.key and LABEL_KEY.fullmatch(toleration.key) is None) or
+        (toleration.key and kube_validation.qualified_name_problems(toleration.key)) or
+        kube_validation.label_value_problems(toleration.value) or
         (not toleration.key and not exists)):
       raise TaskFailed(f"Pod is invalid: spec.tolerations: {json_format.MessageToDict(toleration)}")
     tolerations.append(json_format.MessageToDict(toleration))

@@ -147,6 +147,10 @@ def test_a_task_gets_its_credentials_from_the_mapped_secret_and_nothing_from_thi
      "Pod is invalid: spec.tolerations: {'key': 'gpu', 'operator': 'Exists', 'value': 'yes'}"),
     ({}, {"nodeSelector": {"labels": {"gpu node": "yes"}}}, {},
      "Pod is invalid: spec.nodeSelector: gpu node='yes': not a label"),
+    ({}, {"nodeSelector": {"labels": {"n" * 64: "yes"}}}, {},
+     f"Pod is invalid: spec.nodeSelector: {'n' * 64}='yes': not a label"),
+    ({}, {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "v" * 64}]}, {},
+     "Pod is invalid: spec.tolerations: {'key': 'gpu', 'operator': 'Equal', 'value': 'vvv"),
 ])
 def test_a_task_whose_pod_would_not_be_created_fails(tmp_path, container, platform, secrets,
                                                      message):
