@@ -5,7 +5,7 @@ nodes").
 import json
 import os
 import sys
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 from absl import app
 from tfx.components.trainer import executor as trainer_executor
@@ -13,7 +13,7 @@ from tfx.components.util import udf_utils
 from tfx.scripts import run_executor
 from tfx.types import artifact
 
-from kubeflow import trainjob
+from kubeflow import kube_validation, trainjob
 from storage import object_storage
 
 COMMAND = ("python", "-m", "kubeflow.trainjob_node")
@@ -24,24 +24,46 @@ ADDRESS_OVERRIDE_ENV = "TRAINJOB_ADDRESS_OVERRIDE"
 
 def tf_config(environ: Mapping[str, str]) -> dict:
   """This node's TF_CONFIG: every node a worker at `<pod hostname>.<subdomain>:<port>`, this
-  one at its completion index."""
+  one at its completion index. A variable that cannot give it is named with its value."""
   missing = [name for name in (trainjob.COMPLETION_INDEX_ENV, trainjob.NAME_ENV,
                                trainjob.NUM_NODES_ENV, trainjob.PORT_ENV) if name not in environ]
   if missing:
     raise ValueError(f"A TrainJob node needs {missing} in its environment: Kubernetes sets "
                      f"{trainjob.COMPLETION_INDEX_ENV} in an Indexed Job's pods, the TrainJob "
                      "(kubeflow/trainjob.py) the others.")
-  num_nodes = int(environ[trainjob.NUM_NODES_ENV])
-  index = int(environ[trainjob.COMPLETION_INDEX_ENV])
-  if not 0 <= index < num_nodes:
-    raise ValueError(f"{trainjob.COMPLETION_INDEX_ENV}={index} is not a node of "
-                     f"{trainjob.NUM_NODES_ENV}={num_nodes}.")
-  override = json.loads(environ.get(ADDRESS_OVERRIDE_ENV) or "{}")
-  port = environ[trainjob.PORT_ENV]
-  workers = [override.get(host, f"{host}:{port}")
-             for host in trainjob.node_hostnames(environ[trainjob.NAME_ENV], num_nodes)]
+  num_nodes = _integer(environ, trainjob.NUM_NODES_ENV, 1, None, "is not a number of nodes")
+  index = _integer(environ, trainjob.COMPLETION_INDEX_ENV, 0, num_nodes - 1,
+                   f"is not a node of {trainjob.NUM_NODES_ENV}={num_nodes}")
+  port = _integer(environ, trainjob.PORT_ENV, 1, 65535, "is not a port (1 to 65535)")
+  name = environ[trainjob.NAME_ENV]
+  hosts = trainjob.node_hostnames(name, num_nodes)
+  # Each host name is <pod hostname>.<subdomain>, both DNS labels (the last pod's is longest).
+  problems = [f"{label}: {problem}" for label in (hosts[-1].split(".")[0], name)
+              for problem in kube_validation.dns1123_label_problems(label)]
+  if problems:
+    raise ValueError(f"{trainjob.NAME_ENV}={name!r} cannot name the nodes' hosts: "
+                     + "; ".join(problems))
+  try:
+    override = json.loads(environ.get(ADDRESS_OVERRIDE_ENV) or "{}")
+  except ValueError as error:
+    raise ValueError(f"{ADDRESS_OVERRIDE_ENV} is not JSON {{hostname: \"host:port\"}}: "
+                     f"{error}") from error
+  for host, address in override.items():
+    address_host, _, address_port = str(address).rpartition(":")
+    if not address_host or not address_port.isdigit() or not 0 < int(address_port) < 65536:
+      raise ValueError(f"{ADDRESS_OVERRIDE_ENV}: {address!r} (for {host}) is not HOST:PORT.")
+  workers = [override.get(host, f"{host}:{port}") for host in hosts]
   return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index},
           "environment": "cloud"}
+
+
+def _integer(environ: Mapping[str, str], name: str, low: int, high: Optional[int],
+             rule: str) -> int:
+  """The integer in environ[name], within [low, high]; else a ValueError naming the variable."""
+  text = environ[name].strip()
+  if not (text.isdigit() and low <= int(text) and (high is None or int(text) <= high)):
+    raise ValueError(f"{name}={environ[name]!r} {rule}.")
+  return int(text)
 
 
 def is_chief_node(environ: Mapping[str, str] = os.environ) -> bool:

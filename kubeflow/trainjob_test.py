@@ -128,10 +128,38 @@ def test_each_node_builds_the_tfjob_format_tf_config_from_its_pod_environment():
      r"A TrainJob node needs \['JOB_COMPLETION_INDEX'\] in its environment"),
     ({trainjob.NUM_NODES_ENV: None},
      r"A TrainJob node needs \['TRAINJOB_NUM_NODES'\] in its environment"),
-    ({trainjob.COMPLETION_INDEX_ENV: "3"}, "JOB_COMPLETION_INDEX=3 is not a node"),
+    ({trainjob.COMPLETION_INDEX_ENV: "3"}, "JOB_COMPLETION_INDEX='3' is not a node of "
+     "TRAINJOB_NUM_NODES=3"),
 ])
 def test_a_pod_environment_without_what_the_trainjob_sets_is_a_clear_error(change, message):
   manifest = trainjob.trainjob_manifest("t", "ns", "image", ["true"], 3)
   environ = {k: v for k, v in {**_pod_env(manifest, 0), **change}.items() if v is not None}
   with pytest.raises(ValueError, match=message):
     tf_config(environ)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({trainjob.NUM_NODES_ENV: "two"}, "TRAINJOB_NUM_NODES='two' is not a number of nodes"),
+    ({trainjob.NUM_NODES_ENV: "0"}, "TRAINJOB_NUM_NODES='0' is not a number of nodes"),
+    ({trainjob.NUM_NODES_ENV: ""}, "TRAINJOB_NUM_NODES='' is not a number of nodes"),
+    ({trainjob.COMPLETION_INDEX_ENV: "first"}, "JOB_COMPLETION_INDEX='first' is not a node"),
+    ({trainjob.COMPLETION_INDEX_ENV: "-1"}, "JOB_COMPLETION_INDEX='-1' is not a node"),
+    ({trainjob.NAME_ENV: ""}, "TRAINJOB_NAME='' cannot name the nodes' hosts"),
+    ({trainjob.NAME_ENV: "Trainer_1"}, "TRAINJOB_NAME='Trainer_1' cannot name the nodes' hosts"),
+    ({trainjob.NAME_ENV: "t" * 60}, f"TRAINJOB_NAME={'t' * 60!r} cannot name the nodes' hosts: "
+     f"{'t' * 60}-node-0-2: must be no more than 63 characters"),
+    ({trainjob.PORT_ENV: ""}, "TRAINJOB_WORKER_PORT='' is not a port"),
+    ({trainjob.PORT_ENV: "http"}, "TRAINJOB_WORKER_PORT='http' is not a port"),
+    ({trainjob.PORT_ENV: "70000"}, "TRAINJOB_WORKER_PORT='70000' is not a port"),
+    ({ADDRESS_OVERRIDE_ENV: '{"t-node-0-1.t": ":4001"}'},
+     "TRAINJOB_ADDRESS_OVERRIDE: ':4001' (for t-node-0-1.t) is not HOST:PORT"),
+    ({ADDRESS_OVERRIDE_ENV: '{"t-node-0-1.t": "127.0.0.1:"}'},
+     "TRAINJOB_ADDRESS_OVERRIDE: '127.0.0.1:' (for t-node-0-1.t) is not HOST:PORT"),
+    ({ADDRESS_OVERRIDE_ENV: "127.0.0.1:4001"}, "TRAINJOB_ADDRESS_OVERRIDE is not JSON"),
+])
+def test_a_bad_value_in_the_pod_environment_is_named_with_its_variable(change, message):
+  manifest = trainjob.trainjob_manifest("t", "ns", "image", ["true"], 3)
+  environ = {**_pod_env(manifest, 0), **change}
+  with pytest.raises(ValueError) as error:
+    tf_config(environ)
+  assert str(error.value).startswith(message), str(error.value)
