@@ -8,7 +8,6 @@ import hashlib
 import importlib.metadata
 import logging
 import os
-import tempfile
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -164,13 +163,79 @@ def _slice_cache_path(cache_dir: str, code: bytes, chosen, name: str, severity: 
   return os.path.join(cache_dir, f"{name}_{severity}-{digest.hexdigest()[:32]}.npy")
 
 
-def _save_atomically(path: str, images: np.ndarray) -> None:
-  """Writes beside the target and renames, so a concurrent or killed run never reads half."""
+def _checksum_path(path: str) -> str:
+  return path + ".sha256"
+
+
+def _sha256_of_file(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _cached_slice_problem(path: str, shape: Tuple[int, ...]) -> Optional[str]:
+  """Why the entry at `path` cannot be trusted, or None when it is whole: its bytes match the
+  checksum written beside it, and its header says uint8 of `shape`."""
+  try:
+    with open(_checksum_path(path)) as f:
+      expected = f.read().split()
+    if not expected:
+      return "its checksum file is empty"
+    if _sha256_of_file(path) != expected[0]:
+      return "its bytes do not match the checksum written beside it"
+    images = np.load(path, mmap_mode="r", allow_pickle=False)
+  except FileNotFoundError as error:
+    return f"{error.filename} is missing"
+  except (OSError, ValueError, EOFError) as error:
+    return f"{type(error).__name__}: {error}"
+  if images.dtype != np.uint8 or images.shape != shape:
+    return f"it holds {images.dtype} {images.shape}, not uint8 {shape}"
+  return None
+
+
+def cached_slice_is_whole(path: str, shape: Tuple[int, ...]) -> bool:
+  """Whether an entry at `path` can be used: False when there is none, or when it is damaged
+  (truncated, emptied, of another dtype or shape, its bytes not those it was written with) or
+  unreadable, which a warning naming the file says; the slice is then made again."""
+  if not os.path.exists(path):
+    return False
+  problem = _cached_slice_problem(path, shape)
+  if problem is not None:
+    log.warning("Corruption cache entry %s cannot be used (%s): making the slice again.", path,
+                problem)
+  return problem is None
+
+
+def read_cached_slice(path: str, shape: Tuple[int, ...]) -> Optional[np.ndarray]:
+  """The uint8 images of `shape` cached at `path` if the entry is whole, else None."""
+  return np.load(path, allow_pickle=False) if cached_slice_is_whole(path, shape) else None
+
+
+def _write_atomically(path: str, write) -> None:
+  """write(file) into a hidden file beside `path`, renamed to it once whole: a concurrent or
+  killed run never reads half, and a failed write leaves nothing. Created with mode 0666 less
+  the umask (0644, 0640 ...), so a cache shared by a group can be read by its members."""
+  temporary = os.path.join(os.path.dirname(path),
+                           f".{os.path.basename(path)}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+  handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+  try:
+    with os.fdopen(handle, "wb") as out:
+      write(out)
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise
+
+
+def write_cached_slice(path: str, images: np.ndarray) -> None:
+  """The entry, then its checksum (sha256sum's format) beside it; each written atomically."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-  with os.fdopen(handle, "wb") as out:
-    np.save(out, images)
-  os.replace(temporary, path)
+  _write_atomically(path, lambda out: np.save(out, images, allow_pickle=False))
+  line = f"{_sha256_of_file(path)}  {os.path.basename(path)}\n"
+  _write_atomically(_checksum_path(path), lambda out: out.write(line.encode()))
 
 
 def generated_corruptions(test_records: List[Record], names: List[str], per_corruption: int,
@@ -178,30 +243,35 @@ def generated_corruptions(test_records: List[Record], names: List[str], per_corr
                           cache_dir: Optional[str] = None) -> Iterator[tf.train.Example]:
   """Corruption x severity slices of the chosen test images, slice by slice; `workers`
   processes make them (0: as many as pay, see reference_corruptions.pool_size). With
-  `cache_dir`, slices made before (same images, code and libraries) are read from it and new
-  ones written to it."""
+  `cache_dir`, slices made before (same images, code and libraries) are read from it, each
+  entry checked first (read_cached_slice), and new or damaged ones written to it."""
   chosen = [(key, image_sources.decode_png(png), label)
             for key, png, label in corruptions.subsample(test_records, per_corruption)]
   slices = [(name, severity) for name in names for severity in corruptions.SEVERITIES]
   code = _code_fingerprint() if cache_dir else b""
   paths = {s: _slice_cache_path(cache_dir, code, chosen, *s) if cache_dir else None
            for s in slices}
-  missing = [s for s in slices if not (paths[s] and os.path.exists(paths[s]))]
+  shape = (len(chosen),) + (chosen[0][1].shape if chosen else ())
+  missing = [s for s in slices if not (cache_dir and cached_slice_is_whole(paths[s], shape))]
   log.info("Corrupted slices: %d of %d from the cache %s.", len(slices) - len(missing),
            len(slices), cache_dir or "(none)")
-  requests = [(image, name, severity, key) for name, severity in missing
-              for key, image, _ in chosen]
-  made = corruptions.corrupt_all(requests, workers) if requests else iter(())
+
+  def requests(slices_to_make):
+    return [(image, name, severity, key) for name, severity in slices_to_make
+            for key, image, _ in chosen]
+  made = corruptions.corrupt_all(requests(missing), workers) if missing else iter(())
   for name, severity in slices:
-    if (name, severity) in missing:
-      images = [next(made) for _ in chosen]
+    images = None if (name, severity) in missing else read_cached_slice(paths[(name, severity)],
+                                                                       shape)
+    if images is None:
+      fresh = made if (name, severity) in missing else corruptions.corrupt_all(
+          requests([(name, severity)]), workers)  # Damaged since the check above.
+      images = [next(fresh) for _ in chosen]
       if cache_dir:
         try:
-          _save_atomically(paths[(name, severity)], np.stack(images))
+          write_cached_slice(paths[(name, severity)], np.stack(images))
         except OSError as error:  # A cache is an optimisation: a read-only home loses nothing.
           log.warning("Could not cache slice %s_%d in %s: %s", name, severity, cache_dir, error)
-    else:
-      images = np.load(paths[(name, severity)])
     for (key, _, label), image in zip(chosen, images):
       yield make_evaluation_example(key, image_sources.encode_png(image),
                                     label, CORRUPTED, name, severity)

@@ -1,7 +1,13 @@
 """The Evaluator's input: clean eval/test copies and corruption x severity slices of equal size."""
 import collections
+import hashlib
+import json
+import logging
 import os
+import shutil
+import tempfile
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -166,7 +172,7 @@ def test_cached_slices_are_read_back_byte_identical_and_new_images_miss(tmp_path
   splits, cache = ["train", "eval", "test"], str(tmp_path / "cache")
   evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fresh"), "generated",
                                       ["brightness", "contrast"], 0, cache_dir=cache)
-  assert len(os.listdir(cache)) == 2 * 5
+  assert len(_cache_entries(cache)) == 2 * 5
 
   def refuse(*_):
     raise AssertionError("a cached slice was corrupted again")
@@ -280,3 +286,173 @@ def test_the_set_is_made_again_when_the_code_writing_its_examples_changes(tmp_pa
     copies[module].write_text(edit(original))
     assert (evaluation_set.examples_code_fingerprint() == key) is same, module.__name__
     copies[module].write_text(original)
+
+
+def _cache_entries(cache):
+  return sorted(name for name in os.listdir(cache) if name.endswith(".npy"))
+
+
+def _entry(cache, slice_name):
+  [name] = [n for n in _cache_entries(cache) if n.startswith(slice_name + "-")]
+  return os.path.join(cache, name)
+
+
+def _damage(path, how):
+  """What a disk, a killed writer, an older version or another program leaves in an entry."""
+  images = np.load(path)
+  with open(path, "rb") as f:
+    data = f.read()
+
+  def save_with_its_checksum(array):  # Only the shape or dtype check can catch these.
+    np.save(path, array)
+    with open(path, "rb") as f:
+      digest = hashlib.sha256(f.read()).hexdigest()
+    with open(path + ".sha256", "w") as f:
+      f.write(f"{digest}  {os.path.basename(path)}\n")
+  if how == "truncated":
+    with open(path, "wb") as f:
+      f.write(data[:len(data) // 2])
+  elif how == "zero bytes":
+    open(path, "wb").close()
+  elif how == "float64":
+    save_with_its_checksum(images.astype(np.float64))
+  elif how == "a row short":  # A valid header, one image fewer than the slice has.
+    save_with_its_checksum(images[:-1])
+  elif how == "zeros":  # The right shape and dtype, the checksum of other bytes.
+    np.save(path, np.zeros_like(images))
+  elif how == "no checksum":  # Written before checksums were, or its checksum file lost.
+    np.save(path, np.zeros_like(images))
+    os.remove(path + ".sha256")
+  return images
+
+
+@pytest.mark.parametrize("how", ["truncated", "zero bytes", "float64", "a row short", "zeros",
+                                 "no checksum"])
+def test_a_damaged_cache_entry_is_made_again_with_a_line_naming_it(tmp_path, monkeypatch,
+                                                                    caplog, how):
+  examples = _example_gen_output(tmp_path / "examples", per_split=3)
+  splits, cache = ["train", "eval", "test"], str(tmp_path / "cache")
+  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fresh"), "generated",
+                                      ["contrast"], 0, cache_dir=cache)
+  damaged = _entry(cache, "contrast_3")
+  _damage(damaged, how)
+  made_again = []
+  corrupt_all = evaluation_set.corruptions.corrupt_all
+
+  def counting(requests, workers=0):
+    made_again.extend((name, severity) for _, name, severity, _ in requests)
+    return corrupt_all(requests, workers)
+  monkeypatch.setattr(evaluation_set.corruptions, "corrupt_all", counting)
+  caplog.set_level(logging.WARNING)
+  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "again"), "generated",
+                                      ["contrast"], 0, cache_dir=cache)
+  assert made_again == [("contrast", 3)] * 3  # That slice's three images, and nothing else.
+  assert f"Corruption cache entry {damaged} cannot be used" in caplog.text
+  fresh, again = (_read(str(tmp_path / name), "corrupted") for name in ("fresh", "again"))
+  assert [f["image"].bytes_list.value for f in fresh] == \
+      [f["image"].bytes_list.value for f in again]
+  made_again.clear()
+  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "third"), "generated",
+                                      ["contrast"], 0, cache_dir=cache)
+  assert made_again == []  # Repaired: read from the cache.
+
+
+def test_an_entry_damaged_after_its_check_is_made_again_when_read(tmp_path, monkeypatch,
+                                                                   caplog):
+  examples = _example_gen_output(tmp_path / "examples", per_split=3)
+  splits, cache = ["train", "eval", "test"], str(tmp_path / "cache")
+  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fresh"), "generated",
+                                      ["contrast"], 0, cache_dir=cache)
+  entry = _entry(cache, "contrast_2")
+  is_whole = evaluation_set.cached_slice_is_whole
+  checks = []
+
+  def then_damaged(path, shape):  # Another program truncates it between check and read.
+    whole = is_whole(path, shape)
+    checks.append(path)
+    if path == entry and checks.count(path) == 1:
+      _damage(path, "truncated")
+    return whole
+  monkeypatch.setattr(evaluation_set, "cached_slice_is_whole", then_damaged)
+  caplog.set_level(logging.WARNING)
+  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "again"), "generated",
+                                      ["contrast"], 0, cache_dir=cache)
+  assert f"Corruption cache entry {entry} cannot be used" in caplog.text
+  fresh, again = (_read(str(tmp_path / name), "corrupted") for name in ("fresh", "again"))
+  assert [f["image"].bytes_list.value for f in fresh] == \
+      [f["image"].bytes_list.value for f in again]
+  assert evaluation_set.read_cached_slice(entry, (3, 32, 32, 3)) is not None  # Rewritten.
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)],
+                         ids=["umask-022", "umask-027"])
+def test_cache_entries_are_whole_and_readable_by_the_group(tmp_path, umask, mode):
+  examples = _example_gen_output(tmp_path / "examples", per_split=2)
+  cache = str(tmp_path / "cache")
+  previous = os.umask(umask)
+  try:
+    evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"],
+                                        str(tmp_path / "out"), "generated", ["contrast"], 0,
+                                        cache_dir=cache)
+  finally:
+    os.umask(previous)
+  names = sorted(os.listdir(cache))
+  for name in names:
+    assert os.stat(os.path.join(cache, name)).st_mode & 0o777 == mode, name
+  assert len(_cache_entries(cache)) == 5 and len(names) == 10  # Each with its checksum.
+  assert all(name.endswith((".npy", ".npy.sha256")) for name in names)  # No temporary left.
+
+
+def test_a_write_that_fails_midway_leaves_no_entry(tmp_path, monkeypatch):
+  examples = _example_gen_output(tmp_path / "examples", per_split=2)
+  cache = str(tmp_path / "cache")
+
+  def disk_full(file, array, **_):
+    file.write(b"\x93NUMPY half an entry")
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(evaluation_set.np, "save", disk_full)
+  evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"],
+                                      str(tmp_path / "out"), "generated", ["contrast"], 0,
+                                      cache_dir=cache)
+  assert os.listdir(cache) == []
+
+
+def test_another_user_of_the_group_reads_the_cache(tmp_path):
+  """A shared cache (CORRUPTION_CACHE_DIR) is written by one user and read by another of its
+  group: here a child process as `nobody` in the group of the files' owner. An entry it may not
+  read (0600, as entries were once written) is made again, not a failed step."""
+  if os.geteuid() != 0:
+    pytest.skip("needs root to become another user")
+  shared = tempfile.mkdtemp()  # pytest's tmp_path is closed to other users.
+  os.chmod(shared, 0o755)
+  try:
+    examples = _example_gen_output(tmp_path / "examples", per_split=2)
+    cache = os.path.join(shared, "cache")
+    evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"],
+                                        str(tmp_path / "out"), "generated", ["contrast"], 0,
+                                        cache_dir=cache)
+    entry, private = _entry(cache, "contrast_2"), _entry(cache, "contrast_4")
+    os.chmod(private, 0o600)
+    expected = np.load(entry)
+    group = os.stat(entry).st_gid
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # The child: another user in the files' group reads the entry.
+      try:
+        os.close(read_fd)
+        os.setgroups([group])
+        os.setgid(group)
+        os.setuid(65534)
+        images = evaluation_set.read_cached_slice(entry, expected.shape)
+        answer = [None if images is None else bool(np.array_equal(images, expected)),
+                  evaluation_set.read_cached_slice(private, expected.shape) is None]
+        os.write(write_fd, json.dumps(answer).encode())
+      finally:
+        os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+      answer = pipe.read()
+    os.waitpid(pid, 0)
+    assert answer == "[true, true]"  # Read whole; the private one left to be made again.
+  finally:
+    shutil.rmtree(shared)
