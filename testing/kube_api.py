@@ -16,6 +16,11 @@ network: `fail(action, *faults)` makes the next requests of an action (create, g
 delete, pods) answer with an HTTP status, a reset connection, a lost response (done, then reset),
 a hung connection, a slow answer, a watch cut after its first event or one that ends at once;
 every request is recorded with its time and query, so a test counts them.
+
+Not kopf's kmock (PyPI, 0.8): its Kubernetes emulator numbers no resourceVersion, replays every
+object as ADDED on each watch whatever version is asked, never answers 410 and ignores
+timeoutSeconds, so resuming a watch cannot be tested against it; it is also an asyncio server
+whose pytest fixture needs pytest-asyncio, where the launcher's client is synchronous.
 """
 import json
 import os
