@@ -322,7 +322,7 @@ def _check_image(image: str) -> None:
           "gcr.io/my-project/wrn-pipeline:1)")
 
 
-def list_entries(flag: str, text: str) -> List[str]:
+def _list_entries(flag: str, text: str) -> List[str]:
   """The comma-separated entries of a list flag (none when empty). An empty entry, or an entry
   given twice, is refused: either is a typo that would otherwise vanish without a word."""
   if not text:
@@ -368,7 +368,7 @@ def _secret_env(text: str) -> Tuple[Tuple[str, str], ...]:
   flag = "credentials_secret_keys"
   rule = "must be SECRET_KEY:ENV_VAR,... (e.g. accesskey:AWS_ACCESS_KEY_ID), or empty"
   pairs = []
-  for entry in list_entries(flag, text):
+  for entry in _list_entries(flag, text):
     key, found, variable = entry.partition(":")
     require(found, flag, text, f"{rule}; {entry!r} has no ':'")
     _require_name(flag, text, rule, f"Secret key {key!r}",
@@ -386,7 +386,7 @@ def _node_selector(text: str) -> Tuple[Tuple[str, str], ...]:
   rule = ("must be LABEL=VALUE,... with Kubernetes label names and values (e.g. "
           "nvidia.com/gpu.present=true), or empty")
   pairs = []
-  for entry in list_entries(flag, text):
+  for entry in _list_entries(flag, text):
     label, found, value = entry.partition("=")
     require(found, flag, text, f"{rule}; {entry!r} has no '='")
     _require_name(flag, text, rule, f"label name {label!r}",
@@ -403,12 +403,13 @@ def _tolerations(text: str) -> Tuple["Toleration", ...]:
   rule = (f"must be KEY[=VALUE][:EFFECT],... with EFFECT one of {TAINT_EFFECTS} (e.g. "
           "nvidia.com/gpu:NoSchedule)")
   tolerations = []
-  for entry in list_entries(flag, text):
+  for entry in _list_entries(flag, text):
     key_value, _, effect = entry.partition(":")
     key, _, value = key_value.partition("=")
     require(effect in ("",) + TAINT_EFFECTS, flag, text,
             f"{rule}; {entry!r} has the effect {effect!r}")
-    # core/validation ValidateTolerations: the key a label name, an Equal value a label value.
+    # ValidateTolerations (kubernetes pkg/apis/core/validation): the key a label name
+    # (IsQualifiedName), an Equal value a label value.
     _require_name(flag, text, rule, f"toleration key {key!r}",
                   kube_validation.qualified_name_problems(key))
     _require_name(flag, text, rule, f"toleration value {value!r}",
@@ -419,7 +420,7 @@ def _tolerations(text: str) -> Tuple["Toleration", ...]:
 
 def _image_pull_secrets(text: str) -> Tuple[str, ...]:
   flag = "image_pull_secrets"
-  names = list_entries(flag, text)
+  names = _list_entries(flag, text)
   for name in names:
     _require_name(flag, text, "must be Kubernetes Secret names, comma-separated",
                   f"Secret name {name!r}", kube_validation.dns1123_subdomain_problems(name))
