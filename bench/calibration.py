@@ -31,9 +31,8 @@ this size (exact: each bin's accuracy Binomial(n, its mean confidence) / n): ECE
 hundred images is biased upward by binomial noise, so no row can go below it.
 
   make bench-calibration ARGS="--output_dir outputs"
-  .venv/bin/python bench/calibration.py --output_dir /work/runs/mr4
+  .venv/bin/python bench/calibration.py --output_dir DIR --model Trainer_trial_1
 """
-import argparse
 import dataclasses
 import json
 import os
@@ -42,7 +41,7 @@ from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
@@ -59,6 +58,13 @@ from trainer_module.metrics import confidence_bins, ece_floor  # noqa: E402
 from trainer_module.reference_corruptions import FAMILIES, family_of_slice  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
+FLAGS = (harness.output_dir(),
+         harness.Flag("model", None, "the producing component of the model to measure (e.g. "
+                      "Trainer_trial_3); default: the model the run evaluated"))
+
+
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 CEILING_DISTANCE_BINS = 20  # Equal-count bins of the corrupted set's distance scores.
 
 # Table columns: (header, metric key, decimals).
@@ -145,12 +151,9 @@ def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],
 
 def table(rows: Sequence[Tuple[str, str, Dict[str, float]]]) -> str:
   """A Markdown table: one row per (how T is chosen, T, row_metrics)."""
-  lines = ["| how T is chosen | T | " + " | ".join(h for h, _, _ in COLUMNS) + " |",
-           "| --- | --- |" + " ---: |" * len(COLUMNS)]
-  for name, t, metrics in rows:
-    lines.append(f"| {name} | {t} | " + " | ".join(f"{metrics[key]:.{digits}f}"
-                                                    for _, key, digits in COLUMNS) + " |")
-  return "\n".join(lines)
+  return harness.table(["how T is chosen", "T"] + [header for header, _, _ in COLUMNS], [
+      (name, t, *(f"{metrics[key]:.{digits}f}" for _, key, digits in COLUMNS))
+      for name, t, metrics in rows], left=2)
 
 
 def scalar_rows(sets: ModelSets, num_bins: int) -> List[Tuple[str, float]]:
@@ -344,16 +347,6 @@ def model_sets(run: run_outputs.Run,
   def images(name):
     return model_outputs.batch_images(batches[name][0])
   return sets, features, images, config
-
-
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--output_dir", default="outputs",
-                      help="a finished run's output directory (default %(default)s, make run's)")
-  parser.add_argument("--model", default=None,
-                      help="the producing component of the model to measure (e.g. "
-                           "Trainer_trial_3); default: the model the run evaluated")
-  return parser
 
 
 def main():

@@ -18,7 +18,6 @@ work directory.
 
   .venv/bin/python bench/warm_start.py [--transfer_steps 10,30]
 """
-import argparse
 import os
 import re
 import shutil
@@ -28,7 +27,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import tensorflow as tf  # noqa: E402
@@ -42,6 +41,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = ["--depth=16", "--width_multiplier=2", "--train_epochs=15", "--log_every_steps=50"]
 _EPOCH = re.compile(r"epoch (\d+) .*eval/accuracy (\S+)\s+eval/nll (\S+)")
 _STEPS = re.compile(r"for (\d+) steps \((\d+) per epoch")
+FLAGS = (harness.Flag("transfer_steps", "10,30", "comma-separated training step counts of the "
+                      "5-class transfer runs, each run from scratch and warm-started (default "
+                      "%(default)s)"),
+         harness.Flag("keep", False, "keep the work directory of transformed data, checkpoints "
+                      "and models (default: deleted at the end)"))
+
+
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def transformed_digits(work_dir):
@@ -96,17 +104,6 @@ def train(name, files, transform_dir, output_dir, *flags):
   steps = int(_STEPS.search(result.stderr).group(1))
   epochs = {int(e): (float(a), float(n)) for e, a, n in _EPOCH.findall(result.stderr)}
   return final, steps, epochs
-
-
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--transfer_steps", default="10,30",
-                      help="comma-separated training step counts of the 5-class transfer runs, "
-                           "each run from scratch and warm-started (default %(default)s)")
-  parser.add_argument("--keep", action="store_true",
-                      help="keep the work directory of transformed data, checkpoints and "
-                           "models (default: deleted at the end)")
-  return parser
 
 
 def main():
