@@ -317,10 +317,6 @@ class PipelineConfig:
       require(not tuning, "corruptions", ",".join(self.evaluation.corruptions),
               f"{tuning} choose the temperature (temperature_fit={fit}), so "
               "they cannot also be evaluated; leave them out or pick another temperature_fit")
-    require(self.ensemble.hyper_trials == 1 or calibration_methods.get(fit).for_ensembles,
-            "temperature_fit", fit, "is for single models: an ensemble's members saw different "
-            "AugMix views; with hyper_trials > 1, pass one of "
-            f"{calibration_methods.ENSEMBLE_NAMES}")
     require(trainer.training.mode == "train_and_eval", "mode", trainer.training.mode,
             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
             "`python -m trainer_module`)")

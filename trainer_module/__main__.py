@@ -75,7 +75,7 @@ pipeline's). Outputs: <output_dir>/checkpoints (resumed from on restart), /logs 
 """
 ENSEMBLE_USAGE = """`python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=...
 --transform_output=... --output_dir=... [--ensemble_size=4] [--ensemble_objective=nll]
-[--temperature_fit=in_support --train_files=...]`: the pipeline's hyper-deep ensemble
+[--temperature_fit=validation_corruptions]`: the pipeline's hyper-deep ensemble
 selection and export over member models trained elsewhere (each DIR a serving_model this
 command wrote); the ensemble goes to <output_dir>/serving_model.
 """
@@ -116,7 +116,7 @@ class EnsembleFlags:
   ensemble_objective: str = "nll"  # nll, acc (accuracy), nll-acc or shift_nll.
   eval_batch_size: int = 256
   num_bins: int = 15
-  # Any rule but clean_and_augmix; in_support and the distance rules need train_files.
+  # distance_detail_curve needs train_files.
   temperature_fit: str = "validation_corruptions"  # The ensemble's T, fitted as one model's.
   validation_corruption_examples: int = 50
 

@@ -50,10 +50,9 @@ class ModelConfig:
   # presets by 0.25 (configs/shared.py PIPELINE_MODEL).
   spectral_norm_bound: float = 0.0  # Largest spectral norm of each convolution (0 = off).
   # Before the first convolution (model.py), centering makes each image blind to a global
-  # change of brightness (its mean over its pixels subtracted), standardization to one of
-  # brightness and contrast (also divided by its deviation). Why the pipeline presets centre:
-  # docs/robustness.md, "Each image centred" (issue 36).
-  per_image_normalization: str = "none"  # none, centering or standardization.
+  # change of brightness (its mean over its pixels subtracted); none feeds it as Transform
+  # normalised it (docs/robustness.md, "Per-image normalisation").
+  per_image_normalization: str = "none"  # none or centering.
   # dense: a dense layer; sngp: SNGP's random-feature Gaussian process (sngp.py), served as
   # mean-field logits / sqrt(1 + factor * variance). The pipeline presets set it in
   # configs/shared.py.
@@ -268,16 +267,14 @@ class AugMixConfig:
 @dataclasses.dataclass(frozen=True)
 class CalibrationConfig:
   """Calibration: the temperature fit and the calibration error's bins."""
-  # validation_corruptions: the clean eval NLL minimum among the temperatures at which the eval
-  # images under the validation corruptions (tfds' four extra, uneven illumination and three of
-  # CIFAR-10-C-bar, never the 15 evaluated ones) are no worse calibrated than the raw softmax,
-  # in NLL and ECE. clean: fitted on the clean eval split alone. clean_and_augmix: on it and
-  # its training-time AugMix views, never worse than raw on either. in_support: by the first
-  # rule, a T that applies only to inputs no farther from the training data (feature space)
-  # than the eval images, the raw softmax beyond (an ensemble measures that distance on its
-  # members' features). distance_curve: a T per input that grows with that distance, never
-  # worse calibrated than raw on the validation corruptions. distance_detail_curve: one that
-  # also falls with the input image's fine detail.
+  # distance_detail_curve: a T per input that grows with its feature distance from the
+  # training data and falls with the fine detail the image holds, fitted on the clean eval
+  # images and the eval images under the validation corruptions (never the 15 evaluated ones)
+  # and never worse calibrated than the raw softmax under them; for a spectrally normalised
+  # network. validation_corruptions: one T, the clean eval NLL minimum among the temperatures
+  # no worse than the raw softmax on every validation corruption x severity; for a network
+  # without spectral normalisation, or to serve one T. clean: one T fitted on the clean eval
+  # split alone (Guo et al. 2017), a baseline (docs/robustness.md, "The three choices").
   temperature_fit: str = "validation_corruptions"  # How temperature scaling
                                                    # (trainer_module/calibration/) fits T.
   # A slice is one validation corruption x severity: 9 x 5 slices, the same images in each.
@@ -329,12 +326,6 @@ class TrainerConfig:
   def from_dict(cls, values: Mapping[str, Any]) -> "TrainerConfig":
     """The config `to_dict` (or JSON of it) wrote, or any leaf fields over the defaults."""
     values = dict(values)
-    if "per_image_standardization" in values:  # Recorded before session 17 (a boolean).
-      if "per_image_normalization" in values:
-        raise ValueError("per_image_standardization (recorded by older code) and "
-                         "per_image_normalization are both given; keep the second.")
-      values["per_image_normalization"] = ("standardization"
-                                           if values.pop("per_image_standardization") else "none")
     for name in ("lr_decay_epochs", "warm_start_exclude"):
       if name in values:
         values[name] = tuple(values[name])
@@ -346,7 +337,7 @@ class TrainerConfig:
 
 NO_WARM_START, WARM_START_FROM_PRODUCTION = "none", "production"
 OUTPUT_LAYERS = ("dense", "sngp")
-PER_IMAGE_NORMALIZATIONS = ("none", "centering", "standardization")
+PER_IMAGE_NORMALIZATIONS = ("none", "centering")
 DISTRIBUTION_STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISION_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")  # Index = checkpoint code.
 PRECISION_CHOICES = ("auto",) + PRECISION_POLICIES
