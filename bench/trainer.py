@@ -1,6 +1,7 @@
 """Training throughput: trainer_module's loop against a bare tf.function GradientTape loop.
 
-Both train the same Wide ResNet (trainer_module.model) with the same optimizer on the same
+Both train the same Wide ResNet (trainer_module.model, Uncertainty Baselines' plain network:
+no AugMix, spectral normalisation or SNGP layer) with the same optimizer on the same
 transformed TFRecords (random 32x32x3 images, normalised, gzipped like Transform's output):
 
 - trainer_module: `train.Training` + `train.fit` over `data.training_batches` under the
@@ -42,6 +43,7 @@ import tf_keras as keras  # noqa: E402
 from components import image_sources  # noqa: E402
 from pipeline.config import from_preset  # noqa: E402
 from trainer_module import data, distribution, preprocessing  # noqa: E402
+from testing.tiny_config import plain_trainer  # noqa: E402
 from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY  # noqa: E402
 from trainer_module.model import wide_resnet  # noqa: E402
@@ -253,7 +255,7 @@ def main():
     for name in models:
       depth, width = (int(v) for v in name.split("-"))
       steps = args.steps or {"16-4": 20, "28-10": 12}[name]
-      config = TrainerConfig().replace(depth=depth,
+      config = plain_trainer(depth=depth,
                                        width_multiplier=width,
                                        per_core_batch_size=BATCH[name],
                                        train_epochs=200,
@@ -275,7 +277,7 @@ def main():
       depth, width = (int(v) for v in args.accuracy_model.split("-"))
       train_file, eval_file = write_digits(scratch)
       for policy in policies:
-        config = TrainerConfig().replace(depth=depth, width_multiplier=width,
+        config = plain_trainer(depth=depth, width_multiplier=width,
                                train_epochs=args.accuracy_epochs, log_every_steps=10 ** 6,
                                checkpoint_interval=-1)
         with precision_policy(policy):

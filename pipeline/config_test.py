@@ -14,9 +14,8 @@ import pytest
 
 from trainer_module import reference_corruptions
 from local_runner import runner as local_runner
-from configs.shared import PIPELINE_AUGMIX
-from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, check_runs_here, from_flags,
-                             from_preset)
+from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, PipelineConfig, check_runs_here,
+                             from_flags, from_preset)
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from trainer_module.config import ModelConfig, TrainerConfig
 
@@ -30,12 +29,20 @@ def test_defaults_are_a_small_local_wrn_on_the_embedded_digits():
   assert os.path.isabs(config.runner.output_dir)
 
 
-def test_the_standalone_trainer_defaults_are_the_original_recipe():
+def test_the_trainer_defaults_are_the_original_recipe_with_the_robustness_settings():
   trainer = TrainerConfig()
   model, training = trainer.model, trainer.training
   assert (model.depth, model.width_multiplier, training.train_epochs) == (28, 10, 200)
   assert model.l2 == 2e-4 and training.base_learning_rate == 0.1
   assert training.lr_decay_epochs == (60, 120, 160) and training.lr_decay_ratio == 0.2
+  assert (model.spectral_norm_bound, model.output_layer, model.per_image_normalization) == (
+      0.25, "sngp", "centering")
+  assert trainer.calibration.temperature_fit == "distance_detail_curve"
+  # The pipeline's and the ensemble command's selection objective: one default.
+  from trainer_module.__main__ import EnsembleFlags
+  assert PipelineConfig().ensemble.ensemble_objective == "shift_nll"
+  assert EnsembleFlags(members=("m",), eval_files=("e",), transform_output="t",
+                       output_dir="o").ensemble_objective == "shift_nll"
 
 
 def test_flags_override_pipeline_and_trainer_fields_by_name():
@@ -173,9 +180,7 @@ def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_fami
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  # Every pipeline preset's, and the standalone trainer's.
   assert from_preset().trainer.calibration.temperature_fit == "distance_detail_curve"
-  assert TrainerConfig().calibration.temperature_fit == "validation_corruptions"
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
     from_flags(["--corruptions=contrast,spatter"])
@@ -289,22 +294,19 @@ def test_help_lists_every_flag_with_its_default():
   assert "--width_multiplier" in result.stdout and "--tfrecord_dir" in result.stdout
 
 
-def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_defaults():
+def test_augmix_flags_keep_the_original_names_and_default_to_two_views_with_the_jsd_loss():
   trainer = TrainerConfig()
   augmix = trainer.augmentation
   assert (augmix.augmix, augmix.aug_count, augmix.augmix_prob_coeff, augmix.augmix_depth,
-          augmix.augmix_width) == (False, 1, 0.5, -1, 3)
-  assert trainer.augmentation.num_views == 0
+          augmix.augmix_width, augmix.augmix_view_sets) == (True, 2, 0.5, -1, 3, 4)
+  assert trainer.augmentation.num_views == 2
   assert from_flags(["--augmix=false"]).trainer.augmentation.num_views == 0
 
 
 def test_augmix_is_on_in_the_local_and_kubeflow_presets():
   cluster = from_preset("kubeflow")
   for trainer in (from_flags([]).trainer, cluster.trainer):
-    augmix = trainer.augmentation
-    assert (augmix.augmix, augmix.aug_count, augmix.augmix_view_sets,
-            augmix.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
-                                      PIPELINE_AUGMIX["augmix_view_sets"], False)
+    assert trainer.augmentation == TrainerConfig().augmentation  # The defaults'.
   assert cluster.trainer.model.depth == 28  # The cluster keeps the original recipe otherwise.
 
 
@@ -317,7 +319,7 @@ def test_transform_options_ignore_training_only_fields():
   assert online["num_views"] == 0 and online["emit_augmix_inputs"]
   assert online == from_flags(["--augmix_online=true",
                                "--augmix_view_sets=9"]).trainer.transform_options()
-  assert base.transform_options()["view_sets"] == PIPELINE_AUGMIX["augmix_view_sets"]
+  assert base.transform_options()["view_sets"] == TrainerConfig().augmentation.augmix_view_sets
 
 
 @pytest.mark.parametrize("name", ["x" * 300, "../../x", ".", "..", "a/b", "", " "],

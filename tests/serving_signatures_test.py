@@ -18,12 +18,11 @@ from PIL import Image
 from components import image_folder, image_sources
 from testing import image_folders
 from testing.tfrecord_inputs import png_bomb
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from testing.transform_runs import raw_digit_examples, run_transform
 from trainer_module.calibration import model_outputs, record, registry
 from trainer_module.calibration.distances import distance_scores, support_from_features
 from trainer_module.class_names import CLASS_NAMES_FILE
-from trainer_module.config import TrainerConfig
 from trainer_module.export import PRECISION_FILE, export_serving_model, float32_model, read_record
 from trainer_module.model import wide_resnet
 
@@ -34,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def transform_dir(tmp_path_factory):
-  _, output = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
+  _, output = run_transform(raw_digit_examples(8), plain_trainer().transform_options(),
                             str(tmp_path_factory.mktemp("transform")),
                             ["--direct_running_mode=in_memory"])
   return output
@@ -44,7 +43,7 @@ def transform_dir(tmp_path_factory):
 def exported(tmp_path_factory, transform_dir):
   """(export dir, the model as trained: under mixed_bfloat16)."""
   work = tmp_path_factory.mktemp("serving")
-  config = TrainerConfig().replace(**TINY_NETWORK)
+  config = plain_trainer(**TINY_NETWORK)
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
     trained = wide_resnet(config)
@@ -72,7 +71,7 @@ def test_a_bfloat16_trained_model_is_served_in_float32_and_says_what_it_trained_
       "reason": "asked for",
       "serving_policy": "float32"
   }
-  copy = float32_model(trained, TrainerConfig().replace(**TINY_NETWORK))
+  copy = float32_model(trained, plain_trainer(**TINY_NETWORK))
   assert {layer.compute_dtype for layer in copy.layers} == {"float32"}
   for expected, actual in zip(trained.get_weights(), copy.get_weights()):
     np.testing.assert_array_equal(actual, expected)
@@ -285,7 +284,7 @@ def test_distance_detail_curve_serves_each_inputs_detail_and_t_as_numpy_computes
   from scipy import ndimage
   from trainer_module.calibration import detail
   keras.utils.set_random_seed(5)
-  model = wide_resnet(TrainerConfig().replace(**TINY_NETWORK))
+  model = wide_resnet(plain_trainer(**TINY_NETWORK))
   tft_output = tft.TFTransformOutput(transform_dir)
   digits = raw_digit_examples(160)
   pngs = [raw["image"] for raw in digits]

@@ -18,13 +18,14 @@ import tensorflow as tf
 
 from configs.flags import over_defaults
 from tests.conftest import REPO
-from testing.tiny_config import TINY_NETWORK_FLAGS
+from testing.tiny_config import PLAIN_FLAGS, TINY_NETWORK_FLAGS
 from testing.transform_runs import transformed_digits
 from trainer_module.__main__ import main as trainer_main
 
 pytestmark = pytest.mark.e2e  # Training processes killed and resumed, several workers.
 
-TINY = [*TINY_NETWORK_FLAGS, "--lr_warmup_epochs=0", "--log_every_steps=1"]
+# The plain network on inputs transformed without AugMix views (testing/transform_runs.py).
+TINY = [*TINY_NETWORK_FLAGS, *PLAIN_FLAGS, "--lr_warmup_epochs=0", "--log_every_steps=1"]
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +303,7 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
 
 
 @pytest.mark.parametrize("second_member, flag, message", [
-    ("not_a_model", "--ensemble_size=2", "No SavedModel in ensemble member directory "),
+    ("not_a_model", "--temperature_fit=clean", "No SavedModel in ensemble member directory "),
     ("", "--ensemble_objective=brier",
      "ensemble_objective='brier': must be one of ('nll', 'acc', 'nll-acc', 'shift_nll')"),
     ("", "--temperature_fit=distance_detail_curve", "temperature_fit=distance_detail_curve: the "

@@ -244,16 +244,16 @@ def _sharpen(probabilities: np.ndarray, temperatures) -> np.ndarray:
 
 
 def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transform_output: str,
-                   export_dir: str, ensemble_size: int, objective: str = "nll",
-                   eval_batch_size: int = 256, num_bins: int = 15,
-                   temperature_fit: str = "validation_corruptions",
-                   validation_corruption_examples: int = 50,
+                   export_dir: str, ensemble_size: int, *, objective: str,
+                   eval_batch_size: int, num_bins: int, temperature_fit: str,
+                   validation_corruption_examples: int,
                    train_files: Sequence[str] = ()) -> dict:
   """Selects members on the eval split (shift_nll: and the validation shift), exports the
   temperature-scaled ensemble to export_dir and returns (and records in its
   assets.extra/ensemble.json) what was chosen and why. The ensemble's T is fitted as a single
   model's (`temperature_fit`; a map by feature distance reads the training split,
-  `train_files`, through each member's own features)."""
+  `train_files`, through each member's own features). The settings have no defaults here:
+  the pipeline's config and the ensemble command's flags give them."""
   if not members:
     raise ValueError("An ensemble needs at least one member model.")
   method = registry.get(temperature_fit)

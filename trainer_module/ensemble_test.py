@@ -9,13 +9,12 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from testing.transform_runs import transformed_digits
 from trainer_module import data, ensemble
 from trainer_module.calibration import detail, distances, model_outputs
 from trainer_module.calibration.record import (read_calibration_info, read_feature_support,
                                                write_calibration_info)
-from trainer_module.config import TrainerConfig
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
@@ -160,7 +159,7 @@ def members(tmp_path_factory):
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   result = []
   for seed in range(3):
-    config = TrainerConfig().replace(**TINY_NETWORK, seed=seed, label_smoothing=0.01 * seed)
+    config = plain_trainer(**TINY_NETWORK, seed=seed, label_smoothing=0.01 * seed)
     tf.keras.utils.set_random_seed(seed)
     model_dir = str(work / f"member_{seed}")
     export_serving_model(wide_resnet(config), tft_output, model_dir,
@@ -179,6 +178,17 @@ def _penultimate_features(network, spec, files):
           np.concatenate([b[1].numpy() for b in batches])[keep])
 
 
+# The settings of each ensemble built here unless a test changes them: UB's selection on the
+# clean eval NLL, one T under the validation shift, a small validation shift.
+SETTINGS = dict(objective="nll", eval_batch_size=256, num_bins=15,
+                temperature_fit="validation_corruptions", validation_corruption_examples=2)
+
+
+def _build(member_list, flags, export_dir, ensemble_size, **changes):
+  return ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
+                                 export_dir, ensemble_size, **{**SETTINGS, **changes})
+
+
 def _serve(model_dir, images):
   serve = tf.saved_model.load(model_dir).signatures["serving_images"]
   return {k: v.numpy() for k, v in serve(images=tf.constant(images)).items()}
@@ -187,9 +197,7 @@ def _serve(model_dir, images):
 def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members):
   work, flags, member_list = members
   export_dir = str(work / "ensemble")
-  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], export_dir, ensemble_size=3,
-                                   validation_corruption_examples=2)
+  record = _build(member_list, flags, export_dir, 3)
   weights = {m["name"]: m["weight"] for m in record["members"]}
   assert sum(weights.values()) == pytest.approx(1.0)
   assert len(record["picks"]) >= 1 and len(record["trials"]) == 3
@@ -220,10 +228,8 @@ def test_selection_under_the_shift_reads_the_validation_corruptions_of_the_eval_
     members):
   """Under a fit that makes no validation shift of its own (clean), selection makes it."""
   work, flags, member_list = members
-  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], str(work / "ensemble_shift"),
-                                   ensemble_size=3, objective="shift_nll",
-                                   validation_corruption_examples=2, temperature_fit="clean")
+  record = _build(member_list, flags, str(work / "ensemble_shift"), 3, objective="shift_nll",
+                  temperature_fit="clean")
   assert record["selected_on"] == (f"the eval split and the validation shift's "
                                    f"{len(VALIDATION_CORRUPTIONS) * 5} slices")
   alone = [trial["objective_value"] for trial in record["trials"]]
@@ -235,17 +241,14 @@ def test_selection_under_the_shift_reads_the_validation_corruptions_of_the_eval_
 def test_an_ensemble_calibrated_by_feature_distance_needs_the_training_split(members, tmp_path):
   _, flags, member_list = members
   with pytest.raises(ValueError, match="train_files"):
-    ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
-                            str(tmp_path / "out"), ensemble_size=1,
-                            temperature_fit="distance_detail_curve")
+    _build(member_list, flags, str(tmp_path / "out"), 1, temperature_fit="distance_detail_curve")
   assert not (tmp_path / "out").exists()
 
 
 def test_an_ensemble_temperature_fit_this_version_does_not_serve_is_refused(members, tmp_path):
   _, flags, member_list = members
   with pytest.raises(ValueError, match="temperature_fit='in_support': must be one of "):
-    ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
-                            str(tmp_path / "out"), ensemble_size=1, temperature_fit="in_support")
+    _build(member_list, flags, str(tmp_path / "out"), 1, temperature_fit="in_support")
   assert not (tmp_path / "out").exists()
 
 
@@ -254,8 +257,7 @@ def test_a_missing_member_model_is_named(members, tmp_path):
   missing = dataclasses.replace(member_list[0], model_dir=str(tmp_path / "nothing"))
   with pytest.raises(FileNotFoundError,
                      match=f"No SavedModel in ensemble member directory {tmp_path / 'nothing'}"):
-    ensemble.build_ensemble([missing], [flags["eval_files"]], flags["transform_output"],
-                            str(tmp_path / "out"), ensemble_size=1)
+    _build([missing], flags, str(tmp_path / "out"), 1)
 
 
 def test_a_member_enters_with_its_served_t_or_raw_when_its_t_depends_on_its_features(
@@ -275,11 +277,8 @@ def test_a_distance_detail_ensemble_serves_the_numpy_calibrators_t_input_by_inpu
   served probabilities are softmax(log mean / T(score, detail))."""
   work, flags, member_list = members
   export_dir = str(work / "ensemble_distance_detail_curve")
-  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], export_dir, ensemble_size=3,
-                                   validation_corruption_examples=2,
-                                   temperature_fit="distance_detail_curve",
-                                   train_files=[flags["train_files"]])
+  record = _build(member_list, flags, export_dir, 3, temperature_fit="distance_detail_curve",
+                  train_files=[flags["train_files"]])
   calibration = read_calibration_info(export_dir)
   assert (calibration["temperature_fit"] == "distance_detail_curve"
           and record["calibrated_selection"])
