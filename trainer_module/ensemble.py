@@ -46,7 +46,7 @@ def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objectiv
   shift_nll: the mean over the slices (each example's in `slices`: the clean eval images and
   each validation corruption x severity) of their NLL, after the one T minimising it: how the
   candidate fares under the validation shift once a map fitted there has scaled it, the rule
-  every other choice of the pipeline presets is made by (docs/ensembles_and_transfer.md)."""
+  the other robustness defaults were chosen by (docs/ensembles_and_transfer.md)."""
   if objective not in ENSEMBLE_OBJECTIVES:
     raise ValueError(f"Invalid config value ensemble_objective={objective!r}: must be one of "
                      f"{ENSEMBLE_OBJECTIVES}.")
