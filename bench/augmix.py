@@ -30,24 +30,20 @@ measures the rounding's effect on training.
   make bench-augmix ARGS="--robustness online,15,4,2,1"
   make bench-augmix ARGS="--robustness online,6,1 --pipeline_flags=--train_epochs=6"
 """
-import argparse
 import glob
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
-from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from components import image_sources  # noqa: E402
@@ -83,19 +79,10 @@ def write_images(data_dir: str, count: int) -> str:
   return os.path.join(data_dir, "train", "images.tfrecord")
 
 
-def cpu_seconds() -> float:
-  """User + system CPU seconds of this process and its finished children (Beam's SDK workers,
-  which each Beam run waits for): what a run costs whatever else loads the machine."""
-  return sum(usage.ru_utime + usage.ru_stime for usage in
-             (resource.getrusage(resource.RUSAGE_SELF),
-              resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-
 def run_transform(config: PipelineConfig, data_dir: str) -> tuple:
-  """(wall seconds of the Transform execution, CPU seconds of the run, its transformed_examples
-  URI, graph URI). The CPU seconds include ImportExampleGen's, the same work with and without
+  """(wall seconds of the Transform execution, its transformed_examples URI, graph URI). Timed
+  whole, the run's CPU seconds include ImportExampleGen's, the same work with and without
   AugMix, so the difference of two runs is Transform's."""
-  cpu_start = cpu_seconds()
   examples = tfx.components.ImportExampleGen(
       input_base=data_dir,
       input_config=tfx.proto.Input(splits=[tfx.proto.Input.Split(name=s, pattern=f"{s}/*")
@@ -110,17 +97,15 @@ def run_transform(config: PipelineConfig, data_dir: str) -> tuple:
       pipeline_name=config.runner.pipeline_name, pipeline_root=config.runner.pipeline_root,
       components=[examples, schema, transform], enable_cache=False,
       metadata_connection_config=connection, beam_pipeline_args=config.beam_pipeline_args()))
-  cpu = cpu_seconds() - cpu_start
+  from ml_metadata.metadata_store import metadata_store
   store = metadata_store.MetadataStore(connection)
-  (execution,) = [e for e in store.get_executions()
-                  if store.get_execution_types_by_id([e.type_id])[0].name.endswith("Transform")]
-  seconds = (execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0
+  ((execution_id, seconds),) = harness.execution_seconds(connection, "Transform").items()
   outputs = {}
-  for event in store.get_events_by_execution_ids([execution.id]):
+  for event in store.get_events_by_execution_ids([execution_id]):
     if event.type == event.OUTPUT:
       (artifact,) = store.get_artifacts_by_id([event.artifact_id])
       outputs[event.path.steps[0].key] = artifact.uri
-  return seconds, cpu, outputs["transformed_examples"], outputs["transform_graph"]
+  return seconds, outputs["transformed_examples"], outputs["transform_graph"]
 
 
 def decoded_images(train_file: str) -> tuple:
@@ -135,19 +120,16 @@ def decoded_images(train_file: str) -> tuple:
   return np.concatenate(images), np.concatenate(keys)
 
 
-def tf_data_seconds(options: dict, images: np.ndarray, keys: np.ndarray) -> tuple:
-  """(wall, CPU) seconds of the view-set function as a parallel tf.data map over the decoded
-  images."""
+def tf_data_views(options: dict, images: np.ndarray, keys: np.ndarray) -> None:
+  """The view-set function as a parallel tf.data map over the decoded images."""
   params = augmix.params_from_options(options)
   dataset = (tf.data.Dataset.from_tensor_slices((images, keys)).batch(256)
              .map(lambda i, k: augmix.encode_view_sets(i, k, options["seed"],
                                                        options["num_views"],
                                                        options["view_sets"], params),
                   num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))
-  start, cpu_start = time.time(), cpu_seconds()
   for _ in dataset:
     pass
-  return time.time() - start, cpu_seconds() - cpu_start
 
 
 def colour_images(count: int) -> np.ndarray:
@@ -206,10 +188,8 @@ def input_pipeline_rate(config: PipelineConfig, examples_uri: str, graph_uri: st
   stream = iter(data.training_batches([os.path.join(examples_uri, "Split-train", "*")], spec,
                                       config.trainer))
   next(stream)
-  start = time.time()
-  for _ in range(batches):
-    next(stream)
-  return batches * config.trainer.training.per_core_batch_size / (time.time() - start)
+  seconds = harness.timed(lambda: [next(stream) for _ in range(batches)]).wall
+  return batches * config.trainer.training.per_core_batch_size / seconds
 
 
 def training_rate(config: PipelineConfig, steps: int, work_dir: str) -> float:
@@ -228,11 +208,9 @@ def training_rate(config: PipelineConfig, steps: int, work_dir: str) -> float:
       tf.data.Dataset.from_tensors(tensors).repeat()))
   for _ in range(2):  # Tracing and allocation.
     training.train_step(iterator)
-  start = time.time()
-  for _ in range(steps):
-    loss = training.train_step(iterator)
-  float(loss)
-  return steps * batch / (time.time() - start)
+  seconds = harness.timed(lambda: float([training.train_step(iterator)
+                                         for _ in range(steps)][-1])).wall
+  return steps * batch / seconds
 
 
 def speed(args) -> None:
@@ -247,17 +225,18 @@ def speed(args) -> None:
   train_file = write_images(data_dir, args.images)
   images, keys = decoded_images(train_file)
 
-  data_seconds, data_cpu = tf_data_seconds(options, images, keys)
-  runs = {True: [], False: []}
-  for repeat in range(args.repeats):  # Interleaved: a load change hits both alike.
-    for with_augmix in (True, False):
-      runs[with_augmix].append(run_transform(config.replace(
-          augmix=with_augmix, pipeline_name=f"bench_{'' if with_augmix else 'no_'}augmix_{repeat}"),
-          data_dir))
+  tf_data = harness.timed(tf_data_views, options, images, keys)
+  data_seconds, data_cpu = tf_data.wall, tf_data.cpu
+  runs = harness.alternate({  # Interleaved: a load change hits both alike.
+      name: lambda name=name, augmix_on=augmix_on, counter=iter(range(args.repeats)):
+          run_transform(config.replace(augmix=augmix_on,
+                                       pipeline_name=f"bench_{name}_{next(counter)}"), data_dir)
+      for name, augmix_on in (("augmix", True), ("no_augmix", False))}, args.repeats)
   (with_seconds, with_cpu), (without_seconds, without_cpu) = (
-      (min(r[0] for r in runs[w]), min(r[1] for r in runs[w])) for w in (True, False))
-  _, _, with_uri, graph_uri = runs[True][0]
-  without_uri = runs[False][0][2]
+      (min(run.value[0] for run in runs[name]), min(run.cpu for run in runs[name]))
+      for name in ("augmix", "no_augmix"))
+  _, with_uri, graph_uri = runs["augmix"][0].value
+  without_uri = runs["no_augmix"][0].value[1]
   sample = min(_BYTES_SAMPLE, len(images))
   digit_bytes = bytes_per_view(options, images[:sample], keys[:sample], work_dir)
   colour_bytes = bytes_per_view(options, colour_images(sample), keys[:sample], work_dir)
@@ -268,7 +247,7 @@ def speed(args) -> None:
   marginal, marginal_cpu = with_seconds - without_seconds, with_cpu - without_cpu
   trainer = config.trainer
   print(f"AugMix, {n} images, aug_count {args.aug_count} x {args.augmix_view_sets} view set(s), "
-        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, best of "
+        f"{os.cpu_count()} cores, {harness.load_average()}, best of "
         f"{args.repeats} interleaved run(s) each")
   print(f"  Transform component ({' '.join(config.beam_pipeline_args())}): with AugMix "
         f"{with_seconds:.1f}s wall / {with_cpu:.1f}s CPU, without {without_seconds:.1f}s / "
@@ -294,12 +273,10 @@ def speed(args) -> None:
 
 def execution_seconds(config: PipelineConfig, component: str) -> float:
   """Wall seconds of the newest execution of a component (by type) in config's MLMD."""
-  store = metadata_store.MetadataStore(
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(config.runner.metadata_path))
-  latest = max((e for e in store.get_executions()
-                if store.get_execution_types_by_id([e.type_id])[0].name.endswith(component)),
-               key=lambda e: e.id)
-  return (latest.last_update_time_since_epoch - latest.create_time_since_epoch) / 1000.0
+  executions = harness.execution_seconds(
+      tfx.orchestration.metadata.sqlite_metadata_connection_config(config.runner.metadata_path),
+      component)
+  return executions[max(executions)]
 
 
 def robustness(args) -> None:
@@ -316,10 +293,9 @@ def robustness(args) -> None:
            "--augmix_online=true" if source == "online" else f"--augmix_view_sets={int(source)}"]
     flags = over_defaults(own, args.pipeline_flags.split())
     config = from_flags(flags)
-    start = time.time()
     with open(os.path.join(output_dir, f"bench-{source}.log"), "w") as log:
-      subprocess.run([sys.executable, "-m", "local_runner", *flags], check=True, stdout=log,
-                     stderr=subprocess.STDOUT)
+      run_seconds = harness.timed(subprocess.run, [sys.executable, "-m", "local_runner", *flags],
+                                  check=True, stdout=log, stderr=subprocess.STDOUT).wall
     run = RunRecord(config)
     values = tfma_results.load_metrics(run.latest_output("evaluation").uri)
     means = report_sections.corrupted_means(values, PROBABILITIES_KEY,
@@ -330,48 +306,36 @@ def robustness(args) -> None:
     print(f"  {name}: eval accuracy {accuracy:.4f}, cA {means[ACCURACY_NAME]:.4f}, cNLL "
           f"{means[NLL_NAME]:.3f}; Transform {execution_seconds(config, 'Transform'):.0f}s, "
           f"train split {split_bytes(examples) / 2**20:.1f} MiB; Trainer "
-          f"{execution_seconds(config, 'Trainer'):.0f}s; run {time.time() - start:.0f}s "
+          f"{execution_seconds(config, 'Trainer'):.0f}s; run {run_seconds:.0f}s "
           f"({' '.join(flags[1:])})", flush=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-  defaults = from_preset().trainer
+def build_parser():
+  defaults = from_preset().trainer.augmentation
   augmix_help = field_help(AugMixConfig)
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--images", type=int, default=50_000,
-                      help="training images: the embedded digits repeated under distinct keys "
-                           "(default %(default)s, CIFAR-10's training set size)")
-  parser.add_argument("--aug_count", type=int, default=max(defaults.augmentation.aug_count, 1),
-                      help=augmix_help["aug_count"] + " Default %(default)s: the preset's, at "
-                           "least 1.")
-  parser.add_argument("--augmix_view_sets", type=int,
-                      default=defaults.augmentation.augmix_view_sets,
-                      help=augmix_help["augmix_view_sets"] + " Default %(default)s: the "
-                           "preset's.")
-  parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode,
-                      help="Transform's Beam running mode, default %(default)s (the "
-                           "pipeline's). " + field_help(BeamConfig)["beam_running_mode"])
-  parser.add_argument("--repeats", type=int, default=1,
-                      help="Transform runs with and without AugMix, interleaved; the best of "
-                           "each counts (default %(default)s)")
-  parser.add_argument("--train_steps", type=int, default=10,
-                      help="timed training steps of the default model, after two untimed "
-                           "ones, for the examples/s a step consumes (default %(default)s)")
-  parser.add_argument("--input_batches", type=int, default=200,
-                      help="timed batches of the Trainer's input pipeline, after one untimed "
-                           "batch, for its examples/s (default %(default)s)")
-  parser.add_argument("--robustness", default="",
-                      help="instead: train the default pipeline once per AugMix source, e.g. "
-                      "'online,15,4,2,1' (online AugMix, or that many view sets); default: "
-                      "the speed measurements")
-  parser.add_argument("--pipeline_flags", default="",
-                      help="more local_runner flags for every --robustness run, space-separated "
-                           "in one argument, e.g. --pipeline_flags=--train_epochs=6 (default: "
-                           "none)")
-  parser.add_argument("--output_dir", default="",
-                      help="--robustness runs' output directory (default: a new temporary "
-                           "directory)")
-  return parser
+  return harness.parser(__doc__, *(
+      harness.Flag("images", 50_000, "training images: the embedded digits repeated under "
+                   "distinct keys (default %(default)s, CIFAR-10's training set size)"),
+      harness.Flag("aug_count", max(defaults.aug_count, 1), augmix_help["aug_count"] +
+                   " Default %(default)s: the preset's, at least 1."),
+      harness.Flag("augmix_view_sets", defaults.augmix_view_sets,
+                   augmix_help["augmix_view_sets"] + " Default %(default)s: the preset's."),
+      harness.Flag("beam_running_mode", BeamConfig.beam_running_mode, "Transform's Beam running "
+                   "mode, default %(default)s (the pipeline's). " +
+                   field_help(BeamConfig)["beam_running_mode"]),
+      harness.repeats(1, "Transform runs with and without AugMix; the best of each counts"),
+      harness.Flag("train_steps", 10, "timed training steps of the default model, after two "
+                   "untimed ones, for the examples/s a step consumes (default %(default)s)"),
+      harness.Flag("input_batches", 200, "timed batches of the Trainer's input pipeline, after "
+                   "one untimed batch, for its examples/s (default %(default)s)"),
+      harness.Flag("robustness", "", "instead: train the default pipeline once per AugMix "
+                   "source, e.g. 'online,15,4,2,1' (online AugMix, or that many view sets); "
+                   "default: the speed measurements"),
+      harness.Flag("pipeline_flags", "", "more local_runner flags for every --robustness run, "
+                   "space-separated in one argument, e.g. --pipeline_flags=--train_epochs=6 "
+                   "(default: none)"),
+      harness.Flag("output_dir", "", "--robustness runs' output directory (default: a new "
+                   "temporary directory)")))
 
 
 def main(argv=None) -> None:

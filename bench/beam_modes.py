@@ -12,19 +12,15 @@ what it buys.
   .venv/bin/python bench/beam_modes.py --repeats 2
   .venv/bin/python bench/beam_modes.py --repeats 2 --augmix_view_sets 16   # 4x the views
 """
-import argparse
 import os
-import resource
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
-from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from pipeline.config import from_preset  # noqa: E402
@@ -33,73 +29,51 @@ from pipeline.pipeline import input_steps, trainer_module_fingerprint  # noqa: E
 
 BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "ValidationGate", "Transform")
 MODES = ("in_memory", "multi_processing")
+FLAGS = (harness.repeats(1, "each step's best wall time counts"),
+         harness.Flag("augmix_view_sets", 0, "AugMix view sets Transform writes (default 0: the "
+                      "preset's); more sets, more TensorFlow work for the same examples"))
 
 
-def _cpu_seconds() -> float:
-  usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-  return sum(u.ru_utime + u.ru_stime for u in usage)
-
-
-def run_steps(mode: str, work_dir: str, **overrides) -> tuple:
-  """({step: wall seconds}, CPU seconds, wall seconds) of the input steps under `mode`."""
+def run_steps(mode: str, **overrides) -> dict:
+  """{step: wall seconds} of the input steps under `mode`, each from MLMD."""
+  work_dir = tempfile.mkdtemp(prefix=f"bench-beam-{mode}-")
   config = from_preset().replace(output_dir=work_dir, beam_running_mode=mode,
                                  enable_cache=False, **overrides)
   parts = local_parts(config)
-  components = input_steps(config, parts, trainer_module_fingerprint())
   connection = parts.metadata_connection_config
   os.makedirs(os.path.dirname(config.runner.metadata_path), exist_ok=True)
-  cpu, wall = _cpu_seconds(), time.perf_counter()
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name=config.runner.pipeline_name, pipeline_root=config.runner.pipeline_root,
-      components=components, enable_cache=False, metadata_connection_config=connection,
+      components=input_steps(config, parts, trainer_module_fingerprint()), enable_cache=False,
+      metadata_connection_config=connection,
       beam_pipeline_args=config.beam_pipeline_args()))  # The running mode: as the pipeline.
-  cpu, wall = _cpu_seconds() - cpu, time.perf_counter() - wall
-  store = metadata_store.MetadataStore(connection)
-  seconds = {}
-  for execution in store.get_executions():
-    name = store.get_execution_types_by_id([execution.type_id])[0].name.split(".")[-1]
-    seconds[name] = (execution.last_update_time_since_epoch -
-                     execution.create_time_since_epoch) / 1000.0
-  return {step: seconds[step] for step in BEAM_STEPS if step in seconds}, cpu, wall
+  return {step: seconds for step in BEAM_STEPS
+          for seconds in harness.execution_seconds(connection, step).values()}
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--repeats", type=int, default=1,
-                      help="runs per running mode, the modes alternating; each step's best "
-                           "wall time counts (default %(default)s)")
-  parser.add_argument("--augmix_view_sets", type=int, default=0,
-                      help="AugMix view sets Transform writes (default 0: the preset's); more "
-                           "sets, more TensorFlow work for the same examples")
-  return parser
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def main(argv=None) -> None:
   args = build_parser().parse_args(argv)
   overrides = {"augmix_view_sets": args.augmix_view_sets} if args.augmix_view_sets else {}
-  best = {mode: {} for mode in MODES}
-  cpu = {mode: [] for mode in MODES}
-  wall = {mode: [] for mode in MODES}
-  loads = [os.getloadavg()[0]]
-  for repeat in range(args.repeats):
-    for mode in MODES if repeat % 2 == 0 else reversed(MODES):
-      steps, cpu_s, wall_s = run_steps(mode, tempfile.mkdtemp(prefix=f"bench-beam-{mode}-"),
-                                       **overrides)
-      for step, seconds in steps.items():
-        best[mode][step] = min(seconds, best[mode].get(step, float("inf")))
-      cpu[mode].append(cpu_s)
-      wall[mode].append(wall_s)
-      loads.append(os.getloadavg()[0])
-  print(f"load average {min(loads):.1f}-{max(loads):.1f}; wall seconds per step (best of "
-        f"{args.repeats}), the digits (1,797 examples), "
-        f"AugMix view sets: {overrides.get('augmix_view_sets', 'as the preset')}")
-  print(f"  {'step':24s} {'in_memory':>10s} {'multi_processing':>17s} {'ratio':>7s}")
-  for step in BEAM_STEPS:
-    one, many = best["in_memory"].get(step), best["multi_processing"].get(step)
-    if one is not None and many is not None:
-      print(f"  {step:24s} {one:10.1f} {many:17.1f} {many / one:6.2f}x")
-  for mode in MODES:
-    print(f"  {mode}: whole run {min(wall[mode]):.1f} s wall, {min(cpu[mode]):.1f} CPU s")
+  start_load = harness.load_average()
+  runs = harness.alternate({mode: lambda mode=mode: run_steps(mode, **overrides)
+                            for mode in MODES}, args.repeats)
+  best = {mode: {step: min(run.value[step] for run in timed if step in run.value)
+                 for step in BEAM_STEPS if any(step in run.value for run in timed)}
+          for mode, timed in runs.items()}
+  print(f"{start_load} at the start, {harness.load_average()} at the end; wall seconds per step "
+        f"(best of {args.repeats}), the digits (1,797 examples), AugMix view sets: "
+        f"{overrides.get('augmix_view_sets', 'as the preset')}")
+  print(harness.table(["step", "in_memory", "multi_processing", "ratio"], [
+      (step, f"{best['in_memory'][step]:.1f}", f"{best['multi_processing'][step]:.1f}",
+       f"{best['multi_processing'][step] / best['in_memory'][step]:.2f}x")
+      for step in BEAM_STEPS if step in best["in_memory"] and step in best["multi_processing"]]))
+  for mode, timed in runs.items():
+    print(f"  {mode}: whole run {min(run.wall for run in timed):.1f} s wall, "
+          f"{min(run.cpu for run in timed):.1f} CPU s")
 
 
 if __name__ == "__main__":

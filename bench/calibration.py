@@ -7,20 +7,17 @@ here), the clean test accuracy / NLL / ECE, cA / cNLL / cECE over the corrupted 
 corruption x severity slices (slice means), the NLL / ECE of the validation shift (the eval
 images under the 9 validation corruptions, as the Trainer makes them; slice means) and each
 corruption family's confidence minus accuracy (the mean over its slices):
-- `validation_corruptions` (the default fit), raw softmax (T = 1), `clean_and_augmix`, `clean`,
-  and the validation slices pooled into one (the first version of the default fit);
-- the three temperature_fits that depend on how far an input is from the training data: the
-  Mahalanobis distance d(x) of its penultimate features to the nearest training class mean
-  under the classes' shared covariance (Lee et al., NeurIPS 2018): `in_support`, one T for
-  inputs with d(x) no larger than the farthest eval image's, the raw softmax beyond (chosen by
-  the validation_corruptions rule); `distance_curve`, T(x) = exp(a + b z(x)), z the
-  standardised log d(x), fitted by distance_curve.fit_distance_curve; and
-  `distance_detail_curve` (the pipeline's default), T(x) = exp(a + b z(x) + c s(x)), s the
-  input's detail score (trainer_module/calibration/detail.py), fitted by the same function.
+- the one-T choices: `validation_corruptions`, raw softmax (T = 1), `clean`, and the
+  validation slices pooled into one (a rule on their mean instead of each slice);
+- the maps by how far an input is from the training data, z(x) the standardised log of the
+  Mahalanobis distance of its penultimate features to the nearest training class mean under
+  the classes' shared covariance (Lee et al., NeurIPS 2018): the distance alone, T(x) = exp(a +
+  b z(x)), and `distance_detail_curve` (the default), T(x) = exp(a + b z(x) + c s(x)), s the
+  input's detail score (trainer_module/calibration/detail.py), both fitted by
+  distance_curve.fit_distance_curve.
 The test split and the 15 benchmark corruptions are only measured, never used to choose.
 For an ensemble the distance score is the one it serves (the mean of its members' scores, each
-in the member's own feature space, from its recorded support); `in_support` is a single
-model's row.
+in the member's own feature space, from its recorded support).
 
 Three more rows are ceilings, not rules: T chosen with the corrupted set's own labels, the best
 the default map's form can do (its a, b and c fitted there), the best any function of the
@@ -31,9 +28,8 @@ this size (exact: each bin's accuracy Binomial(n, its mean confidence) / n): ECE
 hundred images is biased upward by binomial noise, so no row can go below it.
 
   make bench-calibration ARGS="--output_dir outputs"
-  .venv/bin/python bench/calibration.py --output_dir /work/runs/mr4
+  .venv/bin/python bench/calibration.py --output_dir DIR --model Trainer_trial_1
 """
-import argparse
 import dataclasses
 import json
 import os
@@ -42,7 +38,7 @@ from typing import Callable, Dict, List, Sequence, Tuple, Union
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
@@ -50,15 +46,21 @@ import numpy as np  # noqa: E402
 from bench import run_outputs  # noqa: E402
 from bench.run_outputs import LabelledSet  # noqa: E402
 from components.evaluation_set import CORRUPTED, TEST  # noqa: E402
-from trainer_module import augmix, ensemble  # noqa: E402
+from trainer_module import ensemble  # noqa: E402
 from trainer_module.calibration import (  # noqa: E402
-    clean_and_augmix, detail, distance_curve, distances, inputs, maths, model_outputs, record,
-    registry)
+    detail, distance_curve, distances, inputs, maths, model_outputs, record, registry)
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 from trainer_module.metrics import confidence_bins, ece_floor  # noqa: E402
 from trainer_module.reference_corruptions import FAMILIES, family_of_slice  # noqa: E402
 
 Temperatures = Union[float, np.ndarray]  # One T, or one per example.
+FLAGS = (harness.output_dir(),
+         harness.Flag("model", None, "the producing component of the model to measure (e.g. "
+                      "Trainer_trial_3); default: the model the run evaluated"))
+
+
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 CEILING_DISTANCE_BINS = 20  # Equal-count bins of the corrupted set's distance scores.
 
 # Table columns: (header, metric key, decimals).
@@ -75,7 +77,6 @@ class ModelSets:
   """One model's logits on every set the table reads."""
   eval: LabelledSet
   validation: LabelledSet  # Slices: validation corruption_severity.
-  augmented: LabelledSet  # One AugMix view of each eval image.
   test: LabelledSet
   corrupted: LabelledSet  # Slices: benchmark corruption_severity.
 
@@ -145,25 +146,19 @@ def row_metrics(sets: ModelSets, temperatures: Dict[str, Temperatures],
 
 def table(rows: Sequence[Tuple[str, str, Dict[str, float]]]) -> str:
   """A Markdown table: one row per (how T is chosen, T, row_metrics)."""
-  lines = ["| how T is chosen | T | " + " | ".join(h for h, _, _ in COLUMNS) + " |",
-           "| --- | --- |" + " ---: |" * len(COLUMNS)]
-  for name, t, metrics in rows:
-    lines.append(f"| {name} | {t} | " + " | ".join(f"{metrics[key]:.{digits}f}"
-                                                    for _, key, digits in COLUMNS) + " |")
-  return "\n".join(lines)
+  return harness.table(["how T is chosen", "T"] + [header for header, _, _ in COLUMNS], [
+      (name, t, *(f"{metrics[key]:.{digits}f}" for _, key, digits in COLUMNS))
+      for name, t, metrics in rows], left=2)
 
 
 def scalar_rows(sets: ModelSets, num_bins: int) -> List[Tuple[str, float]]:
   """(name, T) of each scalar way of choosing T."""
   pooled = np.full(len(sets.validation.labels), "pooled")
   return [
-      ("`validation_corruptions` (the standalone trainer's default)",
-       maths.select_temperature_under_shift(
+      ("`validation_corruptions`", maths.select_temperature_under_shift(
           sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
           sets.validation.slices, num_bins)),
       ("raw softmax", 1.0),
-      ("`clean_and_augmix`", clean_and_augmix.select_temperature(
-          sets.eval.values, sets.eval.labels, sets.augmented.values, sets.augmented.labels)),
       ("`clean`", maths.fit_temperature(sets.eval.values, sets.eval.labels)),
       ("validation slices pooled into one", maths.select_temperature_under_shift(
           sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
@@ -171,32 +166,10 @@ def scalar_rows(sets: ModelSets, num_bins: int) -> List[Tuple[str, float]]:
   ]
 
 
-def feature_distances(features: Callable[[str], LabelledSet]
-                      ) -> Tuple[distances.FeatureSupport, Dict[str, np.ndarray]]:
-  """The feature support as `in_support` computes it, and each set's Mahalanobis distances to
-  the nearest training class mean."""
+def feature_support(features: Callable[[str], LabelledSet]) -> distances.FeatureSupport:
+  """A single model's feature support as the Trainer computes it: the train split's classes."""
   train = features("train")
-  support = distances.support_from_features(train.values, train.labels,
-                                            features("eval").values)
-  return support, {name: distances.mahalanobis_distance(
-      features(name).values, support.class_means, support.precision)
-                   for name in ("eval", "validation", TEST, CORRUPTED)}
-
-
-def in_support_row(sets: ModelSets, support: distances.FeatureSupport,
-                   set_distances: Dict[str, np.ndarray],
-                   num_bins: int) -> Tuple[str, str, Dict[str, float]]:
-  """`in_support`: T for inputs no farther from the training classes than the farthest eval
-  image (the data T is fitted on), the raw softmax beyond; T chosen by the default fit's rule."""
-  inside = {name: d <= support.radius for name, d in set_distances.items()}
-  t = maths.select_temperature_under_shift(
-      sets.eval.values, sets.eval.labels, sets.validation.values, sets.validation.labels,
-      sets.validation.slices, num_bins, shifted_applies=inside["validation"])
-  label = (f"{t:.3f} inside, 1 outside (inside: test {inside[TEST].mean():.2f}, corrupted "
-           f"{inside[CORRUPTED].mean():.2f}, validation {inside['validation'].mean():.2f})")
-  return ("`in_support`", label,
-          row_metrics(sets, {name: np.where(inside[name], t, 1.0) for name in inside},
-                      num_bins))
+  return distances.support_from_features(train.values, train.labels, features("eval").values)
 
 
 def distance_scores(support: distances.FeatureSupport,
@@ -208,7 +181,7 @@ def distance_scores(support: distances.FeatureSupport,
 
 def distance_curve_row(sets: ModelSets, scores: Dict[str, np.ndarray],
                        num_bins: int) -> Tuple[str, str, Dict[str, float]]:
-  """`distance_curve`: T(x) = exp(a + b z(x)), fitted as the Trainer fits it."""
+  """The distance alone: T(x) = exp(a + b z(x)), fitted as the Trainer fits the default map."""
   curve = distance_curve.fit_distance_curve(
       sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
       sets.validation.labels, sets.validation.slices, scores["validation"], num_bins)
@@ -216,7 +189,7 @@ def distance_curve_row(sets: ModelSets, scores: Dict[str, np.ndarray],
   label = (f"exp({curve.log_temperature:.3f} + {curve.slope:.3f} z); median T: test "
            f"{np.median(temperatures[TEST]):.3f}, corrupted "
            f"{np.median(temperatures[CORRUPTED]):.3f}")
-  return "`distance_curve`", label, row_metrics(sets, temperatures, num_bins)
+  return "the distance alone", label, row_metrics(sets, temperatures, num_bins)
 
 
 def detail_scores(images: Callable[[str], np.ndarray]) -> Dict[str, np.ndarray]:
@@ -306,13 +279,9 @@ def model_sets(run: run_outputs.Run,
   validation = inputs.validation_corrupted_set(eval_batches, mean, std,
                                                config.calibration.validation_corruption_examples,
                                                config.training.eval_batch_size)
-  augmented = inputs.augmented_eval_batches(
-      eval_batches, mean, std, config.training.seed,
-      augmix.params_from_options(config.transform_options()))
   examples = run.evaluation_set()
   batches = {"eval": (eval_batches, np.full(0, "")),
-             "validation": (validation.batches, validation.slices),
-             "augmented": (augmented, np.full(0, ""))}
+             "validation": (validation.batches, validation.slices)}
   for name in (TEST, CORRUPTED):
     mask = examples.eval_sets == name
     batches[name] = (run_outputs.transformed_batches(tft_output, examples.pngs[mask],
@@ -327,7 +296,7 @@ def model_sets(run: run_outputs.Run,
     return labelled
 
   sets = ModelSets(**{name: on(network, name) for name in
-                      ("eval", "validation", "augmented", TEST, CORRUPTED)})
+                      ("eval", "validation", TEST, CORRUPTED)})
   try:
     feature_model = model_outputs.penultimate_model(network)
     batches["train"] = (run.split_batches(tft_output, config.training.eval_batch_size, "train"),
@@ -346,16 +315,6 @@ def model_sets(run: run_outputs.Run,
   return sets, features, images, config
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--output_dir", default="outputs",
-                      help="a finished run's output directory (default %(default)s, make run's)")
-  parser.add_argument("--model", default=None,
-                      help="the producing component of the model to measure (e.g. "
-                           "Trainer_trial_3); default: the model the run evaluated")
-  return parser
-
-
 def main():
   args = build_parser().parse_args()
   run = run_outputs.Run(args.output_dir)
@@ -367,8 +326,7 @@ def main():
                                                                  "validation")}, num_bins))
           for name, t in scalar_rows(sets, num_bins)]
   if read_record(model_dir, ENSEMBLE_FILE) is None:
-    support, set_distances = feature_distances(features)
-    rows.append(in_support_row(sets, support, set_distances, num_bins))
+    support = feature_support(features)
   elif registry.recorded(recorded).needs_feature_distances:
     support = record.read_feature_support(model_dir)  # Its members' parts, as served.
   else:

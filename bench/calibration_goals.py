@@ -1,13 +1,13 @@
-"""Issue 36's table of calibration goals, filled from finished runs: each run's figures as its
-run report computes them, each missed goal marked, and per kind of model (single, ensemble) the
-mean and the run-to-run standard deviation over the runs given.
+"""The calibration targets, checked on finished runs: each run's figures as its run report
+computes them, each missed target marked, and per kind of model (single, ensemble) the mean and
+the run-to-run standard deviation over the runs given.
 
   .venv/bin/python bench/calibration_goals.py --output_dir=RUN_1 --output_dir=RUN_2 ...
 
 Every figure comes from the run's own records: the Evaluator's metrics (through the report's
 functions, so the same digits as report.md), the report artifact's gate decision, and the
-served model's ensemble and calibration records. docs/robustness.md's table of session 30 (issue
-36's deep-ensemble protocol) is its output.
+served model's ensemble and calibration records. docs/robustness.md's table of what the default
+reaches is its output.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
-from bench import cli, run_outputs  # noqa: E402
+from bench import harness, run_outputs  # noqa: E402
 import numpy as np  # noqa: E402
 
 from components import evaluation_set, tfma_results  # noqa: E402
@@ -30,13 +30,13 @@ from trainer_module import reference_corruptions  # noqa: E402
 from trainer_module.calibration.record import read_calibration_info  # noqa: E402
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402
 
-# The issue's bounds: cECE per kind of model, and for every run the rest.
+# The targets: cECE per kind of model, and for every run the rest.
 CECE_BOUND = {"single": 0.06, "ensemble": 0.05}
 FAMILY_GAP_BOUND = 0.05  # |confidence - accuracy| of every corruption family.
 CNLL_BOUND = 0.60
 CLEAN_TEST_ECE_BOUND = 0.01
 # "Measure where it can tell": slices large enough that a perfectly calibrated model's cECE
-# (the floor) is at most this; below that size no cECE figure meets the issue's measure.
+# (the floor) is at most this; below that size a cECE figure cannot tell calibration apart.
 CECE_FLOOR_BOUND = 0.03
 
 
@@ -90,11 +90,8 @@ def _with_sd(value: float, sd: Optional[float], signed: bool = False) -> str:
 def table(runs: Sequence[RunFigures]) -> str:
   """A Markdown row per run; a missed goal's figure in bold."""
   families = list(dict.fromkeys(family for run in runs for family in run.family_gaps))
-  lines = ["| run | model (picks) | cECE (sd) / floor | cNLL | " + " | ".join(families) +
-           " | clean test ECE / NLL | validation-shift NLL | blessed |",
-           "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in families) +
-           " | ---: | ---: | --- |"]
   bold = lambda text, missed: f"**{text}**" if missed else text  # noqa: E731
+  rows = []
   for run in runs:
     model = run.kind + (f" {list(run.picks)}" if run.picks else "")
     gaps = [bold(_with_sd(*run.family_gaps[family], signed=True),
@@ -108,8 +105,9 @@ def table(runs: Sequence[RunFigures]) -> str:
              f" / {run.test_nll:.4f}",
              "" if run.validation_nll is None else f"{run.validation_nll:.4f}",
              "yes" if run.blessed else "**no**"]
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+    rows.append(cells)
+  return harness.table(["run", "model (picks)", "cECE (sd) / floor", "cNLL", *families,
+                        "clean test ECE / NLL", "validation-shift NLL", "blessed"], rows, left=2)
 
 
 def _spread(values: Sequence[float]) -> str:
@@ -184,10 +182,9 @@ def read_run(output_dir: str) -> RunFigures:
 
 
 def build_parser():
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--output_dir", action="append", required=True,
-                      help="a finished run's output directory; give it once per run")
-  return parser
+  return harness.parser(__doc__, harness.Flag(
+      "output_dir", None, "a finished run's output directory; give it once per run",
+      multiple=True))
 
 
 def main():

@@ -13,9 +13,8 @@ NLL into what the correctly and wrongly classified images contribute, served and
 ensemble` with other settings).
 
   make bench-ensemble ARGS="--output_dir outputs"
-  .venv/bin/python bench/ensemble.py --output_dir /work/runs/ens48 --bootstrap 2000
+  .venv/bin/python bench/ensemble.py --output_dir DIR --ensemble_dir ENSEMBLE/serving_model
 """
-import argparse
 import dataclasses
 import os
 import sys
@@ -23,7 +22,7 @@ from typing import Dict, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
@@ -159,20 +158,17 @@ def served_sets(model_dir: str, examples: run_outputs.EvaluationSet,
   return served, raw
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--output_dir", default="outputs",
-                      help="a finished ensemble run's output directory (default %(default)s, "
-                           "make run's)")
-  parser.add_argument("--ensemble_dir", default="",
-                      help="an ensemble serving_model to score instead of the run's (e.g. from "
-                           "`python -m trainer_module ensemble` over the run's trials)")
-  parser.add_argument("--bootstrap", type=int, default=2000,
-                      help="paired bootstrap replicates of each 95%% interval (default "
-                           "%(default)s)")
-  parser.add_argument("--seed", type=int, default=0,
-                      help="the bootstrap's random seed (default %(default)s)")
-  return parser
+FLAGS = (harness.output_dir("a finished ensemble run's output directory"),
+         harness.Flag("ensemble_dir", "", "an ensemble serving_model to score instead of the "
+                      "run's (e.g. from `python -m trainer_module ensemble` over the run's "
+                      "trials)"),
+         harness.Flag("bootstrap", 2000, "paired bootstrap replicates of each 95%% interval "
+                      "(default %(default)s)"),
+         harness.Flag("seed", 0, "the bootstrap's random seed (default %(default)s)"))
+
+
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def main():

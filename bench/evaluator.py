@@ -20,23 +20,19 @@ on two shared cores they vary by about 5% where wall times vary by 50%.
   make run && make bench-evaluator
   make bench-evaluator ARGS="--examples_per_corruption 100 --output_dir outputs"
 """
-import argparse
 import collections
 import json
 import os
-import resource
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import pipeline  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from ml_metadata.metadata_store import metadata_store  # noqa: E402
 from tfx import v1 as tfx  # noqa: E402
 
 from components import evaluation_set  # noqa: E402
@@ -53,6 +49,17 @@ from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,  # noqa: E402
 
 SPLITS = [evaluation_set.EVAL, evaluation_set.TEST, evaluation_set.CORRUPTED]
 _BATCH = 256
+FLAGS = (harness.output_dir("a `make run` output directory"),
+         harness.Flag("examples_per_corruption", 0, field_help(EvaluationConfig)[
+             "examples_per_corruption"] + " Here the default is 0."),
+         harness.Flag("beam_running_mode", BeamConfig.beam_running_mode,
+                      field_help(BeamConfig)["beam_running_mode"] + " Here: the Evaluator's."),
+         harness.Flag("inference_batch_size", PipelineConfig().trainer.training.eval_batch_size,
+                      "rows the Evaluator regroups its input batches to before calling the model "
+                      "(default %(default)s, the pipeline's: the trainer's eval_batch_size); 0: "
+                      "Beam's own adaptive batches"),
+         harness.Flag("direct_runs", 2, "runs of the direct path; the fastest is the baseline "
+                      "(default %(default)s)"))
 
 
 def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri: str) -> int:
@@ -67,13 +74,7 @@ def build_evaluation_set(config: PipelineConfig, per_corruption: int, output_uri
   return sum(counts.values())
 
 
-def cpu_seconds() -> float:
-  """User + system CPU seconds of this process and its finished children so far."""
-  return sum(usage.ru_utime + usage.ru_stime for usage in (
-      resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))
-
-
-def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
+def run_evaluator(config: PipelineConfig, model_uri: str, examples_uri: str,
                       work_dir: str, inference_batch_size: int) -> tuple:
   tfma_config = eval_config(config)
   tfma_config.model_specs[0].inference_batch_size = inference_batch_size
@@ -92,12 +93,10 @@ def evaluator_seconds(config: PipelineConfig, model_uri: str, examples_uri: str,
       metadata_connection_config=connection,
       # What the pipeline picks: the engine for the input data's size (pipeline/pipeline.py).
       beam_pipeline_args=config.beam_pipeline_args(config.data.input_examples)))
-  store = metadata_store.MetadataStore(connection)
-  (execution,) = [e for e in store.get_executions()
-                  if store.get_execution_types_by_id([e.type_id])[0].name.endswith("Evaluator")]
-  (output,) = [a for a in store.get_artifacts_by_type("ModelEvaluation")]
-  return ((execution.last_update_time_since_epoch - execution.create_time_since_epoch) / 1000.0,
-          output.uri)
+  from ml_metadata.metadata_store import metadata_store
+  (output,) = metadata_store.MetadataStore(connection).get_artifacts_by_type("ModelEvaluation")
+  (seconds,) = harness.execution_seconds(connection, "Evaluator").values()
+  return seconds, output.uri
 
 
 # The features the pipeline slices by. The corrupted examples' own default to a value none of
@@ -128,8 +127,9 @@ def _slice_masks(features: dict) -> dict:
   return masks
 
 
-def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
-  start = time.time()
+def direct_metrics(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
+  """(examples, {(output, slice): metrics}) of the serving signature called in this process
+  and numpy's metrics."""
   serve = tf.saved_model.load(model_dir).signatures["serving_default"]
   files = sorted(f for split in SPLITS
                  for f in tf.io.gfile.glob(os.path.join(examples_uri, f"Split-{split}", "*")))
@@ -151,28 +151,11 @@ def direct_seconds(model_dir: str, examples_uri: str, num_bins: int) -> tuple:
     for slice_, mask in masks.items():
       metrics[(output, slice_)] = reference_metrics.metrics(probabilities[mask],
                                                         features["label"][mask], num_bins)
-  return time.time() - start, len(features["label"]), metrics
+  return len(features["label"]), metrics
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--output_dir", default="outputs",
-                      help="a `make run` output directory (default %(default)s, make run's)")
-  parser.add_argument("--examples_per_corruption", type=int, default=0,
-                      help=field_help(EvaluationConfig)["examples_per_corruption"]
-                      + " Here the default is 0.")
-  parser.add_argument("--beam_running_mode", default=BeamConfig.beam_running_mode,
-                      help=field_help(BeamConfig)["beam_running_mode"]
-                      + " Here: the Evaluator's.")
-  parser.add_argument("--inference_batch_size", type=int,
-                      default=PipelineConfig().trainer.training.eval_batch_size,
-                      help="rows the Evaluator regroups its input batches to before calling "
-                           "the model (default %(default)s, the pipeline's: the trainer's "
-                           "eval_batch_size); 0: Beam's own adaptive batches")
-  parser.add_argument("--direct_runs", type=int, default=2,
-                      help="runs of the direct path; the fastest is the baseline (default "
-                           "%(default)s)")
-  return parser
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def main():
@@ -181,7 +164,7 @@ def main():
   if args.direct_runs < 1:
     parser.error("--direct_runs must be >= 1")
   config = from_preset().replace(output_dir=args.output_dir,
-                                        beam_running_mode=args.beam_running_mode)
+                                 beam_running_mode=args.beam_running_mode)
   model = RunRecord(config).candidate_model()
   if model is None:
     raise SystemExit(f"No trained model in {config.runner.metadata_path}; run `make run` first.")
@@ -190,34 +173,31 @@ def main():
     examples_uri = os.path.join(work, "evaluation_set")
     count = build_evaluation_set(config, args.examples_per_corruption, examples_uri)
     print(f"Evaluation set: {count} examples; model {model_dir}", flush=True)
-    direct_times, direct_cpu = [], []
-    for _ in range(args.direct_runs):
-      cpu = cpu_seconds()
-      direct_time, direct_count, direct = direct_seconds(model_dir, examples_uri,
-                                                         config.trainer.calibration.num_bins)
-      direct_times.append(direct_time)
-      direct_cpu.append(cpu_seconds() - cpu)
-      assert direct_count == count
-    cpu = cpu_seconds()
-    evaluator_time, evaluation_uri = evaluator_seconds(config, model.uri, examples_uri, work,
-                                                       args.inference_batch_size)
-    evaluator_cpu = cpu_seconds() - cpu
+    direct_runs = [harness.timed(direct_metrics, model_dir, examples_uri,
+                                 config.trainer.calibration.num_bins)
+                   for _ in range(args.direct_runs)]
+    assert all(run.value[0] == count for run in direct_runs)
+    evaluator = harness.timed(run_evaluator, config, model.uri, examples_uri, work,
+                              args.inference_batch_size)
+    evaluator_time, evaluation_uri = evaluator.value
     tfma_values = tfma_results.load_metrics(evaluation_uri)
-  direct_time = min(direct_times)
+  direct_time = min(run.wall for run in direct_runs)
+  direct = direct_runs[0].value[1]
   clean = ((evaluation_set.EVAL_SET_KEY, evaluation_set.EVAL),)
   mine = direct[(PROBABILITIES_KEY, ("eval_set", evaluation_set.EVAL))]
   print(f"\nclean eval, temperature-scaled: TFMA accuracy "
         f"{tfma_results.metric(tfma_values, clean, PROBABILITIES_KEY, ACCURACY_NAME):.6f} "
         f"ECE {tfma_results.metric(tfma_values, clean, PROBABILITIES_KEY, 'ece'):.6f} | numpy "
         f"accuracy {mine['accuracy']:.6f} ECE {mine['ece']:.6f}")
-  print(f"Evaluator component (TFMA, Beam): {evaluator_time:7.1f} s  "
-        f"{count / evaluator_time:8.1f} examples/s  {evaluator_cpu:.1f} CPU s")
-  print(f"model call + numpy metrics:       {direct_time:7.1f} s  "
-        f"{count / direct_time:8.1f} examples/s  ({len(direct)} slice x output metric sets; "
-        f"runs {', '.join(f'{t:.1f}' for t in direct_times)} s, "
-        f"{', '.join(f'{c:.1f}' for c in direct_cpu)} CPU s)")
+  print(harness.table(["path", "wall s", "examples/s", "CPU s"], [
+      ("Evaluator component (TFMA, Beam)", f"{evaluator_time:.1f}",
+       f"{count / evaluator_time:.1f}", f"{evaluator.cpu:.1f}"),
+      (f"model call + numpy metrics ({len(direct)} slice x output metric sets; runs "
+       f"{', '.join(f'{run.wall:.1f}' for run in direct_runs)} s)", f"{direct_time:.1f}",
+       f"{count / direct_time:.1f}", ", ".join(f"{run.cpu:.1f}" for run in direct_runs))]))
   print(f"ratio Evaluator / direct: {direct_time / evaluator_time:.2f}x wall (the fastest direct "
-        f"run), {min(direct_cpu) / evaluator_cpu:.2f}x CPU; load {os.getloadavg()[0]:.1f}")
+        f"run), {min(run.cpu for run in direct_runs) / evaluator.cpu:.2f}x CPU; "
+        f"{harness.load_average()}")
 
 
 if __name__ == "__main__":

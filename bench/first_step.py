@@ -9,19 +9,21 @@ after it, their medians, the ratio, and whether both traces give the same losses
 
   .venv/bin/python bench/first_step.py --output_dir outputs
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 _STEADY_STEPS = 5
+FLAGS = (harness.output_dir("a finished single-model run's output directory"),
+         harness.repeats(2),
+         harness.Flag("child", None, "the variant this process measures", hidden=True,
+                      choices=("autograph", "plain")))
 
 
 def measure(output_dir: str, autograph: bool) -> dict:
@@ -45,25 +47,24 @@ def measure(output_dir: str, autograph: bool) -> dict:
   batches = iter(
       strategy.distribute_datasets_from_function(lambda context: data.training_batches(
           files, spec, config, config.training.per_core_batch_size, 0, context)))
-  start = time.perf_counter()
-  losses = [float(step(batches))]
-  first = time.perf_counter() - start
-  start = time.perf_counter()
-  losses += [float(step(batches)) for _ in range(_STEADY_STEPS)]
-  return {"first": first, "steady": (time.perf_counter() - start) / _STEADY_STEPS,
-          "losses": losses, "policy": training.precision_policy}
+  first = harness.timed(lambda: [float(step(batches))])
+  steady = harness.timed(lambda: [float(step(batches)) for _ in range(_STEADY_STEPS)])
+  return {"first": first.wall, "steady": steady.wall / _STEADY_STEPS,
+          "losses": first.value + steady.value, "policy": training.precision_policy}
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--output_dir", default="outputs",
-                      help="a finished single-model run's output directory (default "
-                           "%(default)s, make run's)")
-  parser.add_argument("--repeats", type=int, default=2,
-                      help="fresh processes per variant, alternating; the median counts "
-                           "(default %(default)s)")
-  parser.add_argument("--child", choices=("autograph", "plain"), help=argparse.SUPPRESS)
-  return parser
+def in_child(output_dir: str, variant: str) -> dict:
+  """measure() in a fresh process (TensorFlow caches conversions within a process)."""
+  output = subprocess.run([sys.executable, __file__, "--output_dir", output_dir, "--child",
+                           variant], capture_output=True, text=True, check=True)
+  result = json.loads(output.stdout.strip().splitlines()[-1])
+  print(f"{variant:>9}: first step {result['first']:.2f} s, then {result['steady']:.3f} s per "
+        f"step ({result['policy']}; {harness.load_average()})", flush=True)
+  return result
+
+
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def main():
@@ -71,15 +72,9 @@ def main():
   if args.child:
     print(json.dumps(measure(args.output_dir, args.child == "autograph")))
     return
-  results = {"plain": [], "autograph": []}
-  for _ in range(args.repeats):
-    for variant in ("autograph", "plain"):
-      output = subprocess.run([sys.executable, __file__, "--output_dir", args.output_dir,
-                               "--child", variant], capture_output=True, text=True, check=True)
-      result = json.loads(output.stdout.strip().splitlines()[-1])
-      results[variant].append(result)
-      print(f"{variant:>9}: first step {result['first']:.2f} s, then {result['steady']:.3f} s "
-            f"per step ({result['policy']}; load {os.getloadavg()[0]:.1f})", flush=True)
+  runs = harness.alternate({variant: lambda variant=variant: in_child(args.output_dir, variant)
+                            for variant in ("autograph", "plain")}, args.repeats)
+  results = {variant: [run.value for run in timed] for variant, timed in runs.items()}
   first = {k: statistics.median(r["first"] for r in v) for k, v in results.items()}
   steady = {k: statistics.median(r["steady"] for r in v) for k, v in results.items()}
   same = all(r["losses"] == results["plain"][0]["losses"] for v in results.values() for r in v)

@@ -10,64 +10,52 @@ check. To measure what that costs here:
   .venv/bin/pip install --no-deps --target /tmp/api-core-2.29 google-api-core==2.29.0
   .venv/bin/python bench/startup.py --other_api_core /tmp/api-core-2.29
 """
-import argparse
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS, which the probes inherit.
 
 _PROBE = "import tfx.v1, google.api_core, sys; print(google.api_core.__version__, file=sys.stderr)"
+FLAGS = (harness.Flag("other_api_core", "", "a directory holding another google-api-core (pip "
+                      "install --target); without it, only the locked environment is timed"),
+         harness.repeats(3, "after one untimed warm-up import, the median counts"))
 
 
-def import_seconds(extra_path: str = "") -> tuple:
-  """(wall seconds, google-api-core version) of importing TFX in a fresh interpreter."""
+def import_version(extra_path: str = "") -> str:
+  """The google-api-core version a fresh interpreter imports with TFX, `extra_path` first."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   if extra_path:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, env.get("PYTHONPATH", "")]))
-  start = time.perf_counter()
   done = subprocess.run([sys.executable, "-W", "ignore", "-c", _PROBE], env=env, check=True,
                         capture_output=True, text=True)
-  return time.perf_counter() - start, done.stderr.strip().splitlines()[-1]
+  return done.stderr.strip().splitlines()[-1]
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--other_api_core", default="",
-                      help="a directory holding another google-api-core (pip install --target); "
-                           "without it, only the locked environment is timed")
-  parser.add_argument("--repeats", type=int, default=3,
-                      help="fresh processes per variant, after one untimed warm-up import; the "
-                           "median counts (default %(default)s)")
-  return parser
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def main():
   args = build_parser().parse_args()
-  variants = {"locked": ""}
+  paths = {"locked": ""}
   if args.other_api_core:
-    variants["other"] = args.other_api_core
-  times = {name: [] for name in variants}
-  versions = {}
-  import_seconds()  # Warms the page cache, so the first variant is not charged for it.
-  for _ in range(args.repeats):
-    for name, path in variants.items():
-      seconds, versions[name] = import_seconds(path)
-      times[name].append(seconds)
-  for name in variants:
-    print(f"import tfx.v1, google-api-core {versions[name]:8s} "
-          f"{' '.join(f'{s:.2f}' for s in times[name])} s; median "
-          f"{statistics.median(times[name]):.2f} s")
+    paths["other"] = args.other_api_core
+  import_version()  # Warms the page cache, so the first variant is not charged for it.
+  runs = harness.alternate({name: lambda path=path: import_version(path)
+                            for name, path in paths.items()}, args.repeats)
+  medians = {name: statistics.median(run.wall for run in timed) for name, timed in runs.items()}
+  print(harness.table(["variant", "google-api-core", "import tfx.v1, s", "median, s"], [
+      (name, timed[0].value, " ".join(f"{run.wall:.2f}" for run in timed), f"{medians[name]:.2f}")
+      for name, timed in runs.items()]))
   if args.other_api_core:
-    locked, other = statistics.median(times["locked"]), statistics.median(times["other"])
-    print(f"ratio other / locked: {other / locked:.2f}x ({other - locked:+.2f} s a process); "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"ratio other / locked: {medians['other'] / medians['locked']:.2f}x "
+          f"({medians['other'] - medians['locked']:+.2f} s a process); {harness.load_average()}")
 
 
 if __name__ == "__main__":

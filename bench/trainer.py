@@ -1,6 +1,7 @@
 """Training throughput: trainer_module's loop against a bare tf.function GradientTape loop.
 
-Both train the same Wide ResNet (trainer_module.model) with the same optimizer on the same
+Both train the same Wide ResNet (trainer_module.model, Uncertainty Baselines' plain network:
+no AugMix, spectral normalisation or SNGP layer) with the same optimizer on the same
 transformed TFRecords (random 32x32x3 images, normalised, gzipped like Transform's output):
 
 - trainer_module: `train.Training` + `train.fit` over `data.training_batches` under the
@@ -25,16 +26,14 @@ float32 only.
   make bench-trainer                                  # WRN-16-4 and WRN-28-10
   make bench-trainer ARGS="--models 16-4 --steps 10 --accuracy_epochs 3"
 """
-import argparse
 import contextlib
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import numpy as np  # noqa: E402
@@ -44,6 +43,7 @@ import tf_keras as keras  # noqa: E402
 from components import image_sources  # noqa: E402
 from pipeline.config import from_preset  # noqa: E402
 from trainer_module import data, distribution, preprocessing  # noqa: E402
+from testing.tiny_config import plain_trainer  # noqa: E402
 from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY  # noqa: E402
 from trainer_module.model import wide_resnet  # noqa: E402
@@ -52,6 +52,17 @@ from trainer_module.training_loop import Training, fit, make_optimizer  # noqa: 
 FEATURE_SPEC = {IMAGE_KEY: tf.io.FixedLenFeature(IMAGE_SHAPE, tf.float32),
                 LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
 BATCH = {"16-4": 64, "28-10": 32}
+FLAGS = (harness.Flag("models", "16-4,28-10", "comma-separated Wide ResNets (depth-width) whose "
+                      f"training throughput is measured, of {', '.join(sorted(BATCH))} (default: "
+                      "both)"),
+         harness.Flag("steps", None, "timed training steps per loop (default: 20 for 16-4, 12 "
+                      "for 28-10)", type=int),
+         harness.Flag("warmup", 2, "untimed steps (tracing, allocation) before the timed ones "
+                      "(default %(default)s)"),
+         harness.Flag("accuracy_model", "16-2", "depth-width of the digits accuracy run "
+                      "(default %(default)s, the pipeline's)"),
+         harness.Flag("accuracy_epochs", 15, "epochs of the digits accuracy run per precision "
+                      "(default %(default)s; 0: skip it)"))
 
 
 def write_records(path: str, count: int) -> None:
@@ -82,12 +93,8 @@ def peak_flops(fn, args, flops: int, repeats: int = 5, trials: int = 3) -> float
   """The best of `trials` timings of `repeats` calls of tf.function(fn) (all cores)."""
   compiled = tf.function(fn)
   compiled(*args).numpy()
-  best = float("inf")
-  for _ in range(trials):
-    start = time.perf_counter()
-    for _ in range(repeats):
-      compiled(*args).numpy()
-    best = min(best, time.perf_counter() - start)
+  best = min(harness.timed(lambda: [compiled(*args).numpy() for _ in range(repeats)]).wall
+             for _ in range(trials))
   return flops * repeats / best
 
 
@@ -133,12 +140,9 @@ def trainer_module_seconds(config: TrainerConfig, files, warmup: int, steps: int
     fit(training, batches, None, writer)
 
   run_until(warmup)
-  start = time.perf_counter()
-  run_until(warmup + steps)
-  seconds = time.perf_counter() - start
-  start = time.perf_counter()  # fit ends with a checkpoint: time one more, the same size.
-  training.checkpoints.save(training.step)
-  return seconds, time.perf_counter() - start
+  seconds = harness.timed(run_until, warmup + steps).wall
+  # fit ends with a checkpoint: time one more, the same size.
+  return seconds, harness.timed(training.checkpoints.save, training.step).wall
 
 
 def bare_loop_seconds(config: TrainerConfig, files, warmup: int, steps: int) -> float:
@@ -163,14 +167,13 @@ def bare_loop_seconds(config: TrainerConfig, files, warmup: int, steps: int) -> 
     return loss
 
   batches = iter(dataset)
-  for _ in range(warmup):
-    loss = train_step(*next(batches))
-  float(loss)  # Drain before timing.
-  start = time.perf_counter()
-  for _ in range(steps):
-    loss = train_step(*next(batches))
-  float(loss)
-  return time.perf_counter() - start
+
+  def run(count):
+    for _ in range(count):
+      loss = train_step(*next(batches))
+    float(loss)  # Drained: the steps are done.
+  run(warmup)
+  return harness.timed(run, steps).wall
 
 
 def write_digits(directory: str) -> tuple:
@@ -213,32 +216,21 @@ def digits_accuracy(config: TrainerConfig, train_file: str, eval_file: str,
   eval_batches = strategy.distribute_datasets_from_function(
       lambda context: data.eval_batches([eval_file], FEATURE_SPEC, config.training.eval_batch_size,
                                         context))
-  start = time.perf_counter()
-  metrics = fit(training, batches, eval_batches, tf.summary.create_noop_writer())
-  return metrics["eval/accuracy"], time.perf_counter() - start
+  trained = harness.timed(fit, training, batches, eval_batches, tf.summary.create_noop_writer())
+  return trained.value["eval/accuracy"], trained.wall
 
 
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--models", nargs="+", default=["16-4", "28-10"], choices=sorted(BATCH),
-                      help="Wide ResNets (depth-width) whose training throughput is measured "
-                           "(default: both)")
-  parser.add_argument("--steps", type=int, default=None,
-                      help="timed training steps per loop (default: 20 for 16-4, 12 for 28-10)")
-  parser.add_argument("--warmup", type=int, default=2,
-                      help="untimed steps (tracing, allocation) before the timed ones "
-                           "(default %(default)s)")
-  parser.add_argument("--accuracy_model", default="16-2",
-                      help="depth-width of the digits accuracy run (default %(default)s, the "
-                           "pipeline's)")
-  parser.add_argument("--accuracy_epochs", type=int, default=15,
-                      help="epochs of the digits accuracy run per precision (default "
-                           "%(default)s; 0: skip it)")
-  return parser
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def main():
-  args = build_parser().parse_args()
+  parser = build_parser()
+  args = parser.parse_args()
+  models = [name for name in args.models.split(",") if name]
+  unknown = [name for name in models if name not in BATCH]
+  if unknown:
+    parser.error(f"--models: {unknown} unknown; known: {', '.join(sorted(BATCH))}")
   units, onednn = distribution.cpu_bfloat16_units(), distribution.onednn_enabled()
   native_bf16 = bool(units) and onednn
   print(f"native bfloat16: {'yes' if native_bf16 else 'no'} (CPU flags: "
@@ -260,10 +252,10 @@ def main():
   with tempfile.TemporaryDirectory() as scratch:
     files = [os.path.join(scratch, "train.gz")]
     write_records(files[0], 512)
-    for name in args.models:
+    for name in models:
       depth, width = (int(v) for v in name.split("-"))
       steps = args.steps or {"16-4": 20, "28-10": 12}[name]
-      config = TrainerConfig().replace(depth=depth,
+      config = plain_trainer(depth=depth,
                                        width_multiplier=width,
                                        per_core_batch_size=BATCH[name],
                                        train_epochs=200,
@@ -285,22 +277,24 @@ def main():
       depth, width = (int(v) for v in args.accuracy_model.split("-"))
       train_file, eval_file = write_digits(scratch)
       for policy in policies:
-        config = TrainerConfig().replace(depth=depth, width_multiplier=width,
+        config = plain_trainer(depth=depth, width_multiplier=width,
                                train_epochs=args.accuracy_epochs, log_every_steps=10 ** 6,
                                checkpoint_interval=-1)
         with precision_policy(policy):
           accuracies[policy] = digits_accuracy(config, train_file, eval_file,
                                                os.path.join(scratch, "digits", policy))
-  print(f"\n{'model':<9}{'policy':>15}{'batch':>6}{'steps':>6}{'bare img/s':>11}"
-        f"{'trainer img/s':>14}{'ratio':>7}{'w/o last ckpt':>14}{'ratio':>7}{'ckpt s':>7}"
-        f"{'GFLOP/s':>9}{'of peak':>8}{'vs f32':>7}")
   float32_speed = {}
+  table = []
   for name, policy, batch, steps, bare, ours, ours_steps, checkpoint, flops, peak in rows:
     float32_speed.setdefault(name, ours_steps)
-    print(f"WRN-{name:<5}{policy:>15}{batch:>6}{steps:>6}{bare:>11.1f}{ours:>14.1f}"
-          f"{ours / bare:>7.2f}{ours_steps:>14.1f}{ours_steps / bare:>7.2f}{checkpoint:>7.1f}"
-          f"{ours_steps * flops / 1e9:>9.1f}{ours_steps * flops / peak:>8.0%}"
-          f"{ours_steps / float32_speed[name]:>6.2f}x")
+    table.append((f"WRN-{name}", policy, batch, steps, f"{bare:.1f}", f"{ours:.1f}",
+                  f"{ours / bare:.2f}", f"{ours_steps:.1f}", f"{ours_steps / bare:.2f}",
+                  f"{checkpoint:.1f}", f"{ours_steps * flops / 1e9:.1f}",
+                  f"{ours_steps * flops / peak:.0%}", f"{ours_steps / float32_speed[name]:.2f}x"))
+  print()
+  print(harness.table(["model", "policy", "batch", "steps", "bare img/s", "trainer img/s",
+                       "ratio", "w/o last ckpt", "ratio", "ckpt s", "GFLOP/s", "of peak",
+                       "vs f32"], table))
   if accuracies:
     print(f"\ndigits, WRN-{args.accuracy_model}, {args.accuracy_epochs} epochs from the same "
           "seed (eval split):")

@@ -1,7 +1,9 @@
 """Warm start and transfer on the embedded digits, with the standalone trainer as it runs.
 
-Default local model (WRN-16-2, 15 epochs, batch 64) on the pipeline's digits train/eval split
-(split by key as ImageDatasetExampleGen does; one Transform pass over train + eval):
+The digits preset's size (WRN-16-2, 15 epochs, batch 64) of Uncertainty Baselines' plain network
+(testing/tiny_config.PLAIN: no AugMix, spectral normalisation or SNGP layer) on the pipeline's
+digits train/eval split (split by key as ImageDatasetExampleGen does; one Transform pass over
+train + eval):
 
 1. scratch: 15 epochs from scratch, exported: "the model in production".
 2. warm: warm_start=<that SavedModel> for warm_start_epochs (default: a quarter of 15 = 3)
@@ -18,7 +20,6 @@ work directory.
 
   .venv/bin/python bench/warm_start.py [--transfer_steps 10,30]
 """
-import argparse
 import os
 import re
 import shutil
@@ -28,20 +29,30 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import cli  # noqa: E402
+from bench import harness  # noqa: E402
 
 import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 import tensorflow as tf  # noqa: E402
 
 from components.image_sources import digits_records  # noqa: E402
+from testing.tiny_config import PLAIN_FLAGS, plain_trainer  # noqa: E402
 from testing.transform_runs import run_transform  # noqa: E402
-from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import LABEL_KEY  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODEL = ["--depth=16", "--width_multiplier=2", "--train_epochs=15", "--log_every_steps=50"]
+MODEL = ["--depth=16", "--width_multiplier=2", "--train_epochs=15", "--log_every_steps=50",
+         *PLAIN_FLAGS]
 _EPOCH = re.compile(r"epoch (\d+) .*eval/accuracy (\S+)\s+eval/nll (\S+)")
 _STEPS = re.compile(r"for (\d+) steps \((\d+) per epoch")
+FLAGS = (harness.Flag("transfer_steps", "10,30", "comma-separated training step counts of the "
+                      "5-class transfer runs, each run from scratch and warm-started (default "
+                      "%(default)s)"),
+         harness.Flag("keep", False, "keep the work directory of transformed data, checkpoints "
+                      "and models (default: deleted at the end)"))
+
+
+def build_parser():
+  return harness.parser(__doc__, *FLAGS)
 
 
 def transformed_digits(work_dir):
@@ -51,7 +62,7 @@ def transformed_digits(work_dir):
     for key, png, label in digits_records(split, 0.15, 0.15):
       raw.append({"image": png, "label": label, "key": key})
       split_of[key] = split
-  _, transform_dir = run_transform(raw, TrainerConfig().transform_options(), work_dir,
+  _, transform_dir = run_transform(raw, plain_trainer().transform_options(), work_dir,
                                    ["--direct_running_mode=in_memory"])
   spec = tf.io.FixedLenFeature([], tf.string)
   writers = {s: tf.io.TFRecordWriter(os.path.join(work_dir, f"{s}.gz"), "GZIP")
@@ -96,17 +107,6 @@ def train(name, files, transform_dir, output_dir, *flags):
   steps = int(_STEPS.search(result.stderr).group(1))
   epochs = {int(e): (float(a), float(n)) for e, a, n in _EPOCH.findall(result.stderr)}
   return final, steps, epochs
-
-
-def build_parser() -> argparse.ArgumentParser:
-  parser = cli.script_parser(__doc__)
-  parser.add_argument("--transfer_steps", default="10,30",
-                      help="comma-separated training step counts of the 5-class transfer runs, "
-                           "each run from scratch and warm-started (default %(default)s)")
-  parser.add_argument("--keep", action="store_true",
-                      help="keep the work directory of transformed data, checkpoints and "
-                           "models (default: deleted at the end)")
-  return parser
 
 
 def main():

@@ -264,7 +264,7 @@ FIT_REACH_QUANTILE = 0.95  # Beyond this quantile of the validation shift's z, f
 
 def _distance_section(report_dir: str, calibration: Optional[dict],
                       served: Optional[Dict[str, ServedImages]]) -> List[str]:
-  """For a T that follows the distance score (distance_curve, distance_detail_curve): the fitted
+  """For a T that follows the distance score (distance_detail_curve): the fitted
   T against the score (at a typical detail), over histograms of the scores of the clean eval
   images and the validation shift (recorded by the fit) and of the clean and corrupted test
   images per family (served by the candidate); and how the test images beyond the fit's reach

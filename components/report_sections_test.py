@@ -108,46 +108,20 @@ def test_the_temperature_section_reports_the_validation_shift_apart_from_the_cor
   assert "| corrupted, mean over slices (cNLL, cECE) | n/a | n/a | n/a | n/a | | |" in lines
 
 
-def test_the_temperature_section_says_where_an_in_support_temperature_applies():
+def test_a_distance_map_is_described_and_charted_where_it_sharpens_and_softens(tmp_path):
   calibration = _validation_fit(
-      temperature_fit="in_support", temperature=0.39, support_radius=14.25,
-      validation_inside_support=0.41, validation_nll_before=0.6, validation_nll_after=0.56,
-      validation_ece_before=0.14, validation_ece_after=0.11)
-  lines = report_sections._temperature_section(  # pylint: disable=protected-access
-      _SETTINGS, {}, calibration)
-  text = "\n".join(lines)
-  assert "T = 0.3900 for inputs whose penultimate features lie within Mahalanobis distance " \
-         "14.25 of the nearest training class mean" in text
-  assert "the raw softmax (T = 1) beyond" in text
-  assert "41% of them within the radius" in text
-  assert ("| validation shift (eval images, validation corruptions; chose T) | 0.6000 | 0.5600 | "
-          "0.1400 | 0.1100 | | |") in lines
-
-
-def test_an_ensembles_in_support_temperature_is_described_as_its_members_union():
-  calibration = _validation_fit(
-      temperature_fit="in_support", temperature=0.39, support_radius=[14.25, 12.5],
-      validation_inside_support=0.41, validation_nll_before=0.6, validation_nll_after=0.56,
-      validation_ece_before=0.14, validation_ece_after=0.11)
-  text = "\n".join(report_sections._temperature_section(  # pylint: disable=protected-access
-      _SETTINGS, {}, calibration))
-  assert ("T = 0.3900 for inputs whose penultimate features, in some member's own feature "
-          "space, lie within that member's Mahalanobis distance of its nearest training class "
-          "mean (the farthest clean eval image's: 14.25, 12.50), the raw softmax (T = 1) "
-          "beyond") in text
-
-
-def test_a_distance_curve_is_described_and_charted_where_it_sharpens_and_softens(tmp_path):
-  calibration = _validation_fit(
-      temperature_fit="distance_curve", temperature=float(np.exp(-1.0)), support_radius=14.25,
-      distance_curve={"log_temperature": -1.0, "slope": 0.2},
-      eval_distance_scores=[-1.0, 0.0, 1.0],
+      temperature_fit="distance_detail_curve", temperature=float(np.exp(-1.0)),
+      support_radius=14.25, distance_curve={"log_temperature": -1.0, "slope": 0.2,
+                                            "detail_slope": 0.0},
+      detail_scale={"mean": -0.4, "std": 0.3},
+      eval_distance_scores=[-1.0, 0.0, 1.0], eval_detail_scores=[0.0, 0.0, 0.0],
       validation_distance_scores=[1.0, 2.0, 8.0, 9.0],
+      validation_detail_scores=[0.0, 0.0, 0.0, 0.0],
       validation_slices=["spatter_1", "saturate_2", "spatter_5", "speckle_noise_4"])
   text = "\n".join(report_sections._temperature_section(  # pylint: disable=protected-access
       _SETTINGS, {}, calibration))
-  assert "T(x) = exp(-1.0000 + 0.2000 z(x))" in text
-  assert "A typical eval image (z = 0) gets T = 0.3679" in text
+  assert "T(x) = exp(-1.0000 + 0.2000 z(x) +0.0000 s(x))" in text
+  assert "A typical eval image (z = 0, s = 0) gets T = 0.3679" in text
   noise = report_sections.ServedImages(scores=np.array([10.0, 12.0, 1.0]),
                                        confidence=np.array([0.9, 0.6, 0.99]),
                                        correct=np.array([True, False, True]))

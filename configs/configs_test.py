@@ -1,10 +1,12 @@
-"""Presets: each builds a valid config; --config picks one and flags override it."""
+"""Presets: each builds a valid config from the dataclasses' defaults, states only what it
+changes, and --config picks one (its defaults in --help too); flags override it."""
 import pytest
 
 import configs
-from configs.shared import PIPELINE_MODEL
+from configs import groups
 from local_runner import runner as local_runner
 from pipeline.config import PipelineConfig, from_flags, from_preset
+from trainer_module.config import TrainerConfig
 
 
 @pytest.mark.parametrize("name", configs.PRESETS)
@@ -15,21 +17,48 @@ def test_every_preset_is_plain_data_that_makes_a_valid_config(name):
              for value in fields.values())
   config = from_preset(name)
   assert config == from_flags([f"--config={name}"]) == PipelineConfig().replace(**fields)
-  assert config.trainer.augmentation.augmix  # The pipeline's AugMix is on in every preset.
-  # An ensemble's members are chosen under the validation shift in every preset.
+  # The robustness settings are the defaults' in every preset: AugMix, spectral normalisation,
+  # the map by distance and detail, members chosen under the validation shift.
+  defaults = TrainerConfig()
+  assert config.trainer.augmentation == defaults.augmentation
+  assert (config.trainer.calibration.temperature_fit
+          == defaults.calibration.temperature_fit == "distance_detail_curve")
+  assert config.trainer.model.spectral_norm_bound == defaults.model.spectral_norm_bound > 0
   assert config.ensemble.ensemble_objective == "shift_nll"
-  # So are spectrally normalised convolutions.
-  assert config.trainer.model.spectral_norm_bound == PIPELINE_MODEL["spectral_norm_bound"] > 0
-  # And SNGP's output layer over them, at the width its kernel scale was chosen for (the
-  # digits' WRN-16-2); the WRN-28-10 presets keep the dense head.
-  assert PIPELINE_MODEL["output_layer"] == "sngp"
-  expected = "dense" if config.trainer.model.depth == 28 else "sngp"
-  assert config.trainer.model.output_layer == expected
-  # Each image centred on its own mean, chosen on the digits: the WRN-28-10 presets keep
-  # UB's inputs.
-  assert PIPELINE_MODEL["per_image_normalization"] == "centering"
-  expected = "none" if config.trainer.model.depth == 28 else "centering"
-  assert config.trainer.model.per_image_normalization == expected
+  # SNGP's layer and centring were chosen at the digits' width: the WRN-28-10 presets keep UB's
+  # dense head and inputs.
+  wide = config.trainer.model.depth == 28
+  assert config.trainer.model.output_layer == ("dense" if wide else "sngp")
+  assert config.trainer.model.per_image_normalization == ("none" if wide else "centering")
+
+
+@pytest.mark.parametrize("name", configs.PRESETS)
+def test_a_preset_states_only_what_differs_from_the_defaults(name):
+  defaults = groups.flatten(PipelineConfig())
+  same = {field: value for field, value in configs.get_config(name).items()
+          if value == defaults[field]}
+  assert not same, f"{name} restates the defaults' {same}"
+
+
+def test_help_shows_the_values_the_chosen_preset_uses(capsys):
+  assert local_runner.main(["--config=wrn28_10_cifar10", "--help"]) == 0
+  flagship = capsys.readouterr().out
+  assert "--output_layer  (default: 'dense')" in flagship
+  assert "--dataset  (default: 'cifar10')" in flagship
+  assert local_runner.main(["--help"]) == 0
+  digits = capsys.readouterr().out
+  assert "--output_layer  (default: 'sngp')" in digits and "--depth  (default: 16)" in digits
+  assert "--config  (default: 'local_digits')" in digits
+  assert local_runner.main(["--help", "--config=nope"]) == 2
+  assert "config='nope': must be one of" in capsys.readouterr().err
+
+
+def test_kubeflows_help_shows_the_cluster_preset_or_the_one_chosen(capsys):
+  from kubeflow import cli
+  assert cli.main(["--help"]) == 0
+  assert "--output_layer  (default: 'dense')" in capsys.readouterr().out
+  assert cli.main(["compile", "--config=local_digits", "--help"]) == 0
+  assert "--output_layer  (default: 'sngp')" in capsys.readouterr().out
 
 
 def test_without_config_the_local_digits_preset_is_used():
@@ -55,11 +84,9 @@ def test_the_flagship_and_cluster_presets_keep_the_original_recipe_on_cifar10():
   assert from_preset("kubeflow").runner.pipeline_name == "wrn-image-classifier"
 
 
-def test_presets_build_on_the_default_and_tiny_is_the_tests_size():
-  default = configs.get_config(configs.DEFAULT_PRESET)
-  for name in configs.PRESETS:
-    fields = configs.get_config(name)
-    assert set(default) <= set(fields)  # Every preset starts from the default...
+def test_tiny_builds_on_the_default_preset_and_kubeflow_on_the_flagship():
+  for base, name in (("local_digits", "tiny"), ("wrn28_10_cifar10", "kubeflow")):
+    assert set(configs.get_config(base)) <= set(configs.get_config(name))
   tiny = from_preset("tiny")
   assert (tiny.data.dataset, tiny.trainer.model.depth,
           tiny.trainer.model.width_multiplier) == ("digits", 10, 1)

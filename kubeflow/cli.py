@@ -86,7 +86,12 @@ def _required(flags: dict, name: str, example: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
   if not argv or argv[0] in ("-h", "--help") or "--help" in argv:
-    print(USAGE + cluster_config.usage("python -m kubeflow compile"))
+    flags = argv[1:] if argv and not argv[0].startswith("-") else argv  # After the command.
+    try:
+      print(USAGE + cluster_config.usage("python -m kubeflow compile", flags))
+    except ValueError as error:
+      print(f"error: {error}", file=sys.stderr)
+      return 2
     return 0
   command, args = argv[0], argv[1:]
   if command not in COMMAND_FLAGS:

@@ -485,9 +485,10 @@ def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None) -> Cl
   return config_lib.from_flags(argv, base, ClusterConfig, CLUSTER_PRESET)
 
 
-def usage(command: str) -> str:
-  """Every flag of a Kubeflow run, grouped, the cluster's too."""
-  return config_lib.usage(CLUSTER_PRESET, command, ClusterConfig)
+def usage(command: str, argv: Sequence[str] = ()) -> str:
+  """Every flag of a Kubeflow run, grouped, the cluster's too, with the defaults of the preset
+  `--config` among `argv` picks (else the cluster preset)."""
+  return config_lib.usage(config_lib.preset_named(argv, CLUSTER_PRESET), command, ClusterConfig)
 
 
 def _check_cluster_config(config: ClusterConfig) -> None:

@@ -160,7 +160,11 @@ def _raised_error(traceback_text: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
   if any(arg in ("-h", "--help") for arg in argv):
-    print(config_lib.usage())
+    try:  # The defaults of the preset --config picks.
+      print(config_lib.usage(config_lib.preset_named(argv)))
+    except ValueError as error:
+      print(f"error: {error}", file=sys.stderr)
+      return 2
     return 0
   try:
     cluster_flags = [name for name, _ in name_value_pairs(argv) if name in CLUSTER_FLAGS]

@@ -20,8 +20,8 @@ from configs.flags import (CONFIG_HELP, config_sections, describe_flags, name_va
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
 from trainer_module.calibration import registry as calibration_methods
-from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START,
-                                   WARM_START_FROM_PRODUCTION, TrainerConfig,
+from trainer_module.config import (DEFAULT_ENSEMBLE_OBJECTIVE, ENSEMBLE_OBJECTIVES,
+                                   NO_WARM_START, WARM_START_FROM_PRODUCTION, TrainerConfig,
                                    hyper_trials, require, require_finite)
 
 DATASETS = ("digits", "cifar10", "tfrecord", "image_dir")
@@ -136,7 +136,7 @@ class EnsembleConfig:
   hyper_trials: int = 1  # Trial Trainers to select the members from (>= ensemble_size).
   # What selection minimises: nll, acc or nll-acc on the eval split; shift_nll on it and each
   # validation corruption x severity slice, each candidate after its own T.
-  ensemble_objective: str = "nll"
+  ensemble_objective: str = DEFAULT_ENSEMBLE_OBJECTIVE
 
   def __post_init__(self):
     require(self.ensemble_size >= 1, "ensemble_size", self.ensemble_size, "must be >= 1")
@@ -317,10 +317,6 @@ class PipelineConfig:
       require(not tuning, "corruptions", ",".join(self.evaluation.corruptions),
               f"{tuning} choose the temperature (temperature_fit={fit}), so "
               "they cannot also be evaluated; leave them out or pick another temperature_fit")
-    require(self.ensemble.hyper_trials == 1 or calibration_methods.get(fit).for_ensembles,
-            "temperature_fit", fit, "is for single models: an ensemble's members saw different "
-            "AugMix views; with hyper_trials > 1, pass one of "
-            f"{calibration_methods.ENSEMBLE_NAMES}")
     require(trainer.training.mode == "train_and_eval", "mode", trainer.training.mode,
             "the pipeline's Trainer trains and evaluates (other modes are for the standalone "
             "`python -m trainer_module`)")
@@ -432,18 +428,28 @@ def from_preset(name: str = configs.DEFAULT_PRESET) -> PipelineConfig:
   return groups.build(PipelineConfig, configs.get_config(name))
 
 
+def preset_named(argv: Sequence[str], default_preset: str = configs.DEFAULT_PRESET) -> str:
+  """The preset `--config=NAME` among `argv` picks (-h and --help left aside), else
+  `default_preset`; a name configs/ does not have is refused."""
+  presets = [value for name, value in name_value_pairs([arg for arg in argv
+                                                        if arg not in ("-h", "--help")])
+             if name == CONFIG_FLAG]
+  name = presets[0] if presets else default_preset
+  configs.get_config(name)  # Refuses an unknown name, naming the flag.
+  return name
+
+
 def from_flags(argv: Sequence[str], base: Optional[PipelineConfig] = None,
                config_class: type = PipelineConfig,
                default_preset: str = configs.DEFAULT_PRESET) -> PipelineConfig:
   """The run's config: `--config=NAME`'s preset (else `base`, else `default_preset`) with
   `--field value` / `--field=value` flags (or `--group.field=value`) over it, built once."""
   pairs = name_value_pairs(argv)
-  presets = [value for name, value in pairs if name == CONFIG_FLAG]
   flags = parse_config_flags([f"--{name}={value}" for name, value in pairs
                               if name != CONFIG_FLAG], config_class)
-  if presets or base is None:
+  if any(name == CONFIG_FLAG for name, _ in pairs) or base is None:
     return groups.build(config_class, {
-        **configs.get_config(presets[0] if presets else default_preset), **flags})
+        **configs.get_config(preset_named(argv, default_preset)), **flags})
   return groups.build(config_class, flags, base)
 
 

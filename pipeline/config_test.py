@@ -14,9 +14,8 @@ import pytest
 
 from trainer_module import reference_corruptions
 from local_runner import runner as local_runner
-from configs.shared import PIPELINE_AUGMIX
-from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, check_runs_here, from_flags,
-                             from_preset)
+from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, PipelineConfig, check_runs_here,
+                             from_flags, from_preset)
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 from trainer_module.config import ModelConfig, TrainerConfig
 
@@ -30,12 +29,20 @@ def test_defaults_are_a_small_local_wrn_on_the_embedded_digits():
   assert os.path.isabs(config.runner.output_dir)
 
 
-def test_the_standalone_trainer_defaults_are_the_original_recipe():
+def test_the_trainer_defaults_are_the_original_recipe_with_the_robustness_settings():
   trainer = TrainerConfig()
   model, training = trainer.model, trainer.training
   assert (model.depth, model.width_multiplier, training.train_epochs) == (28, 10, 200)
   assert model.l2 == 2e-4 and training.base_learning_rate == 0.1
   assert training.lr_decay_epochs == (60, 120, 160) and training.lr_decay_ratio == 0.2
+  assert (model.spectral_norm_bound, model.output_layer, model.per_image_normalization) == (
+      0.25, "sngp", "centering")
+  assert trainer.calibration.temperature_fit == "distance_detail_curve"
+  # The pipeline's and the ensemble command's selection objective: one default.
+  from trainer_module.__main__ import EnsembleFlags
+  assert PipelineConfig().ensemble.ensemble_objective == "shift_nll"
+  assert EnsembleFlags(members=("m",), eval_files=("e",), transform_output="t",
+                       output_dir="o").ensemble_objective == "shift_nll"
 
 
 def test_flags_override_pipeline_and_trainer_fields_by_name():
@@ -72,17 +79,11 @@ def test_trainer_config_survives_the_trip_through_tfx_custom_config():
   assert TrainerConfig.from_dict(as_json_types) == trainer
 
 
-
-def test_a_config_recorded_before_per_image_normalization_existed_still_reads():
-  """Models, run records and compiled specs from before session 17 hold a boolean."""
-  recorded = TrainerConfig().to_dict()
-  del recorded["per_image_normalization"]
-  for old, new in ((True, "standardization"), (False, "none")):
-    config = TrainerConfig.from_dict({**recorded, "per_image_standardization": old})
-    assert config.model.per_image_normalization == new
-  with pytest.raises(ValueError, match="per_image_standardization .* and "
-                                       "per_image_normalization are both given"):
+def test_a_recorded_config_with_a_field_this_version_lacks_is_refused_by_name():
+  with pytest.raises(ValueError, match=r"Unknown trainer config field\(s\): "
+                                       r"\['per_image_standardization'\]"):
     TrainerConfig.from_dict({**TrainerConfig().to_dict(), "per_image_standardization": True})
+
 
 @pytest.mark.parametrize("flags, message", [
     (["--dataset=mnist"],
@@ -124,14 +125,15 @@ def test_a_config_recorded_before_per_image_normalization_existed_still_reads():
      "beam_running_mode='fast': must be one of ('auto', 'multi_processing',"),
     (["--beam_in_memory_max_examples=-1"], "beam_in_memory_max_examples=-1: must be >= 0"),
     (["--temperature_fit=corrupted"],
-     "temperature_fit='corrupted': must be one of ('validation_corruptions',"),
+     "temperature_fit='corrupted': must be one of ('distance_detail_curve', "
+     "'validation_corruptions', 'clean')"),
+    (["--per_image_normalization=standardization"],
+     "per_image_normalization='standardization': must be one of ('none', 'centering')"),
     (["--validation_corruption_examples=0"], "validation_corruption_examples=0: must be >= 1"),
     (["--ensemble_size=0"], "ensemble_size=0: must be >= 1"),
     (["--ensemble_size=4", "--hyper_trials=3"], "hyper_trials=3: must be >= ensemble_size (4)"),
     (["--ensemble_objective=brier"],
      "ensemble_objective='brier': must be one of ('nll', 'acc', 'nll-acc', 'shift_nll')"),
-    (["--temperature_fit=clean_and_augmix", "--hyper_trials=2"],
-     "temperature_fit='clean_and_augmix': is for single models"),
 ])
 def test_bad_values_are_rejected_naming_the_flag_its_value_and_the_rule_it_breaks(flags, message):
   with pytest.raises(ValueError) as error:
@@ -178,17 +180,15 @@ def test_the_default_robustness_set_is_the_15_benchmark_corruptions_in_four_fami
 
 
 def test_the_validation_corruptions_that_choose_the_temperature_are_never_evaluated():
-  # Every pipeline preset's, and the standalone trainer's.
   assert from_preset().trainer.calibration.temperature_fit == "distance_detail_curve"
-  assert TrainerConfig().calibration.temperature_fit == "validation_corruptions"
   with pytest.raises(ValueError, match=r"Invalid config value corruptions='contrast,spatter': "
                                        r"\['spatter'\] choose the temperature"):
     from_flags(["--corruptions=contrast,spatter"])
   config = from_flags(["--corruptions=contrast,spatter", "--temperature_fit=clean"])
   assert config.evaluation.corruptions == ("contrast", "spatter")
   with pytest.raises(ValueError, match=r"\['spatter'\] choose the temperature "
-                                       r"\(temperature_fit=in_support\)"):
-    from_flags(["--corruptions=contrast,spatter", "--temperature_fit=in_support"])
+                                       r"\(temperature_fit=validation_corruptions\)"):
+    from_flags(["--corruptions=contrast,spatter", "--temperature_fit=validation_corruptions"])
   with pytest.raises(ValueError, match=r"\(temperature_fit=distance_detail_curve\)"):
     from_flags(["--corruptions=contrast,spatter"])
   # The project's own validation corruption is in no robustness set, whatever the fit.
@@ -294,22 +294,19 @@ def test_help_lists_every_flag_with_its_default():
   assert "--width_multiplier" in result.stdout and "--tfrecord_dir" in result.stdout
 
 
-def test_augmix_flags_keep_the_original_names_and_the_standalone_trainer_its_defaults():
+def test_augmix_flags_keep_the_original_names_and_default_to_two_views_with_the_jsd_loss():
   trainer = TrainerConfig()
   augmix = trainer.augmentation
   assert (augmix.augmix, augmix.aug_count, augmix.augmix_prob_coeff, augmix.augmix_depth,
-          augmix.augmix_width) == (False, 1, 0.5, -1, 3)
-  assert trainer.augmentation.num_views == 0
+          augmix.augmix_width, augmix.augmix_view_sets) == (True, 2, 0.5, -1, 3, 4)
+  assert trainer.augmentation.num_views == 2
   assert from_flags(["--augmix=false"]).trainer.augmentation.num_views == 0
 
 
 def test_augmix_is_on_in_the_local_and_kubeflow_presets():
   cluster = from_preset("kubeflow")
   for trainer in (from_flags([]).trainer, cluster.trainer):
-    augmix = trainer.augmentation
-    assert (augmix.augmix, augmix.aug_count, augmix.augmix_view_sets,
-            augmix.augmix_online) == (True, PIPELINE_AUGMIX["aug_count"],
-                                      PIPELINE_AUGMIX["augmix_view_sets"], False)
+    assert trainer.augmentation == TrainerConfig().augmentation  # The defaults'.
   assert cluster.trainer.model.depth == 28  # The cluster keeps the original recipe otherwise.
 
 
@@ -322,7 +319,7 @@ def test_transform_options_ignore_training_only_fields():
   assert online["num_views"] == 0 and online["emit_augmix_inputs"]
   assert online == from_flags(["--augmix_online=true",
                                "--augmix_view_sets=9"]).trainer.transform_options()
-  assert base.transform_options()["view_sets"] == PIPELINE_AUGMIX["augmix_view_sets"]
+  assert base.transform_options()["view_sets"] == TrainerConfig().augmentation.augmix_view_sets
 
 
 @pytest.mark.parametrize("name", ["x" * 300, "../../x", ".", "..", "a/b", "", " "],

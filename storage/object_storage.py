@@ -184,7 +184,7 @@ def end_process(status: int, from_atexit: bool = False) -> None:
   """Ends the process now with this status: Python's exit work runs, native destructors don't.
 
   tensorflow-io 0.37.1's S3 filesystem aborts the process at exit once it has been used
-  ("pure virtual method called", status 134: tensorflow/io issue 2039; the fix, PR 2120,
+  ("pure virtual method called", status 134: tensorflow/io#2039; the fix, tensorflow/io#2120,
   is in no release), so a step whose work succeeded would be reported failed.
   from_atexit: called by an atexit function, which runs the others itself.
   """

@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
 from components.image_sources import digits_to_images, encode_png
+from testing.tiny_config import plain_trainer
 from trainer_module import preprocessing
 
 RAW_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
@@ -69,8 +70,7 @@ def run_transform(raw, options, output_dir, beam_args, eval_raw=()):
 def transformed_digits(output_dir, count=160, eval_count=32):
   """Digits through Transform, split into train/ and eval/ gzipped files like Transform's
   output; returns the trainer's flags for them: train_files, eval_files, transform_output."""
-  from trainer_module.config import TrainerConfig
-  _, transform_dir = run_transform(raw_digit_examples(count), TrainerConfig().transform_options(),
+  _, transform_dir = run_transform(raw_digit_examples(count), plain_trainer().transform_options(),
                                    output_dir, ["--direct_running_mode=in_memory"])
   records = list(tf.data.TFRecordDataset(
       tf.io.gfile.glob(os.path.join(output_dir, "transformed*.gz")), "GZIP").as_numpy_iterator())

@@ -8,15 +8,14 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from testing.graph_ops import augmix_or_random_ops, reachable_op_types
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from testing.transform_runs import raw_digit_examples, run_transform
-from trainer_module.config import TrainerConfig
 from trainer_module.export import export_serving_model
 from trainer_module.model import wide_resnet
 
 
 def _options(seed=42, num_views=2):
-  return TrainerConfig().replace(augmix=True, aug_count=num_views, seed=seed).transform_options()
+  return plain_trainer(augmix=True, aug_count=num_views, seed=seed).transform_options()
 
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -65,7 +64,7 @@ def test_serving_graph_has_no_augmix_or_random_op_and_is_deterministic(reference
     transform_ops |= reachable_op_types(function)
   assert {"ImageProjectiveTransformV3", "StringToHashBucketFast"} <= transform_ops
 
-  config = TrainerConfig().replace(**TINY_NETWORK)
+  config = plain_trainer(**TINY_NETWORK)
   export_dir = str(tmp_path / "serving")
   export_serving_model(wide_resnet(config), tft_output, export_dir)
   serve = tf.saved_model.load(export_dir).signatures["serving_default"]

@@ -30,7 +30,7 @@ def _sets(rng):
                          np.concatenate([s[1] for s in shifted]),
                          np.repeat(["a_1", "b_1", "c_1"], 200))
   corrupted = _labelled(*_sampled(rng, 300, 4.0, 2.0), np.repeat(["x_1", "y_1", "z_1"], 100))
-  return calibration.ModelSets(eval_, validation, eval_, test, corrupted)
+  return calibration.ModelSets(eval_, validation, test, corrupted)
 
 
 def test_row_metrics_are_the_temperature_modules_metrics_of_the_scaled_logits():
@@ -78,7 +78,7 @@ def test_the_distance_curve_row_fits_on_eval_and_validation_and_scales_each_inpu
   get = lambda name: _labelled(features[name], np.zeros(len(features[name]), int))  # noqa: E731
   scores = calibration.distance_scores(support, get)
   name, label, metrics = calibration.distance_curve_row(sets, scores, 15)
-  assert name.startswith("`distance_curve`") and label.startswith("exp(")
+  assert name == "the distance alone" and label.startswith("exp(")
   assert scores["test"] == pytest.approx(distances.distance_scores(features["test"], support))
   curve = distance_curve.fit_distance_curve(
       sets.eval.values, sets.eval.labels, scores["eval"], sets.validation.values,
@@ -135,7 +135,7 @@ def test_the_map_ceiling_recovers_the_map_the_corrupted_labels_were_drawn_from()
   true_t = np.exp(0.2 + 0.5 * scores["corrupted"] - 0.3 * details["corrupted"])
   p = np.exp(maths.log_softmax(logits / true_t[:, None]))
   labels = np.array([rng.choice(5, p=row) for row in p])
-  sets = calibration.ModelSets(sets.eval, sets.validation, sets.augmented, sets.test,
+  sets = calibration.ModelSets(sets.eval, sets.validation, sets.test,
                                _labelled(logits, labels, np.repeat(["x_1", "y_1", "z_1"], 1000)))
   name, label, ceiling = calibration.map_ceiling_row(sets, scores, details, 15)
   assert name.startswith("ceiling: the default map's form")
@@ -154,7 +154,7 @@ def _two_kinds_of_shift(rng, same_distance):
   under, over = _sampled(rng, 400, 3.0, 0.5), _sampled(rng, 400, 3.0, 3.0)
   corrupted = _labelled(np.concatenate([under[0], over[0]]), np.concatenate([under[1], over[1]]),
                         np.repeat(["x_1", "y_1"], 400))
-  sets = calibration.ModelSets(sets.eval, sets.validation, sets.augmented, sets.test, corrupted)
+  sets = calibration.ModelSets(sets.eval, sets.validation, sets.test, corrupted)
   far = rng.uniform(2.0, 4.0, 800)
   z = far if same_distance else np.r_[rng.uniform(0.0, 1.0, 400), far[400:]]
   scores = {"eval": rng.uniform(0, 1, len(sets.eval.labels)), "test": rng.uniform(0, 1, 400),

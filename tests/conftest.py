@@ -29,16 +29,15 @@ def production_version(tmp_path, s3_server):
 
   from components import pusher
   from testing import kfp_harness
-  from testing.tiny_config import TINY_NETWORK
+  from testing.tiny_config import TINY_NETWORK, plain_trainer
   from testing.transform_runs import raw_digit_examples, run_transform
-  from trainer_module.config import TrainerConfig
   from trainer_module.export import export_serving_model
   from trainer_module.model import wide_resnet
 
-  _, transform_dir = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
+  _, transform_dir = run_transform(raw_digit_examples(8), plain_trainer().transform_options(),
                                    str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
   model_dir = str(tmp_path / "production")
-  export_serving_model(wide_resnet(TrainerConfig().replace(**TINY_NETWORK)),
+  export_serving_model(wide_resnet(plain_trainer(**TINY_NETWORK)),
                        tft.TFTransformOutput(transform_dir), model_dir,
                        calibration={"temperature": 1.0})
   version_dir = pusher.push_version(model_dir, str(tmp_path / "serving"),

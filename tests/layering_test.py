@@ -119,7 +119,7 @@ def test_no_two_modules_import_each_other_through_any_path():
 
 
 TRAINER_CONFIG = os.path.join(REPO, "trainer_module", "config.py")
-MAX_READERS = 4  # Modules that read a trainer setting, besides its definition (issue 35: <= 5).
+MAX_READERS = 4  # Modules that read a trainer setting, besides its definition.
 
 
 def trainer_settings(path=TRAINER_CONFIG):

@@ -219,7 +219,7 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   # keep what it learned: the accuracy bound the scratch run failed is met, the accuracy stays
   # near production's, and the model records where it started from. This run calibrates with
   # one T for every input (temperature_fit=validation_corruptions), which the Evaluator, gate
-  # and report then read from the served model like the preset's in_support.
+  # and report then read from the served model like the default map.
   warm = pipeline_runner(*flags, "--train_steps=2", "--warm_start=production",
                          "--temperature_fit=validation_corruptions")
   assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]

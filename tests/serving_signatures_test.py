@@ -18,13 +18,11 @@ from PIL import Image
 from components import image_folder, image_sources
 from testing import image_folders
 from testing.tfrecord_inputs import png_bomb
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from testing.transform_runs import raw_digit_examples, run_transform
 from trainer_module.calibration import model_outputs, record, registry
-from trainer_module.calibration.distances import (FeatureSupport, class_statistics, distance_scores,
-                                                  mahalanobis_distance, support_from_features)
+from trainer_module.calibration.distances import distance_scores, support_from_features
 from trainer_module.class_names import CLASS_NAMES_FILE
-from trainer_module.config import TrainerConfig
 from trainer_module.export import PRECISION_FILE, export_serving_model, float32_model, read_record
 from trainer_module.model import wide_resnet
 
@@ -35,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def transform_dir(tmp_path_factory):
-  _, output = run_transform(raw_digit_examples(8), TrainerConfig().transform_options(),
+  _, output = run_transform(raw_digit_examples(8), plain_trainer().transform_options(),
                             str(tmp_path_factory.mktemp("transform")),
                             ["--direct_running_mode=in_memory"])
   return output
@@ -45,7 +43,7 @@ def transform_dir(tmp_path_factory):
 def exported(tmp_path_factory, transform_dir):
   """(export dir, the model as trained: under mixed_bfloat16)."""
   work = tmp_path_factory.mktemp("serving")
-  config = TrainerConfig().replace(**TINY_NETWORK)
+  config = plain_trainer(**TINY_NETWORK)
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
     trained = wide_resnet(config)
@@ -73,7 +71,7 @@ def test_a_bfloat16_trained_model_is_served_in_float32_and_says_what_it_trained_
       "reason": "asked for",
       "serving_policy": "float32"
   }
-  copy = float32_model(trained, TrainerConfig().replace(**TINY_NETWORK))
+  copy = float32_model(trained, plain_trainer(**TINY_NETWORK))
   assert {layer.compute_dtype for layer in copy.layers} == {"float32"}
   for expected, actual in zip(trained.get_weights(), copy.get_weights()):
     np.testing.assert_array_equal(actual, expected)
@@ -277,87 +275,16 @@ def test_an_empty_batch_gets_empty_outputs(served, signature):
   assert result["class_names"].shape == (0,)
 
 
-def test_in_support_serves_t_within_the_feature_radius_and_the_raw_softmax_beyond(
-    tmp_path, transform_dir):
-  keras.utils.set_random_seed(3)
-  model = wide_resnet(TrainerConfig().replace(**TINY_NETWORK))
-  tft_output = tft.TFTransformOutput(transform_dir)
-  pngs = [raw["image"] for raw in raw_digit_examples(8)]
-  transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
-  features = model_outputs.penultimate_model(model)(transformed).numpy()
-  # The class means, but not the images' own covariance: 8 images in 64 feature dimensions make
-  # it singular, every image then lies at the same distance (the square root of its rank), and
-  # rounding alone decides its side of the radius (it did on an AMX host). A scaled Euclidean
-  # support spreads them, and no image may sit near the edge.
-  means, _ = class_statistics(features, np.arange(8) % 2)
-  precision = np.eye(features.shape[1]) / features.var()
-  distances = mahalanobis_distance(features, means, precision)
-  support = FeatureSupport(means, precision, float(np.median(distances)))
-  assert np.abs(distances - support.radius).min() > 1e-3 * support.radius
-  export_serving_model(model, tft_output, str(tmp_path), calibration={
-      "temperature_fit": "in_support", "temperature": SERVED_TEMPERATURE,
-      "feature_support": support, "support_radius": support.radius})
-  assert "feature_support" not in record.read_calibration_info(str(tmp_path))
-  served = tf.saved_model.load(str(tmp_path))
-  result = served.signatures["serving_images"](images=tf.constant(pngs))
-  inside = distances <= support.radius
-  assert 0 < inside.sum() < 8
-  log_raw = np.log(result["uncalibrated_probabilities"].numpy().astype(np.float64))
-  expected = np.exp(log_raw / np.where(inside, SERVED_TEMPERATURE, 1.0)[:, np.newaxis])
-  expected /= expected.sum(axis=1, keepdims=True)
-  np.testing.assert_allclose(result["probabilities"], expected, rtol=1e-4, atol=1e-6)
-  empty = served.signatures["serving_default"](examples=tf.constant([], tf.string))
-  assert empty["probabilities"].shape == (0, 10)
-
-
-def test_distance_curve_serves_each_inputs_own_t_as_the_numpy_calibrator_computes_it(
-    tmp_path, transform_dir):
-  """The exported graph's distance score and temperature equal the calibration package's numpy ones,
-  input by input; the support's arrays are written beside the model for numpy to read."""
-  keras.utils.set_random_seed(4)
-  model = wide_resnet(TrainerConfig().replace(**TINY_NETWORK))
-  tft_output = tft.TFTransformOutput(transform_dir)
-  digits = raw_digit_examples(160)  # Enough to estimate the 64 features' covariance.
-  pngs = [raw["image"] for raw in digits]
-  noise = np.random.default_rng(1).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
-  pngs += [tf.io.encode_png(image).numpy() for image in noise]
-  transformed = tft_output.transform_features_layer()({"image": tf.constant(pngs)})["image"]
-  features = model_outputs.penultimate_model(model)(transformed).numpy()
-  support = support_from_features(
-      features[:120], np.array([raw["label"] for raw in digits[:120]]), features[120:160])
-  pngs, features = pngs[150:], features[150:]  # Digits the support did not see, and noise.
-  info = {"temperature_fit": "distance_curve", "temperature": float(np.exp(-0.7)),
-          "feature_support": support, "support_radius": support.radius,
-          "distance_curve": {"log_temperature": -0.7, "slope": 0.4}}
-  export_serving_model(model, tft_output, str(tmp_path), calibration=info)
-  assert record.read_feature_support(str(tmp_path)).log_distance_std == pytest.approx(
-      support.log_distance_std)
-  result = tf.saved_model.load(str(tmp_path)).signatures["serving_images"](
-      images=tf.constant(pngs))
-  scores = distance_scores(features, support)
-  # The graph computes the features with other kernels than eager Keras: float32 rounding.
-  np.testing.assert_allclose(result["distance_score"], scores, rtol=1e-3, atol=2e-3)
-  expected_t = registry.served_calibration(
-      record.read_calibration_info(str(tmp_path)),
-      record.read_feature_support(str(tmp_path)), features)
-  assert expected_t.min() < 1 < expected_t.max()  # Sharpened near, softened far.
-  log_raw = np.log(result["uncalibrated_probabilities"].numpy().astype(np.float64))
-  expected = np.exp(log_raw / expected_t[:, np.newaxis])
-  np.testing.assert_allclose(result["probabilities"], expected / expected.sum(1, keepdims=True),
-                             rtol=1e-3, atol=1e-5)
-  empty = tf.saved_model.load(str(tmp_path)).signatures["serving_default"](
-      examples=tf.constant([], tf.string))
-  assert empty["distance_score"].shape == (0,)
-
-
 def test_distance_detail_curve_serves_each_inputs_detail_and_t_as_numpy_computes_them(
     tmp_path, transform_dir):
-  """The served graph reads the transformed image itself for its detail score: a blurred digit
-  scores lower than the digit, and noise higher, and each input's T is the numpy map's."""
+  """The served graph computes each input's distance score as the calibration package's numpy
+  does, reads the transformed image itself for its detail score (a blurred digit scores lower
+  than the digit, and noise higher), and serves each input the numpy map's T; the support's
+  arrays are written beside the model for numpy to read."""
   from scipy import ndimage
   from trainer_module.calibration import detail
   keras.utils.set_random_seed(5)
-  model = wide_resnet(TrainerConfig().replace(**TINY_NETWORK))
+  model = wide_resnet(plain_trainer(**TINY_NETWORK))
   tft_output = tft.TFTransformOutput(transform_dir)
   digits = raw_digit_examples(160)
   pngs = [raw["image"] for raw in digits]
@@ -375,9 +302,15 @@ def test_distance_detail_curve_serves_each_inputs_detail_and_t_as_numpy_computes
           "detail_scale": scale._asdict(),
           "distance_curve": {"log_temperature": -0.7, "slope": 0.4, "detail_slope": -0.3}}
   export_serving_model(model, tft_output, str(tmp_path), calibration=info)
+  assert "feature_support" not in record.read_calibration_info(str(tmp_path))
+  assert record.read_feature_support(str(tmp_path)).log_distance_std == pytest.approx(
+      support.log_distance_std)
   served = tf.saved_model.load(str(tmp_path))
   result = served.signatures["serving_images"](images=tf.constant(pngs[150:]))
   images = transformed.numpy()[150:]
+  # The graph computes the features with other kernels than eager Keras: float32 rounding.
+  np.testing.assert_allclose(result["distance_score"], distance_scores(features[150:], support),
+                             rtol=1e-3, atol=2e-3)
   np.testing.assert_allclose(result["detail_score"], detail.detail_scores(images, scale),
                              rtol=1e-4, atol=1e-4)
   digit_detail, blurred_detail, noisy_detail = result["detail_score"].numpy()[[0, -2, -1]]

@@ -18,13 +18,14 @@ import tensorflow as tf
 
 from configs.flags import over_defaults
 from tests.conftest import REPO
-from testing.tiny_config import TINY_NETWORK_FLAGS
+from testing.tiny_config import PLAIN_FLAGS, TINY_NETWORK_FLAGS
 from testing.transform_runs import transformed_digits
 from trainer_module.__main__ import main as trainer_main
 
 pytestmark = pytest.mark.e2e  # Training processes killed and resumed, several workers.
 
-TINY = [*TINY_NETWORK_FLAGS, "--lr_warmup_epochs=0", "--log_every_steps=1"]
+# The plain network on inputs transformed without AugMix views (testing/transform_runs.py).
+TINY = [*TINY_NETWORK_FLAGS, *PLAIN_FLAGS, "--lr_warmup_epochs=0", "--log_every_steps=1"]
 
 
 @pytest.fixture(scope="module")
@@ -284,7 +285,8 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   members = [trained.serving_model, str(tmp_path / "member_2" / "serving_model")]
   train_files = next(flag for flag in inputs if flag.startswith("--train_files="))
   process = subprocess.run(_ensemble_command(inputs, tmp_path / "ensemble", members,
-                                             "--ensemble_size=2", "--temperature_fit=in_support",
+                                             "--ensemble_size=2",
+                                             "--temperature_fit=distance_detail_curve",
                                              train_files, "--validation_corruption_examples=5"),
                            cwd=REPO, capture_output=True, text=True, timeout=600)
   assert process.returncode == 0, process.stderr[-3000:]
@@ -294,17 +296,19 @@ def test_the_ensemble_command_selects_and_exports_over_members_trained_elsewhere
   assert [t["hyperparameters"]["seed"] for t in record["trials"]] == [42, 2]
   assert [t["name"] for t in record["trials"]] == members
   calibration = json.loads((model_dir / "assets.extra" / "temperature.json").read_text())
-  assert calibration["temperature_fit"] == "in_support" and calibration["support_radius"] > 0
+  assert calibration["temperature_fit"] == "distance_detail_curve"
+  assert calibration["distance_curve"]["slope"] >= 0
   signatures = tf.saved_model.load(str(model_dir)).signatures
   assert {"serving_default", "serving_images"} <= set(signatures)
 
 
 @pytest.mark.parametrize("second_member, flag, message", [
-    ("not_a_model", "--ensemble_size=2", "No SavedModel in ensemble member directory "),
+    ("not_a_model", "--temperature_fit=clean", "No SavedModel in ensemble member directory "),
     ("", "--ensemble_objective=brier",
      "ensemble_objective='brier': must be one of ('nll', 'acc', 'nll-acc', 'shift_nll')"),
-    ("", "--temperature_fit=in_support", "temperature_fit=in_support: the ensemble's feature "
-                                         "support is measured on the training split"),
+    ("", "--temperature_fit=distance_detail_curve", "temperature_fit=distance_detail_curve: the "
+                                                    "ensemble's feature support is measured on "
+                                                    "the training split"),
 ])
 def test_the_ensemble_command_exits_2_naming_a_missing_member_or_a_bad_flag(
     inputs, trained, tmp_path, capsys, second_member, flag, message):

@@ -17,10 +17,10 @@ from tfx.utils import json_utils
 
 from kubeflow.trainjob_launcher import build_manifest, trainjob_settings
 from pipeline.pipeline import TRAINER_RUN_FN
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from testing.trainjob_nodes import start_nodes, wait_nodes
 from testing.transform_runs import transformed_digits
-from trainer_module.config import TRAINER_CONFIG_KEY, TrainerConfig
+from trainer_module.config import TRAINER_CONFIG_KEY
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +46,7 @@ def step_inputs(tmp_path_factory):
 
 def step_manifest(step_inputs, output_root, num_nodes, **trainer):
   """The TrainJob the launcher builds for a Trainer step with these outputs and config."""
-  config = TrainerConfig().replace(**TINY_NETWORK, lr_warmup_epochs=0, log_every_steps=1,
+  config = plain_trainer(**TINY_NETWORK, lr_warmup_epochs=0, log_every_steps=1,
                          train_epochs=4, train_steps=TRAIN_STEPS, checkpoint_steps=2,
                          checkpoint_interval=-1, mixed_precision="float32", mode="train",
                          temperature_fit="clean", per_core_batch_size=GLOBAL_BATCH // num_nodes,

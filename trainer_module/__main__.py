@@ -14,8 +14,9 @@ from absl import logging as absl_logging
 from trainer_module import ensemble
 from trainer_module.checkpoints import Preempted
 from trainer_module import warm_start
-from trainer_module.config import (ENSEMBLE_OBJECTIVES, NO_WARM_START, WARM_START_FROM_PRODUCTION,
-                                   TrainerConfig)
+from trainer_module.config import (DEFAULT_ENSEMBLE_OBJECTIVE, ENSEMBLE_OBJECTIVES,
+                                   NO_WARM_START, WARM_START_FROM_PRODUCTION, CalibrationConfig,
+                                   TrainerConfig, TrainingConfig)
 from configs.flags import (config_sections, describe_flags, field_help, parse_config_flags,
                            parse_flags)
 from trainer_module.training_job import RunPaths, run
@@ -74,10 +75,10 @@ pipeline's). Outputs: <output_dir>/checkpoints (resumed from on restart), /logs 
 /serving_model.
 """
 ENSEMBLE_USAGE = """`python -m trainer_module ensemble --members=DIR,DIR,... --eval_files=...
---transform_output=... --output_dir=... [--ensemble_size=4] [--ensemble_objective=nll]
-[--temperature_fit=in_support --train_files=...]`: the pipeline's hyper-deep ensemble
-selection and export over member models trained elsewhere (each DIR a serving_model this
-command wrote); the ensemble goes to <output_dir>/serving_model.
+--train_files=... --transform_output=... --output_dir=... [--ensemble_size=4]`: the pipeline's
+hyper-deep ensemble selection and export over member models trained elsewhere (each DIR a
+serving_model this command wrote), with the pipeline's defaults; the ensemble goes to
+<output_dir>/serving_model.
 """
 INSPECT_USAGE = """`python -m trainer_module inspect PATH`: the variables (name, shape, dtype) of a
 checkpoint (directory or prefix) or SavedModel, and the step, config and warm start it was
@@ -113,12 +114,12 @@ class EnsembleFlags:
   ensemble_size: int = 4  # Selection stops at this many distinct members (picks may repeat).
   # Greedy selection's objective on the eval split; shift_nll adds the NLL of each validation
   # corruption x severity slice.
-  ensemble_objective: str = "nll"  # nll, acc (accuracy), nll-acc or shift_nll.
-  eval_batch_size: int = 256
-  num_bins: int = 15
-  # Any rule but clean_and_augmix; in_support and the distance rules need train_files.
-  temperature_fit: str = "validation_corruptions"  # The ensemble's T, fitted as one model's.
-  validation_corruption_examples: int = 50
+  ensemble_objective: str = DEFAULT_ENSEMBLE_OBJECTIVE  # nll, acc, nll-acc or shift_nll.
+  eval_batch_size: int = TrainingConfig.eval_batch_size
+  num_bins: int = CalibrationConfig.num_bins
+  # distance_detail_curve needs train_files.
+  temperature_fit: str = CalibrationConfig.temperature_fit  # The ensemble's T, as one model's.
+  validation_corruption_examples: int = CalibrationConfig.validation_corruption_examples
 
   def __post_init__(self):
     for name in ("members", "eval_files", "transform_output", "output_dir"):
@@ -158,8 +159,10 @@ def ensemble_main(argv) -> int:
     record = ensemble.build_ensemble(
         members, flags.eval_files, flags.transform_output,
         os.path.join(flags.output_dir, "serving_model"), flags.ensemble_size,
-        flags.ensemble_objective, flags.eval_batch_size, flags.num_bins, flags.temperature_fit,
-        flags.validation_corruption_examples, flags.train_files)
+        objective=flags.ensemble_objective, eval_batch_size=flags.eval_batch_size,
+        num_bins=flags.num_bins, temperature_fit=flags.temperature_fit,
+        validation_corruption_examples=flags.validation_corruption_examples,
+        train_files=flags.train_files)
   except (FileNotFoundError, ValueError) as error:
     print(f"error: {error}", file=sys.stderr)
     return 2

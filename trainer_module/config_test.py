@@ -3,11 +3,11 @@ import math
 
 import pytest
 
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from trainer_module.config import (HYPER_L2_GROUPS, HYPER_L2_RANGE, HYPER_LABEL_SMOOTHING_RANGE,
                                    HYPER_SEED_RANGE, TrainerConfig, hyper_trials)
 
-BASE = TrainerConfig().replace(**TINY_NETWORK, seed=7, bn_l2=3e-4)
+BASE = plain_trainer(**TINY_NETWORK, seed=7, bn_l2=3e-4)
 
 
 def test_trial_zero_is_the_configured_model_and_one_trial_is_no_sweep():
@@ -21,7 +21,7 @@ def test_draws_are_reproducible_from_the_pipeline_seed_and_differ_between_trials
   assert hyper_trials(BASE, 3) == first[:3]  # More trials do not change the earlier ones.
   assert len({trial.training.seed for trial in first}) == 6
   assert len({trial.model.label_smoothing for trial in first}) == 6
-  other_seed = hyper_trials(TrainerConfig().replace(**TINY_NETWORK, seed=8, bn_l2=3e-4), 6)
+  other_seed = hyper_trials(plain_trainer(**TINY_NETWORK, seed=8, bn_l2=3e-4), 6)
   assert ([t.model.label_smoothing for t in other_seed[1:]]
           != [t.model.label_smoothing for t in first[1:]])
 
@@ -58,5 +58,5 @@ def test_per_example_coefficients_become_l2s_divided_by_the_train_size():
 def test_per_example_l2_needs_every_coefficient():
   with pytest.raises(ValueError, match=r"Invalid config value l2_per_train_example=True: .*"
                                        r"dense_bias_l2"):
-    TrainerConfig().replace(l2_per_train_example=True, input_conv_l2=1.0, group_1_conv_l2=1.0,
+    plain_trainer(l2_per_train_example=True, input_conv_l2=1.0, group_1_conv_l2=1.0,
                   group_2_conv_l2=1.0, group_3_conv_l2=1.0, dense_kernel_l2=1.0)

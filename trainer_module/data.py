@@ -66,8 +66,8 @@ def _replica_slice(global_batch_size: int, input_context) -> tuple:
 def _without_autotuning(batches: tf.data.Dataset) -> tf.data.Dataset:
   """The pipeline without tf.data's autotuning thread, which sleeps up to 60 s between tunings:
   releasing the iterator could wait for it to wake, 3-55 s after 49 of 110 logged trainings
-  (docs/performance_history.md, "The pause after training"). AUTOTUNE parallelism stays at its
-  start, min(16, cores); prefetch buffers keep their own autotuner."""
+  (bench/README.md, "The Trainer's inputs run without tf.data's autotuning"). AUTOTUNE
+  parallelism stays at its start, min(16, cores); prefetch buffers keep their own autotuner."""
   options = tf.data.Options()
   options.autotune.enabled = False
   return batches.with_options(options)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from testing.tiny_config import plain_trainer
 from trainer_module import data
-from trainer_module.config import TrainerConfig
 from trainer_module.preprocessing import normalize
 
 MEAN, STD = np.array([0.4, 0.5, 0.6], np.float32), np.array([0.2, 0.25, 0.3], np.float32)
@@ -63,7 +63,7 @@ def _labels(dataset, batches):
 
 def test_epochs_are_shuffled_differently_but_the_same_on_every_run(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig().replace(per_core_batch_size=8)
+  config = plain_trainer(per_core_batch_size=8)
   first = _labels(data.training_batches(files, spec, config), 6)
   again = _labels(data.training_batches(files, spec, config), 6)
   np.testing.assert_array_equal(first, again)
@@ -75,7 +75,7 @@ def test_without_augmix_views_are_empty(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
   images, views, labels = next(
       iter(data.training_batches(files, spec,
-                                 TrainerConfig().replace(per_core_batch_size=8))))
+                                 plain_trainer(per_core_batch_size=8))))
   assert images.shape == (8, 32, 32, 3) and views.shape == (8, 0, 32, 32, 3)
   assert labels.shape == (8,)
 
@@ -90,7 +90,7 @@ def _example_ids(images):
 
 def test_epoch_e_reads_view_set_e_mod_sets_normalised_like_the_images(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2, view_sets=3)
-  config = TrainerConfig().replace(per_core_batch_size=10,
+  config = plain_trainer(per_core_batch_size=10,
                                    augmix=True,
                                    aug_count=2,
                                    augmix_view_sets=3)
@@ -108,7 +108,7 @@ def test_epoch_e_reads_view_set_e_mod_sets_normalised_like_the_images(tmp_path):
 
 def test_views_of_a_resumed_stream_are_those_of_the_uninterrupted_one(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=1, view_sets=2)
-  config = TrainerConfig().replace(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
+  config = plain_trainer(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
   uninterrupted = [views.numpy() for _, views, _ in data.training_batches(files, spec,
                                                                           config).take(9)]
   resumed = [views.numpy() for _, views, _ in data.training_batches(
@@ -118,7 +118,7 @@ def test_views_of_a_resumed_stream_are_those_of_the_uninterrupted_one(tmp_path):
 
 def test_a_view_count_other_than_transforms_is_named(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=1)
-  config = TrainerConfig().replace(per_core_batch_size=8, augmix=True, aug_count=2)
+  config = plain_trainer(per_core_batch_size=8, augmix=True, aug_count=2)
   # TensorFlow's message escapes the quote in "config's", so the match skips over it.
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"AugMix view sets do not hold 2 view\(s\) of \[32, 32, 3\] per image: "
@@ -128,7 +128,7 @@ def test_a_view_count_other_than_transforms_is_named(tmp_path):
 
 def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"), online_inputs=True)
-  config = TrainerConfig().replace(per_core_batch_size=NUM,
+  config = plain_trainer(per_core_batch_size=NUM,
                                    augmix=True,
                                    aug_count=1,
                                    augmix_online=True)
@@ -149,12 +149,12 @@ def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):
 def test_missing_transform_outputs_are_named(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
   with pytest.raises(ValueError, match="augmix_views"):
-    data.training_batches(files, spec, TrainerConfig().replace(augmix=True, aug_count=2))
+    data.training_batches(files, spec, plain_trainer(augmix=True, aug_count=2))
 
 
 def test_a_resumed_stream_continues_at_the_example_it_left_off(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig().replace(per_core_batch_size=8)
+  config = plain_trainer(per_core_batch_size=8)
   uninterrupted = _labels(data.training_batches(files, spec, config), 9)
   resumed = _labels(data.training_batches(files, spec, config, start_example=5 * 8), 4)
   np.testing.assert_array_equal(resumed, uninterrupted[5 * 8:])
@@ -162,7 +162,7 @@ def test_a_resumed_stream_continues_at_the_example_it_left_off(tmp_path):
 
 def test_replicas_take_consecutive_slices_of_each_global_batch(tmp_path):
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig().replace(per_core_batch_size=3)
+  config = plain_trainer(per_core_batch_size=3)
   global_batches = _labels(data.training_batches(files, spec, config, global_batch_size=12), 2)
   # Two workers with two replicas each: worker 1 feeds replicas 2 and 3.
   context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
@@ -189,7 +189,7 @@ def test_seed_0_shuffles_reproducibly_like_any_other_seed(tmp_path):
   """TensorFlow refuses a per-epoch tensor seed under a global seed of 0 (a Python comparison
   with (0, 0) in random_seed.get_seed); the run's seeds are set so that seed 0 trains too."""
   files, spec = _write_transformed(str(tmp_path / "t.gz"))
-  config = TrainerConfig().replace(per_core_batch_size=8, seed=0)
+  config = plain_trainer(per_core_batch_size=8, seed=0)
   try:
     data.set_run_seeds(0)
     first = _labels(data.training_batches(files, spec, config), 3)
@@ -203,6 +203,6 @@ def test_neither_pipeline_runs_tf_datas_autotuning_thread(tmp_path):
   """That thread's sleep can hold up the release of an iterator for up to a minute after
   training (data._without_autotuning)."""
   files, spec = _write_transformed(str(tmp_path / "t.gz"), with_views=2, view_sets=2)
-  config = TrainerConfig().replace(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
+  config = plain_trainer(per_core_batch_size=8, augmix=True, augmix_view_sets=2)
   assert data.training_batches(files, spec, config).options().autotune.enabled is False
   assert data.eval_batches(files, spec, global_batch_size=10).options().autotune.enabled is False

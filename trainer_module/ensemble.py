@@ -42,11 +42,11 @@ def objective_value(mean_probabilities: np.ndarray, labels: np.ndarray, objectiv
                     calibrated: bool = False, slices: Optional[np.ndarray] = None) -> float:
   """What selection minimises: on the eval split nll, -accuracy (acc), or nll - accuracy
   (nll-acc); calibrated: the NLL after the candidate's own clean temperature, as an ensemble
-  whose T sharpens within the support (in_support, clean) is served there.
+  whose T sharpens near the data (distance_detail_curve, clean) is served there.
   shift_nll: the mean over the slices (each example's in `slices`: the clean eval images and
   each validation corruption x severity) of their NLL, after the one T minimising it: how the
   candidate fares under the validation shift once a map fitted there has scaled it, the rule
-  every other choice of the pipeline presets is made by (docs/ensembles_and_transfer.md)."""
+  the other robustness defaults were chosen by (docs/ensembles_and_transfer.md)."""
   if objective not in ENSEMBLE_OBJECTIVES:
     raise ValueError(f"Invalid config value ensemble_objective={objective!r}: must be one of "
                      f"{ENSEMBLE_OBJECTIVES}.")
@@ -150,8 +150,8 @@ def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
                      temperatures: Sequence[float]) -> Tuple[keras.Model, keras.Model]:
   """One network over the members (each used once, whatever its weight), and a model over the
   same graph from the images to the members' penultimate features side by side, in members'
-  order, where an `in_support` ensemble measures how far an input lies from each member's
-  training data."""
+  order, where an ensemble calibrated by feature distance measures how far an input lies from
+  each member's training data."""
   if not members or not len(members) == len(weights) == len(temperatures):
     raise ValueError(f"{len(members)} members but {len(weights)} weights and "
                      f"{len(temperatures)} temperatures.")
@@ -244,23 +244,19 @@ def _sharpen(probabilities: np.ndarray, temperatures) -> np.ndarray:
 
 
 def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transform_output: str,
-                   export_dir: str, ensemble_size: int, objective: str = "nll",
-                   eval_batch_size: int = 256, num_bins: int = 15,
-                   temperature_fit: str = "validation_corruptions",
-                   validation_corruption_examples: int = 50,
+                   export_dir: str, ensemble_size: int, *, objective: str,
+                   eval_batch_size: int, num_bins: int, temperature_fit: str,
+                   validation_corruption_examples: int,
                    train_files: Sequence[str] = ()) -> dict:
   """Selects members on the eval split (shift_nll: and the validation shift), exports the
   temperature-scaled ensemble to export_dir and returns (and records in its
   assets.extra/ensemble.json) what was chosen and why. The ensemble's T is fitted as a single
-  model's (`temperature_fit`: clean; with the validation corruptions of the eval images, never
-  worse than the raw mean under them; or in_support, the same within the eval images' feature
-  distance of the training split, `train_files`)."""
+  model's (`temperature_fit`; a map by feature distance reads the training split,
+  `train_files`, through each member's own features). The settings have no defaults here:
+  the pipeline's config and the ensemble command's flags give them."""
   if not members:
     raise ValueError("An ensemble needs at least one member model.")
   method = registry.get(temperature_fit)
-  if not method.for_ensembles:
-    raise ValueError(f"Invalid config value temperature_fit={temperature_fit!r}: an ensemble's "
-                     f"temperature is fitted with one of {registry.ENSEMBLE_NAMES}.")
   if method.needs_feature_distances and not train_files:
     raise ValueError(f"temperature_fit={temperature_fit}: the ensemble's feature support is "
                      "measured on the training split; give its transformed files (train_files).")
@@ -301,8 +297,8 @@ def build_ensemble(members: Sequence[Member], eval_files: Sequence[str], transfo
     selection_labels = np.concatenate([labels, shifted_labels])
     selection_slices = np.concatenate([np.full(len(labels), maths.CLEAN_SLICE),
                                        shifted.slices.astype(str)])
-  # An ensemble T that sharpens within the support is served there after selection: judge
-  # each candidate after its own T, as a single member is judged after its own.
+  # An ensemble T that sharpens near the data is served there after selection: judge each
+  # candidate after its own T, as a single member is judged after its own.
   calibrated = method.calibrated_selection or shifted is not None
   picks = greedy_selection(selected_on, selection_labels, ensemble_size, objective, calibrated,
                            selection_slices)

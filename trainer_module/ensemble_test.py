@@ -9,13 +9,12 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from testing.transform_runs import transformed_digits
 from trainer_module import data, ensemble
-from trainer_module.calibration import distances, model_outputs
+from trainer_module.calibration import detail, distances, model_outputs
 from trainer_module.calibration.record import (read_calibration_info, read_feature_support,
                                                write_calibration_info)
-from trainer_module.config import TrainerConfig
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
@@ -160,7 +159,7 @@ def members(tmp_path_factory):
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   result = []
   for seed in range(3):
-    config = TrainerConfig().replace(**TINY_NETWORK, seed=seed, label_smoothing=0.01 * seed)
+    config = plain_trainer(**TINY_NETWORK, seed=seed, label_smoothing=0.01 * seed)
     tf.keras.utils.set_random_seed(seed)
     model_dir = str(work / f"member_{seed}")
     export_serving_model(wide_resnet(config), tft_output, model_dir,
@@ -179,6 +178,17 @@ def _penultimate_features(network, spec, files):
           np.concatenate([b[1].numpy() for b in batches])[keep])
 
 
+# The settings of each ensemble built here unless a test changes them: UB's selection on the
+# clean eval NLL, one T under the validation shift, a small validation shift.
+SETTINGS = dict(objective="nll", eval_batch_size=256, num_bins=15,
+                temperature_fit="validation_corruptions", validation_corruption_examples=2)
+
+
+def _build(member_list, flags, export_dir, ensemble_size, **changes):
+  return ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
+                                 export_dir, ensemble_size, **{**SETTINGS, **changes})
+
+
 def _serve(model_dir, images):
   serve = tf.saved_model.load(model_dir).signatures["serving_images"]
   return {k: v.numpy() for k, v in serve(images=tf.constant(images)).items()}
@@ -187,9 +197,7 @@ def _serve(model_dir, images):
 def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members):
   work, flags, member_list = members
   export_dir = str(work / "ensemble")
-  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], export_dir, ensemble_size=3,
-                                   validation_corruption_examples=2)
+  record = _build(member_list, flags, export_dir, 3)
   weights = {m["name"]: m["weight"] for m in record["members"]}
   assert sum(weights.values()) == pytest.approx(1.0)
   assert len(record["picks"]) >= 1 and len(record["trials"]) == 3
@@ -220,10 +228,8 @@ def test_selection_under_the_shift_reads_the_validation_corruptions_of_the_eval_
     members):
   """Under a fit that makes no validation shift of its own (clean), selection makes it."""
   work, flags, member_list = members
-  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], str(work / "ensemble_shift"),
-                                   ensemble_size=3, objective="shift_nll",
-                                   validation_corruption_examples=2, temperature_fit="clean")
+  record = _build(member_list, flags, str(work / "ensemble_shift"), 3, objective="shift_nll",
+                  temperature_fit="clean")
   assert record["selected_on"] == (f"the eval split and the validation shift's "
                                    f"{len(VALIDATION_CORRUPTIONS) * 5} slices")
   alone = [trial["objective_value"] for trial in record["trials"]]
@@ -232,66 +238,17 @@ def test_selection_under_the_shift_reads_the_validation_corruptions_of_the_eval_
   assert record["objective_value"] <= min(alone) + 1e-12
 
 
-def test_an_in_support_ensemble_serves_its_t_within_its_members_feature_support(members):
-  work, flags, member_list = members
-  export_dir = str(work / "ensemble_in_support")
-  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], export_dir, ensemble_size=3,
-                                   validation_corruption_examples=2, temperature_fit="in_support",
-                                   train_files=[flags["train_files"]])
-  calibration = read_calibration_info(export_dir)
-  assert calibration["temperature_fit"] == "in_support"
-  # The support, recomputed here: for each chosen member, the class statistics of its
-  # penultimate features on the train split and the farthest eval image's distance as radius;
-  # an input is inside when it is inside some member's.
-  chosen = {m["name"] for m in record["members"]}
-  networks = [ensemble.load_member(m.model_dir) for m in member_list if m.name in chosen]
-  tft_output = tft.TFTransformOutput(flags["transform_output"])
-  spec = tft_output.transformed_feature_spec()
-
-  supports = []
-  for network in networks:
-    means, precision = distances.class_statistics(
-        *_penultimate_features(network, spec, flags["train_files"]))
-    radius = distances.mahalanobis_distance(
-        _penultimate_features(network, spec, flags["eval_files"])[0], means, precision).max()
-    supports.append((network, means, precision, radius))
-  radii = [radius for *_, radius in supports]
-  assert calibration["support_radius"] == pytest.approx(radii[0] if len(radii) == 1 else radii,
-                                                        rel=1e-4)
-  assert record["calibrated_selection"]
-
-  from testing.transform_runs import encode_png, raw_digit_examples
-  noise = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
-  images = ([example["image"] for example in raw_digit_examples(12)] +
-            [encode_png(image) for image in noise])  # Digits, and inputs far from them.
-  transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
-  inside = np.any([distances.mahalanobis_distance(
-      model_outputs.penultimate_model(network)(transformed).numpy(), means, precision) <= radius
-                   for network, means, precision, radius in supports], axis=0)
-  assert inside.any() and not inside.all(), inside
-  served = _serve(export_dir, images)
-  log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
-  expected = np.exp(log_mean / np.where(inside, calibration["temperature"], 1.0)[:, np.newaxis])
-  np.testing.assert_allclose(served[PROBABILITIES_KEY],
-                             expected / expected.sum(axis=1, keepdims=True), atol=1e-5)
-
-
-def test_an_in_support_ensemble_needs_the_training_split(members, tmp_path):
+def test_an_ensemble_calibrated_by_feature_distance_needs_the_training_split(members, tmp_path):
   _, flags, member_list = members
   with pytest.raises(ValueError, match="train_files"):
-    ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
-                            str(tmp_path / "out"), ensemble_size=1, temperature_fit="in_support")
+    _build(member_list, flags, str(tmp_path / "out"), 1, temperature_fit="distance_detail_curve")
   assert not (tmp_path / "out").exists()
 
 
-def test_an_ensemble_temperature_fit_on_one_set_of_augmix_views_is_refused(members, tmp_path):
+def test_an_ensemble_temperature_fit_this_version_does_not_serve_is_refused(members, tmp_path):
   _, flags, member_list = members
-  with pytest.raises(ValueError, match="temperature_fit='clean_and_augmix': an ensemble's "
-                     "temperature is fitted with one of "):
-    ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
-                            str(tmp_path / "out"), ensemble_size=1,
-                            temperature_fit="clean_and_augmix")
+  with pytest.raises(ValueError, match="temperature_fit='in_support': must be one of "):
+    _build(member_list, flags, str(tmp_path / "out"), 1, temperature_fit="in_support")
   assert not (tmp_path / "out").exists()
 
 
@@ -300,34 +257,31 @@ def test_a_missing_member_model_is_named(members, tmp_path):
   missing = dataclasses.replace(member_list[0], model_dir=str(tmp_path / "nothing"))
   with pytest.raises(FileNotFoundError,
                      match=f"No SavedModel in ensemble member directory {tmp_path / 'nothing'}"):
-    ensemble.build_ensemble([missing], [flags["eval_files"]], flags["transform_output"],
-                            str(tmp_path / "out"), ensemble_size=1)
+    _build([missing], flags, str(tmp_path / "out"), 1)
 
 
 def test_a_member_enters_with_its_served_t_or_raw_when_its_t_depends_on_its_features(
     tmp_path):
   assert ensemble.member_temperature(str(tmp_path)) == 1.0  # Exported without calibration.
-  for fit in ("in_support", "distance_curve", "distance_detail_curve"):
-    write_calibration_info(str(tmp_path), {"temperature_fit": fit,
-                                           "temperature": 0.4})
-    assert ensemble.member_temperature(str(tmp_path)) == 1.0
-  write_calibration_info(str(tmp_path), {"temperature_fit": "validation_"
-                                         "corruptions", "temperature": 0.8})
-  assert ensemble.member_temperature(str(tmp_path)) == 0.8
+  write_calibration_info(str(tmp_path), {"temperature_fit": "distance_detail_curve",
+                                         "temperature": 0.4})
+  assert ensemble.member_temperature(str(tmp_path)) == 1.0
+  for fit, temperature in (("validation_corruptions", 0.8), ("clean", 0.6)):
+    write_calibration_info(str(tmp_path), {"temperature_fit": fit, "temperature": temperature})
+    assert ensemble.member_temperature(str(tmp_path)) == temperature
 
 
-def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input(members):
+def test_a_distance_detail_ensemble_serves_the_numpy_calibrators_t_input_by_input(members):
   """Each chosen member's support recomputed here from its own features; the ensemble's score
-  is the mean of its members'; the served probabilities are softmax(log mean / T(score))."""
+  is the mean of its members'; the detail score reads the image, the same for every member; the
+  served probabilities are softmax(log mean / T(score, detail))."""
   work, flags, member_list = members
-  export_dir = str(work / "ensemble_distance_curve")
-  record = ensemble.build_ensemble(member_list, [flags["eval_files"]],
-                                   flags["transform_output"], export_dir, ensemble_size=3,
-                                   validation_corruption_examples=2,
-                                   temperature_fit="distance_curve",
-                                   train_files=[flags["train_files"]])
+  export_dir = str(work / "ensemble_distance_detail_curve")
+  record = _build(member_list, flags, export_dir, 3, temperature_fit="distance_detail_curve",
+                  train_files=[flags["train_files"]])
   calibration = read_calibration_info(export_dir)
-  assert calibration["temperature_fit"] == "distance_curve" and record["calibrated_selection"]
+  assert (calibration["temperature_fit"] == "distance_detail_curve"
+          and record["calibrated_selection"])
   assert calibration["distance_curve"]["slope"] >= 0
   assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
@@ -351,50 +305,21 @@ def test_a_distance_curve_ensemble_serves_the_numpy_calibrators_t_input_by_input
         model_outputs.penultimate_model(network)(transformed).numpy(), means, precision))
     member_scores.append((served_log - eval_log.mean()) / eval_log.std())
   scores = np.mean(member_scores, axis=0)
+  details = detail.detail_scores(transformed.numpy(),
+                                 detail.DetailScale(**calibration["detail_scale"]))
+  assert details[-4:].min() > details[:12].max()  # Noise holds more fine detail than a digit.
   curve = calibration["distance_curve"]
-  expected_t = np.clip(np.exp(curve["log_temperature"] + curve["slope"] * scores), 0.01, 100)
+  expected_t = np.clip(np.exp(curve["log_temperature"] + curve["slope"] * scores
+                              + curve["detail_slope"] * details), 0.01, 100)
   served = _serve(export_dir, images)
   np.testing.assert_allclose(served["distance_score"], scores, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(served["detail_score"], details, rtol=1e-4, atol=1e-4)
   # The loaded ensemble network gives the same features, e.g. for bench/calibration.py.
   loaded = keras.models.load_model(export_dir, compile=False, custom_objects={
       "LogMeanProbability": ensemble.LogMeanProbability})
   features = ensemble.member_features_model(loaded)(transformed).numpy()
   np.testing.assert_allclose(distances.distance_scores(
       features, read_feature_support(export_dir)), scores, rtol=1e-4, atol=1e-4)
-  log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
-  expected = np.exp(log_mean / expected_t[:, np.newaxis])
-  np.testing.assert_allclose(served[PROBABILITIES_KEY],
-                             expected / expected.sum(axis=1, keepdims=True), atol=1e-5)
-
-
-def test_a_distance_detail_ensemble_serves_each_inputs_detail_and_t_as_numpy_computes_them(
-    members):
-  """The detail score reads the image, the same for every member; T is the recorded map's of
-  the ensemble's served distance score and that detail."""
-  work, flags, member_list = members
-  export_dir = str(work / "ensemble_distance_detail_curve")
-  ensemble.build_ensemble(member_list, [flags["eval_files"]], flags["transform_output"],
-                          export_dir, ensemble_size=2, validation_corruption_examples=2,
-                          temperature_fit="distance_detail_curve",
-                          train_files=[flags["train_files"]])
-  calibration = read_calibration_info(export_dir)
-  assert calibration["temperature_fit"] == "distance_detail_curve"
-  assert calibration["validation_nll_after"] <= calibration["validation_nll_before"]
-  from testing.transform_runs import encode_png, raw_digit_examples
-  from trainer_module.calibration import detail
-  from trainer_module.calibration.distance_curve import DistanceCurve
-  noise = np.random.default_rng(1).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
-  images = ([example["image"] for example in raw_digit_examples(8)] +
-            [encode_png(image) for image in noise])
-  tft_output = tft.TFTransformOutput(flags["transform_output"])
-  transformed = tft_output.transform_features_layer()({"image": tf.constant(images)})["image"]
-  served = _serve(export_dir, images)
-  details = detail.detail_scores(transformed.numpy(),
-                                 detail.DetailScale(**calibration["detail_scale"]))
-  np.testing.assert_allclose(served["detail_score"], details, rtol=1e-4, atol=1e-4)
-  assert details[-3:].min() > details[:8].max()  # Noise holds more fine detail than a digit.
-  expected_t = DistanceCurve(**calibration["distance_curve"]).temperatures(
-      served["distance_score"], details)
   log_mean = np.log(served[UNCALIBRATED_PROBABILITIES_KEY].astype(np.float64))
   expected = np.exp(log_mean / expected_t[:, np.newaxis])
   np.testing.assert_allclose(served[PROBABILITIES_KEY],

@@ -13,9 +13,8 @@ PROBABILITIES_KEY = "probabilities"  # softmax(logits / T), T fitted on the eval
 UNCALIBRATED_PROBABILITIES_KEY = "uncalibrated_probabilities"  # softmax(logits).
 CLASS_IDS_KEY = "class_ids"
 CLASS_NAMES_KEY = "class_names"  # string [batch]: the name of the class of class_ids.
-# Models calibrated by feature distance (in_support, distance_curve, distance_detail_curve)
-# also serve how far each input lies from the training data (calibration/distances.py
-# distance_scores).
+# Models calibrated by feature distance (distance_detail_curve) also serve how far each input
+# lies from the training data (calibration/distances.py distance_scores).
 DISTANCE_SCORE_KEY = "distance_score"
 # Models calibrated by distance and detail (distance_detail_curve) also serve each input's detail
 # score (calibration/detail.py detail_scores).

@@ -84,34 +84,18 @@ class SpectralNormConv2D(keras.layers.Conv2D):
     return {**super().get_config(), "norm_bound": self.norm_bound}
 
 
-class _PerImageLayer(keras.layers.Layer):
-  """A weightless map of each image by statistics over its own values, computed in float32
-  under every policy."""
+@keras.saving.register_keras_serializable(package="trainer_module")
+class PerImageCentering(keras.layers.Layer):
+  """x - mean over each image's values, weightless and in float32 under every policy: a change
+  of brightness that adds the same amount to every pixel moves nothing after it."""
 
   def __init__(self, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
 
   def call(self, inputs):
-    return self.normalized(tf.cast(inputs, tf.float32))
-
-
-@keras.saving.register_keras_serializable(package="trainer_module")
-class PerImageCentering(_PerImageLayer):
-  """x - mean over each image's values: a change of brightness that adds the same amount to
-  every pixel moves nothing after it."""
-
-  def normalized(self, images):
+    images = tf.cast(inputs, tf.float32)
     return images - tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
-
-
-@keras.saving.register_keras_serializable(package="trainer_module")
-class PerImageStandardization(_PerImageLayer):
-  """(x - mean) / max(std, 1 / sqrt(N)) over each image's N values, as
-  tf.image.per_image_standardization."""
-
-  def normalized(self, images):
-    return tf.image.per_image_standardization(images)
 
 
 def _conv(filters, kernel_size, strides, l2, name, norm_bound=0.0):
@@ -187,10 +171,8 @@ def wide_resnet(config: TrainerConfig, input_shape=IMAGE_SHAPE) -> keras.Model:
   bn_l2 = config.model.group_l2("bn_l2")
   inputs = keras.Input(shape=input_shape, name="image")
   norm_bound = config.model.spectral_norm_bound
-  per_image = {"centering": PerImageCentering, "standardization": PerImageStandardization}.get(
-      config.model.per_image_normalization)
-  x = (per_image(name=f"per_image_{config.model.per_image_normalization}")(inputs)
-       if per_image else inputs)
+  x = (PerImageCentering(name="per_image_centering")(inputs)
+       if config.model.per_image_normalization == "centering" else inputs)
   x = _conv(16, 3, 1, config.model.group_l2("input_conv_l2"), "input_conv", norm_bound)(x)
   for group, (base_filters, strides) in enumerate([(16, 1), (32, 2), (64, 2)], start=1):
     conv_l2 = config.model.group_l2(f"group_{group}_conv_l2")

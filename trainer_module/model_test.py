@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from testing.tiny_config import plain_trainer
 from trainer_module.config import TrainerConfig
 from trainer_module.model import BatchNormalization, SpectralNormConv2D, wide_resnet
 
@@ -12,7 +13,7 @@ from trainer_module.model import BatchNormalization, SpectralNormConv2D, wide_re
 def test_wrn_28_10_has_the_published_parameter_count():
   """36,479,194 trainable (Zagoruyko & Komodakis's 36.5M); batch norm's running mean and
   variance are the only other weights: 2 per channel of each pre-activation batch norm."""
-  model = wide_resnet(TrainerConfig().replace(depth=28, width_multiplier=10))
+  model = wide_resnet(plain_trainer(depth=28, width_multiplier=10))
   blocks, widths = (28 - 4) // 6, (16, 160, 320, 640)
   # Each group: its first block's two (input width, then group width), 2 x group width for the
   # others; then one before the classifier.
@@ -24,7 +25,7 @@ def test_wrn_28_10_has_the_published_parameter_count():
 
 
 def test_small_wrn_maps_images_to_logits_per_class():
-  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1, num_classes=7))
+  model = wide_resnet(plain_trainer(depth=10, width_multiplier=1, num_classes=7))
   logits = model(tf.zeros([2, 32, 32, 3]), training=False)
   assert logits.shape == (2, 7)
   convs = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.Conv2D)
@@ -35,8 +36,8 @@ def test_small_wrn_maps_images_to_logits_per_class():
 
 
 def test_per_group_l2_falls_back_to_l2():
-  base = TrainerConfig().replace(depth=10, width_multiplier=1, l2=1e-3)
-  override = TrainerConfig().replace(depth=10, width_multiplier=1, l2=1e-3, dense_kernel_l2=0.5)
+  base = plain_trainer(depth=10, width_multiplier=1, l2=1e-3)
+  override = plain_trainer(depth=10, width_multiplier=1, l2=1e-3, dense_kernel_l2=0.5)
   model_base, model_override = wide_resnet(base), wide_resnet(override)
   model_override.set_weights(model_base.get_weights())
   dense = model_base.get_layer("logits").kernel.numpy()
@@ -46,13 +47,13 @@ def test_per_group_l2_falls_back_to_l2():
 
 def test_depth_must_be_6n_plus_4():
   with pytest.raises(ValueError, match=r"depth=12: must be 6n\+4 with n >= 1"):
-    TrainerConfig().replace(depth=12)
+    plain_trainer(depth=12)
 
 
 def test_under_mixed_bfloat16_convolutions_are_16_bit_and_logits_and_statistics_float32():
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
+    model = wide_resnet(plain_trainer(depth=10, width_multiplier=1))
   finally:
     keras.mixed_precision.set_global_policy("float32")
   convs = [layer for layer in model.layers if isinstance(layer, keras.layers.Conv2D)]
@@ -111,7 +112,7 @@ def test_keras_batch_norm_checkpoints_restore_into_the_fused_layer_and_back(tmp_
 
 
 def test_a_saved_model_rebuilds_the_fused_layer_from_its_config(tmp_path):
-  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
+  model = wide_resnet(plain_trainer(depth=10, width_multiplier=1))
   model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
   loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
   assert isinstance(loaded.get_layer("final_bn"), BatchNormalization)
@@ -177,10 +178,10 @@ def test_the_power_iteration_finds_the_operator_s_norm_and_leaves_smaller_kernel
   np.testing.assert_array_equal(layer.power_vector, vector)
 
 
-def test_spectral_norm_is_off_by_default_and_then_the_model_is_today_s():
-  assert TrainerConfig().model.spectral_norm_bound == 0
-  plain = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
-  normalised = wide_resnet(TrainerConfig().replace(depth=10,
+def test_spectral_norm_keeps_the_plain_networks_layers_and_variable_names():
+  assert TrainerConfig().model.spectral_norm_bound == 0.25  # The default.
+  plain = wide_resnet(plain_trainer(depth=10, width_multiplier=1))
+  normalised = wide_resnet(plain_trainer(depth=10,
                                                    width_multiplier=1,
                                                    spectral_norm_bound=3.0))
   convs = [layer for layer in plain.layers if isinstance(layer, keras.layers.Conv2D)]
@@ -200,14 +201,14 @@ def test_spectral_norm_is_off_by_default_and_then_the_model_is_today_s():
 def test_spectral_norm_bound_must_not_be_negative():
   with pytest.raises(ValueError, match=r"^Invalid config value spectral_norm_bound=-1.0: must be "
                      r">= 0 \(0 = no spectral normalisation\)"):
-    TrainerConfig().replace(spectral_norm_bound=-1.0)
+    plain_trainer(spectral_norm_bound=-1.0)
 
 
 def test_a_spectrally_normalised_model_trains_in_mixed_bfloat16_and_reloads_from_its_config(
     tmp_path):
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
-    model = wide_resnet(TrainerConfig().replace(depth=10,
+    model = wide_resnet(plain_trainer(depth=10,
                                                 width_multiplier=1,
                                                 spectral_norm_bound=1.0))
   finally:
@@ -226,28 +227,13 @@ def test_a_spectrally_normalised_model_trains_in_mixed_bfloat16_and_reloads_from
                              rtol=2e-2, atol=2e-2)
 
 
-def test_per_image_standardisation_makes_the_logits_blind_to_global_brightness_and_contrast(
-    tmp_path):
-  images = tf.random.stateless_normal([3, 32, 32, 3], seed=[5, 6])
-  shifted = 0.4 * images + 1.5  # Less contrast, brighter.
-  plain = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1))
-  assert not np.allclose(plain(images, training=False), plain(shifted, training=False),
-                         atol=1e-3)
-  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1,
-                                              per_image_normalization="standardization"))
-  np.testing.assert_allclose(model(shifted, training=False), model(images, training=False),
-                             rtol=1e-4, atol=1e-4)
-  # A blank image (zero variance) gives finite logits: its std is floored at 1 / sqrt(N).
-  assert np.all(np.isfinite(model(tf.fill([1, 32, 32, 3], 0.7), training=False)))
-  model.save(str(tmp_path / "model"), save_format="tf", save_traces=False)
-  loaded = keras.models.load_model(str(tmp_path / "model"), compile=False)
-  np.testing.assert_allclose(loaded(shifted, training=False), model(images, training=False),
-                             rtol=1e-4, atol=1e-4)
-
-
 def test_per_image_centering_makes_the_logits_blind_to_global_brightness_only(tmp_path):
   images = tf.random.stateless_normal([3, 32, 32, 3], seed=[5, 6])
-  model = wide_resnet(TrainerConfig().replace(depth=10, width_multiplier=1,
+  plain = wide_resnet(plain_trainer(depth=10, width_multiplier=1,
+                                              per_image_normalization="none"))
+  assert not np.allclose(plain(images + 1.5, training=False), plain(images, training=False),
+                         atol=1e-3), "without centring a change of brightness moves the logits"
+  model = wide_resnet(plain_trainer(depth=10, width_multiplier=1,
                                               per_image_normalization="centering"))
   np.testing.assert_allclose(model(images + 1.5, training=False), model(images, training=False),
                              rtol=1e-4, atol=1e-4)
@@ -259,12 +245,16 @@ def test_per_image_centering_makes_the_logits_blind_to_global_brightness_only(tm
                              rtol=1e-4, atol=1e-4)
 
 
-def test_an_unknown_per_image_normalization_is_refused_by_name():
-  with pytest.raises(ValueError, match="per_image_normalization.*'center'.*must be one of"):
-    TrainerConfig().replace(per_image_normalization="center")
+@pytest.mark.parametrize("name", ["center", "standardization"])
+def test_an_unknown_per_image_normalization_is_refused_by_name(name):
+  with pytest.raises(ValueError, match=f"per_image_normalization='{name}': must be one of "
+                                       r"\('none', 'centering'\)"):
+    plain_trainer(per_image_normalization=name)
 
 
-def test_the_trainers_inputs_are_not_normalised_per_image_by_default():
-  assert TrainerConfig().model.per_image_normalization == "none"
-  assert not [layer.name for layer in wide_resnet(TrainerConfig().replace(depth=10)).layers
+def test_the_trainers_inputs_are_centred_per_image_by_default_and_fed_as_they_are_without():
+  assert TrainerConfig().model.per_image_normalization == "centering"
+  assert [layer.name for layer in wide_resnet(TrainerConfig().replace(depth=10)).layers
+          if layer.name.startswith("per_image")] == ["per_image_centering"]
+  assert not [layer.name for layer in wide_resnet(plain_trainer(depth=10)).layers
               if layer.name.startswith("per_image")]

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK, learnable_images
+from testing.tiny_config import TINY_NETWORK, learnable_images, plain_trainer
 from trainer_module import sngp
 from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
@@ -59,7 +59,7 @@ def test_far_inputs_get_softer_logits_than_the_training_inputs():
 
 
 def test_under_mixed_bfloat16_the_gp_head_is_float32_and_a_saved_model_reloads_it(tmp_path):
-  config = TrainerConfig().replace(**TINY_NETWORK, output_layer="sngp",
+  config = plain_trainer(**TINY_NETWORK, output_layer="sngp",
                          sngp_random_features=64, sngp_mean_field_factor=25.0)
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
@@ -86,20 +86,20 @@ def test_under_mixed_bfloat16_the_gp_head_is_float32_and_a_saved_model_reloads_i
 def test_output_layer_and_sngp_settings_are_validated():
   with pytest.raises(ValueError, match=r"^Invalid config value output_layer='gp': must be one of "
                      r"\('dense', 'sngp'\)"):
-    TrainerConfig().replace(output_layer="gp")
+    plain_trainer(output_layer="gp")
   with pytest.raises(ValueError,
                      match=r"^Invalid config value sngp_ridge_penalty=0.0: must be > 0"):
-    TrainerConfig().replace(sngp_ridge_penalty=0.0)
+    plain_trainer(sngp_ridge_penalty=0.0)
   with pytest.raises(ValueError, match=r"^Invalid config value sngp_mean_field_factor=-1.0: must "
                      r"be >= 0 \(0 = the posterior mode's logits\)"):
-    TrainerConfig().replace(sngp_mean_field_factor=-1.0)
-  assert TrainerConfig().model.output_layer == "dense"
+    plain_trainer(sngp_mean_field_factor=-1.0)
+  assert TrainerConfig().model.output_layer == "sngp"  # The default.
 
 
 def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path):
   from trainer_module.training_loop import Training, fit
   images, views, labels = learnable_images()
-  config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=3,
+  config = plain_trainer(**TINY_NETWORK, num_classes=2, train_epochs=3,
                          per_core_batch_size=32, lr_warmup_epochs=0, log_every_steps=4,
                          output_layer="sngp", sngp_random_features=32)
   strategy = tf.distribute.get_strategy()
@@ -125,10 +125,10 @@ def test_an_exported_sngp_model_serves_the_mean_field_logits_in_both_signatures(
   from trainer_module.export import export_serving_model, float32_model
   from trainer_module.features import IMAGE_KEY, UNCALIBRATED_PROBABILITIES_KEY
   raw = raw_digit_examples(8)
-  _, transform_dir = run_transform(raw, TrainerConfig().transform_options(),
+  _, transform_dir = run_transform(raw, plain_trainer().transform_options(),
                                    str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
   tft_output = tft.TFTransformOutput(transform_dir)
-  config = TrainerConfig().replace(**TINY_NETWORK, output_layer="sngp")
+  config = plain_trainer(**TINY_NETWORK, output_layer="sngp")
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
     trained = wide_resnet(config)

@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tensorboard.plugins.hparams import api as hparams_api
 
-from trainer_module import augmix, data
+from trainer_module import data
 from trainer_module.calibration import inputs, registry
 from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
@@ -116,8 +116,7 @@ def _calibrate(model, config: TrainerConfig, tft_output, eval_batches, train_bat
       model,
       inputs.held_out_sets(
           method, eval_batches, tft_output, config.calibration.validation_corruption_examples,
-          config.training.eval_batch_size, train_batches,
-          (config.training.seed, augmix.params_from_options(config.transform_options()))),
+          config.training.eval_batch_size, train_batches),
       config.calibration.num_bins)
 
 

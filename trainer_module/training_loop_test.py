@@ -4,8 +4,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK, learnable_images
-from trainer_module.config import TrainerConfig
+from testing.tiny_config import TINY_NETWORK, learnable_images, plain_trainer
 from trainer_module.training_loop import (Training, WarmUpPiecewiseConstantSchedule, fit,
                                   jensen_shannon, learning_rate_schedule, make_optimizer)
 
@@ -20,7 +19,7 @@ def test_schedule_warms_up_linearly_then_decays_at_each_boundary():
 
 
 def test_learning_rate_scales_with_batch_and_decay_epochs_with_train_epochs():
-  config = TrainerConfig().replace(base_learning_rate=0.1, per_core_batch_size=64, train_epochs=20,
+  config = plain_trainer(base_learning_rate=0.1, per_core_batch_size=64, train_epochs=20,
                          lr_decay_epochs=(60, 120, 160), lr_warmup_epochs=0)
   schedule = learning_rate_schedule(config, steps_per_epoch=10, global_batch_size=64)
   assert schedule.decay_epochs == [6, 12, 16]
@@ -48,7 +47,7 @@ def _fit(config, images, views, labels, tmp_path):
 
 def test_training_fits_a_learnable_problem(tmp_path):
   images, no_views, labels = learnable_images()
-  config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=4,
+  config = plain_trainer(**TINY_NETWORK, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8)
   training, metrics = _fit(config, images, no_views, labels, tmp_path)
@@ -60,7 +59,7 @@ def test_training_fits_a_learnable_problem(tmp_path):
 
 def test_a_spectrally_normalised_model_learns_and_resumes_with_its_power_iteration(tmp_path):
   images, no_views, labels = learnable_images()
-  config = TrainerConfig().replace(**TINY_NETWORK, num_classes=2, train_epochs=4,
+  config = plain_trainer(**TINY_NETWORK, num_classes=2, train_epochs=4,
                          per_core_batch_size=32, eval_batch_size=64, lr_warmup_epochs=0,
                          log_every_steps=8, spectral_norm_bound=3.0)
   training, metrics = _fit(config, images, no_views, labels, tmp_path)
@@ -99,7 +98,7 @@ def test_the_loss_of_a_step_with_two_views_adds_the_weighted_jensen_shannon_term
   batch = tf.data.Dataset.from_tensors((images, views, labels))
   losses, divergences = {}, {}
   for weight in (0.0, 12.0):
-    config = TrainerConfig().replace(**TINY_NETWORK, num_classes=3, per_core_batch_size=16,
+    config = plain_trainer(**TINY_NETWORK, num_classes=3, per_core_batch_size=16,
                            train_steps=1, augmix=True, aug_count=2, lr_warmup_epochs=0,
                            augmix_jsd_weight=weight)
     training = Training(config, tf.distribute.get_strategy(), 1, "/nonexistent")
@@ -118,7 +117,7 @@ def test_the_loss_of_a_step_with_two_views_adds_the_weighted_jensen_shannon_term
 
 
 def test_host_loops_end_at_each_log_epoch_and_checkpoint_step():
-  config = TrainerConfig().replace(**TINY_NETWORK, train_steps=30, steps_per_loop=8,
+  config = plain_trainer(**TINY_NETWORK, train_steps=30, steps_per_loop=8,
                          log_every_steps=10, checkpoint_steps=7)
   training = Training(config, tf.distribute.get_strategy(), steps_per_epoch=12,
                       checkpoint_dir="/nonexistent")
@@ -163,7 +162,7 @@ def _policy_run(policy, config, images, labels, tmp_path):
 
 
 def _tiny_config(**overrides):
-  return TrainerConfig().replace(**dict(dict(TINY_NETWORK, num_classes=3,
+  return plain_trainer(**dict(dict(TINY_NETWORK, num_classes=3,
                                    per_core_batch_size=16, eval_batch_size=16, train_steps=2,
                                    train_epochs=1, lr_warmup_epochs=0), **overrides))
 

@@ -10,9 +10,8 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK
+from testing.tiny_config import TINY_NETWORK, plain_trainer
 from trainer_module import warm_start
-from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
 from trainer_module.training_loop import Training, learning_rate_schedule
 
@@ -26,7 +25,7 @@ def _values(model):
 def _trained(tmp_path, steps=3, **config):
   """A tiny WRN's checkpoint directory after `steps` steps of changed weights (not its
   initialisation), written as training writes it; returns (directory, values)."""
-  training = Training(TrainerConfig().replace(**{**TINY, "seed": 7, **config}),
+  training = Training(plain_trainer(**{**TINY, "seed": 7, **config}),
                       tf.distribute.get_strategy(), steps_per_epoch=10,
                       checkpoint_dir=str(tmp_path / "source"))
   for variable in training.model.variables:
@@ -38,7 +37,7 @@ def _trained(tmp_path, steps=3, **config):
 
 def test_every_matching_variable_is_restored_exactly(tmp_path):
   source, saved = _trained(tmp_path)
-  model = wide_resnet(TrainerConfig().replace(**TINY))
+  model = wide_resnet(plain_trainer(**TINY))
   record = warm_start.warm_start(model, source, exclude=())
   restored = _values(model)
   assert restored.keys() == saved.keys()
@@ -50,11 +49,11 @@ def test_every_matching_variable_is_restored_exactly(tmp_path):
 
 def test_a_savedmodel_is_a_source_too(tmp_path):
   _, saved = _trained(tmp_path)
-  exported = wide_resnet(TrainerConfig().replace(**{**TINY, "seed": 7}))
+  exported = wide_resnet(plain_trainer(**{**TINY, "seed": 7}))
   for variable in exported.variables:
     variable.assign(saved[warm_start.variable_name(variable)])
   exported.save(str(tmp_path / "saved_model"), save_format="tf")
-  model = wide_resnet(TrainerConfig().replace(**TINY))
+  model = wide_resnet(plain_trainer(**TINY))
   record = warm_start.warm_start(model, str(tmp_path / "saved_model"), exclude=())
   assert record["kind"] == "saved_model" and record["restored_variables"] == len(saved)
   for name, value in _values(model).items():
@@ -63,7 +62,7 @@ def test_a_savedmodel_is_a_source_too(tmp_path):
 
 def test_excluded_head_keeps_its_fresh_initialisation_for_a_new_label_set(tmp_path):
   source, saved = _trained(tmp_path)
-  model = wide_resnet(TrainerConfig().replace(**{**TINY, "num_classes": 5}))
+  model = wide_resnet(plain_trainer(**{**TINY, "num_classes": 5}))
   fresh_head = model.get_layer("logits").kernel.numpy()
   record = warm_start.warm_start(model, source, exclude=("head",))
   assert sorted(record["excluded_variables"]) == ["logits/bias", "logits/kernel"]
@@ -77,7 +76,7 @@ def test_excluded_head_keeps_its_fresh_initialisation_for_a_new_label_set(tmp_pa
 
 def test_mismatched_variables_fail_with_their_names_and_shapes(tmp_path):
   source, _ = _trained(tmp_path)
-  model = wide_resnet(TrainerConfig().replace(**{**TINY, "num_classes": 5}))
+  model = wide_resnet(plain_trainer(**{**TINY, "num_classes": 5}))
   before = _values(model)
   with pytest.raises(warm_start.WarmStartError) as error:
     warm_start.warm_start(model, source, exclude=())
@@ -93,7 +92,7 @@ def test_spectral_normalisation_can_be_turned_on_or_off_across_a_warm_start(tmp_
   """The power-iteration vectors are estimates, not parameters: a normalised model starts its
   own from a source without them, and a plain model ignores a source's. Every weight moves."""
   source, saved = _trained(tmp_path)
-  normalised = wide_resnet(TrainerConfig().replace(**TINY, spectral_norm_bound=1.0))
+  normalised = wide_resnet(plain_trainer(**TINY, spectral_norm_bound=1.0))
   record = warm_start.warm_start(normalised, source, exclude=())
   vectors = [n for n in _values(normalised) if n.endswith("/power_vector")]
   assert vectors and sorted(record["excluded_variables"]) == sorted(vectors)
@@ -102,7 +101,7 @@ def test_spectral_normalisation_can_be_turned_on_or_off_across_a_warm_start(tmp_
     np.testing.assert_array_equal(_values(normalised)[name], value, err_msg=name)
 
   normalised_source, normalised_saved = _trained(tmp_path / "sn", spectral_norm_bound=1.0)
-  plain = wide_resnet(TrainerConfig().replace(**TINY))
+  plain = wide_resnet(plain_trainer(**TINY))
   record = warm_start.warm_start(plain, normalised_source, exclude=())
   assert record["restored_variables"] == len(saved) and record["excluded_variables"] == []
   for name, value in _values(plain).items():
@@ -114,7 +113,7 @@ def test_an_sngp_head_is_excluded_whole_and_restored_whole(tmp_path):
   so a dense body starts an SNGP model; from an SNGP source with nothing excluded the random
   features come too, without which its trained output weights would mean nothing."""
   source, saved = _trained(tmp_path)
-  model = wide_resnet(TrainerConfig().replace(**TINY, output_layer="sngp"))
+  model = wide_resnet(plain_trainer(**TINY, output_layer="sngp"))
   fresh = {name: value for name, value in _values(model).items() if name.startswith("logits/")}
   record = warm_start.warm_start(model, source, exclude=("head",))
   assert sorted(record["excluded_variables"]) == sorted(fresh) == [
@@ -128,7 +127,7 @@ def test_an_sngp_head_is_excluded_whole_and_restored_whole(tmp_path):
       np.testing.assert_array_equal(restored[name], value, err_msg=name)
 
   sngp_source, sngp_saved = _trained(tmp_path / "sngp", output_layer="sngp")
-  model = wide_resnet(TrainerConfig().replace(**TINY, output_layer="sngp"))
+  model = wide_resnet(plain_trainer(**TINY, output_layer="sngp"))
   record = warm_start.warm_start(model, sngp_source, exclude=())
   assert record["restored_variables"] == len(sngp_saved) and record["excluded_variables"] == []
   for name, value in _values(model).items():
@@ -164,7 +163,7 @@ def test_a_missing_source_is_named():
 def test_a_resumed_run_continues_its_own_checkpoints_and_does_not_warm_start_again(
     tmp_path, caplog):
   source, saved = _trained(tmp_path)
-  config = TrainerConfig().replace(**TINY, warm_start=source)
+  config = plain_trainer(**TINY, warm_start=source)
   first = Training(config, tf.distribute.get_strategy(), 10, str(tmp_path / "run"),
                    warm_start_from=source)
   first.restore()
@@ -192,7 +191,7 @@ def test_a_resumed_run_continues_its_own_checkpoints_and_does_not_warm_start_aga
 
 def test_a_warm_started_run_follows_the_fine_tuning_schedule():
   """The schedule is the fresh variables' rate: the from-scratch peak, warm-up, cosine."""
-  config = TrainerConfig().replace(**TINY, train_epochs=20, warm_start_lr_ratio=0.1)
+  config = plain_trainer(**TINY, train_epochs=20, warm_start_lr_ratio=0.1)
   scratch = Training(config, tf.distribute.get_strategy(), 10, "/tmp/unused-scratch")
   tuned = Training(config, tf.distribute.get_strategy(), 10, "/tmp/unused-tuned",
                    warm_start_from="/somewhere")
@@ -209,7 +208,7 @@ def _one_step_moves(source, tmp_path, strategy, ratio, batch):
   """{variable name: change} of one 5-class fine-tuning step from `source` with the head
   excluded, and the run's per-variable ratios. No warm-up: 5 steps of one epoch. A large rate,
   so that moves stand far above the rounding of the weights (~1e-7)."""
-  config = TrainerConfig().replace(**TINY,
+  config = plain_trainer(**TINY,
                                    num_classes=5,
                                    warm_start=source,
                                    warm_start_exclude=("head",),
@@ -272,7 +271,7 @@ def test_inspect_lists_variables_step_and_config(tmp_path):
 
 def test_a_source_of_another_depth_is_refused_before_training_naming_both(tmp_path):
   source, _ = _trained(tmp_path)  # depth 10, width 1
-  warm_start.check_source(source, TrainerConfig().replace(**TINY).to_dict())
+  warm_start.check_source(source, plain_trainer(**TINY).to_dict())
   with pytest.raises(warm_start.WarmStartError, match=r"another architecture \(depth=10 there, "
                      r"16 here\)"):
-    warm_start.check_source(source, TrainerConfig().replace(**{**TINY, "depth": 16}).to_dict())
+    warm_start.check_source(source, plain_trainer(**{**TINY, "depth": 16}).to_dict())

@@ -1,19 +1,19 @@
-"""`temperature_fit=distance_curve`: a temperature per input,
-T(x) = exp(a + b z(x)) with b >= 0 over the input's distance score z, sharpening near the data
-and softening farther out. The fit and why: docs/robustness.md, "A temperature per input".
+"""The temperature map of `temperature_fit=distance_detail_curve` and its fit: T(x) = exp(a +
+b z(x) + c s(x)) with b >= 0 over the input's distance score z and detail score s, sharpening
+near the data and softening farther out (without detail scores, the curve of z alone: what
+bench/calibration.py compares the map with). Why: docs/robustness.md, "Choosing the
+temperature".
 """
 from typing import NamedTuple, Optional
 
 import numpy as np
 
-from trainer_module.calibration import distances, maths
-from trainer_module.calibration.method import ByFeatureDistance, ShiftFit
+from trainer_module.calibration import maths
 
 
 class DistanceCurve(NamedTuple):
-  """The map: log T = log_temperature + slope * distance score (+ detail_slope * detail score
-  under distance_detail_curve), within [MIN_TEMPERATURE, MAX_TEMPERATURE]. slope >= 0: never
-  sharper farther from the data."""
+  """The map: log T = log_temperature + slope * distance score + detail_slope * detail score,
+  within [MIN_TEMPERATURE, MAX_TEMPERATURE]. slope >= 0: never sharper farther from the data."""
   log_temperature: float  # log T of a typical eval image: its distance and its detail.
   slope: float  # d log T / d distance score.
   detail_slope: float = 0.0  # d log T / d detail score (calibration/detail.py).
@@ -64,7 +64,7 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
                        shifted_details: Optional[np.ndarray] = None) -> DistanceCurve:
   """The curve minimising the mean, over the clean eval images and each shifted slice, of the
   slice's NLL; then drawn towards the raw softmax until the shifted slices' mean NLL and mean
-  ECE are no worse than raw (see the module docstring). With the inputs' detail scores it also
+  ECE are no worse than raw. With the inputs' detail scores it also
   fits detail_slope (either sign). Deterministic: L-BFGS-B from the clean fit, then a fixed
   grid."""
   clean_logits, shifted_logits = (np.asarray(x, np.float64) for x in (clean_logits,
@@ -105,86 +105,3 @@ def fit_distance_curve(clean_logits: np.ndarray, clean_labels: np.ndarray,
     if shifted_nll <= raw_nll and shifted_ece <= raw_ece:
       return curve
   return DistanceCurve(0.0, 0.0)
-
-
-class DistanceCurveFit(ByFeatureDistance):
-  name = "distance_curve"
-
-  def _fit_by_distance(self, features_model, held_out, evaluated, shifted, support,
-                       shifted_features, info, num_bins) -> ShiftFit:
-    from trainer_module.calibration import model_outputs
-    eval_scores = distances.distance_scores(
-        model_outputs.model_logits(features_model, held_out.eval_batches)[0], support)
-    shifted_scores = distances.distance_scores(shifted_features, support)
-    eval_details, shifted_details = self._fit_details(held_out, shifted, info)
-    curve = fit_distance_curve(evaluated.logits, evaluated.labels, eval_scores, shifted.logits,
-                               shifted.labels, shifted.slices, shifted_scores, num_bins,
-                               eval_details, shifted_details)
-    info.update(distance_curve=curve._asdict(), eval_distance_scores=eval_scores.tolist(),
-                validation_distance_scores=shifted_scores.tolist())
-    return ShiftFit(float(np.exp(curve.log_temperature)),
-                    shifted_temperatures=curve.temperatures(shifted_scores, shifted_details))
-
-  def _fit_details(self, held_out, shifted, info):
-    """(eval, shifted) detail scores, for a map that reads them; (None, None) here."""
-    return None, None
-
-  def _details(self, info, images):
-    """[batch] the detail scores of these transformed images, for a map that reads them."""
-    return None
-
-  def _graph_details(self, info, images):
-    """_details in the served graph."""
-    return None
-
-  def eval_temperatures(self, info):
-    return self.temperature_of_score(info)(info["eval_distance_scores"],
-                                           info.get("eval_detail_scores"))
-
-  def temperatures(self, info, support, features, images=None):
-    return DistanceCurve(**info["distance_curve"]).temperatures(
-        distances.distance_scores(features, support), self._details(info, images))
-
-  def served_temperatures(self, info, logits, features, images):
-    from trainer_module.calibration import serving
-    scores = serving.graph_distance_scores(features, info["feature_support"])
-    details = self._graph_details(info, images)
-    temperatures = serving.curve_temperatures(DistanceCurve(**info["distance_curve"]), scores,
-                                              details)
-    return temperatures, dict(zip(self.served_scores, (scores, details)))
-
-  def temperature_of_score(self, info):
-    """T(z, s): an input whose detail score is not given is taken to be of typical detail
-    (s = 0)."""
-    curve = DistanceCurve(**info["distance_curve"])
-
-    def temperatures(scores, details=None):
-      scores = np.asarray(scores, np.float64)
-      return curve.temperatures(scores, np.zeros(len(scores)) if details is None else details)
-    return temperatures
-
-  @staticmethod
-  def _features_described(info: dict) -> str:
-    return ("its penultimate features" if not isinstance(info["support_radius"], list)
-            else "its members' penultimate features (each member's own feature space; "
-            "z is the mean of the members' scores)")
-
-  def describe(self, info: dict) -> str:
-    curve = info["distance_curve"]
-    where = self._features_described(info)
-    return (
-        f"A temperature per input: T(x) = exp({curve['log_temperature']:.4f} + "
-        f"{curve['slope']:.4f} z(x)), where z(x) is how far the input lies from the training "
-        f"data: the log Mahalanobis distance of {where} to the nearest training class mean, in "
-        "standard deviations of the clean eval images' log distances above their mean. A "
-        f"typical eval image (z = 0) gets T = {info['temperature']:.4f}; T grows with "
-        "z, softening the inputs farthest from the data. The curve is fitted on "
-        f"{self._shift_sources(info)}), never on test "
-        "and never on an evaluated corruption: the mean over the clean images and each "
-        "validation slice of its NLL, kept no worse than the raw softmax on the validation "
-        "slices' mean NLL and mean ECE. The clean eval examples alone would give one "
-        f"T = {info['clean_fit_temperature']:.4f}. The eval and validation-shift rows are "
-        "in-sample; the test and corrupted rows are not.")
-
-
-METHOD = DistanceCurveFit()

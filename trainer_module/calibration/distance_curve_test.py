@@ -1,4 +1,5 @@
-"""temperature_fit=distance_curve: a T per input that never falls with the distance."""
+"""The map's curve and its fit (distance_curve.py): a T per input that never falls with the
+distance, fitted on the eval images and the validation corruptions only."""
 import json
 
 import numpy as np
@@ -106,7 +107,7 @@ def test_distance_curve_is_drawn_back_until_the_validation_shift_is_no_worse_tha
                    clean_labels) < maths.nll(clean_logits, clean_labels)
 
 
-def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corruptions_only(
+def test_the_default_map_fits_on_eval_images_and_the_validation_corruptions_only(
     monkeypatch):
   """No leakage: the only corrupted images that reach the fit are eval images under the
   validation corruptions (never a benchmark corruption), and the pipeline transforms only the
@@ -121,10 +122,10 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
 
   monkeypatch.setattr(reference_corruptions, "corrupt_all", spy)
   model, images, labels, held_out = feature_distance_fit(11)
-  info = registry.get("distance_curve").fit(model, held_out)
+  info = registry.get("distance_detail_curve").fit(model, held_out)
   assert requested and set(requested) == set(VALIDATION_CORRUPTIONS)
   assert not set(requested) & set(reference_corruptions.BENCHMARK_CORRUPTIONS)
-  assert info["temperature_fit"] == "distance_curve"
+  assert info["temperature_fit"] == "distance_detail_curve"
   assert info["validation_examples"] == len(VALIDATION_CORRUPTIONS) * 5 * 3
   assert info["eval_examples"] == 12
   # Both sets are scored by their penultimate features, in the support the fit measured.
@@ -140,13 +141,15 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
   assert curve.slope > 0
   assert info["temperature"] == pytest.approx(np.exp(curve.log_temperature))
   shifted_logits, shifted_labels = model_outputs.model_logits(model, corrupted.batches)
-  served = shifted_logits / curve.temperatures(shifted_scores)[:, np.newaxis]
+  served = shifted_logits / curve.temperatures(
+      shifted_scores, info["validation_detail_scores"])[:, np.newaxis]
   assert (info["validation_nll_after"], info["validation_ece_after"]) == pytest.approx(
       maths.slice_means(served, shifted_labels, corrupted.slices))
   assert info["validation_nll_after"] < info["validation_nll_before"]
   assert info["validation_ece_after"] <= info["validation_ece_before"]
   assert info["eval_nll_after"] == pytest.approx(maths.nll(
-      model(images).numpy() / curve.temperatures(eval_scores)[:, np.newaxis], labels))
+      model(images).numpy() / curve.temperatures(eval_scores, info["eval_detail_scores"])[
+          :, np.newaxis], labels))
   from tfx.types import Channel, standard_artifacts
   from pipeline import pipeline as pipeline_graph
   from pipeline.config import PipelineConfig
@@ -156,5 +159,5 @@ def test_calibrate_distance_curve_fits_on_eval_images_and_the_validation_corrupt
   splits = json.loads(transform.exec_properties["splits_config"])
   assert splits["transform"] == ["train", "eval"]
   with pytest.raises(ValueError, match="needs the train split"):
-    registry.get("distance_curve").fit(model, HeldOut(held_out.eval_batches,
-                                                      held_out.validation_corrupted))
+    registry.get("distance_detail_curve").fit(model, HeldOut(held_out.eval_batches,
+                                                             held_out.validation_corrupted))

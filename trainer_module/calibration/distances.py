@@ -58,14 +58,6 @@ def mahalanobis_distance(features: np.ndarray, class_means: np.ndarray,
   return np.sqrt(np.maximum(np.einsum("ncd,de,nce->nc", diff, precision, diff), 0.0).min(axis=1))
 
 
-def within_support(features: np.ndarray, support: Support) -> np.ndarray:
-  """[batch] whether each input's features lie within the support's radius (for a union,
-  within some part's radius in that part's own columns)."""
-  features = np.asarray(features)
-  return np.any([mahalanobis_distance(part.columns(features), part.class_means, part.precision)
-                 <= part.radius for part in parts(support)], axis=0)
-
-
 def distance_scores(features: np.ndarray, support: Support) -> np.ndarray:
   """[batch] how far each input lies from the training data: the log of its Mahalanobis
   distance in standard deviations of the eval images' log distances above their mean (0: as far

@@ -7,8 +7,7 @@ import tensorflow as tf
 from testing.calibration_data import expected_class_statistics
 from trainer_module.calibration import distance_curve, serving
 from trainer_module.calibration.distances import (class_statistics, distance_scores,
-                                                  mahalanobis_distance, support_from_features,
-                                                  within_support)
+                                                  mahalanobis_distance, support_from_features)
 
 
 def test_the_mahalanobis_distance_is_zero_at_a_class_mean_and_blind_to_linear_rescaling():
@@ -43,7 +42,7 @@ def test_the_shared_covariance_is_the_classes_pooled_within_class_covariance():
   assert mahalanobis_distance(beyond, means, precision) == pytest.approx([1.0], abs=0.1)
 
 
-def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temperatures():
+def test_the_support_holds_every_eval_image_and_serving_computes_the_same_distances():
   rng = np.random.default_rng(13)
   labels = np.arange(300) % 3
   train = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
@@ -51,34 +50,11 @@ def test_the_support_holds_every_eval_image_and_serving_computes_the_same_temper
   support = support_from_features(train, labels, eval_features)
   distances = mahalanobis_distance(eval_features, support.class_means,
                                    support.precision)
-  assert np.all(distances <= support.radius)
+  assert np.all(distances <= support.radius) and distances.max() > support.radius * 0.999
   queries = np.concatenate([eval_features, rng.normal(size=(40, 5)) * 1.5]).astype(np.float32)
-  served = serving.support_temperatures(tf.constant(queries), support, 0.4).numpy()
-  inside = mahalanobis_distance(queries, support.class_means,
-                                support.precision) <= support.radius
-  assert 0 < inside[40:].sum() < 40
-  np.testing.assert_array_equal(served, np.where(inside, 0.4, 1.0).astype(np.float32))
-
-
-def test_an_ensembles_support_is_the_union_of_its_members_each_in_its_own_columns():
-  rng = np.random.default_rng(15)
-  labels = np.arange(300) % 3
-  # Two members' features side by side: 5 columns, then 4.
-  member_a = rng.normal(size=(300, 5)) + labels[:, np.newaxis]
-  member_b = rng.normal(size=(300, 4)) - labels[:, np.newaxis]
-  eval_a, eval_b = rng.normal(size=(40, 5)), rng.normal(size=(40, 4))
-  support = (support_from_features(member_a, labels, eval_a),
-             support_from_features(member_b, labels, eval_b, start=5))
-  a, b = support
-  far_a, far_b = a.class_means[:1] + 100.0, b.class_means[:1] + 100.0
-  near_a, near_b = eval_a[:1], eval_b[:1]
-  queries = np.concatenate([np.concatenate(pair, axis=1) for pair in
-                            ((near_a, near_b), (near_a, far_b), (far_a, near_b),
-                             (far_a, far_b))])
-  np.testing.assert_array_equal(within_support(queries, support),
-                                [True, True, True, False])
-  served = serving.support_temperatures(tf.constant(queries, tf.float32), support, 0.4)
-  np.testing.assert_array_equal(served.numpy(), np.float32([0.4, 0.4, 0.4, 1.0]))
+  np.testing.assert_allclose(serving.graph_distances(tf.constant(queries), support),
+                             mahalanobis_distance(queries, support.class_means,
+                                                  support.precision), rtol=1e-6)
 
 
 def test_distance_scores_are_the_parts_mean_standardised_log_distance_in_numpy_and_tf():

@@ -1,7 +1,7 @@
 """The held-out sets a fit reads, made from the eval split (tf.data): its images under the
-validation corruptions, and their AugMix views. The test split is never read."""
+validation corruptions. The test split is never read."""
 import hashlib
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -27,25 +27,6 @@ def channel_statistics(tft_output) -> Tuple[tf.Tensor, tf.Tensor]:
   black, white = normalised[0, 0, 0], normalised[1, 0, 0]
   std = 1.0 / (white - black)
   return -black * std, std
-
-
-def augmented_eval_batches(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: tf.Tensor,
-                           seed: int, params) -> tf.data.Dataset:
-  """One AugMix view (training-time parameters) of every eval image, normalised like it; the
-  view's seed comes from the image's position, so every run sees the same views."""
-  from trainer_module import augmix
-  from trainer_module.preprocessing import denormalize_to_uint8, normalize
-
-  def augment(index, batch):
-    images = denormalize_to_uint8(batch[0], mean, std)
-    keys = tf.strings.join(["calibration/", tf.strings.as_string(
-        index * tf.cast(tf.shape(images)[0], tf.int64) + tf.range(tf.shape(images)[0],
-                                                                  dtype=tf.int64))])
-    seeds = augmix.example_seeds(keys, seed, 0, tf.zeros(tf.shape(keys), tf.int64))
-    views = augmix.augment_and_mix(images, seeds, params)
-    return (normalize(views, mean, std),) + tuple(batch[1:])
-
-  return eval_batches.enumerate().map(augment)
 
 
 def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std: tf.Tensor,
@@ -81,20 +62,13 @@ def validation_corrupted_set(eval_batches: tf.data.Dataset, mean: tf.Tensor, std
                     np.asarray(slices))
 
 
-
 def held_out_sets(method, eval_batches: tf.data.Dataset, tft_output, validation_examples: int,
-                  batch_size: int, train_batches: Optional[tf.data.Dataset] = None,
-                  augmix_views: Optional[Tuple[int, Any]] = None) -> HeldOut:
+                  batch_size: int, train_batches: Optional[tf.data.Dataset] = None) -> HeldOut:
   """The sets `method` reads (its needs_* properties), made from the eval split.
-  train_batches: the train split's, for feature distances; augmix_views: (seed, AugMix params)
-  of the training-time views."""
-  shifted = method.needs_validation_corruptions or method.needs_augmix_views
-  mean, std = channel_statistics(tft_output) if shifted else (None, None)
-  return HeldOut(
-      eval_batches,
-      validation_corrupted=(validation_corrupted_set(eval_batches, mean, std,
-                                                     validation_examples, batch_size)
-                            if method.needs_validation_corruptions else None),
-      augmented_batches=(augmented_eval_batches(eval_batches, mean, std, *augmix_views)
-                         if method.needs_augmix_views else None),
-      train_batches=train_batches if method.needs_feature_distances else None)
+  train_batches: the train split's, for feature distances."""
+  validation_corrupted = None
+  if method.needs_validation_corruptions:
+    validation_corrupted = validation_corrupted_set(eval_batches, *channel_statistics(tft_output),
+                                                    validation_examples, batch_size)
+  return HeldOut(eval_batches, validation_corrupted=validation_corrupted,
+                 train_batches=train_batches if method.needs_feature_distances else None)

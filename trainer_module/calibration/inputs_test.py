@@ -1,42 +1,22 @@
-"""The held-out sets: AugMix views and validation corruptions of the eval images, repeatable."""
+"""The held-out sets: the validation corruptions of the eval images, repeatable."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from testing.tiny_config import plain_trainer
 from trainer_module import reference_corruptions
 from trainer_module.calibration import maths
-from trainer_module.calibration.inputs import (VALIDATION_CORRUPTIONS, augmented_eval_batches,
-                                               channel_statistics, validation_corrupted_set)
-
-
-def test_augmented_eval_batches_are_augmix_views_normalised_like_the_images_and_repeatable():
-  from trainer_module import augmix
-  rng = np.random.default_rng(8)
-  mean, std = np.array([0.2, 0.3, 0.4], np.float32), np.array([0.25, 0.2, 0.3], np.float32)
-  images01 = rng.integers(0, 256, (6, 32, 32, 3)).astype(np.float32) / 255.0
-  images = (images01 - mean) / std
-  labels, weights = np.arange(6), np.ones(6, np.float32)
-  batches = tf.data.Dataset.from_tensor_slices((images, labels, weights)).batch(4)
-  views = augmented_eval_batches(batches, mean, std, 42, augmix.AugMixParams())
-  first, again = list(views), list(views)
-  for (view, view_labels, view_weights), batch, (repeat, *_) in zip(first, batches, again):
-    assert view.shape == batch[0].shape
-    np.testing.assert_array_equal(view_labels, batch[1])
-    np.testing.assert_array_equal(view_weights, batch[2])
-    np.testing.assert_array_equal(view, repeat)
-    pixels01 = view.numpy() * std + mean  # Spanning [0, 1] as the images do.
-    assert -1e-5 <= pixels01.min() < 0.02 and 0.98 < pixels01.max() <= 1 + 1e-5
-  assert not np.allclose(first[0][0], images[:4], atol=1e-3), "the views are augmented"
+from trainer_module.calibration.inputs import (VALIDATION_CORRUPTIONS, channel_statistics,
+                                               validation_corrupted_set)
 
 
 def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
   """From a real transform graph (TF1-traced, as Transform writes it), in eager mode."""
   import tensorflow_transform as tft
   from testing.transform_runs import raw_digit_examples, run_transform
-  from trainer_module.config import TrainerConfig
   from trainer_module.preprocessing import decode_images
   raw = raw_digit_examples(8)
-  _, transform_dir = run_transform(raw, TrainerConfig().transform_options(), str(tmp_path),
+  _, transform_dir = run_transform(raw, plain_trainer().transform_options(), str(tmp_path),
                                    ["--direct_running_mode=in_memory"])
   mean, std = channel_statistics(tft.TFTransformOutput(transform_dir))
   pixels = decode_images(tf.constant([r["image"] for r in raw])).numpy().reshape(-1, 3) / 255.0

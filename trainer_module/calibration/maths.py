@@ -128,14 +128,10 @@ def slice_means(logits: np.ndarray, labels: np.ndarray, slices: np.ndarray,
 
 def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.ndarray,
                                    shifted_logits: np.ndarray, shifted_labels: np.ndarray,
-                                   shifted_slices: np.ndarray, num_bins: int = 15,
-                                   shifted_applies: Optional[np.ndarray] = None) -> float:
+                                   shifted_slices: np.ndarray, num_bins: int = 15) -> float:
   """The T minimising the clean NLL among the temperatures at which each shifted slice's NLL,
   and the slices' mean ECE, are no worse than the raw softmax's.
 
-  shifted_applies: which shifted examples T applies to (all by default); the others keep the
-  raw softmax (`in_support`). Each slice's NLL is then its scaled examples' NLL plus a constant,
-  still convex in 1/T.
   Each slice's NLL bound is an interval of log(1/T) around 0 (`no_worse_than_raw`), so all of
   them together are one (their intersection), and the clean NLL is convex: its restricted
   minimum is the clean fit clipped into that interval. ECE is not convex in T: from that point
@@ -148,26 +144,16 @@ def select_temperature_under_shift(clean_logits: np.ndarray, clean_labels: np.nd
   if len(shifted_slices) != len(shifted_labels):
     raise TemperatureFitError(f"{len(shifted_labels)} shifted examples but "
                               f"{len(shifted_slices)} slice names.")
-  applies = (np.ones(len(shifted_labels), bool) if shifted_applies is None
-             else np.asarray(shifted_applies, bool))
-  bounds = [no_worse_than_raw(shifted_logits[(shifted_slices == name) & applies],
-                              shifted_labels[(shifted_slices == name) & applies])
-            for name in np.unique(shifted_slices[applies])] or [(-np.inf, np.inf)]
+  bounds = [no_worse_than_raw(shifted_logits[shifted_slices == name],
+                              shifted_labels[shifted_slices == name])
+            for name in np.unique(shifted_slices)] or [(-np.inf, np.inf)]
   low, high = max(bound[0] for bound in bounds), min(bound[1] for bound in bounds)
   target = float(np.clip(np.log(1.0 / fit_temperature(clean_logits, clean_labels)), low, high))
   raw_ece = slice_means(shifted_logits, shifted_labels, shifted_slices, 1.0, num_bins)[1]
   for step in range(GRID_STEPS, 0, -1):
     candidate = float(np.exp(-target * step / GRID_STEPS))
-    if slice_means(per_example(shifted_logits, candidate, applies), shifted_labels,
-                   shifted_slices, 1.0, num_bins)[1] <= raw_ece:
+    if slice_means(shifted_logits / candidate, shifted_labels, shifted_slices, 1.0,
+                   num_bins)[1] <= raw_ece:
       return candidate
   return 1.0
-
-
-def per_example(logits: np.ndarray, temperature: float,
-                applies: Optional[np.ndarray]) -> np.ndarray:
-  """Logits divided by T where it applies (everywhere when `applies` is None), else by 1."""
-  if applies is None:
-    return logits / temperature
-  return logits / np.where(applies, temperature, 1.0)[:, np.newaxis]
 

@@ -27,7 +27,6 @@ class HeldOut:
   exactly those the method's needs_* properties ask for (inputs.held_out_sets makes them)."""
   eval_batches: Any  # tf.data.Dataset of (images, labels[, weights]) batches.
   validation_corrupted: Optional[Any] = None  # inputs.ShiftedSet.
-  augmented_batches: Optional[Any] = None  # One AugMix view of each eval image.
   train_batches: Optional[Any] = None  # The train split, where feature distances start.
 
 
@@ -43,11 +42,9 @@ class CalibrationMethod:
   _fit_temperature and describe."""
   name: ClassVar[str]
   needs_validation_corruptions: ClassVar[bool] = False
-  needs_augmix_views: ClassVar[bool] = False
   # T depends on where an input's penultimate features lie (the train split's classes): the
   # served model also serves the distance score, and an ensemble's members enter it raw.
   needs_feature_distances: ClassVar[bool] = False
-  for_ensembles: ClassVar[bool] = True  # An ensemble's own T can be fitted this way.
   # Ensemble selection judges each candidate after its own clean T, as a T that sharpens near
   # the data is served there.
   calibrated_selection: ClassVar[bool] = False
@@ -117,7 +114,6 @@ class CalibrationMethod:
     for field, needed, what in (
         ("validation_corrupted", self.needs_validation_corruptions,
          "the validation corruptions of the eval images"),
-        ("augmented_batches", self.needs_augmix_views, "the AugMix views of the eval images"),
         ("train_batches", self.needs_feature_distances, "the train split's batches")):
       given = getattr(held_out, field) is not None
       if needed and not given:
@@ -127,10 +123,9 @@ class CalibrationMethod:
 
 
 class ShiftFit(NamedTuple):
-  """What a fit under the validation shift serves there: one T (applying where `applies`, or
-  everywhere), or a T per shifted example."""
+  """What a fit under the validation shift serves there: one T for every shifted example, or a
+  T per shifted example."""
   temperature: float
-  applies: Optional[np.ndarray] = None
   shifted_temperatures: Optional[np.ndarray] = None
 
 
@@ -160,12 +155,10 @@ class UnderValidationShift(CalibrationMethod):
                 validation_slices=[str(name) for name in shifted.slices],
                 validation_accuracy=float(np.mean(shifted.logits.argmax(axis=1) ==
                                                   shifted.labels)))
-    after = (shifted.logits / fitted.shifted_temperatures[:, np.newaxis]
-             if fitted.shifted_temperatures is not None
-             else maths.per_example(shifted.logits, fitted.temperature, fitted.applies))
+    after = shifted.logits / (fitted.temperature if fitted.shifted_temperatures is None
+                              else fitted.shifted_temperatures[:, np.newaxis])
     for name, moved in (("before", shifted.logits), ("after", after),
-                        ("clean_fit", maths.per_example(shifted.logits, evaluated.clean_fit,
-                                                        fitted.applies))):
+                        ("clean_fit", shifted.logits / evaluated.clean_fit)):
       (info[f"validation_nll_{name}"], info[f"validation_ece_{name}"]) = maths.slice_means(
           moved, shifted.labels, shifted.slices, 1.0, num_bins)
     return fitted.temperature

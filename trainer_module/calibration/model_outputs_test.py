@@ -46,7 +46,7 @@ def test_feature_support_over_blocks_fits_each_block_on_its_own():
                                   batches(evaluated, labels[:20]), feature_widths=[5, 5])
 
 
-def test_in_support_refuses_a_network_without_one_pooling_layer():
+def test_feature_distances_refuse_a_network_without_one_pooling_layer():
   model = keras.Sequential([keras.layers.Flatten(input_shape=(32, 32, 3)),
                             keras.layers.Dense(4)])
   with pytest.raises(maths.TemperatureFitError, match="one global average pooling"):

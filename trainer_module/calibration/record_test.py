@@ -13,8 +13,8 @@ def test_a_members_union_support_is_read_back_part_by_part_and_left_out_of_the_j
   train, labels, evaluated = rng.normal(size=(60, 5)), np.arange(60) % 3, rng.normal(size=(20, 5))
   support = (support_from_features(train[:, :2], labels, evaluated[:, :2]),
              support_from_features(train[:, 2:], labels, evaluated[:, 2:], start=2))
-  info = {"temperature_fit": "in_support", "temperature": 0.5, "feature_support": support,
-          "support_radius": [part.radius for part in support]}
+  info = {"temperature_fit": "distance_detail_curve", "temperature": 0.5,
+          "feature_support": support, "support_radius": [part.radius for part in support]}
   record.write_calibration_info(str(tmp_path), info)
   with open(os.path.join(tmp_path, record.CALIBRATION_INFO_PATH)) as f:
     assert json.load(f) == {key: value for key, value in info.items() if key != "feature_support"}

@@ -17,11 +17,8 @@ CODE_PACKAGES = ("configs", "storage", "trainer_module", "components", "pipeline
                  "local_runner", "kubeflow", "bench")
 
 
-def test_the_flag_takes_every_registered_name_and_refuses_others_naming_the_flag():
-  assert registry.NAMES == ("validation_corruptions", "clean", "clean_and_augmix", "in_support",
-                            "distance_curve", "distance_detail_curve")
-  assert registry.ENSEMBLE_NAMES == ("validation_corruptions", "clean", "in_support",
-                                     "distance_curve", "distance_detail_curve")
+def test_the_flag_takes_the_three_choices_and_refuses_others_naming_the_flag():
+  assert registry.NAMES == ("distance_detail_curve", "validation_corruptions", "clean")
   for name in registry.NAMES:
     config = TrainerConfig().replace(temperature_fit=name)
     assert config.calibration.temperature_fit == registry.get(name).name == name
@@ -29,28 +26,30 @@ def test_the_flag_takes_every_registered_name_and_refuses_others_naming_the_flag
     TrainerConfig().replace(temperature_fit="platt")
   with pytest.raises(ValueError, match=r"temperature_fit='platt': must be one of \("):
     registry.get("platt")
+  for removed in ("in_support", "distance_curve", "clean_and_augmix"):
+    with pytest.raises(ValueError, match=f"temperature_fit='{removed}': must be one of"):
+      TrainerConfig().replace(temperature_fit=removed)
 
 
 def test_what_each_method_reads_and_where_it_may_serve():
-  needs = {name: (m.needs_validation_corruptions, m.needs_augmix_views,
-                  m.needs_feature_distances, m.for_ensembles, m.calibrated_selection,
-                  m.served_scores, m.reads_images)
+  needs = {name: (m.needs_validation_corruptions, m.needs_feature_distances,
+                  m.calibrated_selection, m.served_scores, m.reads_images)
            for name, m in registry.METHODS.items()}
-  assert needs == {"validation_corruptions": (True, False, False, True, False, (), False),
-                   "clean": (False, False, False, True, True, (), False),
-                   "clean_and_augmix": (False, True, False, False, False, (), False),
-                   "in_support": (True, False, True, True, True, ("distance_score",), False),
-                   "distance_curve": (True, False, True, True, True, ("distance_score",),
-                                      False),
-                   "distance_detail_curve": (True, False, True, True, True,
+  assert needs == {"validation_corruptions": (True, False, False, (), False),
+                   "clean": (False, False, True, (), False),
+                   "distance_detail_curve": (True, True, True,
                                              ("distance_score", "detail_score"), True)}
 
 
 def test_a_fit_is_given_exactly_the_sets_its_method_reads():
   with pytest.raises(ValueError, match="temperature_fit=clean does not read the validation"):
     registry.get("clean").fit(None, HeldOut([], validation_corrupted=object()))
-  with pytest.raises(ValueError, match="temperature_fit=clean_and_augmix needs the AugMix views"):
-    registry.get("clean_and_augmix").fit(None, HeldOut([]))
+  with pytest.raises(ValueError, match="temperature_fit=validation_corruptions needs the "
+                                       "validation corruptions of the eval images"):
+    registry.get("validation_corruptions").fit(None, HeldOut([]))
+  with pytest.raises(ValueError, match="temperature_fit=distance_detail_curve needs the train "
+                                       "split's batches"):
+    registry.get("distance_detail_curve").fit(None, HeldOut([], validation_corrupted=object()))
 
 
 def test_a_record_without_a_method_name_serves_its_one_temperature():
@@ -59,6 +58,12 @@ def test_a_record_without_a_method_name_serves_its_one_temperature():
   np.testing.assert_array_equal(registry.served_calibration({"temperature": 2.0}, None,
                                                             np.zeros((3, 4))), [2.0] * 3)
   np.testing.assert_array_equal(registry.served_calibration({}, None, np.zeros((2, 4))), [1, 1])
+
+
+def test_a_record_of_a_method_this_version_does_not_serve_is_refused_by_name():
+  with pytest.raises(ValueError, match=r"names temperature_fit='in_support', which this version "
+                                       r"does not serve \(it serves \('distance_detail_curve'"):
+    registry.recorded({"temperature_fit": "in_support", "temperature": 0.4})
 
 
 def test_checking_a_name_does_not_load_tensorflow():
@@ -99,6 +104,6 @@ def test_no_code_outside_the_registry_compares_a_method_name():
 
 def test_the_comparison_check_sees_a_tuple_membership(tmp_path):
   module = tmp_path / "module.py"
-  module.write_text("def f(fit):\n  return fit in ('validation_corruptions', 'in_support')\n")
+  module.write_text("def f(fit):\n  return fit in ('validation_corruptions', 'clean')\n")
   assert list(_method_name_comparisons(str(module))) == [(2, "validation_corruptions"),
-                                                        (2, "in_support")]
+                                                        (2, "clean")]

@@ -22,14 +22,6 @@ def constant_temperatures(logits: tf.Tensor, temperature: float) -> tf.Tensor:
   return tf.fill([tf.shape(logits)[0]], tf.constant(temperature, tf.float32))
 
 
-def support_temperatures(features: tf.Tensor, support: Support, temperature: float) -> tf.Tensor:
-  """[batch] temperatures the served model divides logits by under `in_support`: T where an
-  input lies within_support, 1 beyond."""
-  inside = [graph_distances(features, part) <= part.radius for part in parts(support)]
-  return tf.where(tf.reduce_any(tf.stack(inside), axis=0), tf.constant(temperature, tf.float32),
-                  tf.constant(1.0, tf.float32))
-
-
 def graph_distance_scores(features: tf.Tensor, support: Support) -> tf.Tensor:
   """distance_scores in the serving graph ([batch] float64)."""
   return tf.reduce_mean(tf.stack([

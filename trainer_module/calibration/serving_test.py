@@ -1,11 +1,10 @@
-"""The served graph's temperatures: one T, T within the support, and the curve's, as numpy's."""
+"""The served graph's temperatures: one T, and the curve's, as numpy's."""
 import numpy as np
 import tensorflow as tf
 
 from trainer_module.calibration import serving
 from trainer_module.calibration.distance_curve import DistanceCurve
-from trainer_module.calibration.distances import (distance_scores, support_from_features,
-                                                  within_support)
+from trainer_module.calibration.distances import distance_scores, support_from_features
 from trainer_module.calibration.maths import MAX_TEMPERATURE, MIN_TEMPERATURE
 
 
@@ -14,16 +13,11 @@ def test_one_temperature_fills_the_batch():
   assert temperatures.dtype == tf.float32 and temperatures.numpy().tolist() == [0.25] * 3
 
 
-def test_the_graph_serves_what_numpy_computes_within_and_beyond_the_support():
+def test_the_graph_serves_what_numpy_computes_near_and_far_from_the_data():
   rng = np.random.default_rng(5)
   labels = np.arange(80) % 2
   support = support_from_features(rng.normal(size=(80, 4)), labels, rng.normal(size=(20, 4)))
   queries = np.concatenate([rng.normal(size=(6, 4)), rng.normal(size=(6, 4)) + 8.0])
-  inside = within_support(queries, support)
-  assert inside.any() and not inside.all()
-  np.testing.assert_array_equal(
-      serving.support_temperatures(tf.constant(queries), support, 0.4).numpy(),
-      np.where(inside, 0.4, 1.0).astype(np.float32))
   scores = serving.graph_distance_scores(tf.constant(queries), support)
   np.testing.assert_allclose(scores, distance_scores(queries, support), rtol=1e-9)
   curve = DistanceCurve(-0.5, 2.0)

@@ -30,5 +30,6 @@ def test_calibrate_with_validation_corruptions_records_the_shift_before_and_afte
   assert info["validation_ece_after"] < info["validation_ece_before"]
   assert info["eval_nll_after"] == pytest.approx(maths.nll(logits, labels, temperature))
   assert info["eval_nll_after"] < info["eval_nll_before"]
-  with pytest.raises(ValueError, match="does not read the AugMix views"):
-    registry.get("validation_corruptions").fit(model, HeldOut(batches, corrupted, batches))
+  with pytest.raises(ValueError, match="does not read the train split's batches"):
+    registry.get("validation_corruptions").fit(model, HeldOut(batches, corrupted,
+                                                              train_batches=batches))

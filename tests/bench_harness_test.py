@@ -1,0 +1,70 @@
+"""bench/harness.py: the flags every benchmark declares, variants timed in turn, and the table."""
+import time
+
+import pytest
+
+from bench import harness
+
+
+def test_a_flag_takes_its_defaults_type_and_a_false_default_is_a_switch():
+  parser = harness.parser("A benchmark. Its details.\n\nMore.", harness.Flag(
+      "images", 4, "images timed"), harness.Flag("ratio", 0.5, "a ratio"), harness.Flag(
+      "name", None, "a name"), harness.Flag("keep", False, "keep the files"))
+  assert parser.description == "A benchmark. Its details."
+  defaults = parser.parse_args([])
+  assert (defaults.images, defaults.ratio, defaults.name, defaults.keep) == (4, 0.5, None, False)
+  given = parser.parse_args(["--images", "7", "--ratio=0.25", "--name", "x", "--keep"])
+  assert (given.images, given.ratio, given.name, given.keep) == (7, 0.25, "x", True)
+  with pytest.raises(SystemExit):
+    parser.parse_args(["--images", "many"])
+
+
+def test_a_multiple_flag_is_required_and_collects_every_value_and_a_hidden_one_has_no_help():
+  parser = harness.parser("Runs.", harness.Flag("output_dir", None, "a run", multiple=True),
+                          harness.Flag("child", None, "the variant", hidden=True,
+                                       choices=("a", "b")))
+  assert parser.parse_args(["--output_dir=r1", "--output_dir", "r2"]).output_dir == ["r1", "r2"]
+  with pytest.raises(SystemExit):
+    parser.parse_args([])
+  with pytest.raises(SystemExit):
+    parser.parse_args(["--output_dir=r1", "--child=c"])
+  assert "--child" not in parser.format_help()
+
+
+def test_timed_returns_the_value_and_its_wall_and_cpu_seconds():
+  timed = harness.timed(lambda seconds: time.sleep(seconds) or "done", 0.05)
+  assert timed.value == "done"
+  assert 0.05 <= timed.wall < 5
+  assert 0 <= timed.cpu < timed.wall  # Sleeping costs no CPU.
+
+
+def test_variants_alternate_in_turn_and_in_reverse_every_other_round():
+  order = []
+  runs = harness.alternate({name: (lambda name=name: order.append(name) or name)
+                            for name in ("a", "b", "c")}, 3)
+  assert order == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+  assert {name: [run.value for run in timed] for name, timed in runs.items()} == {
+      "a": ["a"] * 3, "b": ["b"] * 3, "c": ["c"] * 3}
+
+
+def test_the_table_aligns_its_text_columns_left_and_its_figures_right():
+  lines = harness.table(["model", "policy", "img/s"], [("WRN-16-4", "float32", "62.1")],
+                        left=2).splitlines()
+  assert lines == ["| model | policy | img/s |", "| --- | --- | ---: |",
+                   "| WRN-16-4 | float32 | 62.1 |"]
+
+
+def test_execution_seconds_reads_only_the_named_components_executions(tmp_path):
+  from ml_metadata.metadata_store import metadata_store
+  from ml_metadata.proto import metadata_store_pb2
+  connection = metadata_store_pb2.ConnectionConfig()
+  connection.sqlite.filename_uri = str(tmp_path / "metadata.sqlite")
+  connection.sqlite.connection_mode = 3  # READWRITE_OPENCREATE
+  store = metadata_store.MetadataStore(connection)
+  ids = {}
+  for name in ("tfx.components.transform.component.Transform", "tfx.components.Trainer"):
+    type_id = store.put_execution_type(metadata_store_pb2.ExecutionType(name=name))
+    (ids[name],) = store.put_executions([metadata_store_pb2.Execution(type_id=type_id)])
+  seconds = harness.execution_seconds(connection, "Transform")
+  assert list(seconds) == [ids["tfx.components.transform.component.Transform"]]
+  assert 0 <= seconds[ids["tfx.components.transform.component.Transform"]] < 60
