@@ -11,6 +11,7 @@ import tensorflow as tf
 from components import image_folder, image_sources
 from configs.flags import over_defaults
 from pipeline.config import from_flags
+from reporting.render import escape_markdown
 from testing import image_folders
 from testing.tiny_config import SMALL_MODEL
 from tests.conftest import run_pipeline
@@ -75,7 +76,7 @@ def test_the_report_names_the_classes_and_lists_the_skipped_files(run):
   page = re.search(r"run report: +(\S+)", process.stdout).group(1)
   report = open(os.path.join(os.path.dirname(page), "report.md")).read()  # Beside the page.
   for index, name in enumerate(CLASSES):
-    assert f"| {name} ({index}) | " in report
+    assert f"| {escape_markdown(name)} ({index}) | " in report
   assert "## Skipped input files" in report
   assert f"| `{images}/grass/scan.jpg` | cannot be decoded as JPEG" in report
   assert f"| `{images}/red_car/notes.txt` | not an image" in report

@@ -1,5 +1,5 @@
 """The console summary of a finished local run, read back from the run's report artifact (the
-RunReport step, components/run_report.py) in MLMD: the same figures a Kubeflow run's report
+RunReport step, reporting/run_report.py) in MLMD: the same figures a Kubeflow run's report
 records, from the same code."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import shutil
 from typing import List, Optional
 
-from components.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
+from local_runner.run_record import RunRecord
 from pipeline.config import PipelineConfig
-from reporting.run_record import RunRecord
+from reporting.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
 
 
 def _value(artifact, name: str):
