@@ -21,7 +21,8 @@ from trainer_module.features import LABEL_KEY
 HOSTILE = ("<img src=x onerror=alert(1)>", "<svg onload=alert(1)>", "[l](javascript:alert(2))",
            "back`tick", "line\n<script>alert(3)</script>", "pipe|split", "a$\\undefined$b",
            "**bold** _it_ ~~gone~~", "&lt;b&gt; &#60;i>", "http://example.com/x www.example.com",
-           "who@example.com", "# heading", "- item", "1. item", "> quote", "    indented")
+           "who@example.com", "# heading", "- item", "1. item", "> quote", "    indented",
+           "café 猫")
 # What the report's own markup uses; anything else in the page came from a name.
 PAGE_ELEMENTS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "ul", "li",
                  "strong", "code", "table", "thead", "tbody", "tr", "th", "td", "img"}
