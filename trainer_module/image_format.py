@@ -76,10 +76,20 @@ def decode_to_model_input(encoded):
   return resize_to_model_input(image)
 
 
-def _contains(encoded, marker: bytes):
-  """[batch] bool: whether each string holds `marker` (split on it gives more than one part)."""
+def _split(encoded, marker: bytes):
+  """([batch] the number of parts each string has between occurrences of `marker`, [batch]
+  each string's last part). The sparse split op: the ragged one counts its rows with a bincount,
+  an op the serving graph is checked not to hold (only AugMix needs it)."""
   import tensorflow as tf
-  return tf.strings.split(encoded, sep=marker).row_lengths() > 1
+  indices, parts, _ = tf.raw_ops.StringSplitV2(input=encoded, sep=marker)
+  counts = tf.math.unsorted_segment_sum(tf.ones_like(indices[:, 0]), indices[:, 0],
+                                        tf.size(encoded, out_type=tf.int64))
+  return counts, tf.gather(parts, tf.cumsum(counts) - 1)  # Every string has a part.
+
+
+def _contains(encoded, marker: bytes):
+  """[batch] bool: whether each string holds `marker`."""
+  return _split(encoded, marker)[0] > 1
 
 
 def _jpeg_sizes(encoded, is_jpeg):
@@ -124,10 +134,9 @@ def assert_served_headers(encoded):
   too_large = tf.logical_and(known, size[:, 0] * size[:, 1] > MAX_DECLARED_PIXELS)
   png_cut = tf.logical_and(tf.logical_and(is_png, tf.logical_not(too_large)),
                            tf.logical_not(_contains(encoded, PNG_END)))
-  scans = tf.strings.split(encoded, sep=JPEG_SCAN)
-  after_last_scan = tf.gather(scans.values, scans.row_limits() - 1)  # Every row has a part.
+  scans, after_last_scan = _split(encoded, JPEG_SCAN)
   jpeg_cut = tf.logical_and(jpeg_readable, tf.logical_not(tf.logical_and(
-      _contains(encoded, JPEG_SCAN), _contains(after_last_scan, JPEG_END))))
+      scans > 1, _contains(after_last_scan, JPEG_END))))
 
   def positions(bad):
     return tf.reshape(tf.where(bad), [-1])
