@@ -71,7 +71,7 @@ def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:
   """Copies the report artifacts (files without an extension, as TFX names a value artifact)
   to <output_dir>/reports/run-<id>/report.html and report.md, which a browser and an editor
   open as what they are; returns the HTML copy's path."""
-  report_dir = os.path.join(config.runner.output_dir, "reports", f"run-{run.run_id}")
+  report_dir = os.path.join(config.runner.reports_dir, f"run-{run.run_id}")
   os.makedirs(report_dir, exist_ok=True)
   markdown = run.latest_output("report_markdown")
   for artifact, name in ((report, "report.html"), (markdown, "report.md")):

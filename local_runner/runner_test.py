@@ -1,9 +1,11 @@
 """What the console says when a run fails: the error that stopped it, not Beam's wrapping."""
+import os
+
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from local_runner.runner import failure_message
+from local_runner.runner import failure_message, main
 from pipeline.config import from_flags
 
 
@@ -34,3 +36,10 @@ def test_an_error_raised_in_the_step_itself_is_shown_whole(tmp_path):
   error = ValueError("eval split has 3 examples\nfewer than --min_eval_examples=50")
   assert failure_message(from_flags([f"--output_dir={tmp_path}"]), error) == (
       "ValueError: eval split has 3 examples\nfewer than --min_eval_examples=50")
+
+
+def test_a_reports_path_that_is_not_a_directory_stops_the_run_before_any_step(tmp_path, capsys):
+  (tmp_path / "reports").write_text("")
+  assert main([f"--output_dir={tmp_path}", "--config=tiny"]) == 2
+  assert f"its reports directory {tmp_path / 'reports'} is a file" in capsys.readouterr().err
+  assert sorted(os.listdir(tmp_path)) == ["reports"]  # Nothing ran, nothing was written.
