@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from components import image_sources
+from storage import object_storage
 from trainer_module import image_format
 
 FORMATS = ("JPEG", "PNG", "GIF", "BMP")
@@ -52,6 +53,16 @@ def shown(name: str) -> str:
   """A local name as it can be printed and recorded: bytes that are not UTF-8 (Python reads
   them as surrogates) written as \\xNN."""
   return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _check_reachable(image_dir: str) -> None:
+  """An s3:// folder is asked once, quickly, whether it can be read with this process's
+  credentials (object_storage.s3_folder_problem): tensorflow-io retries an unreachable
+  endpoint for minutes, then calls the folder not a directory."""
+  problem = (object_storage.s3_folder_problem(image_dir) if image_dir.startswith("s3://")
+             else None)
+  if problem:
+    raise ImageFolderError(f"image_dir {image_dir} {problem}.")
 
 
 def _local_listing(directory: str) -> Tuple[List[str], List[str], List[BadFile]]:
@@ -156,6 +167,7 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   """Lists the folder (names only: no image is read). Raises ImageFolderError when it cannot
   be a dataset at all (missing, no classes, a fixed split missing)."""
   import tensorflow as tf
+  _check_reachable(image_dir)
   if not tf.io.gfile.isdir(image_dir):
     raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
   problems: List[BadFile] = []
@@ -221,6 +233,7 @@ def listing_fingerprint(image_dir: str) -> str:
   link, where it points), whatever the names hold: what decides whether a cached ExampleGen
   result still holds (as TFX's file-based ExampleGens do)."""
   import tensorflow as tf
+  _check_reachable(image_dir)
   digest = hashlib.sha256()
   if _is_local(image_dir):  # Links are entries, never followed; any name is hashed.
     for directory, subdirs, files in os.walk(image_dir):

@@ -193,3 +193,20 @@ def test_the_listing_fingerprint_reads_any_name_and_follows_no_link(tmp_path):
   os.symlink("elsewhere.jpg", root / "red_car" / "dangling.jpg")
   assert image_folder.listing_fingerprint(str(root)) != before
 
+
+
+def test_an_s3_folder_that_cannot_be_reached_is_named_so_at_once(monkeypatch):
+  """Not 'is not a directory' after tensorflow-io's minutes of retries: the step (on Kubeflow,
+  with its pod's credentials) says the folder cannot be reached, and the driver's fingerprint
+  too."""
+  from testing.s3_server import free_port
+  endpoint = f"http://127.0.0.1:{free_port()}"  # Nothing listens there.
+  for name, value in {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "key",
+                      "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}.items():
+    monkeypatch.setenv(name, value)
+  message = (rf"image_dir s3://photos/cats cannot be reached: the S3 endpoint {endpoint} does not "
+             "answer")
+  with pytest.raises(image_folder.ImageFolderError, match=message):
+    image_folder.scan("s3://photos/cats", 0.2, 0.2)
+  with pytest.raises(image_folder.ImageFolderError, match=message):
+    image_folder.listing_fingerprint("s3://photos/cats")

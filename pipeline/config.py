@@ -556,8 +556,16 @@ def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optio
 
 
 def check_runs_here(config: PipelineConfig) -> None:
-  """For a local run: every generated corruption can run on this machine (on Kubeflow they
-  run in the pipeline's image, which has what they need)."""
+  """For a local run: an s3:// folder the run reads can be reached and read with this
+  machine's settings and credentials (on Kubeflow each pod asks with its own), and every
+  generated corruption can run on this machine (on Kubeflow they run in the pipeline's
+  image, which has what they need)."""
+  data = config.data
+  for name, path in (("image_dir", data.image_dir if data.dataset == "image_dir" else None),
+                     ("tfrecord_dir", data.tfrecord_dir if data.dataset == "tfrecord" else None)):
+    if isinstance(path, str) and path.startswith("s3://"):
+      problem = object_storage.s3_folder_problem(path)
+      require(problem is None, name, path, problem)
   if robustness_source(config.data.dataset) != "generated":
     return
   missing = reference_corruptions.unavailable(config.evaluation.corruptions)

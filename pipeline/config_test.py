@@ -585,3 +585,15 @@ def test_a_file_where_the_run_writes_a_directory_is_refused_before_any_step(tmp_
   with pytest.raises(ValueError, match=rf"output_dir=.*: its {name} directory {tmp_path / name}"
                                        " is a file, not a directory"):
     from_flags([f"--output_dir={tmp_path}"]).check_output_dir()
+
+
+def test_an_s3_image_folder_that_cannot_be_reached_is_refused_before_any_step(monkeypatch):
+  from testing.s3_server import free_port
+  endpoint = f"http://127.0.0.1:{free_port()}"  # Nothing listens there.
+  for name, value in {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "key",
+                      "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}.items():
+    monkeypatch.setenv(name, value)
+  config = from_flags(["--dataset=image_dir", "--image_dir=s3://photos/cats"])
+  with pytest.raises(ValueError, match=rf"image_dir='s3://photos/cats': cannot be reached: the "
+                                       rf"S3 endpoint {endpoint} does not answer"):
+    check_runs_here(config)
