@@ -11,6 +11,7 @@ import json
 import os
 import posixpath
 import re
+import unicodedata
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -53,6 +54,23 @@ def shown(name: str) -> str:
   """A local name as it can be printed and recorded: bytes that are not UTF-8 (Python reads
   them as surrogates) written as \\xNN."""
   return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _refuse_lookalikes(image_dir: str, root: str, class_names: Tuple[str, ...]) -> None:
+  """Class folders whose names differ only by Unicode normalisation (é composed or not, a
+  full-width letter), case or spaces at their ends hold one kind of image: as two classes the
+  model would be trained to tell them apart. Raises ImageFolderError naming each pair."""
+  alike: Dict[str, List[str]] = {}
+  for name in class_names:
+    alike.setdefault(unicodedata.normalize("NFKC", name).casefold().strip(), []).append(name)
+  groups = [names for names in alike.values() if len(names) > 1]
+  if groups:
+    base = os.path.join(image_dir, root) if root else image_dir
+    raise ImageFolderError(f"image_dir {image_dir}: " + "; ".join(
+        "class folders " + " and ".join(f"{os.path.join(base, name)} ({ascii(name)})"
+                                        for name in names) for names in groups) +
+        " differ only by Unicode normalisation, case or spaces at their ends: rename or merge "
+        "them.")
 
 
 def _check_reachable(image_dir: str) -> None:
@@ -171,6 +189,15 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   if not tf.io.gfile.isdir(image_dir):
     raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
   problems: List[BadFile] = []
+  top, _, _ = _subfolders(image_dir)
+  splits = [name for name in image_sources.SPLITS if name in top]
+  if splits and ("train" not in splits or len(splits) < len(top)):
+    others = [name for name in top if name not in splits]
+    raise ImageFolderError(
+        f"image_dir {image_dir} holds {', '.join(name + '/' for name in splits)}" +
+        (f" beside {', '.join(name + '/' for name in others)}" if others else " but no train/") +
+        ": give train/, eval/ and test/, each with the class folders, or only class folders "
+        "(split by key); a class may not be named like a split.")
   if is_fixed_split_layout(image_dir):
     missing = [split for split in image_sources.SPLITS
                if not tf.io.gfile.isdir(os.path.join(image_dir, split))]
@@ -201,6 +228,7 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
     problems += bad
   train_root = split_roots.get("train", "")
   class_names = tuple(sorted({name for root, name in found if root == train_root}))
+  _refuse_lookalikes(image_dir, train_root, class_names)
   if len(class_names) < MIN_CLASSES:
     raise ImageFolderError(
         f"image_dir {image_dir} has {len(class_names)} class folder(s) with files "

@@ -210,3 +210,39 @@ def test_an_s3_folder_that_cannot_be_reached_is_named_so_at_once(monkeypatch):
     image_folder.scan("s3://photos/cats", 0.2, 0.2)
   with pytest.raises(image_folder.ImageFolderError, match=message):
     image_folder.listing_fingerprint("s3://photos/cats")
+
+
+@pytest.mark.parametrize("first, second", [
+    ("caf\u00e9", "cafe\u0301"),  # é composed (NFC) and decomposed (NFD): they look the same.
+    ("Cat", "cat"), ("cat", "cat "), ("ｃａｔ", "cat")],
+    ids=["normalisation", "case", "trailing-space", "full-width"])
+def test_class_folders_that_differ_only_by_normalisation_case_or_spaces_are_refused(
+    tmp_path, first, second):
+  """They would be two classes of one kind of image, the model told to keep them apart."""
+  for name in (first, second, "dog"):
+    os.makedirs(tmp_path / name)
+    (tmp_path / name / "a.jpg").write_bytes(image_folders.jpeg())
+  with pytest.raises(image_folder.ImageFolderError) as raised:
+    image_folder.scan(str(tmp_path), 0.2, 0.2)
+  message = str(raised.value)
+  assert message.startswith(f"image_dir {tmp_path}: class folders ")
+  for name in (first, second):
+    assert f"{tmp_path / name} ({ascii(name)})" in message
+  assert ("differ only by Unicode normalisation, case or spaces at their ends: rename or merge "
+          "them") in message
+
+
+@pytest.mark.parametrize("splits, extra, named", [
+    (("eval", "test"), None, "eval/, test/"),
+    (("test",), None, "test/"),
+    (("train", "eval", "test"), "cat", "train/, eval/, test/ beside cat/")])
+def test_a_split_layout_without_train_or_with_class_folders_beside_it_is_refused(
+    tmp_path, splits, extra, named):
+  """Its split folders would otherwise be classes named eval and test."""
+  image_folders.write_image_folder(str(tmp_path), per_class=2, splits=splits)
+  if extra:
+    os.makedirs(tmp_path / extra)
+    (tmp_path / extra / "a.jpg").write_bytes(image_folders.jpeg())
+  with pytest.raises(image_folder.ImageFolderError,
+                     match=rf"image_dir {tmp_path} holds {re.escape(named)}"):
+    image_folder.scan(str(tmp_path), 0.2, 0.2)
