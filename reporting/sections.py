@@ -16,8 +16,9 @@ Markdown alike. For example:
 
 Blocks: Paragraph(*parts), BulletList(items), Table(header, rows), Chart(title, png); a part,
 item or cell is a str, a Strong or a Code, or a tuple of them. A chart is a PNG's bytes from a
-function of reporting/plots.py (add one there for a new kind of chart). What the section needs from the run arrives as an input of the RunReport step
-(reporting/run_report.py), read there into plain values.
+function of reporting/plots.py (add one there for a new kind of chart). What the section needs
+from the run arrives as an input of the RunReport step (reporting/run_report.py), read there
+into plain values and handed to `run_report`.
 """
 from __future__ import annotations
 
