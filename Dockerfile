@@ -27,6 +27,7 @@ RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
 COPY pyproject.toml ./
 COPY pipeline/ pipeline/
 COPY components/ components/
+COPY reporting/ reporting/
 COPY trainer_module/ trainer_module/
 COPY kubeflow/ kubeflow/
 COPY storage/ storage/

@@ -48,12 +48,13 @@ from tfx import v1 as tfx  # noqa: E402
 
 from components import image_sources  # noqa: E402
 from components.calibration_metrics import NLL_NAME  # noqa: E402
-from components import report_sections, tfma_results  # noqa: E402
+from components import tfma_results  # noqa: E402
+from reporting import figures  # noqa: E402
 from configs.flags import field_help, over_defaults  # noqa: E402
 from pipeline.config import BeamConfig, PipelineConfig, from_flags, from_preset  # noqa: E402
 from pipeline.evaluation import ACCURACY_NAME  # noqa: E402
 from pipeline.pipeline import trainer_module_fingerprint, transform_component  # noqa: E402
-from reporting.run_record import RunRecord  # noqa: E402
+from local_runner.run_record import RunRecord  # noqa: E402
 from trainer_module import augmix, data, preprocessing  # noqa: E402
 from trainer_module.config import AugMixConfig  # noqa: E402
 from trainer_module.features import (EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE,  # noqa: E402
@@ -298,9 +299,8 @@ def robustness(args) -> None:
                                   check=True, stdout=log, stderr=subprocess.STDOUT).wall
     run = RunRecord(config)
     values = tfma_results.load_metrics(run.latest_output("evaluation").uri)
-    means = report_sections.corrupted_means(values, PROBABILITIES_KEY,
-                                            config.evaluation.corruptions)
-    accuracy = tfma_results.metric(values, report_sections.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
+    means = figures.corrupted_means(values, PROBABILITIES_KEY, config.evaluation.corruptions)
+    accuracy = tfma_results.metric(values, figures.EVAL, PROBABILITIES_KEY, ACCURACY_NAME)
     examples = run.latest_output("transformed_examples").uri
     name = "online" if source == "online" else f"{source} view set(s)"
     print(f"  {name}: eval accuracy {accuracy:.4f}, cA {means[ACCURACY_NAME]:.4f}, cNLL "

@@ -24,8 +24,8 @@ import numpy as np  # noqa: E402
 
 from components import evaluation_set, tfma_results  # noqa: E402
 from components.calibration_metrics import ECE_NAME, NLL_NAME  # noqa: E402
-from components.report_sections import (CALIBRATED, ECE_FLOOR, GAP, GAP_SD, TEST,  # noqa: E402
-                                        corrupted_ece_sd, corrupted_means, family_means)
+from reporting.figures import (CALIBRATED, ECE_FLOOR, GAP, GAP_SD, TEST,  # noqa: E402
+                               corrupted_ece_sd, corrupted_means, family_means)
 from trainer_module import reference_corruptions  # noqa: E402
 from trainer_module.calibration.record import read_calibration_info  # noqa: E402
 from trainer_module.export import ENSEMBLE_FILE, read_record  # noqa: E402

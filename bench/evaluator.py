@@ -42,7 +42,7 @@ from configs.flags import field_help  # noqa: E402
 from pipeline.config import (BeamConfig, EvaluationConfig, PipelineConfig,  # noqa: E402
                              from_preset, robustness_source)
 from pipeline.evaluation import ACCURACY_NAME, SLICING_SPECS, eval_config  # noqa: E402
-from reporting.run_record import RunRecord  # noqa: E402
+from local_runner.run_record import RunRecord  # noqa: E402
 from testing import reference_metrics  # noqa: E402
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,  # noqa: E402
                                      UNCALIBRATED_PROBABILITIES_KEY)

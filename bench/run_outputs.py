@@ -17,7 +17,7 @@ import tf_keras as keras
 
 from components.evaluation_set import EvaluationSet, read_evaluation_set  # noqa: F401
 from pipeline.config import PipelineConfig
-from reporting.run_record import RunRecord
+from local_runner.run_record import RunRecord
 from trainer_module import data
 from trainer_module.calibration import model_outputs
 from trainer_module.config import TrainerConfig

@@ -210,3 +210,11 @@ def test_splits_too_small_to_train_or_to_judge_on_stop_the_run_before_transform(
           "judge a model on fewer)") in str(error.value)
   _run_gate(tmp_path / "enough", {"train": 8, "eval": 5}, min_train_examples=8,
             min_eval_examples=5)
+
+
+def test_a_stored_png_cut_short_is_named_and_one_with_bytes_after_its_end_is_fine():
+  """As serving judges them: a PNG ends at its IEND chunk, and bytes after it are ignored."""
+  png = encode_png(np.zeros((32, 32, 3), np.uint8))
+  assert image_problem(make_example("k", png[:-20], 1)) == (
+      "'image' is truncated: it has no IEND chunk")
+  assert image_problem(make_example("k", png + b"\x00\x00", 1)) is None

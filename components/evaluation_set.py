@@ -62,17 +62,23 @@ def read_evaluation_set(uri: str) -> EvaluationSet:
     for key, value in tf.io.parse_example(batch, spec).items():
       columns[key].append(value.numpy())
   c = {key: np.concatenate(value) for key, value in columns.items()}
-  corruption = c[CORRUPTION_KEY].astype(str)
+  corruption = _text(c[CORRUPTION_KEY])
   slices = np.where(corruption == "", "",
                     np.char.add(np.char.add(corruption, "_"),
                                 c[SEVERITY_KEY].astype(str)))
-  keys = c[EXAMPLE_KEY].astype(str)
+  keys = _text(c[EXAMPLE_KEY])
   # make_evaluation_example's keys read back: a source key may hold "/" (an image folder's
   # paths), its corrupted versions add one more; this also reads sets made before the
   # SOURCE_IMAGE_KEY feature.
   source_keys = np.where(corruption == "", keys, np.char.rpartition(keys, "/")[:, 0])
-  return EvaluationSet(c[IMAGE_KEY], c[LABEL_KEY], c[EVAL_SET_KEY].astype(str), slices,
+  return EvaluationSet(c[IMAGE_KEY], c[LABEL_KEY], _text(c[EVAL_SET_KEY]), slices,
                        source_keys)
+
+
+def _text(column: np.ndarray) -> np.ndarray:
+  """A string feature's bytes as text: keys are UTF-8 (a photo named `café 猫.jpg`), which
+  numpy's astype(str) would read as ASCII."""
+  return np.array([value.decode("utf-8") for value in column], dtype=str)
 
 
 def _read_split(examples_uri: str, split: str) -> List[Record]:

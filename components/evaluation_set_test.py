@@ -456,3 +456,18 @@ def test_another_user_of_the_group_reads_the_cache(tmp_path):
     assert answer == "[true, true]"  # Read whole; the private one left to be made again.
   finally:
     shutil.rmtree(shared)
+
+
+def test_keys_that_are_not_ascii_are_read_back_as_written(tmp_path):
+  """A photo named `café 猫.jpg` gives a UTF-8 key; reading the set back (the report does, for
+  the served distance scores) must not assume ASCII."""
+  png = image_sources.encode_png(tf.zeros([32, 32, 3], tf.uint8).numpy())
+  key = "test/猫 chat/café 猫.jpg"
+  evaluation_set._write(str(tmp_path), evaluation_set.TEST, [
+      evaluation_set.make_evaluation_example(key, png, 0, evaluation_set.TEST)])
+  evaluation_set._write(str(tmp_path), evaluation_set.CORRUPTED, [
+      evaluation_set.make_evaluation_example(key, png, 0, evaluation_set.CORRUPTED, "fog", 2)])
+  read = evaluation_set.read_evaluation_set(str(tmp_path))
+  assert list(read.source_keys) == [key, key]
+  assert list(read.eval_sets) == [evaluation_set.CORRUPTED, evaluation_set.TEST]
+  assert list(read.slices) == ["fog_2", ""]

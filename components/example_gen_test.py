@@ -51,7 +51,9 @@ def _examples(uri: str) -> dict:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-  """A good folder of three classes, plus one bad file or folder of each kind."""
+  """A good folder of three classes, plus one bad file or folder of each kind: bad contents,
+  names that are not UTF-8, broken links and links around and out of the folder (and one link
+  to an image nothing else reads, which is read)."""
   root = tmp_path_factory.mktemp("images")
   image_folders.write_image_folder(str(root), per_class=12)
   photo = image_folders.jpeg()
@@ -61,17 +63,26 @@ def folder(tmp_path_factory):
   for relative, data in bad.items():
     (root / relative).write_bytes(data)
   (root / "empty_class").mkdir()
-  expected = sorted([str(root / relative) for relative in bad] + [str(root / "empty_class")])
-  return str(root), expected
+  named = {**image_folders.add_names_not_utf8(str(root)),
+           **image_folders.add_broken_links(str(root)),
+           **image_folders.add_links_around(str(root), str(tmp_path_factory.mktemp("other")))[0]}
+  expected = sorted([str(root / relative) for relative in bad] + [str(root / "empty_class")] +
+                    list(named))
+  return str(root), expected, named
 
 
 def test_bad_files_stop_example_gen_naming_each_path_and_reason(folder, tmp_path):
-  root, bad_paths = folder
+  root, bad_paths, named = folder
+  driver = example_gen._Driver(None).resolve_exec_properties(
+      _exec_properties(root, False), None, None)
+  assert driver[example_gen_utils.FINGERPRINT_PROPERTY_NAME]  # Any name, no link followed.
   with pytest.raises(image_folder.ImageFolderError) as raised:
     run_example_gen(root, str(tmp_path), skip_bad_images=False)
   message = str(raised.value)
-  assert message.startswith(f"5 bad file(s) or folder(s) in image_dir {root}; fix or remove "
-                            "them, or pass --skip_bad_images=true")
+  assert message.startswith(f"{len(bad_paths)} bad file(s) or folder(s) in image_dir {root}; "
+                            "fix or remove them, or pass --skip_bad_images=true")
+  for path, reason in named.items():
+    assert f"  - {path}: {reason}" in message
   for line in [f"{root}/grass/empty.jpg: empty file (0 bytes)",
                f"{root}/grass/notes.txt: not an image (expected JPEG, PNG, GIF, BMP)",
                f"{root}/red_car/truncated.jpg: cannot be decoded as JPEG (truncated or "
@@ -84,22 +95,23 @@ def test_bad_files_stop_example_gen_naming_each_path_and_reason(folder, tmp_path
 
 @pytest.fixture(scope="module")
 def skipped_runs(folder, tmp_path_factory):
-  root, _ = folder
+  root, _, _ = folder
   return [run_example_gen(root, str(tmp_path_factory.mktemp(f"run{i}")), skip_bad_images=True)
           for i in range(2)]
 
 
 def test_with_skip_bad_images_the_bad_files_are_left_out_and_listed(folder, skipped_runs):
-  root, bad_paths = folder
+  root, bad_paths, _ = folder
   examples = skipped_runs[0]
   assert [path for path, _ in example_gen.read_skipped_files(examples.uri)] == bad_paths
   assert example_gen.read_class_names(examples.uri) == ["blue sky", "grass", "red_car"]
   parsed = [tf.train.Example.FromString(record)
             for records in _examples(examples.uri).values() for record in records]
-  assert len(parsed) == 36  # 3 classes x 12 good images; none of the bad ones.
+  assert len(parsed) == 37  # 3 classes x 12 good images, one through a link; no bad one.
   labels = {example.features.feature[EXAMPLE_KEY].bytes_list.value[0].decode():
             example.features.feature[LABEL_KEY].int64_list.value[0] for example in parsed}
   assert labels["grass/0000.jpg"] == 1 and labels["red_car/more/0009.png"] == 2
+  assert labels["red_car/kept.jpg"] == 2
 
 
 def test_two_runs_over_the_same_folder_write_identical_examples(skipped_runs):

@@ -4,17 +4,20 @@ every bad file, and reads each image as serving would (docs/pipeline.md, "Your o
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import io
 import json
 import os
 import posixpath
 import re
+import unicodedata
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from components import image_sources
+from storage import object_storage
 from trainer_module import image_format
 
 FORMATS = ("JPEG", "PNG", "GIF", "BMP")
@@ -41,29 +44,140 @@ def _visible(names) -> List[str]:
   return sorted(name.rstrip("/") for name in names if not name.startswith("."))
 
 
-def _subfolders(path: str) -> Tuple[List[str], List[str]]:
-  """(folder names, file names) directly in path, dot files left out."""
+def _is_local(path: str) -> bool:
+  """A path of this machine's file system, where names are bytes and links exist (object
+  stores have neither)."""
+  return "://" not in path
+
+
+def shown(name: str) -> str:
+  """A local name as it can be printed and recorded: bytes that are not UTF-8 (Python reads
+  them as surrogates) written as \\xNN."""
+  return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _refuse_lookalikes(image_dir: str, root: str, class_names: Tuple[str, ...]) -> None:
+  """Class folders whose names differ only by Unicode normalisation (é composed or not, a
+  full-width letter), case or spaces at their ends hold one kind of image: as two classes the
+  model would be trained to tell them apart. Raises ImageFolderError naming each pair."""
+  alike: Dict[str, List[str]] = {}
+  for name in class_names:
+    alike.setdefault(unicodedata.normalize("NFKC", name).casefold().strip(), []).append(name)
+  groups = [names for names in alike.values() if len(names) > 1]
+  if groups:
+    base = os.path.join(image_dir, root) if root else image_dir
+    raise ImageFolderError(f"image_dir {image_dir}: " + "; ".join(
+        "class folders " + " and ".join(f"{os.path.join(base, name)} ({ascii(name)})"
+                                        for name in names) for names in groups) +
+        " differ only by Unicode normalisation, case or spaces at their ends: rename or merge "
+        "them.")
+
+
+def _check_reachable(image_dir: str) -> None:
+  """An s3:// folder is asked once, quickly, whether it can be read with this process's
+  credentials (object_storage.s3_folder_problem): tensorflow-io retries an unreachable
+  endpoint for minutes, then calls the folder not a directory."""
+  problem = (object_storage.s3_folder_problem(image_dir) if image_dir.startswith("s3://")
+             else None)
+  if problem:
+    raise ImageFolderError(f"image_dir {image_dir} {problem}.")
+
+
+def _local_listing(directory: str) -> Tuple[List[str], List[str], List[BadFile]]:
+  """(folder names, file names, problems) directly in a local directory, dot names left out.
+  A name that is not UTF-8 cannot be a key, and a link to a folder is never followed (a link
+  to `..` would read the folder again and again): both are problems. A link to anything else
+  is listed as a file; scan decides whether it is read."""
+  folders, files, problems = [], [], []
+  for name in _visible(os.listdir(directory)):
+    path = os.path.join(directory, name)
+    if shown(name) != name:
+      problems.append((shown(path), "its name is not valid UTF-8, so it cannot be a key; "
+                       "rename it (not read)"))
+    elif os.path.islink(path) and os.path.isdir(path):
+      problems.append((path, f"is a link to a folder ({os.readlink(path)}); links to folders "
+                       "are not followed"))
+    else:
+      (folders if os.path.isdir(path) and not os.path.islink(path) else files).append(name)
+  return folders, files, problems
+
+
+def _subfolders(path: str) -> Tuple[List[str], List[str], List[BadFile]]:
+  """(folder names, file names, problems) directly in path, dot files left out."""
   import tensorflow as tf
+  if _is_local(path):
+    return _local_listing(path)
   folders, files = [], []
   for name in _visible(tf.io.gfile.listdir(path)):
     (folders if tf.io.gfile.isdir(os.path.join(path, name)) else files).append(name)
-  return folders, files
+  return folders, files, []
 
 
-def _class_files(class_dir: str) -> List[str]:
-  """The files under a class folder (subfolders too), as paths relative to it, sorted."""
+def _class_files(class_dir: str) -> Tuple[List[str], List[BadFile]]:
+  """The files under a class folder (subfolders too), as paths relative to it, sorted, and
+  the problems found on the way."""
   import tensorflow as tf
-  found = []
+  found, problems = [], []
+  if _is_local(class_dir):
+    pending = [""]
+    while pending:
+      relative = pending.pop()
+      folders, files, bad = _local_listing(os.path.join(class_dir, relative))
+      problems += bad
+      found += [posixpath.join(relative, name) for name in files]
+      pending += [posixpath.join(relative, name) for name in folders]
+    return sorted(found), problems
   for directory, subdirs, files in tf.io.gfile.walk(class_dir):
     subdirs[:] = _visible(subdirs)
     relative = directory[len(class_dir):].strip("/").replace("\\", "/")
     found += [posixpath.join(relative, name) if relative else name for name in _visible(files)]
-  return sorted(found)
+  return sorted(found), problems
+
+
+def _link_problem(path: str, real_root: str) -> Optional[str]:
+  """Why the link at `path` is not read, or None when it leads to a file inside the folder."""
+  try:
+    os.stat(path)
+  except OSError as error:
+    if error.errno == errno.ELOOP:
+      return "is a link that loops back to itself (too many levels of links); not read"
+    return f"is a link to {os.readlink(path)}, which does not exist (a dangling link); not read"
+  target = os.path.realpath(path)
+  if os.path.commonpath([real_root, target]) != real_root:
+    return (f"is a link out of the image folder (to {target}); links are not followed out of "
+            "it: copy the file in")
+  return None
+
+
+def _without_repeated_links(image_dir: str, found: Dict[Tuple[str, str], List[str]]
+                            ) -> Tuple[Dict[Tuple[str, str], List[str]], List[BadFile]]:
+  """The listed files without the links that cannot or need not be read: a dangling or
+  looping link, a link out of the folder, and a link to a file that is read already (as itself
+  or through an earlier link by key): each file inside the folder gives one example, so no
+  image is in two splits."""
+  real_root = os.path.realpath(image_dir)
+  paths = {(key, relative): os.path.join(image_dir, *[part for part in key if part], relative)
+           for key, files in found.items() for relative in files}
+  read = {os.path.realpath(path) for path in paths.values() if not os.path.islink(path)}
+  kept, problems = {key: [] for key in found}, []
+  for (key, relative), path in sorted(paths.items()):
+    if os.path.islink(path):
+      problem = _link_problem(path, real_root)
+      target = os.path.realpath(path)
+      if problem is None and target in read:
+        problem = (f"is a link to {os.path.relpath(target, real_root)}, which is read already; "
+                   "an image is read once")
+      if problem:
+        problems.append((path, problem))
+        continue
+      read.add(target)
+    kept[key].append(relative)
+  return {key: files for key, files in kept.items() if files}, problems
 
 
 def is_fixed_split_layout(image_dir: str) -> bool:
   """DIR/{train,eval,test}/<class>/ rather than DIR/<class>/: DIR's folders are splits."""
-  folders, _ = _subfolders(image_dir)
+  folders, _, _ = _subfolders(image_dir)
   return "train" in folders and set(folders) <= set(image_sources.SPLITS)
 
 
@@ -71,9 +185,19 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   """Lists the folder (names only: no image is read). Raises ImageFolderError when it cannot
   be a dataset at all (missing, no classes, a fixed split missing)."""
   import tensorflow as tf
+  _check_reachable(image_dir)
   if not tf.io.gfile.isdir(image_dir):
     raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
   problems: List[BadFile] = []
+  top, _, _ = _subfolders(image_dir)
+  splits = [name for name in image_sources.SPLITS if name in top]
+  if splits and ("train" not in splits or len(splits) < len(top)):
+    others = [name for name in top if name not in splits]
+    raise ImageFolderError(
+        f"image_dir {image_dir} holds {', '.join(name + '/' for name in splits)}" +
+        (f" beside {', '.join(name + '/' for name in others)}" if others else " but no train/") +
+        ": give train/, eval/ and test/, each with the class folders, or only class folders "
+        "(split by key); a class may not be named like a split.")
   if is_fixed_split_layout(image_dir):
     missing = [split for split in image_sources.SPLITS
                if not tf.io.gfile.isdir(os.path.join(image_dir, split))]
@@ -88,18 +212,23 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   found = {}  # (split root, class) -> files
   for root in split_roots.values():
     base = os.path.join(image_dir, root) if root else image_dir
-    classes, stray = _subfolders(base)
-    problems += [(os.path.join(base, name), "is not in a class folder; not read")
-                 for name in stray]
+    classes, stray, bad = _subfolders(base)
+    problems += bad + [(os.path.join(base, name), "is not in a class folder; not read")
+                       for name in stray]
     for name in classes:
-      files = _class_files(os.path.join(base, name))
+      files, bad = _class_files(os.path.join(base, name))
+      problems += bad
       if files:
         found[(root, name)] = files
       else:
         problems.append((os.path.join(base, name),
                          "empty class folder: it holds no image files"))
+  if _is_local(image_dir):
+    found, bad = _without_repeated_links(image_dir, found)
+    problems += bad
   train_root = split_roots.get("train", "")
   class_names = tuple(sorted({name for root, name in found if root == train_root}))
+  _refuse_lookalikes(image_dir, train_root, class_names)
   if len(class_names) < MIN_CLASSES:
     raise ImageFolderError(
         f"image_dir {image_dir} has {len(class_names)} class folder(s) with files "
@@ -128,10 +257,24 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
 
 
 def listing_fingerprint(image_dir: str) -> str:
-  """A hash of every file's relative path, size and modification time under image_dir: what
-  decides whether a cached ExampleGen result still holds (as TFX's file-based ExampleGens do)."""
+  """A hash of every file's relative path, size and modification time under image_dir (of a
+  link, where it points), whatever the names hold: what decides whether a cached ExampleGen
+  result still holds (as TFX's file-based ExampleGens do)."""
   import tensorflow as tf
+  _check_reachable(image_dir)
   digest = hashlib.sha256()
+  if _is_local(image_dir):  # Links are entries, never followed; any name is hashed.
+    for directory, subdirs, files in os.walk(image_dir):
+      subdirs.sort()
+      for name in sorted(files) + sorted(name for name in subdirs
+                                         if os.path.islink(os.path.join(directory, name))):
+        path = os.path.join(directory, name)
+        stat = os.lstat(path)
+        digest.update(json.dumps(
+            [directory[len(image_dir):], name, "link", os.readlink(path)]
+            if os.path.islink(path) else
+            [directory[len(image_dir):], name, stat.st_size, stat.st_mtime_ns]).encode())
+    return f"image_dir:{digest.hexdigest()}"
   for directory, subdirs, files in tf.io.gfile.walk(image_dir):
     subdirs.sort()
     for name in sorted(files):

@@ -135,3 +135,114 @@ def test_a_replaced_a_touched_or_a_new_file_changes_the_listing_fingerprint(tmp_
   os.utime(path, ns=times)
   (tmp_path / "grass" / "new.jpg").write_bytes(image_folders.jpeg())
   assert fingerprint() != before
+
+
+def _problems_match(layout, expected):
+  """Every problem is one of `expected` ({path: its reason's start}), and each is there."""
+  assert sorted(path for path, _ in layout.problems) == sorted(expected)
+  for path, reason in layout.problems:
+    assert reason.startswith(expected[path]), (path, reason)
+
+
+def test_a_file_or_class_folder_whose_name_is_not_utf8_is_named_not_read(tmp_path):
+  written = image_folders.write_image_folder(str(tmp_path), per_class=3)
+  expected = image_folders.add_names_not_utf8(str(tmp_path))
+  layout = image_folder.scan(str(tmp_path), 0.2, 0.2)
+  _problems_match(layout, expected)
+  assert set(_files(layout)) == set(written)
+  assert layout.class_names == ("blue sky", "grass", "red_car")
+
+
+def test_a_dangling_or_self_looping_link_is_named_not_read(tmp_path):
+  written = image_folders.write_image_folder(str(tmp_path), per_class=3)
+  expected = image_folders.add_broken_links(str(tmp_path))
+  layout = image_folder.scan(str(tmp_path), 0.2, 0.2)
+  _problems_match(layout, expected)
+  assert set(_files(layout)) == set(written)
+
+
+def test_links_are_never_followed_around_or_out_of_the_folder_and_each_image_is_read_once(
+    tmp_path):
+  """`blue sky/up -> ..` once made 24 real files 985 keys (dog images labelled cat); a link out
+  of the folder is not read, and a link to an image read as itself is not read twice (it could
+  land in another split). A link to an image inside the folder that nothing else reads is read
+  once, through the link."""
+  root = tmp_path / "images"
+  written = image_folders.write_image_folder(str(root), per_class=3)
+  expected, through_links = image_folders.add_links_around(str(root), str(tmp_path / "other"))
+  layout = image_folder.scan(str(root), 0.2, 0.2)
+  _problems_match(layout, expected)
+  files = _files(layout)
+  assert set(files) == set(written) | set(through_links)
+  assert all(files[key] == layout.class_names.index(name)
+             for key, name in {**written, **through_links}.items())
+
+
+def test_the_listing_fingerprint_reads_any_name_and_follows_no_link(tmp_path):
+  """The driver fingerprints the folder before any image is read: a name that is not UTF-8, a
+  dangling or looping link, a loop of folders do not stop it, and re-pointing a link changes
+  it."""
+  root = tmp_path / "images"
+  image_folders.write_image_folder(str(root), per_class=2)
+  image_folders.add_names_not_utf8(str(root))
+  image_folders.add_broken_links(str(root))
+  image_folders.add_links_around(str(root), str(tmp_path / "other"))
+  before = image_folder.listing_fingerprint(str(root))
+  assert before == image_folder.listing_fingerprint(str(root))
+  os.remove(root / "red_car" / "dangling.jpg")
+  os.symlink("elsewhere.jpg", root / "red_car" / "dangling.jpg")
+  assert image_folder.listing_fingerprint(str(root)) != before
+
+
+
+def test_an_s3_folder_that_cannot_be_reached_is_named_so_at_once(monkeypatch):
+  """Not 'is not a directory' after tensorflow-io's minutes of retries: the step (on Kubeflow,
+  with its pod's credentials) says the folder cannot be reached, and the driver's fingerprint
+  too."""
+  from testing.s3_server import free_port
+  endpoint = f"http://127.0.0.1:{free_port()}"  # Nothing listens there.
+  for name, value in {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "key",
+                      "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}.items():
+    monkeypatch.setenv(name, value)
+  message = (rf"image_dir s3://photos/cats cannot be reached: the S3 endpoint {endpoint} does not "
+             "answer")
+  with pytest.raises(image_folder.ImageFolderError, match=message):
+    image_folder.scan("s3://photos/cats", 0.2, 0.2)
+  with pytest.raises(image_folder.ImageFolderError, match=message):
+    image_folder.listing_fingerprint("s3://photos/cats")
+
+
+@pytest.mark.parametrize("first, second", [
+    ("caf\u00e9", "cafe\u0301"),  # é composed (NFC) and decomposed (NFD): they look the same.
+    ("Cat", "cat"), ("cat", "cat "), ("ｃａｔ", "cat")],
+    ids=["normalisation", "case", "trailing-space", "full-width"])
+def test_class_folders_that_differ_only_by_normalisation_case_or_spaces_are_refused(
+    tmp_path, first, second):
+  """They would be two classes of one kind of image, the model told to keep them apart."""
+  for name in (first, second, "dog"):
+    os.makedirs(tmp_path / name)
+    (tmp_path / name / "a.jpg").write_bytes(image_folders.jpeg())
+  with pytest.raises(image_folder.ImageFolderError) as raised:
+    image_folder.scan(str(tmp_path), 0.2, 0.2)
+  message = str(raised.value)
+  assert message.startswith(f"image_dir {tmp_path}: class folders ")
+  for name in (first, second):
+    assert f"{tmp_path / name} ({ascii(name)})" in message
+  assert ("differ only by Unicode normalisation, case or spaces at their ends: rename or merge "
+          "them") in message
+
+
+@pytest.mark.parametrize("splits, extra, named", [
+    (("eval", "test"), None, "eval/, test/"),
+    (("test",), None, "test/"),
+    (("train", "eval", "test"), "cat", "train/, eval/, test/ beside cat/")])
+def test_a_split_layout_without_train_or_with_class_folders_beside_it_is_refused(
+    tmp_path, splits, extra, named):
+  """Its split folders would otherwise be classes named eval and test."""
+  image_folders.write_image_folder(str(tmp_path), per_class=2, splits=splits)
+  if extra:
+    os.makedirs(tmp_path / extra)
+    (tmp_path / extra / "a.jpg").write_bytes(image_folders.jpeg())
+  with pytest.raises(image_folder.ImageFolderError,
+                     match=rf"image_dir {tmp_path} holds {re.escape(named)}"):
+    image_folder.scan(str(tmp_path), 0.2, 0.2)

@@ -42,11 +42,15 @@ def served_scores(model_dir: str, examples_glob: str) -> dict:
   return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def problems(scores: dict, evaluator_accuracy: Optional[float], tolerance: float) -> List[str]:
+def problems(scores: dict, evaluator_accuracy: Optional[float], tolerance: float,
+             split: str) -> List[str]:
   """Why the candidate must not be served (empty: it may)."""
   if "error" in scores:
     return [f"the `{serving_client.SIGNATURE}` signature failed on serialized tf.Examples: "
             f"{scores['error']}"]
+  if not scores["examples"]:
+    return [f"the {split} split holds no examples: the candidate could not be served any, so "
+            "it is not checked as a serving client sees it"]
   found = []
   if scores["non_finite"]:
     found.append(f"{scores['non_finite']} of {scores['examples']} examples got probabilities "
@@ -80,7 +84,7 @@ def ServedModelCheck(  # pylint: disable=invalid-name
                                            PROBABILITIES_KEY, ACCURACY_NAME)
   scores = served_scores(path_utils.serving_model_path(model.uri),
                          os.path.join(artifact_utils.get_split_uri([examples], split), "*"))
-  found = problems(scores, evaluator_accuracy, accuracy_tolerance)
+  found = problems(scores, evaluator_accuracy, accuracy_tolerance, split)
   passed = not found
   result = {"passed": passed, "split": split, "accuracy": scores.get("accuracy"),
             "correct": scores.get("correct", 0), "examples": scores.get("examples", 0),

@@ -45,10 +45,10 @@ def _export(path: str, input_key: str, scale: float = 1.0) -> str:
   return model
 
 
-def _examples(path: str):
+def _examples(path: str, labels=LABELS):
   os.makedirs(os.path.join(path, "Split-test"))
   with tf.io.TFRecordWriter(os.path.join(path, "Split-test", "data.gz"), "GZIP") as writer:
-    for label in LABELS:
+    for label in labels:
       writer.write(tf.train.Example(features=tf.train.Features(feature={
           LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}))
                    .SerializeToString())
@@ -75,11 +75,11 @@ def _evaluation(path: str, test_accuracy: float):
   return evaluation
 
 
-def _check(tmp_path, model, evaluator_accuracy=1.0):
+def _check(tmp_path, model, evaluator_accuracy=1.0, labels=LABELS):
   blessing = standard_artifacts.InfraBlessing()
   blessing.uri = str(tmp_path / "infra_blessing")
   executor = served_model_check.ServedModelCheck.EXECUTOR_SPEC.executor_class()
-  executor.Do({"model": [model], "examples": [_examples(str(tmp_path / "examples"))],
+  executor.Do({"model": [model], "examples": [_examples(str(tmp_path / "examples"), labels)],
                "evaluation": [_evaluation(str(tmp_path / "evaluation"), evaluator_accuracy)]},
               {"infra_blessing": [blessing]},
               {"accuracy_tolerance": served_model_check.ACCURACY_TOLERANCE})
@@ -135,6 +135,14 @@ def test_a_candidate_exported_with_a_wrong_input_key_is_refused_before_anything_
   assert not serving.exists() or not os.listdir(serving)
 
 
+def test_an_empty_split_is_named_and_refused_not_a_division_by_zero(tmp_path):
+  blessing, result = _check(tmp_path, _export(str(tmp_path / "model"), "examples"), labels=[])
+  assert blessing.get_int_custom_property("blessed") == 0
+  assert result["problems"] == ["the test split holds no examples: the candidate could not be "
+                                "served any, so it is not checked as a serving client sees it"]
+  assert (result["accuracy"], result["correct"], result["examples"]) == (None, 0, 0)
+
+
 @pytest.mark.parametrize("names,split", [(["train", "eval", "test"], "test"),
                                          (["train", "eval"], "eval")])
 def test_the_held_out_test_split_is_checked_when_there_is_one(names, split):
@@ -143,9 +151,9 @@ def test_the_held_out_test_split_is_checked_when_there_is_one(names, split):
 
 def test_problems_name_non_finite_probabilities_and_a_missing_evaluator_accuracy():
   scores = {"accuracy": 0.5, "correct": 1, "examples": 2, "non_finite": 1, "not_normalised": 0}
-  assert served_model_check.problems(scores, None, 0.01) == [
+  assert served_model_check.problems(scores, None, 0.01, "test") == [
       "1 of 2 examples got probabilities that are not finite",
       "the Evaluator recorded no accuracy on this split to compare with"]
-  assert json.dumps(served_model_check.problems({"error": "boom"}, 0.5, 0.01)) == json.dumps(
-      ["the `serving_default` signature failed on serialized tf.Examples: boom"])
+  assert json.dumps(served_model_check.problems({"error": "boom"}, 0.5, 0.01, "test")) == \
+      json.dumps(["the `serving_default` signature failed on serialized tf.Examples: boom"])
 

@@ -37,7 +37,7 @@ def score(model_dir: str, examples_glob: str) -> dict:
     not_normalised += int(np.sum(finite & (np.abs(probabilities.sum(-1) - 1) > SUM_TOLERANCE)))
     correct += int(tf.reduce_sum(tf.cast(outputs[CLASS_IDS_KEY] == labels, tf.int32)))
     total += int(tf.size(labels))
-  return {"accuracy": correct / total, "correct": correct, "examples": total,
+  return {"accuracy": correct / total if total else None, "correct": correct, "examples": total,
           "non_finite": non_finite, "not_normalised": not_normalised}
 
 

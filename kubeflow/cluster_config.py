@@ -21,7 +21,8 @@ CLUSTER_PRESET = "kubeflow"  # configs/kubeflow.py: what `python -m kubeflow com
 # The Dockerfile's WORKDIR: the project's packages are copied there, and it is on sys.path.
 IMAGE_PROJECT_DIR = "/pipeline"
 # The packages the pipeline imports at run time; the image must hold every one.
-IMAGE_PACKAGES = ("pipeline", "components", "trainer_module", "kubeflow", "storage", "configs")
+IMAGE_PACKAGES = ("pipeline", "reporting", "components", "trainer_module", "kubeflow", "storage",
+                  "configs")
 
 # Kubeflow V2 pipeline (and TFX KubeflowV2DagRunner) names.
 KFP_PIPELINE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,127}")

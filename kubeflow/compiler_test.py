@@ -257,7 +257,7 @@ def test_the_report_reaches_the_spec_typed_as_the_kfp_ui_renders_it(compiled, ta
 
 
 def test_the_entrypoint_maps_the_report_titles_to_their_classes():
-  from components import run_report
+  from reporting import run_report
   for title, path in kfp_entrypoint.REPORT_TYPE_CLASSES.items():
     artifact_class = kfp_entrypoint._artifact_class(title)  # pylint: disable=protected-access
     assert artifact_class.TYPE_NAME == title and path.endswith(artifact_class.__name__)

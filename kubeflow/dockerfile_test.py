@@ -67,6 +67,7 @@ def test_pip_install_of_the_project_includes_every_package_and_the_schema():
   for package in IMAGE_PACKAGES:
     assert f'"{package}*"' in pyproject
   assert re.search(r'components = \[[^]]*"\*\.pbtxt"', pyproject)
+  assert re.search(r'reporting = \[[^]]*"templates/\*\.html"', pyproject)  # The report's page.
 
 
 def test_the_lock_is_resolved_for_the_images_python():
@@ -78,7 +79,8 @@ def test_the_lock_is_resolved_for_the_images_python():
 def test_dockerignore_keeps_what_the_image_copies():
   with open(os.path.join(PROJECT_DIR, ".dockerignore")) as f:
     patterns = [line.strip() for line in f if line.strip() and not line.startswith("#")]
-  shipped = ["requirements.lock", "pyproject.toml", "components/schema.pbtxt"]
+  shipped = ["requirements.lock", "pyproject.toml", "components/schema.pbtxt",
+             "reporting/templates/report.html"]
   for package in IMAGE_PACKAGES:
     shipped += [os.path.join(package, name)
                 for name in os.listdir(os.path.join(PROJECT_DIR, package))

@@ -32,8 +32,8 @@ MLMD_WRAPPERS = ("list", "struct")  # The one key StructValueToMLMDValue wraps v
 # The run report's artifact classes, by the schema titles the KFP UI renders. TFX's entrypoint
 # imports a custom type's title as a class path (kubeflow_v2_entrypoint_utils.py,
 # _retrieve_class_path); "system.HTML" is none, so it is looked up here, as TFX looks up its own.
-REPORT_TYPE_CLASSES = {"system.HTML": "components.run_report.HtmlReport",
-                       "system.Markdown": "components.run_report.MarkdownReport"}
+REPORT_TYPE_CLASSES = {"system.HTML": "reporting.run_report.HtmlReport",
+                       "system.Markdown": "reporting.run_report.MarkdownReport"}
 compiler_utils.TITLE_TO_CLASS_PATH.update(REPORT_TYPE_CLASSES)
 
 

@@ -191,8 +191,8 @@ def main(argv: Sequence[str]) -> int:
 def _run_locked(config: config_lib.PipelineConfig, run_id: str, took_over: Optional[str]) -> int:
   from tfx import v1 as tfx  # noqa: F401  Imported first: it installs log handlers we replace.
   from local_runner import interrupted_runs
-  from reporting import run_summary
-  log_path = configure_logging(os.path.join(config.runner.output_dir, "logs"), run_id)
+  from local_runner import run_summary
+  log_path = configure_logging(config.runner.logs_dir, run_id)
   log.info("Running pipeline %s (run %s) on dataset %s; outputs under %s",
            config.runner.pipeline_name, run_id, config.data.dataset, config.runner.output_dir)
   if took_over:

@@ -222,6 +222,14 @@ class RunnerConfig:
   def serving_model_dir(self) -> str:
     return os.path.join(self.output_dir, "serving_model", self.pipeline_name)
 
+  @property
+  def logs_dir(self) -> str:
+    return os.path.join(self.output_dir, "logs")
+
+  @property
+  def reports_dir(self) -> str:
+    return os.path.join(self.output_dir, "reports")
+
 
 @dataclasses.dataclass(frozen=True)
 class BeamConfig:
@@ -345,13 +353,19 @@ class PipelineConfig:
       _check_tfrecord_examples(data.tfrecord_dir, data.schema_path)
 
   def check_output_dir(self) -> None:
-    """For a local run: output_dir, and the serving directory under it, must be directories
-    this user can create files in, or be creatable, and the serving directory must have a
-    version number left for the next push. The runner calls it, not the constructor: it
+    """For a local run: output_dir, and every directory the run writes under it (the
+    pipeline root, MLMD's, the serving directory, the logs and the report copies), must be
+    directories this user can create files in, or be creatable, and the serving directory must
+    have a version number left for the next push. The runner calls it, not the constructor: it
     depends on who runs where, and a config built only to compile for a cluster writes
     nothing locally."""
-    output_dir, serving_model_dir = self.runner.output_dir, self.runner.serving_model_dir
+    runner = self.runner
+    output_dir, serving_model_dir = runner.output_dir, runner.serving_model_dir
     _check_writable_dir(output_dir, output_dir, "")
+    for name, path in (("pipeline_root", os.path.dirname(runner.pipeline_root)),
+                       ("metadata", os.path.dirname(os.path.dirname(runner.metadata_path))),
+                       ("logs", runner.logs_dir), ("reports", runner.reports_dir)):
+      _check_writable_dir(output_dir, path, f"its {name} directory ")
     _check_writable_dir(output_dir, serving_model_dir, "its serving directory ")
     from components import pusher
     problem = pusher.serving_directory_problem(serving_model_dir)
@@ -548,8 +562,16 @@ def _check_corruptions(names: Tuple[str, ...], dataset: str, tfrecord_dir: Optio
 
 
 def check_runs_here(config: PipelineConfig) -> None:
-  """For a local run: every generated corruption can run on this machine (on Kubeflow they
-  run in the pipeline's image, which has what they need)."""
+  """For a local run: an s3:// folder the run reads can be reached and read with this
+  machine's settings and credentials (on Kubeflow each pod asks with its own), and every
+  generated corruption can run on this machine (on Kubeflow they run in the pipeline's
+  image, which has what they need)."""
+  data = config.data
+  for name, path in (("image_dir", data.image_dir if data.dataset == "image_dir" else None),
+                     ("tfrecord_dir", data.tfrecord_dir if data.dataset == "tfrecord" else None)):
+    if isinstance(path, str) and path.startswith("s3://"):
+      problem = object_storage.s3_folder_problem(path)
+      require(problem is None, name, path, problem)
   if robustness_source(config.data.dataset) != "generated":
     return
   missing = reference_corruptions.unavailable(config.evaluation.corruptions)

@@ -572,3 +572,25 @@ def test_input_files_written_with_a_wrong_feature_are_refused_naming_file_and_fe
     from_flags(["--dataset=tfrecord", f"--tfrecord_dir={data_dir}"])
   assert f"tfrecord_dir='{data_dir}': split 'train': {path}, record 0" in str(error.value)
   assert problem in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["reports", "logs", "metadata", "pipeline_root"])
+def test_a_file_where_the_run_writes_a_directory_is_refused_before_any_step(tmp_path, name):
+  """The report copies, the log, MLMD and the pipeline root go under output_dir: a file in the
+  way once let every step run, then lost the summary to a traceback."""
+  (tmp_path / name).write_text("")
+  with pytest.raises(ValueError, match=rf"output_dir=.*: its {name} directory {tmp_path / name}"
+                                       " is a file, not a directory"):
+    from_flags([f"--output_dir={tmp_path}"]).check_output_dir()
+
+
+def test_an_s3_image_folder_that_cannot_be_reached_is_refused_before_any_step(monkeypatch):
+  from testing.s3_server import free_port
+  endpoint = f"http://127.0.0.1:{free_port()}"  # Nothing listens there.
+  for name, value in {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "key",
+                      "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}.items():
+    monkeypatch.setenv(name, value)
+  config = from_flags(["--dataset=image_dir", "--image_dir=s3://photos/cats"])
+  with pytest.raises(ValueError, match=rf"image_dir='s3://photos/cats': cannot be reached: the "
+                                       rf"S3 endpoint {endpoint} does not answer"):
+    check_runs_here(config)

@@ -10,7 +10,7 @@ import tensorflow_model_analysis as tfma
 
 from components import evaluation_set
 from components.calibration_metrics import ACCURACY_NAME, ECE_NAME, MEAN_SLICE_ECE_NAME, NLL_NAME
-from components.report_sections import GateBound, ReportSettings
+from reporting.figures import GateBound, ReportSettings
 from pipeline.config import PipelineConfig
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,
                                      UNCALIBRATED_PROBABILITIES_KEY)

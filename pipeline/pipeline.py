@@ -21,7 +21,7 @@ from components.evaluator import Evaluator
 from components.production_model import ProductionModel
 from components.pusher import VersionedPusherExecutor
 from components.data_check import STEP_ID as DATA_CHECK_ID, DataCheck
-from components.run_report import RunReport
+from reporting.run_report import RunReport
 from components.served_model_check import ServedModelCheck
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config, report_settings

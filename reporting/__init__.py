@@ -1,3 +1,3 @@
-"""What the local runner shows afterwards: a run read back from MLMD, and its summary read from
-the run's report artifact."""
+"""The run report: a document of sections (document.py, sections.py) rendered as HTML and
+Markdown that show every name as text (render.py), and the RunReport step (run_report.py)."""
 import trainer_module  # noqa: F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.

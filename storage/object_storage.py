@@ -39,6 +39,10 @@ POD_VARIABLES = (ENDPOINT_VARIABLES + REGION_VARIABLES + (VERIFY_TLS_VARIABLE,) 
                  CA_BUNDLE_VARIABLES + CREDENTIAL_VARIABLES)
 BEAM_PLUGIN = "storage.beam_worker"
 OBJECT_STORE_URI = re.compile(r"(gs|s3)://[a-z0-9][a-z0-9._-]{1,221}(/.*)?")
+# One listing asks whether an s3:// folder can be read, where tensorflow-io retries an
+# unreachable endpoint for about 100 s and then calls the folder missing.
+PROBE_CONNECT_TIMEOUT_SECONDS = 5
+PROBE_READ_TIMEOUT_SECONDS = 15
 # S3 answers 409 ConditionalRequestConflict while a concurrent write of the key is in flight;
 # the request is to be retried, after which one of the two gets 412.
 CONFLICT_RETRIES = 10
@@ -232,6 +236,43 @@ def s3_client(settings: S3Settings):
   import boto3  # pylint: disable=import-outside-toplevel
   return boto3.client("s3", endpoint_url=settings.endpoint_url, region_name=settings.region,
                       verify=settings.ca_bundle)
+
+
+def s3_folder_problem(uri: str, settings: Optional[S3Settings] = None) -> Optional[str]:
+  """Why the s3:// folder `uri` cannot be read with this process's settings and credentials
+  (the endpoint does not answer, the credentials are missing or refused, no such bucket,
+  nothing under it), or None. One listing of one key, with short timeouts and no retry."""
+  import boto3  # pylint: disable=import-outside-toplevel
+  from botocore import exceptions  # pylint: disable=import-outside-toplevel
+  from botocore.config import Config  # pylint: disable=import-outside-toplevel
+  settings = settings or S3Settings.from_environ()
+  bucket, _, prefix = uri[len("s3://"):].partition("/")
+  prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+  where = f"the S3 endpoint {settings.endpoint_url}" if settings.endpoint_url else "AWS S3"
+  client = boto3.session.Session().client(  # A new session: today's credentials.
+      "s3", endpoint_url=settings.endpoint_url, region_name=settings.region,
+      verify=settings.ca_bundle, config=Config(connect_timeout=PROBE_CONNECT_TIMEOUT_SECONDS,
+                                               read_timeout=PROBE_READ_TIMEOUT_SECONDS,
+                                               retries={"total_max_attempts": 1}))
+  try:
+    listing = client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+  except exceptions.NoCredentialsError:
+    return (f"cannot be read: no S3 credentials (set {CREDENTIAL_VARIABLES[0]} and "
+            f"{CREDENTIAL_VARIABLES[1]}, or give the process a role)")
+  except (exceptions.ConnectionError, exceptions.HTTPClientError) as error:
+    return f"cannot be reached: {where} does not answer ({error})"
+  except exceptions.ClientError as error:
+    code = error.response.get("Error", {}).get("Code", "")
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code == "NoSuchBucket":
+      return f"cannot be read: {where} has no bucket {bucket}"
+    if status in (401, 403):
+      return (f"cannot be read: {where} refuses these credentials ({code}: authentication "
+              "failed or access denied)")
+    return f"cannot be listed at {where}: {code or status} {error}"
+  if not listing.get("KeyCount"):
+    return f"holds nothing: {where} has no object under it"
+  return None
 
 
 def _gcs_create_if_absent(bucket: str, key: str, content: bytes) -> bool:

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -128,6 +129,7 @@ def test_exit_after_reports_the_status_python_would(body, status, stderr):
 
 _USES_S3 = """
 import sys
+import time
 from storage import object_storage
 def main():
   object_storage.configure()
@@ -456,3 +458,62 @@ def test_create_if_absent_takes_only_object_uris(uri):
 def _escaped(text):
   import re
   return re.escape(text)
+
+
+# An s3:// folder asked once, quickly, whether it can be read.
+
+def _closed_endpoint():
+  from testing.s3_server import free_port
+  return S3Settings(endpoint_url=f"http://127.0.0.1:{free_port()}", region="us-east-1")
+
+
+def test_an_unreachable_endpoint_is_named_in_seconds_not_retried_for_minutes(monkeypatch):
+  monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+  monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+  settings = _closed_endpoint()
+  started = time.monotonic()
+  problem = object_storage.s3_folder_problem("s3://photos/cats", settings)
+  assert problem.startswith(f"cannot be reached: the S3 endpoint {settings.endpoint_url} does "
+                            "not answer (Could not connect to the endpoint URL")
+  assert time.monotonic() - started < object_storage.PROBE_CONNECT_TIMEOUT_SECONDS
+
+
+def test_missing_credentials_are_named(monkeypatch, tmp_path):
+  for name in object_storage.CREDENTIAL_VARIABLES:
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+  monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+  monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # No instance role to ask for.
+  assert object_storage.s3_folder_problem("s3://photos/cats", _closed_endpoint()) == (
+      "cannot be read: no S3 credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+      "give the process a role)")
+
+
+def test_a_folder_is_readable_or_its_bucket_or_objects_are_named_missing(s3_server, monkeypatch):
+  for name, value in s3_server.environ().items():
+    monkeypatch.setenv(name, value)
+  bucket = s3_server.create_bucket("probed")
+  s3_server.client().put_object(Bucket="probed", Key="cats/a/1.jpg", Body=b"x")
+  settings = S3Settings.from_environ()
+  assert object_storage.s3_folder_problem(f"{bucket}/cats", settings) is None
+  assert object_storage.s3_folder_problem(f"{bucket}/cats/", settings) is None
+  assert object_storage.s3_folder_problem(bucket, settings) is None
+  where = f"the S3 endpoint {s3_server.endpoint_url}"
+  assert object_storage.s3_folder_problem(f"{bucket}/dogs", settings) == (
+      f"holds nothing: {where} has no object under it")
+  assert object_storage.s3_folder_problem(f"{bucket}/ca", settings) == (
+      f"holds nothing: {where} has no object under it")  # A prefix of a name is no folder.
+  assert object_storage.s3_folder_problem("s3://no-such-bucket/cats", settings) == (
+      f"cannot be read: {where} has no bucket no-such-bucket")
+
+
+def test_refused_credentials_are_named(monkeypatch):
+  """A server that checks signatures (moto with its IAM authentication on from the first
+  request) refuses keys it does not know."""
+  monkeypatch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "0")
+  with S3Server() as server:
+    for name, value in server.environ().items():
+      monkeypatch.setenv(name, value)
+    problem = object_storage.s3_folder_problem("s3://photos/cats", S3Settings.from_environ())
+  assert problem.startswith(f"cannot be read: the S3 endpoint {server.endpoint_url} refuses "
+                            "these credentials (InvalidAccessKeyId: authentication failed")

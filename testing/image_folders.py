@@ -64,3 +64,47 @@ def png_declaring(width: int, height: int) -> bytes:
 
 def jpeg(size=(480, 360), colour=(220, 40, 40), seed=0) -> bytes:
   return encode(photo(colour, size, seed), "JPEG", "RGB")
+
+
+def add_names_not_utf8(root: str) -> Dict[str, str]:
+  """A photo and a class folder whose names are Latin-1, not UTF-8, in a folder of
+  CLASS_COLOURS' classes. Returns {path as the ingest names it: its reason's start}."""
+  base = os.fsencode(root)
+  with open(base + b"/grass/caf\xe9.jpg", "wb") as f:
+    f.write(jpeg())
+  os.makedirs(base + b"/chien\xe9")
+  with open(base + b"/chien\xe9/0000.jpg", "wb") as f:
+    f.write(jpeg())
+  return {f"{root}/grass/caf\\xe9.jpg": "its name is not valid UTF-8",
+          f"{root}/chien\\xe9": "its name is not valid UTF-8"}
+
+
+def add_broken_links(root: str) -> Dict[str, str]:
+  """A dangling link and a link to itself, in red_car/. Returns {path: its reason's start}."""
+  os.symlink("missing.jpg", os.path.join(root, "red_car", "dangling.jpg"))
+  os.symlink("self.jpg", os.path.join(root, "red_car", "self.jpg"))
+  return {f"{root}/red_car/dangling.jpg": "is a link to missing.jpg, which does not exist",
+          f"{root}/red_car/self.jpg": "is a link that loops back to itself"}
+
+
+def add_links_around(root: str, outside: str) -> Tuple[Dict[str, str], Dict[str, str]]:
+  """A link from a class folder to the folder above it (a loop), a link to a photo outside the
+  folder, a link to a photo that is read as itself, and a link to a photo in a hidden folder
+  (read once, through the link). Returns ({path: its reason's start}, {key read through a link:
+  its class})."""
+  os.makedirs(outside, exist_ok=True)
+  with open(os.path.join(outside, "photo.jpg"), "wb") as f:
+    f.write(jpeg())
+  os.makedirs(os.path.join(root, ".originals"))
+  with open(os.path.join(root, ".originals", "kept.jpg"), "wb") as f:
+    f.write(jpeg())
+  first_grass = sorted(name for name in os.listdir(os.path.join(root, "grass"))
+                       if os.path.isfile(os.path.join(root, "grass", name)))[0]
+  links = {"blue sky/up": "..", "grass/outside.jpg": os.path.join(outside, "photo.jpg"),
+           "grass/twin.jpg": first_grass, "red_car/kept.jpg": "../.originals/kept.jpg"}
+  for relative, target in links.items():
+    os.symlink(target, os.path.join(root, relative))
+  return ({f"{root}/blue sky/up": "is a link to a folder (..); links to folders are not followed",
+           f"{root}/grass/outside.jpg": "is a link out of the image folder",
+           f"{root}/grass/twin.jpg": f"is a link to grass/{first_grass}, which is read already"},
+          {"red_car/kept.jpg": "red_car"})

@@ -7,7 +7,7 @@ import pytest
 
 from components import image_sources
 from pipeline.config import from_flags
-from reporting.run_record import RunRecord
+from local_runner.run_record import RunRecord
 from tests.conftest import run_pipeline
 from testing.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
 

@@ -15,7 +15,8 @@ def project(tmp_path):
   """A copy of what the build reads: the Dockerfile, .dockerignore and the copied sources."""
   for name in ["Dockerfile", ".dockerignore", "requirements.lock", "pyproject.toml"]:
     shutil.copy(os.path.join(container_image.PROJECT_DIR, name), tmp_path / name)
-  for package in ["pipeline", "components", "trainer_module", "kubeflow", "storage", "configs"]:
+  for package in ["pipeline", "reporting", "components", "trainer_module", "kubeflow", "storage",
+                  "configs"]:
     shutil.copytree(os.path.join(container_image.PROJECT_DIR, package), tmp_path / package,
                     ignore=shutil.ignore_patterns("__pycache__"))
   (tmp_path / "docs").mkdir()

@@ -9,21 +9,28 @@ import pytest
 import tensorflow as tf
 
 from components import image_folder, image_sources
+from components.evaluation_set import read_evaluation_set
 from configs.flags import over_defaults
+from local_runner.run_record import RunRecord
 from pipeline.config import from_flags
+from reporting.render import escape_markdown
 from testing import image_folders
 from testing.tiny_config import SMALL_MODEL
 from tests.conftest import run_pipeline
 from trainer_module.class_names import read_class_names
 
 CLASSES = ["blue sky", "grass", "red_car"]
+NOT_ASCII = "café 猫.jpg"  # Its key's hash puts it in the test split.
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-  """One pipeline run over 300 images of mixed formats, sizes and modes, and two bad files."""
+  """One pipeline run over 300 images of mixed formats, sizes and modes, a test image whose
+  name is not ASCII, and two bad files."""
   images = tmp_path_factory.mktemp("photos")
   image_folders.write_image_folder(str(images), per_class=100)
+  (images / "grass" / NOT_ASCII).write_bytes(image_folders.jpeg(
+      colour=image_folders.CLASS_COLOURS["grass"]))
   (images / "grass" / "scan.jpg").write_bytes(image_folders.jpeg()[:2000])
   (images / "red_car" / "notes.txt").write_text("not an image")
   output = tmp_path_factory.mktemp("outputs")
@@ -70,12 +77,15 @@ def test_the_served_model_answers_a_camera_jpeg_as_its_ingested_png_with_the_cla
 
 @pytest.mark.e2e
 def test_the_report_names_the_classes_and_lists_the_skipped_files(run):
-  process, _, images = run
+  process, config, images = run
   assert "skipped images:  2 bad file(s) or folder(s) left out" in process.stdout
   page = re.search(r"run report: +(\S+)", process.stdout).group(1)
   report = open(os.path.join(os.path.dirname(page), "report.md")).read()  # Beside the page.
   for index, name in enumerate(CLASSES):
-    assert f"| {name} ({index}) | " in report
+    assert f"| {escape_markdown(name)} ({index}) | " in report
+  # The report read the evaluation set, whose test images include one named in UTF-8.
+  evaluation = RunRecord(config).latest_output("evaluation_set")
+  assert f"grass/{NOT_ASCII}" in read_evaluation_set(evaluation.uri).source_keys
   assert "## Skipped input files" in report
   assert f"| `{images}/grass/scan.jpg` | cannot be decoded as JPEG" in report
   assert f"| `{images}/red_car/notes.txt` | not an image" in report

@@ -3,12 +3,14 @@ inside functions). Lower layers never import higher ones; the graph never import
 
   configs, storage         plain data and the flag parser; object storage
   trainer_module           what runs inside Transform and the Trainer
-  components               the custom TFX components: among them the run report (its sections,
-                           charts and HTML page) and the served-model check, steps of the graph
+  components               the custom TFX components (ingestion, the evaluation set, the
+                           served-model check, the Pusher, ...), steps of the graph
+  reporting                the run report: its document, its HTML and Markdown, its sections and
+                           charts, and the RunReport step, the graph's last step (so below
+                           pipeline, above the components whose outputs it reads)
   pipeline                 the config object, the graph and its gate
-  reporting                what the local runner shows: a run read from MLMD, and its summary
-                           read back from the run's report artifact
-  local_runner, kubeflow   the two runners
+  local_runner, kubeflow   the two runners (the local one reads its runs back from MLMD and
+                           prints their summary from the report's recorded figures)
   testing                  references and stand-ins for tests and benches, never for the code
 """
 import ast
@@ -23,8 +25,8 @@ MAY_IMPORT = {
     "storage": {"storage"},
     "trainer_module": {"trainer_module", "configs"},
     "components": {"components", "trainer_module", "storage"},
-    "pipeline": {"pipeline", "components", "trainer_module", "storage", "configs"},
-    "reporting": {"reporting", "pipeline", "components", "trainer_module", "storage", "configs"},
+    "reporting": {"reporting", "components", "trainer_module", "storage", "configs"},
+    "pipeline": {"pipeline", "reporting", "components", "trainer_module", "storage", "configs"},
     "local_runner": {"local_runner", "reporting", "pipeline", "components", "trainer_module",
                      "storage", "configs"},
     "kubeflow": {"kubeflow", "reporting", "pipeline", "components", "trainer_module", "storage",

@@ -11,8 +11,9 @@ import pytest
 import tensorflow as tf
 
 from bench import calibration_goals
+from local_runner.run_record import RunRecord
 from pipeline.config import from_flags
-from reporting.run_record import RunRecord
+from reporting.render import escape_markdown
 from testing import browser
 from testing.graph_ops import augmix_or_random_ops, reachable_op_types
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
@@ -120,7 +121,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
     family_row = next(line for line in report_text.splitlines()
                       if line.startswith(f"| {family} | "))
     assert family_row.count("(sd ") == 2, "cECE and the gap with their bootstrap deviations"
-  assert "| frosted_glass_blur | blur |" in report_text, "every corruption's accuracy and ECE"
+  assert f"| {escape_markdown('frosted_glass_blur')} | blur |" in report_text, (
+      "every corruption's accuracy and ECE")
   assert "| spatter |" not in report_text, "validation corruptions are not evaluated"
   assert "| validation shift (eval images, validation corruptions; chose T) |" in report_text
   # The report is the RunReport step's artifact, its figures recorded on it: what the summary
@@ -207,7 +209,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert _GATE_FAILURE.search(open(log_path).read()), "the log file names the failure too"
   report = _report_markdown(degraded.stdout)
   assert "**NOT BLESSED**" in report and "against the blessed baseline" in report
-  assert "- accuracy on eval_set=eval is " in report, "the refused run's report says why"
+  assert f"- accuracy on {escape_markdown('eval_set=eval')} is " in report, (
+      "the refused run's report says why")
   assert "A temperature per input: T(x) = exp(" in report  # How T depends on the input.
   assert "## Where the calibrator sharpens and where it softens" in report
   assert "![temperature and distance](data:image/png;base64," in report
@@ -311,8 +314,9 @@ def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it
   assert {"eval", "test", "corrupted"} <= set(comparison["ensemble"])
   assert {"eval", "test", "corrupted"} <= set(comparison["best_single"])
   report = _report_markdown(result.stdout)
-  assert "## Ensemble" in report and f"best single trial ({comparison['best_single']['name']})" \
-      in report and "| cNLL |" in report and "| shift_nll alone |" in report
+  assert "## Ensemble" in report and escape_markdown(
+      f"best single trial ({comparison['best_single']['name']})") in report
+  assert "| cNLL |" in report and f"| {escape_markdown('shift_nll')} alone |" in report
 
   serve = tf.saved_model.load(pushed).signatures["serving_default"]
   serving_ops = reachable_op_types(serve)

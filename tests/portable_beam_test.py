@@ -13,7 +13,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from components import tfma_results
 from pipeline.config import from_flags
-from reporting.run_record import RunRecord
+from local_runner.run_record import RunRecord
 from testing.beam_servers import PortableBeam
 from testing.tiny_config import SMALL_MODEL
 from tests.conftest import run_pipeline

@@ -13,7 +13,7 @@ from ml_metadata.proto import metadata_store_pb2
 
 from pipeline.config import from_flags
 from local_runner.interrupted_runs import ABANDONED_BY_KEY
-from reporting.run_record import RunRecord
+from local_runner.run_record import RunRecord
 from tests.conftest import REPO
 from testing.tfrecord_inputs import write_digits_tfrecord_dir
 

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -235,14 +236,26 @@ def test_any_jpeg_or_png_within_the_bound_is_answered(served, payload):
   assert result["class_names"].numpy()[0].decode() in CLASS_NAMES
 
 
+def _png_declaring(width, height):
+  """A small PNG whose IHDR declares width x height pixels, its CRC mended."""
+  data = bytearray(_encoded((16, 16, 3), "PNG"))
+  data[16:24] = width.to_bytes(4, "big") + height.to_bytes(4, "big")
+  data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
+  return bytes(data)
+
+
 @pytest.mark.parametrize("payload, message", [
     (b"not an image", r"Not a JPEG or PNG image .* at batch positions\] \[1\]"),
-    (b"", r"Not a JPEG or PNG image"),
+    (b"", r"Not a JPEG or PNG image .* at batch positions\] \[1\]"),
     (_encoded((32, 32, 3), "GIF"), r"Not a JPEG or PNG image"),
     (_encoded((32, 32, 3), "BMP"), r"Not a JPEG or PNG image"),
-    (image_folders.jpeg()[:3000], r"Invalid JPEG data"),
+    (image_folders.jpeg()[:3000], r"JPEG image truncated .* at batch positions\] \[1\]"),
+    (image_folders.jpeg()[:300], r"JPEG image unreadable .* at batch positions\] \[1\]"),
+    (_jpeg_declaring(0, 16), r"JPEG image unreadable .* at batch positions\] \[1\]"),
+    (_png_declaring(0, 16), r"Image declares no pixels .* at batch positions\] \[1\]"),
     (_encoded((32, 32, 3), "PNG")[:-20], r"PNG image truncated .* at batch positions\] \[1\]"),
-], ids=["garbage", "empty-bytes", "gif", "bmp", "truncated-jpeg", "truncated-png"])
+], ids=["garbage", "empty-bytes", "gif", "bmp", "truncated-jpeg", "jpeg-cut-in-its-header",
+        "zero-width-jpeg", "zero-width-png", "truncated-png"])
 @pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
 def test_images_training_would_refuse_fail_the_request_clearly_and_serving_goes_on(
     served, signature, payload, message):
@@ -254,6 +267,32 @@ def test_images_training_would_refuse_fail_the_request_clearly_and_serving_goes_
     served.signatures[signature](**{_INPUT[signature]: tf.constant(requests)})
   after = served.signatures[signature](**{_INPUT[signature]: tf.constant(requests[:1])})
   assert after["class_ids"].shape == (1,)
+
+
+@pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
+def test_a_png_with_bytes_after_its_end_is_answered_as_the_ingest_reads_it(served, signature):
+  """A PNG decoder stops at the IEND chunk; some tools leave bytes after it. The image_dir
+  ingest reads such a file, so serving answers it, as it answers the file without them."""
+  png = _encoded((32, 32, 3), "PNG")
+  requests = [png, png + b"\x00\x00", png + b"trailing bytes " * 100]
+  np.testing.assert_array_equal(image_folder.model_input(requests[1]),
+                                image_folder.model_input(png))
+  if signature == "serving_default":
+    requests = [_example(image) for image in requests]
+  probabilities = served.signatures[signature](
+      **{_INPUT[signature]: tf.constant(requests)})["probabilities"].numpy()
+  np.testing.assert_array_equal(probabilities[1:], probabilities[[0, 0]])
+
+
+@pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
+def test_a_request_that_is_not_one_batch_of_inputs_is_refused_saying_what_the_signature_takes(
+    served, signature):
+  good = raw_digit_examples(1)[0]["image"]
+  good = _example(good) if signature == "serving_default" else good
+  for wrong in ([[good], [good]], good):  # Rank 2 and rank 0.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"{signature} takes a 1-D batch of .* \(shape \[batch\]\)"):
+      served.signatures[signature](**{_INPUT[signature]: tf.constant(wrong)})
 
 
 @pytest.mark.parametrize("payload", [b"\xff\xfe\x80 not a proto", b"\x0a\x05\xff\xfe",

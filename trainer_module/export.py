@@ -63,6 +63,16 @@ def assert_parseable_examples(serialized: tf.Tensor, spec: dict) -> tf.Operation
       tf.boolean_mask(positions, tf.logical_not(parsed_mask))], summarize=10)
 
 
+def one_batch(tensor: tf.Tensor, signature: str, what: str) -> tf.Tensor:
+  """`tensor` as the [batch] vector a signature takes, after failing with InvalidArgument
+  saying so when it is not one: a loaded signature does not check the shape it declares, so a
+  [batch, 1] request or a single string would otherwise fail deep in the graph."""
+  check = tf.debugging.assert_rank(tensor, 1, message=f"{signature} takes a 1-D batch of {what} "
+                                   "(shape [batch])")
+  with tf.control_dependencies([check]):
+    return tf.reshape(tensor, [-1])  # Cannot fail first and hide the check's message.
+
+
 def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
                          export_dir: str, calibration: Optional[dict] = None,
                          records: Mapping[str, dict] = {}, features_model=None,
@@ -120,17 +130,19 @@ def export_serving_model(model: keras.Model, tft_output: tft.TFTransformOutput,
 
   # No AutoGraph: nothing here branches in Python on a tensor (tf.cond is explicit), and
   # converting every Keras layer's call was most of the export's time.
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")],
+  # Any shape is taken, and anything but [batch] refused by one_batch with a clear message.
+  @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="examples")],
                autograph=False)
   def serve_tf_examples(serialized):
+    serialized = one_batch(serialized, "serving_default", "serialized tf.Examples")
     with tf.control_dependencies([assert_parseable_examples(serialized, image_spec)]):
       serialized = tf.identity(serialized)
     return predict(tf.io.parse_example(serialized, image_spec)[IMAGE_KEY])
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")],
+  @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name="images")],
                autograph=False)
   def serve_images(encoded_images):
-    return predict(encoded_images)
+    return predict(one_batch(encoded_images, "serving_images", "encoded JPEG or PNG images"))
 
   # Without per-layer traces: the network is built-in layers only, which Keras rebuilds from
   # their configs on load (ensemble members, trainer_module/ensemble.py); tracing every layer's

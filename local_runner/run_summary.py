@@ -1,5 +1,5 @@
 """The console summary of a finished local run, read back from the run's report artifact (the
-RunReport step, components/run_report.py) in MLMD: the same figures a Kubeflow run's report
+RunReport step, reporting/run_report.py) in MLMD: the same figures a Kubeflow run's report
 records, from the same code."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import shutil
 from typing import List, Optional
 
-from components.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
+from local_runner.run_record import RunRecord
 from pipeline.config import PipelineConfig
-from reporting.run_record import RunRecord
+from reporting.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
 
 
 def _value(artifact, name: str):
@@ -71,7 +71,7 @@ def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:
   """Copies the report artifacts (files without an extension, as TFX names a value artifact)
   to <output_dir>/reports/run-<id>/report.html and report.md, which a browser and an editor
   open as what they are; returns the HTML copy's path."""
-  report_dir = os.path.join(config.runner.output_dir, "reports", f"run-{run.run_id}")
+  report_dir = os.path.join(config.runner.reports_dir, f"run-{run.run_id}")
   os.makedirs(report_dir, exist_ok=True)
   markdown = run.latest_output("report_markdown")
   for artifact, name in ((report, "report.html"), (markdown, "report.md")):

@@ -1,15 +1,15 @@
 """The console summary of a run, from its report artifact's recorded figures (as
-components/run_report.py records them), and the report's copies a browser and an editor open."""
+reporting/run_report.py records them), and the report's copies a browser and an editor open."""
 import json
 import os
 import types
 
 import pytest
 
-from components.run_report import (GATE_FAILURES, SERVED_CHECK_PROBLEMS, HtmlReport,
+from reporting.run_report import (GATE_FAILURES, SERVED_CHECK_PROBLEMS, HtmlReport,
                                    record_headline)
 from pipeline.config import from_flags
-from reporting.run_summary import report_lines
+from local_runner.run_summary import report_lines
 
 BLESSED_AND_PUSHED = {
     "eval_accuracy": 0.98765, "eval_ece": 0.0123, "eval_nll": 0.0456,

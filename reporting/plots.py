@@ -1,6 +1,10 @@
-"""The run report's PNG charts, drawn with matplotlib (headless: the Agg backend)."""
+"""The run report's PNG charts, drawn with matplotlib (headless: the Agg backend), each returned
+as the PNG's bytes (a document.Chart holds them). Text that comes from the data (class names)
+is drawn as it is, never read as matplotlib's math (`$...$`).
+"""
 from __future__ import annotations
 
+import io
 from typing import Callable, Dict, List, Optional, Sequence
 
 import matplotlib
@@ -25,13 +29,15 @@ def _figure(title: str, xlabel: str, ylabel: str, y_range):
   return figure, axes
 
 
-def _save(figure, path: str) -> None:
+def _png(figure) -> bytes:
   figure.tight_layout()
-  figure.savefig(path, format="png")
+  buffer = io.BytesIO()
+  figure.savefig(buffer, format="png")
   pyplot.close(figure)
+  return buffer.getvalue()
 
 
-def reliability_diagram(path: str, bins: np.ndarray, title: str) -> None:
+def reliability_diagram(bins: np.ndarray, title: str) -> bytes:
   """bins: [num_bins, 3] of (count, mean confidence, accuracy). Bars are each bin's accuracy,
   labelled with its example count; the diagonal is perfect calibration; red is the gap to the
   bin's mean confidence."""
@@ -50,11 +56,11 @@ def reliability_diagram(path: str, bins: np.ndarray, title: str) -> None:
   axes.plot([0, 1], [0, 1], color="#555555", linewidth=1, label="perfect calibration")
   axes.set_xlim(0.0, 1.0)
   axes.legend(loc="upper left", fontsize=8)
-  _save(figure, path)
+  return _png(figure)
 
 
-def bar_chart(path: str, labels: Sequence[str], series: Dict[str, Sequence[float]], title: str,
-              ylabel: str, y_range=(0.0, 1.0)) -> None:
+def bar_chart(labels: Sequence[str], series: Dict[str, Sequence[float]], title: str,
+              ylabel: str, y_range=(0.0, 1.0)) -> bytes:
   """Grouped bars: one group per label, one bar per series (a missing value draws no bar)."""
   figure, axes = _figure(title, "", ylabel, y_range)
   width = 0.8 / max(len(series), 1)
@@ -65,25 +71,26 @@ def bar_chart(path: str, labels: Sequence[str], series: Dict[str, Sequence[float
       axes.bar(np.array(positions) - 0.4 + (s + 0.5) * width, heights, width=width, label=name)
   long_labels = max((len(str(label)) for label in labels), default=0) > 4
   axes.set_xticks(range(len(labels)), [str(label) for label in labels], fontsize=8,
-                  rotation=45 if long_labels else 0, ha="right" if long_labels else "center")
+                  rotation=45 if long_labels else 0, ha="right" if long_labels else "center",
+                  parse_math=False)
   if len(series) > 1:
     axes.legend(fontsize=8)
-  _save(figure, path)
+  return _png(figure)
 
 
-def line_chart(path: str, x: Sequence[float], series: Dict[str, List[Optional[float]]],
-               title: str, xlabel: str, ylabel: str, y_range=(0.0, 1.0)) -> None:
+def line_chart(x: Sequence[float], series: Dict[str, List[Optional[float]]],
+               title: str, xlabel: str, ylabel: str, y_range=(0.0, 1.0)) -> bytes:
   """One line per series; a missing value breaks its line."""
   figure, axes = _figure(title, xlabel, ylabel, y_range)
   for name, values in series.items():
     axes.plot(x, [np.nan if v is None else v for v in values], marker="o", label=name)
   axes.set_xticks(list(x))
   axes.legend(fontsize=8)
-  _save(figure, path)
+  return _png(figure)
 
 
-def distance_chart(path: str, temperatures: Callable[[np.ndarray], np.ndarray],
-                   groups: Dict[str, np.ndarray], title: str) -> None:
+def distance_chart(temperatures: Callable[[np.ndarray], np.ndarray],
+                   groups: Dict[str, np.ndarray], title: str) -> bytes:
   """Top: temperatures(z) over the range of the groups' distance scores z (log scale, the line
   T = 1 marked). Bottom: each group's histogram of z (as a fraction of the group)."""
   everything = np.concatenate([g for g in groups.values() if len(g)])
@@ -108,4 +115,4 @@ def distance_chart(path: str, temperatures: Callable[[np.ndarray], np.ndarray],
   bottom.set_xlabel("distance score z (standard deviations of the clean eval log distances)")
   bottom.set_ylabel("fraction of the set")
   bottom.legend(fontsize=7)
-  _save(figure, path)
+  return _png(figure)

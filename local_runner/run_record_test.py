@@ -6,7 +6,7 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 
 from pipeline.config import from_flags
-from reporting.run_record import RunRecord
+from local_runner.run_record import RunRecord
 
 PIPELINE = "wrn_image_classifier"
 COMPLETE = metadata_store_pb2.Execution.COMPLETE
