@@ -25,7 +25,7 @@ setup: $(STAMP)
 # for tfds' motion blur and snow) and the libraries opencv-python loads. Needs root; skipped
 # when installed.
 SYSTEM_PACKAGES := imagemagick libgl1 libglib2.0-0
-# What builds and runs the pipeline's image without Docker (testing/container_image.py):
+# What builds and runs the pipeline's image without Docker (test_support/container_image.py):
 # podman with the runc runtime, and debootstrap for the local base image.
 CONTAINER_PACKAGES := podman runc debootstrap
 # What the tests add: the browser the run report's HTML page is opened in (chromium, driven by
@@ -118,14 +118,14 @@ kubeflow-compile: $(STAMP)
 	$(VENV_PY) -m kubeflow compile $(ARGS)
 
 # The compiled kfp spec of the tiny e2e config, executed as an open-source KFP backend would
-# (testing/kfp_harness.py) on a local S3 server; prints where the pushed model is.
+# (test_support/kfp_harness.py) on a local S3 server; prints where the pushed model is.
 kubeflow-local: system-packages $(STAMP)
-	$(VENV_PY) -m testing.kfp_harness $(ARGS)
+	$(VENV_PY) -m test_support.kfp_harness $(ARGS)
 
 # The same, run by the KFP SDK's own local orchestrator (kfp.local) through
 # `python -m kubeflow local-run --runner=subprocess`; artifacts under outputs/kubeflow-local-kfp.
 kubeflow-local-kfp: system-packages $(STAMP)
-	$(VENV_PY) -m testing.kfp_harness --orchestrator=kfp.local $(ARGS)
+	$(VENV_PY) -m test_support.kfp_harness --orchestrator=kfp.local $(ARGS)
 
 kubeflow-image:
 	@[ -n "$(IMAGE)" ] || { echo "IMAGE is required: make kubeflow-image IMAGE=gcr.io/PROJECT/wrn-pipeline:TAG"; exit 2; }
@@ -133,11 +133,11 @@ kubeflow-image:
 
 # The same Dockerfile built here without Docker: podman, on a Debian base made with debootstrap
 # (TFX's image cannot be pulled here); named localhost/wrn-pipeline:<hash of its inputs>, so an
-# unchanged build is found, not rebuilt (testing/container_image.py).
+# unchanged build is found, not rebuilt (test_support/container_image.py).
 kubeflow-image-local: container-packages $(STAMP)
-	$(VENV_PY) -m testing.container_image
+	$(VENV_PY) -m test_support.container_image
 
 # That image built (or found), then the compiled tiny pipeline run in its containers twice by
-# `python -m kubeflow local-run --runner=docker` on podman's Docker API (testing/container_run.py).
+# `python -m kubeflow local-run --runner=docker` on podman's Docker API (test_support/container_run.py).
 kubeflow-local-docker: container-packages $(STAMP)
-	$(VENV_PY) -m testing.container_run $(ARGS)
+	$(VENV_PY) -m test_support.container_run $(ARGS)

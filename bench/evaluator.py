@@ -8,7 +8,7 @@ SavedModel (the run's latest Trainer output) and the pipeline's own metrics and 
   pipeline's EvalConfig (no baseline); its time is the execution's wall time in MLMD (Beam
   start-up, reading, inference, metrics and writing included).
 - direct: the serving signature called on batches of serialized examples in this process, then
-  accuracy, NLL, ECE and Brier score in numpy (testing/reference_metrics.py) on the same slices and
+  accuracy, NLL, ECE and Brier score in numpy (test_support/reference_metrics.py) on the same slices and
   both outputs (temperature-scaled and raw probabilities).
 Prints examples/s of each, their ratio, and the clean eval metrics of both as a cross-check.
 The direct path runs `--direct_runs` times and the fastest counts: its first run in a process
@@ -43,7 +43,7 @@ from pipeline.config import (BeamConfig, EvaluationConfig, PipelineConfig,  # no
                              from_preset, robustness_source)
 from pipeline.evaluation import ACCURACY_NAME, SLICING_SPECS, eval_config  # noqa: E402
 from local_runner.run_record import RunRecord  # noqa: E402
-from testing import reference_metrics  # noqa: E402
+from test_support import reference_metrics  # noqa: E402
 from trainer_module.features import (LABEL_KEY, PROBABILITIES_KEY,  # noqa: E402
                                      UNCALIBRATED_PROBABILITIES_KEY)
 

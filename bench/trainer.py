@@ -43,7 +43,7 @@ import tf_keras as keras  # noqa: E402
 from components import image_sources  # noqa: E402
 from pipeline.config import from_preset  # noqa: E402
 from trainer_module import data, distribution, preprocessing  # noqa: E402
-from testing.tiny_config import plain_trainer  # noqa: E402
+from test_support.tiny_config import plain_trainer  # noqa: E402
 from trainer_module.config import TrainerConfig  # noqa: E402
 from trainer_module.features import IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY  # noqa: E402
 from trainer_module.model import wide_resnet  # noqa: E402

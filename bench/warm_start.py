@@ -1,7 +1,7 @@
 """Warm start and transfer on the embedded digits, with the standalone trainer as it runs.
 
 The digits preset's size (WRN-16-2, 15 epochs, batch 64) of Uncertainty Baselines' plain network
-(testing/tiny_config.PLAIN: no AugMix, spectral normalisation or SNGP layer) on the pipeline's
+(test_support/tiny_config.PLAIN: no AugMix, spectral normalisation or SNGP layer) on the pipeline's
 digits train/eval split (split by key as ImageDatasetExampleGen does; one Transform pass over
 train + eval):
 
@@ -35,8 +35,8 @@ import trainer_module  # noqa: E402,F401  Sets TF_USE_LEGACY_KERAS before Tensor
 import tensorflow as tf  # noqa: E402
 
 from components.image_sources import digits_records  # noqa: E402
-from testing.tiny_config import PLAIN_FLAGS, plain_trainer  # noqa: E402
-from testing.transform_runs import run_transform  # noqa: E402
+from test_support.tiny_config import PLAIN_FLAGS, plain_trainer  # noqa: E402
+from test_support.transform_runs import run_transform  # noqa: E402
 from trainer_module.features import LABEL_KEY  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

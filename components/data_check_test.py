@@ -11,7 +11,7 @@ from components import data_check, image_sources, tfrecord_check
 from components.image_sources import encode_png, make_example
 from components.tfrecord_check import example_id
 from components.data_check import format_problems, image_problem, key_problem
-from testing.tfrecord_inputs import png_bomb
+from test_support.tfrecord_inputs import png_bomb
 from trainer_module import image_format
 
 

@@ -11,7 +11,7 @@ from tfx.types import standard_artifacts, standard_component_specs
 from tfx.utils import proto_utils
 
 from components import example_gen, image_folder, image_sources
-from testing import image_folders
+from test_support import image_folders
 from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from components import image_folder, image_sources
-from testing import image_folders
+from test_support import image_folders
 from trainer_module import image_format
 from trainer_module.features import IMAGE_SHAPE
 
@@ -199,7 +199,7 @@ def test_an_s3_folder_that_cannot_be_reached_is_named_so_at_once(monkeypatch):
   """Not 'is not a directory' after tensorflow-io's minutes of retries: the step (on Kubeflow,
   with its pod's credentials) says the folder cannot be reached, and the driver's fingerprint
   too."""
-  from testing.s3_server import free_port
+  from test_support.s3_server import free_port
   endpoint = f"http://127.0.0.1:{free_port()}"  # Nothing listens there.
   for name, value in {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "key",
                       "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}.items():

@@ -13,7 +13,7 @@ from kubeflow import cli as kubeflow_cli
 from kubeflow.cluster_config import ClusterConfig, usage as cluster_usage
 from local_runner import runner as local_runner
 from pipeline.config import CONFIG_FLAG, from_flags, usage
-from testing.help_text import printed_helps
+from test_support.help_text import printed_helps
 from trainer_module.calibration import registry as calibration_methods
 from trainer_module.config import TrainerConfig
 

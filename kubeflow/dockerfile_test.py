@@ -8,7 +8,7 @@ import re
 import tfx
 
 from kubeflow.cluster_config import IMAGE_PACKAGES, IMAGE_PROJECT_DIR, PROJECT_DIR
-from testing import container_image
+from test_support import container_image
 
 
 def _instructions():
@@ -35,7 +35,7 @@ def _project_imports(package):
 
 def test_the_image_is_the_tested_tfx_release():
   instructions = _instructions()
-  # Users build on TFX's image; the local build (testing/container_image.py) passes its own.
+  # Users build on TFX's image; the local build (test_support/container_image.py) passes its own.
   assert instructions[:2] == [("ARG", f"BASE_IMAGE=gcr.io/tfx-oss-public/tfx:{tfx.__version__}"),
                               ("FROM", "${BASE_IMAGE}")]
   assert tfx.__version__ == "1.16.0"

@@ -365,14 +365,14 @@ KFP_HANDLER_SECONDS = 120
 
 @pytest.fixture(scope="module")
 def podman_with_an_entrypoint_image(tmp_path_factory):
-  """podman's Docker API (testing/container_image.py) and an image of the local Debian base
+  """podman's Docker API (test_support/container_image.py) and an image of the local Debian base
   with an ENTRYPOINT, as TFX's image has one (Beam's boot), that refuses what it is given. It
   waits ENTRYPOINT_PAUSE_SECONDS first: kfp 2.7's own handler follows the log, and podman 4.3
   can leave that stream open forever when the container exits as the request arrives
   (local_run.FollowedLog). Measured here: kfp's own handler hung on 4 of 150 quick-exit
   containers and on none of 150 that paused 2 s; the docker client reading the log as kfp does,
   on 7 of 400 quick-exit containers and none of 380 that paused 1 or 2 s."""
-  from testing import container_image
+  from test_support import container_image
   environ = container_image.podman_environ()
   container_image.build_base_image(environ)
   context = tmp_path_factory.mktemp("entrypoint_image")

@@ -1,5 +1,5 @@
 """The TrainJob launcher against a Kubernetes API server stand-in that really watches
-(testing/kube_api.py on 127.0.0.1): create, watch to success, watch to a failed node, a
+(test_support/kube_api.py on 127.0.0.1): create, watch to success, watch to a failed node, a
 restarted launcher re-attaches, cancel deletes; and the same through a flaky API server: 5xx,
 429, resets, lost answers, hung connections, watches that end or expire, a TrainJob deleted
 under the launcher, each ridden out or named, with the requests counted."""
@@ -19,8 +19,8 @@ from kubeflow import trainjob
 from kubeflow.trainjob_client import (KubernetesApiError, Patience, TrainJobClient,
                                       TrainJobFailed, TrainJobGone, api_client,
                                       run_to_completion)
-from testing import kube_api
-from testing.kube_api import KubeApi, write_kubeconfig
+from test_support import kube_api
+from test_support.kube_api import KubeApi, write_kubeconfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMESPACE = "team-a"

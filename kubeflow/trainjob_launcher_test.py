@@ -1,5 +1,5 @@
 """The Trainer step's launcher executor: the TrainJob it builds from the step's artifacts, and
-its run against a Kubernetes API (testing/kube_api.py) reached through a kubeconfig."""
+its run against a Kubernetes API (test_support/kube_api.py) reached through a kubeconfig."""
 import json
 import os
 import threading
@@ -14,7 +14,7 @@ from kubeflow.compiler import pipeline_job
 from kubeflow.cluster_config import from_flags
 from kubeflow.trainjob_launcher import TrainJobExecutor, build_manifest, trainjob_settings
 from kubeflow.trainjob_node import NodeExecutor
-from testing.kube_api import KubeApi, write_kubeconfig
+from test_support.kube_api import KubeApi, write_kubeconfig
 
 PLACEMENT = trainjob.NodePlacement(resources={"limits": {"nvidia.com/gpu": "1"}},
                                    env=({"name": "AWS_REGION", "value": "us-east-1"},))

@@ -51,7 +51,7 @@ def test_a_reports_path_that_is_not_a_directory_stops_the_run_before_any_step(tm
 
 
 def _unreachable_s3(tmp_path):
-  from testing.s3_server import free_port
+  from test_support.s3_server import free_port
   return {**os.environ, "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{free_port()}",
           "AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret",
           "AWS_REGION": "us-east-1"}

@@ -16,7 +16,7 @@ from trainer_module import reference_corruptions
 from local_runner import runner as local_runner
 from pipeline.config import (LOCAL_BEAM_REQUIREMENTS, PipelineConfig, check_runs_here,
                              from_flags, from_preset)
-from testing.tfrecord_inputs import write_digits_tfrecord_dir
+from test_support.tfrecord_inputs import write_digits_tfrecord_dir
 from trainer_module.config import ModelConfig, TrainerConfig
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -585,7 +585,7 @@ def test_a_file_where_the_run_writes_a_directory_is_refused_before_any_step(tmp_
 
 
 def test_an_s3_image_folder_that_cannot_be_reached_is_refused_before_any_step(monkeypatch):
-  from testing.s3_server import free_port
+  from test_support.s3_server import free_port
   endpoint = f"http://127.0.0.1:{free_port()}"  # Nothing listens there.
   for name, value in {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "key",
                       "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}.items():

@@ -15,7 +15,7 @@ from reporting.document import (BulletList, Chart, Code, Paragraph, Report, Sect
                                 Table)
 from reporting.figures import CALIBRATED, EVAL, TEST, ReportSettings
 from reporting.plots import bar_chart
-from testing import browser
+from test_support import browser
 from trainer_module.features import LABEL_KEY
 
 HOSTILE = ("<img src=x onerror=alert(1)>", "<svg onload=alert(1)>", "[l](javascript:alert(2))",

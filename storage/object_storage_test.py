@@ -12,7 +12,7 @@ import pytest
 from storage import object_storage
 from storage.object_storage import S3Settings
 from kubeflow.cluster_config import from_flags
-from testing.s3_server import S3Server
+from test_support.s3_server import S3Server
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MINIO = "http://minio-service.kubeflow:9000"
@@ -463,7 +463,7 @@ def _escaped(text):
 # An s3:// folder asked once, quickly, whether it can be read.
 
 def _closed_endpoint():
-  from testing.s3_server import free_port
+  from test_support.s3_server import free_port
   return S3Settings(endpoint_url=f"http://127.0.0.1:{free_port()}", region="us-east-1")
 
 

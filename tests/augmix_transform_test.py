@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from testing.graph_ops import augmix_or_random_ops, reachable_op_types
-from testing.tiny_config import TINY_NETWORK, plain_trainer
-from testing.transform_runs import raw_digit_examples, run_transform
+from test_support.graph_ops import augmix_or_random_ops, reachable_op_types
+from test_support.tiny_config import TINY_NETWORK, plain_trainer
+from test_support.transform_runs import raw_digit_examples, run_transform
 from trainer_module.export import export_serving_model
 from trainer_module.model import wide_resnet
 

@@ -9,7 +9,7 @@ from components import image_sources
 from pipeline.config import from_flags
 from local_runner.run_record import RunRecord
 from tests.conftest import run_pipeline
-from testing.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
+from test_support.tfrecord_inputs import png_of_shape, write_digits_tfrecord_dir
 
 pytestmark = pytest.mark.e2e  # Each starts a local pipeline run that stops at the bad input.
 

@@ -18,7 +18,7 @@ from components import calibration_metrics, evaluation_set, evaluator
 from pipeline import evaluation
 from components import tfma_results
 from pipeline.config import PipelineConfig
-from testing import reference_metrics
+from test_support import reference_metrics
 from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
 
 NUM_CLASSES = 10

@@ -28,9 +28,9 @@ def production_version(tmp_path, s3_server):
   import tensorflow_transform as tft
 
   from components import pusher
-  from testing import kfp_harness
-  from testing.tiny_config import TINY_NETWORK, plain_trainer
-  from testing.transform_runs import raw_digit_examples, run_transform
+  from test_support import kfp_harness
+  from test_support.tiny_config import TINY_NETWORK, plain_trainer
+  from test_support.transform_runs import raw_digit_examples, run_transform
   from trainer_module.export import export_serving_model
   from trainer_module.model import wide_resnet
 

@@ -1,4 +1,4 @@
-"""testing/container_image.py without podman: what names the image (its cache key), where the
+"""test_support/container_image.py without podman: what names the image (its cache key), where the
 Debian base comes from, podman's settings; and what local-run gives each container."""
 import os
 import resource
@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from kubeflow import local_run
-from testing import container_image
+from test_support import container_image
 
 
 @pytest.fixture

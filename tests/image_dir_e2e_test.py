@@ -14,8 +14,8 @@ from configs.flags import over_defaults
 from local_runner.run_record import RunRecord
 from pipeline.config import from_flags
 from reporting.render import escape_markdown
-from testing import image_folders
-from testing.tiny_config import SMALL_MODEL
+from test_support import image_folders
+from test_support.tiny_config import SMALL_MODEL
 from tests.conftest import run_pipeline
 from trainer_module.class_names import read_class_names
 

@@ -1,4 +1,4 @@
-"""The project's Dockerfile built here (podman, a local Debian base: testing/container_image.py)
+"""The project's Dockerfile built here (podman, a local Debian base: test_support/container_image.py)
 and the compiled tiny spec run task by task in containers of that image by `python -m kubeflow
 local-run --runner=docker` (kfp.local's DockerRunner on podman's Docker API), twice: run 1
 pushes a model to a local S3 server, run 2's Evaluator gets it as its baseline and refuses a
@@ -17,9 +17,9 @@ from kubeflow import cli
 from kubeflow import local_run
 from kubeflow import submit
 from kubeflow.cluster_config import IMAGE_PROJECT_DIR
-from testing import container_image
-from testing import container_run
-from testing import kfp_harness
+from test_support import container_image
+from test_support import container_run
+from test_support import kfp_harness
 
 pytestmark = [pytest.mark.container, pytest.mark.e2e]
 PROJECT_DIR = container_image.PROJECT_DIR

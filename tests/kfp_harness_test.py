@@ -1,10 +1,10 @@
-"""The compiled kfp spec, executed as an open-source KFP v2 backend would (testing/kfp_harness.py),
+"""The compiled kfp spec, executed as an open-source KFP v2 backend would (test_support/kfp_harness.py),
 on s3:// of a local S3 server with a model in production: the Evaluator compares a degraded
 candidate with that model and refuses it; nothing is pushed (the blessed and pushed candidate:
 tests/kfp_local_test.py, on the same spec). The spec has two Trainer nodes: its Trainer step
 launches a Kubeflow Trainer TrainJob, whose nodes run as local processes
-(testing/trainjob_nodes.py). Its Beam steps go to a Beam
-worker pool (testing/beam_servers.py) whose environment has the S3 credentials only: the
+(test_support/trainjob_nodes.py). Its Beam steps go to a Beam
+worker pool (test_support/beam_servers.py) whose environment has the S3 credentials only: the
 endpoint and the region reach the workers in the pipeline's Beam options."""
 import json
 import os
@@ -15,10 +15,10 @@ import yaml
 
 from kubeflow import submit
 from storage import object_storage
-from testing import kfp_harness
-from testing.beam_servers import PortableBeam
-from testing.tiny_config import SMALL_MODEL
-from testing.trainjob_nodes import LocalTrainJobs
+from test_support import kfp_harness
+from test_support.beam_servers import PortableBeam
+from test_support.tiny_config import SMALL_MODEL
+from test_support.trainjob_nodes import LocalTrainJobs
 
 # Two nodes of half the per-replica batch: the global batch (and schedule) of one 64-batch pod.
 TWO_NODES = ["--replica_count=2", "--distribution_strategy=multi_worker_mirrored",

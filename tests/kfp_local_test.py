@@ -14,8 +14,8 @@ from kubeflow import cli
 from kubeflow import compiler
 from kubeflow import local_run
 from kubeflow import submit
-from testing import kfp_harness
-from testing.tiny_config import SMALL_MODEL
+from test_support import kfp_harness
+from test_support.tiny_config import SMALL_MODEL
 
 PIPELINE_NAME = "wrn-kfp-local"  # Its own serving directory, apart from the harness test's.
 

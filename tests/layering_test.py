@@ -11,7 +11,7 @@ inside functions). Lower layers never import higher ones; the graph never import
   pipeline                 the config object, the graph and its gate
   local_runner, kubeflow   the two runners (the local one reads its runs back from MLMD and
                            prints their summary from the report's recorded figures)
-  testing                  references and stand-ins for tests and benches, never for the code
+  test_support             references and stand-ins for tests and benches, never for the code
 """
 import ast
 import os
@@ -32,7 +32,7 @@ MAY_IMPORT = {
     "kubeflow": {"kubeflow", "reporting", "pipeline", "components", "trainer_module", "storage",
                  "configs"},
 }
-FIRST_PARTY = set(MAY_IMPORT) | {"testing", "tests", "bench"}
+FIRST_PARTY = set(MAY_IMPORT) | {"test_support", "tests", "bench"}
 
 
 def absolute_imports(path):
@@ -54,7 +54,7 @@ def first_party_imports(path):
 
 
 def modules(package):
-  """The package's code modules (tests and pytest's conftest files may import `testing`)."""
+  """The package's code modules (tests and pytest's conftest files may import `test_support`)."""
   for root, _, files in os.walk(os.path.join(REPO, package)):
     for name in sorted(files):
       if name.endswith(".py") and not name.endswith("_test.py") and name != "conftest.py":

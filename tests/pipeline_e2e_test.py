@@ -14,10 +14,10 @@ from bench import calibration_goals
 from local_runner.run_record import RunRecord
 from pipeline.config import from_flags
 from reporting.render import escape_markdown
-from testing import browser
-from testing.graph_ops import augmix_or_random_ops, reachable_op_types
-from testing.tfrecord_inputs import write_digits_tfrecord_dir
-from testing.tiny_config import SMALL_MODEL
+from test_support import browser
+from test_support.graph_ops import augmix_or_random_ops, reachable_op_types
+from test_support.tfrecord_inputs import write_digits_tfrecord_dir
+from test_support.tiny_config import SMALL_MODEL
 from trainer_module.distribution import resolve_precision
 from trainer_module.export import PRECISION_FILE, read_record
 from trainer_module.reference_corruptions import VALIDATION_CORRUPTIONS

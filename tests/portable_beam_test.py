@@ -1,5 +1,5 @@
 """Every Beam step of the pipeline submitted over Beam's portable Job API to a job server and an
-external SDK worker pool (testing/beam_servers.py), as to a Flink or Spark cluster: the work
+external SDK worker pool (test_support/beam_servers.py), as to a Flink or Spark cluster: the work
 done in the pool's workers gives the DirectRunner's outputs. (On object storage, the compiled
 kfp spec's run in tests/kfp_harness_test.py sends its Beam steps to a pool.)"""
 import glob
@@ -14,8 +14,8 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 from components import tfma_results
 from pipeline.config import from_flags
 from local_runner.run_record import RunRecord
-from testing.beam_servers import PortableBeam
-from testing.tiny_config import SMALL_MODEL
+from test_support.beam_servers import PortableBeam
+from test_support.tiny_config import SMALL_MODEL
 from tests.conftest import run_pipeline
 
 pytestmark = pytest.mark.e2e  # Pipeline runs, a Beam job server and a worker pool.

@@ -15,7 +15,7 @@ from pipeline.config import from_flags
 from local_runner.interrupted_runs import ABANDONED_BY_KEY
 from local_runner.run_record import RunRecord
 from tests.conftest import REPO
-from testing.tfrecord_inputs import write_digits_tfrecord_dir
+from test_support.tfrecord_inputs import write_digits_tfrecord_dir
 
 pytestmark = pytest.mark.e2e  # Pipeline runs.
 

@@ -17,10 +17,10 @@ import tf_keras as keras
 from PIL import Image
 
 from components import image_folder, image_sources
-from testing import image_folders
-from testing.tfrecord_inputs import png_bomb
-from testing.tiny_config import TINY_NETWORK, plain_trainer
-from testing.transform_runs import raw_digit_examples, run_transform
+from test_support import image_folders
+from test_support.tfrecord_inputs import png_bomb
+from test_support.tiny_config import TINY_NETWORK, plain_trainer
+from test_support.transform_runs import raw_digit_examples, run_transform
 from trainer_module.calibration import model_outputs, record, registry
 from trainer_module.calibration.distances import distance_scores, support_from_features
 from trainer_module.class_names import CLASS_NAMES_FILE
@@ -128,8 +128,8 @@ def test_the_fitted_temperature_is_baked_into_the_served_probabilities(served):
 _BOMB_REQUEST = """
 import json, sys
 import tensorflow as tf
-from testing.tfrecord_inputs import png_bomb
-from testing.transform_runs import raw_digit_examples
+from test_support.tfrecord_inputs import png_bomb
+from test_support.transform_runs import raw_digit_examples
 from tests.serving_signatures_test import _INPUT, _example
 
 def peak_rise_mb(step):

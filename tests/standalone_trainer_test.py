@@ -18,13 +18,13 @@ import tensorflow as tf
 
 from configs.flags import over_defaults
 from tests.conftest import REPO
-from testing.tiny_config import PLAIN_FLAGS, TINY_NETWORK_FLAGS
-from testing.transform_runs import transformed_digits
+from test_support.tiny_config import PLAIN_FLAGS, TINY_NETWORK_FLAGS
+from test_support.transform_runs import transformed_digits
 from trainer_module.__main__ import main as trainer_main
 
 pytestmark = pytest.mark.e2e  # Training processes killed and resumed, several workers.
 
-# The plain network on inputs transformed without AugMix views (testing/transform_runs.py).
+# The plain network on inputs transformed without AugMix views (test_support/transform_runs.py).
 TINY = [*TINY_NETWORK_FLAGS, *PLAIN_FLAGS, "--lr_warmup_epochs=0", "--log_every_steps=1"]
 
 
@@ -154,7 +154,7 @@ def test_mirrored_and_multi_worker_runs_match_one_device_with_the_same_global_ba
   run_trainer(inputs, tmp_path / "one", "--per_core_batch_size=32", *steps)
 
   process = subprocess.run(
-      [sys.executable, os.path.join("testing", "logical_cpus.py"), "2", *inputs,
+      [sys.executable, os.path.join("test_support", "logical_cpus.py"), "2", *inputs,
        f"--output_dir={tmp_path / 'mirrored'}", *TINY, "--per_core_batch_size=16",
        "--distribution_strategy=mirrored", *steps],
       cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True,

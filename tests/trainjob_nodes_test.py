@@ -1,4 +1,4 @@
-"""The Trainer step's TrainJob nodes as local processes (testing/trainjob_nodes.py):
+"""The Trainer step's TrainJob nodes as local processes (test_support/trainjob_nodes.py):
 MultiWorkerMirroredStrategy over loopback on CPU, each node started with the command of the
 TrainJob the launcher builds and exactly its pod's environment (the TrainJob's env plus
 Kubernetes' JOB_COMPLETION_INDEX); the one override maps the nodes' DNS names to 127.0.0.1
@@ -17,9 +17,9 @@ from tfx.utils import json_utils
 
 from kubeflow.trainjob_launcher import build_manifest, trainjob_settings
 from pipeline.pipeline import TRAINER_RUN_FN
-from testing.tiny_config import TINY_NETWORK, plain_trainer
-from testing.trainjob_nodes import start_nodes, wait_nodes
-from testing.transform_runs import transformed_digits
+from test_support.tiny_config import TINY_NETWORK, plain_trainer
+from test_support.trainjob_nodes import start_nodes, wait_nodes
+from test_support.transform_runs import transformed_digits
 from trainer_module.config import TRAINER_CONFIG_KEY
 
 pytestmark = pytest.mark.e2e

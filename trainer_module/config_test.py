@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from testing.tiny_config import TINY_NETWORK, plain_trainer
+from test_support.tiny_config import TINY_NETWORK, plain_trainer
 from trainer_module.config import (HYPER_L2_GROUPS, HYPER_L2_RANGE, HYPER_LABEL_SMOOTHING_RANGE,
                                    HYPER_SEED_RANGE, TrainerConfig, hyper_trials)
 

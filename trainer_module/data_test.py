@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from testing.tiny_config import plain_trainer
+from test_support.tiny_config import plain_trainer
 from trainer_module import data
 from trainer_module.preprocessing import normalize
 

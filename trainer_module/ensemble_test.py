@@ -9,8 +9,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK, plain_trainer
-from testing.transform_runs import transformed_digits
+from test_support.tiny_config import TINY_NETWORK, plain_trainer
+from test_support.transform_runs import transformed_digits
 from trainer_module import data, ensemble
 from trainer_module.calibration import detail, distances, model_outputs
 from trainer_module.calibration.record import (read_calibration_info, read_feature_support,
@@ -204,7 +204,7 @@ def test_the_ensemble_serves_the_selection_weighted_mean_of_its_members(members)
   assert record["trials"][2]["hyperparameters"]["label_smoothing"] == 0.02
   assert record["trials"][1]["temperature"] == 2.0
 
-  from testing.transform_runs import raw_digit_examples
+  from test_support.transform_runs import raw_digit_examples
   images = [example["image"] for example in raw_digit_examples(16)]
   served = _serve(export_dir, images)
   # Members as served (each with its own T = 1, 2, 3), averaged with the selection's weights.
@@ -290,7 +290,7 @@ def test_a_distance_detail_ensemble_serves_the_numpy_calibrators_t_input_by_inpu
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   spec = tft_output.transformed_feature_spec()
 
-  from testing.transform_runs import encode_png, raw_digit_examples
+  from test_support.transform_runs import encode_png, raw_digit_examples
   noise = np.random.default_rng(0).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
   images = ([example["image"] for example in raw_digit_examples(12)] +
             [encode_png(image) for image in noise])

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from testing.help_text import printed_helps
+from test_support.help_text import printed_helps
 from trainer_module.__main__ import EnsembleFlags, main
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from testing import reference_metrics
+from test_support import reference_metrics
 from trainer_module.metrics import (ClassificationMetrics, binomial_mean_absolute_deviation,
                                     confidence_bins, ece_floor)
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import plain_trainer
+from test_support.tiny_config import plain_trainer
 from trainer_module.config import TrainerConfig
 from trainer_module.model import BatchNormalization, SpectralNormConv2D, wide_resnet
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK, learnable_images, plain_trainer
+from test_support.tiny_config import TINY_NETWORK, learnable_images, plain_trainer
 from trainer_module import sngp
 from trainer_module.config import TrainerConfig
 from trainer_module.model import wide_resnet
@@ -121,7 +121,7 @@ def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path
 
 def test_an_exported_sngp_model_serves_the_mean_field_logits_in_both_signatures(tmp_path):
   import tensorflow_transform as tft
-  from testing.transform_runs import raw_digit_examples, run_transform
+  from test_support.transform_runs import raw_digit_examples, run_transform
   from trainer_module.export import export_serving_model, float32_model
   from trainer_module.features import IMAGE_KEY, UNCALIBRATED_PROBABILITIES_KEY
   raw = raw_digit_examples(8)

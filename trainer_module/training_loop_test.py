@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK, learnable_images, plain_trainer
+from test_support.tiny_config import TINY_NETWORK, learnable_images, plain_trainer
 from trainer_module.training_loop import (Training, WarmUpPiecewiseConstantSchedule, fit,
                                   jensen_shannon, learning_rate_schedule, make_optimizer)
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.tiny_config import TINY_NETWORK, plain_trainer
+from test_support.tiny_config import TINY_NETWORK, plain_trainer
 from trainer_module import warm_start
 from trainer_module.model import wide_resnet
 from trainer_module.training_loop import Training, learning_rate_schedule

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from testing.calibration_data import feature_distance_fit, labelled_logits, miscalibrated
+from test_support.calibration_data import feature_distance_fit, labelled_logits, miscalibrated
 from trainer_module import reference_corruptions
 from trainer_module.calibration import distance_curve, distances, maths, model_outputs, registry
 from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from testing.calibration_data import feature_distance_fit, labelled_logits
+from test_support.calibration_data import feature_distance_fit, labelled_logits
 from trainer_module.calibration import (detail, distance_curve, distances, maths, registry,
                                         serving)
 from trainer_module.calibration.inputs import VALIDATION_CORRUPTIONS

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from testing.calibration_data import expected_class_statistics
+from test_support.calibration_data import expected_class_statistics
 from trainer_module.calibration import distance_curve, serving
 from trainer_module.calibration.distances import (class_statistics, distance_scores,
                                                   mahalanobis_distance, support_from_features)

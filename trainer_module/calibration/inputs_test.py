@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from testing.tiny_config import plain_trainer
+from test_support.tiny_config import plain_trainer
 from trainer_module import reference_corruptions
 from trainer_module.calibration import maths
 from trainer_module.calibration.inputs import (VALIDATION_CORRUPTIONS, channel_statistics,
@@ -13,7 +13,7 @@ from trainer_module.calibration.inputs import (VALIDATION_CORRUPTIONS, channel_s
 def test_channel_statistics_read_back_transforms_mean_and_std(tmp_path):
   """From a real transform graph (TF1-traced, as Transform writes it), in eager mode."""
   import tensorflow_transform as tft
-  from testing.transform_runs import raw_digit_examples, run_transform
+  from test_support.transform_runs import raw_digit_examples, run_transform
   from trainer_module.preprocessing import decode_images
   raw = raw_digit_examples(8)
   _, transform_dir = run_transform(raw, plain_trainer().transform_options(), str(tmp_path),

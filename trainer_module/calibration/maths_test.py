@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import special
 
-from testing.calibration_data import overconfident, miscalibrated, one_slice
+from test_support.calibration_data import overconfident, miscalibrated, one_slice
 from trainer_module.calibration import maths
 
 

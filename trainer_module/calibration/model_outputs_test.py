@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from testing.calibration_data import expected_class_statistics
+from test_support.calibration_data import expected_class_statistics
 from trainer_module.calibration import maths, model_outputs
 from trainer_module.calibration.distances import mahalanobis_distance
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tf_keras as keras
 
-from testing.calibration_data import normalised_batches
+from test_support.calibration_data import normalised_batches
 from trainer_module.calibration import maths, model_outputs, registry
 from trainer_module.calibration.inputs import validation_corrupted_set
 from trainer_module.calibration.method import VALIDATION_CORRUPTIONS, HeldOut

@@ -3,7 +3,7 @@
 Each node is started with the TrainJob's command and exactly the environment its pod gets: the
 TrainJob's `trainer.env` plus Kubernetes' JOB_COMPLETION_INDEX; the one override,
 TRAINJOB_ADDRESS_OVERRIDE, maps the nodes' DNS names to 127.0.0.1 ports. `LocalTrainJobs`
-plays the cluster for the KFP harness: a Kubernetes API stand-in (testing/kube_api.py) whose
+plays the cluster for the KFP harness: a Kubernetes API stand-in (test_support/kube_api.py) whose
 TrainJobs run that way and then get the `Complete` or `Failed` condition, with a failed node's
 pod status, as Kubeflow Trainer and JobSet would set them.
 """
@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from kubeflow import trainjob
 from kubeflow.trainjob_node import ADDRESS_OVERRIDE_ENV
-from testing.kube_api import KubeApi, write_kubeconfig
+from test_support.kube_api import KubeApi, write_kubeconfig
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 Node = Tuple[subprocess.Popen, str]  # The process and its log file.

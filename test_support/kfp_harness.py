@@ -663,7 +663,7 @@ def s3_secrets(server) -> Dict[str, Dict[str, str]]:
 def compile_for_s3(server, package_dir: str, flags: List[str],
                    pipeline_name: str = PIPELINE_NAME):
   """The pipeline compiled for kfp with output_dir and schema in a bucket of `server`
-  (testing/s3_server.py), its endpoint and region in every container's environment and its
+  (test_support/s3_server.py), its endpoint and region in every container's environment and its
   credentials from KFP's Secret (s3_secrets); returns (config, CompiledPipeline). Pipelines of
   other names share the bucket but not their pipeline root or serving directory. `flags` replace
   these settings."""
@@ -752,9 +752,9 @@ def main(argv: List[str]) -> int:
   """One run of the compiled tiny pipeline on a local S3 server, by this harness or by the KFP
   SDK's kfp.local (--orchestrator=kfp.local); prints where the model went."""
   from configs.flags import over_defaults
-  from testing.tiny_config import SMALL_MODEL
-  from testing.s3_server import S3Server
-  from testing.trainjob_nodes import LocalTrainJobs
+  from test_support.tiny_config import SMALL_MODEL
+  from test_support.s3_server import S3Server
+  from test_support.trainjob_nodes import LocalTrainJobs
   orchestrator = _option(argv, "orchestrator", "harness")
   if orchestrator not in ORCHESTRATORS:
     print(f"error: Invalid --orchestrator {orchestrator!r}: expected one of "
@@ -773,7 +773,7 @@ def main(argv: List[str]) -> int:
     try:
       if orchestrator == "harness":
         # With --replica_count > 1 the Trainer's launcher creates a TrainJob in `cluster`,
-        # whose nodes run here (testing/trainjob_nodes.py).
+        # whose nodes run here (test_support/trainjob_nodes.py).
         harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
                           env=cluster.environ(), secrets=s3_secrets(server))
         run = harness.run()

@@ -12,7 +12,7 @@ as `/opt/apache/beam/boot --worker_pool` with boot itself as the executable
 pipeline options, installs the staged artifacts, then runs
 `apache_beam.runners.worker.sdk_worker_main` with the options in PIPELINE_OPTIONS (which is
 how `--beam_plugin`s reach a worker). There is no boot binary here, so `python -m
-testing.beam_servers boot ...` follows the same contract in this environment, which is the
+test_support.beam_servers boot ...` follows the same contract in this environment, which is the
 pipeline's own (boot's `pip install` of the staged requirements would only confirm them, and
 needs an index), and records, from inside each worker process, what it did:
 `<record_dir>/worker-<pid>.jsonl`, one line when it starts (its pipeline options, the staged
@@ -34,7 +34,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-from testing.s3_server import free_port
+from test_support.s3_server import free_port
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START_TIMEOUT_SECONDS = 60
@@ -85,7 +85,7 @@ class PortableBeam:
         f"--port_file={port_file}", f"--staging_dir={os.path.join(self._dir.name, 'staging')}"])
     boot = os.path.join(self._dir.name, "boot")
     with open(boot, "w") as f:  # The pool runs an executable file, as it would run Beam's boot.
-      f.write(f"#!/bin/sh\nexec {sys.executable} -m testing.beam_servers boot \"$@\"\n")
+      f.write(f"#!/bin/sh\nexec {sys.executable} -m test_support.beam_servers boot \"$@\"\n")
     os.chmod(boot, os.stat(boot).st_mode | stat.S_IEXEC)
     pool_port = free_port()  # The pool logs its port only below its log level.
     pool = self._spawn("worker_pool", [

@@ -1,4 +1,4 @@
-"""`make kubeflow-local-docker`: the project's image built here (testing/container_image.py) and
+"""`make kubeflow-local-docker`: the project's image built here (test_support/container_image.py) and
 the compiled tiny pipeline run in its containers by `python -m kubeflow local-run
 --runner=docker`, twice, on a local S3 server: run 1 pushes a model, run 2 (two training steps)
 gets that model as its Evaluator's baseline. The containers reach the server on the host's
@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Dict, List, Mapping
 
-from testing import container_image
-from testing import kfp_harness
+from test_support import container_image
+from test_support import kfp_harness
 
 PIPELINE_NAME = "wrn-kfp-docker"  # Its own serving directory, apart from the other local runs.
 SECOND_RUN_FLAGS = ("--train_steps=2",)  # A degraded candidate, refused against run 1's model.
@@ -22,7 +22,7 @@ def compile_for_image(server, package_dir: str, image: str, flags: List[str]):
   """The tiny config compiled for kfp on `server`'s bucket, every task in `image`; `flags`
   replace its settings."""
   from configs.flags import over_defaults
-  from testing.tiny_config import SMALL_MODEL
+  from test_support.tiny_config import SMALL_MODEL
   return kfp_harness.compile_for_s3(server, package_dir, over_defaults(
       SMALL_MODEL + [f"--image={image}", f"--pipeline_name={PIPELINE_NAME}"], flags))
 
@@ -48,7 +48,7 @@ def _local_run(argv: List[str], environ: Mapping[str, str]) -> float:
 
 
 def main(argv: List[str]) -> int:
-  from testing.s3_server import S3Server
+  from test_support.s3_server import S3Server
   workdir = os.path.abspath(os.path.join("outputs", "kubeflow-local-docker"))
   environ = container_image.podman_environ()
   start = time.monotonic()

@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
 
 from components.image_sources import digits_to_images, encode_png
-from testing.tiny_config import plain_trainer
+from test_support.tiny_config import plain_trainer
 from trainer_module import preprocessing
 
 RAW_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),

@@ -1,4 +1,4 @@
-"""`python testing/logical_cpus.py N <trainer flags>`: the standalone trainer with the CPU split
+"""`python test_support/logical_cpus.py N <trainer flags>`: the standalone trainer with the CPU split
 into N logical devices, so MirroredStrategy has N replicas on a machine without GPUs."""
 import sys
 
