@@ -16,7 +16,7 @@ from tfx.utils import path_utils
 import tensorflow_model_analysis as tfma
 
 from components import served_model_check, tfma_results
-from components.example_gen import read_skipped_files
+from components.example_gen import read_skipped_files, read_train_window
 from components.pusher import ALREADY_SERVING_KEY
 from reporting import figures, render, sections
 from storage.object_storage import is_object_store_uri
@@ -111,8 +111,12 @@ def RunReport(  # pylint: disable=invalid-name
       evaluator_accuracy=check["evaluator_accuracy"], tolerance=check["tolerance"],
       problems=tuple(check["problems"]))
   skipped = _load("input_examples", input_examples.uri, read_skipped_files)
+  span, version = (None if _property(input_examples, name) is None
+                   else int(_property(input_examples, name)) for name in ("span", "version"))
+  input_span = sections.span_summary(span, version, read_train_window(input_examples))
   document = sections.run_report(report_settings, evaluation.uri, blessed, model_dir,
-                                 serving if pushed else None, evaluation_set.uri, served, skipped)
+                                 serving if pushed else None, evaluation_set.uri, served, skipped,
+                                 input_span)
   _write(report, render.to_html(document), "run report")
   _write(report_markdown, render.to_markdown(document), "run report (Markdown)")
   recorded = {**figures.headline(report_settings, values),
@@ -122,6 +126,7 @@ def RunReport(  # pylint: disable=invalid-name
                       "served_examples": check["examples"],
                       "warm_start": sections.warm_start_summary(model_dir),
                       "evaluation_uri": evaluation.uri, "skipped_images": len(skipped),
+                      "input_span_summary": input_span or "",
                       GATE_FAILURES: json.dumps([failure.describe() for failure in failures]),
                       SERVED_CHECK_PROBLEMS: json.dumps(check["problems"])}
   if check["accuracy"] is not None:

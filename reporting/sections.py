@@ -459,12 +459,30 @@ def served_check_section(check: Optional[ServedCheck]) -> Section:
   return Section("Served-model check", *blocks)
 
 
+def span_summary(span: Optional[int], version: Optional[int],
+                 train_window: Sequence[dict] = ()) -> Optional[str]:
+  """The span (and version) ExampleGen read, as its Examples artifact records them, and the
+  spans whose train splits the train split holds; None for a source without spans (TFX
+  records span 0 and no version there)."""
+  if not train_window and not span and version is None:
+    return None
+  line = f"span {span}" + (f", version {version}" if version is not None else "")
+  if train_window:
+    line += f" ({train_window[0]['folder']})"
+    if len(train_window) > 1:
+      line += f"; train split from {len(train_window)} spans: " + ", ".join(
+          f"{entry['span']} ({entry['train_examples']} examples)" for entry in train_window)
+  return line
+
+
 def about_run(settings: ReportSettings, model_dir: Optional[str], pushed: Optional[str],
-              evaluation_uri: str) -> BulletList:
-  """The lines under the title: the data, the model, its precision, start, push and metrics."""
+              evaluation_uri: str, input_span: Optional[str] = None) -> BulletList:
+  """The lines under the title: the data (and its span), the model, its precision, start, push
+  and metrics."""
   precision = read_record(model_dir, PRECISION_FILE) if model_dir else None
   return BulletList([
       ("dataset: ", Code(settings.dataset), f", model: {settings.model}"),
+      *([f"data read: {input_span}"] if input_span else []),
       ("trained in ", Code(precision["policy"]), f" ({precision['reason']}), served in ",
        Code(precision["serving_policy"])) if precision else "precision: not recorded",
       ("candidate model: ", Code(str(model_dir))),
@@ -477,10 +495,12 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
                model_dir: Optional[str], pushed: Optional[str],
                evaluation_set_uri: Optional[str] = None,
                served_check: Optional[ServedCheck] = None,
-               skipped_files: Sequence[Tuple[str, str]] = ()) -> Report:
+               skipped_files: Sequence[Tuple[str, str]] = (),
+               input_span: Optional[str] = None) -> Report:
   """The report of a run. evaluation_set_uri: EvaluationSetGen's examples, whose served distance
   scores the report shows for a model calibrated by distance. skipped_files: (path, reason) of
-  the input files an image_dir run left out (skip_bad_images)."""
+  the input files an image_dir run left out (skip_bad_images). input_span: span_summary of the
+  Examples read."""
   values = tfma_results.load_metrics(evaluation_uri)
   try:
     validation = tfma.load_validation_result(evaluation_uri)
@@ -508,5 +528,5 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
       corruption_section(settings, values) if settings.corruptions else None,
       skipped_section(skipped_files)]
   return Report(f"Run report: {settings.pipeline_name}",
-                about_run(settings, model_dir, pushed, evaluation_uri),
+                about_run(settings, model_dir, pushed, evaluation_uri, input_span),
                 tuple(section for section in sections if section is not None))
