@@ -644,7 +644,10 @@ def check_runs_here(config: PipelineConfig) -> None:
   for name, path in (("image_dir", data.image_dir if data.dataset == "image_dir" else None),
                      ("tfrecord_dir", data.tfrecord_dir if data.dataset == "tfrecord" else None)):
     if isinstance(path, str) and path.startswith("s3://"):
-      problem = object_storage.s3_folder_problem(path)
+      # Of a span pattern, the folder above its first placeholder (its spans are listed by
+      # the ExampleGen step).
+      problem = object_storage.s3_folder_problem(
+          spans.split_base(path)[0] if spans.is_pattern(path) else path)
       require(problem is None, name, path, problem)
   if robustness_source(config.data.dataset) != "generated":
     return

@@ -649,3 +649,13 @@ def test_span_flags_without_a_pattern_or_with_a_bad_value_are_config_errors(flag
   with pytest.raises(ValueError) as error:
     from_flags(flags)
   assert message in str(error.value)
+
+
+def test_an_s3_span_pattern_is_checked_at_the_folder_above_its_spans(s3, s3_server):
+  root, bucket = s3
+  s3_server.client().put_object(Bucket=bucket, Key="photos/2026-12-01/cat/a.png", Body=b"x")
+  check_runs_here(from_flags(["--dataset=image_dir",
+                              f"--image_dir={root}/photos/{{YYYY}}-{{MM}}-{{DD}}"]))
+  with pytest.raises(ValueError, match="image_dir="):
+    check_runs_here(from_flags(["--dataset=image_dir",
+                                f"--image_dir={root}/nothing/{{YYYY}}-{{MM}}-{{DD}}"]))
