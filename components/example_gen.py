@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import apache_beam as beam
 from tfx import types
 from tfx.components.example_gen import (base_example_gen_executor, driver, input_processor,
                                         utils as example_gen_utils)
 from tfx.components.example_gen.component import QueryBasedExampleGen
+from tfx.components.example_gen.import_example_gen import executor as import_executor
 from tfx.components.example_gen.import_example_gen.component import ImportExampleGen
 from tfx.dsl.components.base import base_beam_component, executor_spec
 from tfx.proto import example_gen_pb2, range_config_pb2
@@ -228,6 +229,103 @@ def _record_window(examples, window: List[spans.Span], listed_train: List[int],
   examples.set_string_custom_property(TRAIN_WINDOW_PROPERTY, json.dumps(entries))
 
 
+# The TFRecord ExampleGen's window: the span folder pattern below input_base ({SPAN}, for a
+# tfrecord_dir gs://b/records/{SPAN}), and how many spans' train splits the train split holds.
+SPAN_PATTERN_KEY = "span_pattern"
+TRAIN_SPANS_KEY = "train_spans"
+_COUNTS_DIR = "train_counts"  # Beam's count of each span's train records, until Do reads it.
+
+
+def _with_key_prefix(example, prefix: str):
+  """An older span's example, its key prefixed by its span folder (keys stay unique)."""
+  from trainer_module.features import EXAMPLE_KEY
+  example = type(example).FromString(example.SerializeToString())
+  key = example.features.feature[EXAMPLE_KEY].bytes_list.value
+  key[:] = [prefix.encode() + b"/" + (key[0] if key else b"")]
+  return example
+
+
+@beam.ptransform_fn
+def _TFRecordWindow(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],
+                    split_pattern: str, read_split, train_pattern: str,
+                    older: List[Tuple[str, str]], counts_dir: str) -> beam.pvalue.PCollection:
+  """A split as ImportExampleGen reads it; the train split with the older spans' train
+  records (`older`: (folder, key prefix)), each span's count written to `counts_dir`."""
+  records = pipeline | "Newest" >> read_split(exec_properties, split_pattern)
+  if split_pattern != train_pattern:
+    return records
+  parts = [records]
+  for index, (folder, prefix) in enumerate(older):
+    parts.append(pipeline
+                 | f"Read{index}" >> beam.io.ReadFromTFRecord(
+                     os.path.join(folder, os.path.basename(os.path.dirname(train_pattern)),
+                                  os.path.basename(train_pattern)))
+                 | f"Parse{index}" >> beam.Map(tf_example_from_string)
+                 | f"Key{index}" >> beam.Map(_with_key_prefix, prefix))
+  for index, part in enumerate(parts):
+    _ = (part
+         | f"Count{index}" >> beam.combiners.Count.Globally()
+         | f"WriteCount{index}" >> beam.io.WriteToText(os.path.join(counts_dir, str(index)),
+                                                       shard_name_template=""))
+  return parts | "Window" >> beam.Flatten()
+
+
+def tf_example_from_string(record: bytes):
+  import tensorflow as tf
+  return tf.train.Example.FromString(record)
+
+
+class _TFRecordExecutor(import_executor.Executor):
+  """ImportExampleGen's executor; with train_spans > 1 the train split also holds the train
+  splits of the older spans of the window (TFX's RangeConfig reads one span)."""
+
+  _window_transform = None
+
+  def GetInputSourceToExamplePTransform(self) -> beam.PTransform:
+    read_split = super().GetInputSourceToExamplePTransform()
+    if self._window_transform is None:
+      return read_split
+    return functools.partial(self._window_transform, read_split=read_split)
+
+  def Do(self, input_dict, output_dict, exec_properties) -> None:
+    count = int(exec_properties.get(TRAIN_SPANS_KEY) or 1)
+    relative = exec_properties.get(SPAN_PATTERN_KEY) or ""
+    if count <= 1 or not spans.is_pattern(relative):
+      return super().Do(input_dict, output_dict, exec_properties)
+    examples = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.EXAMPLES_KEY])
+    input_config = example_gen_pb2.Input()
+    proto_utils.json_to_proto(exec_properties[standard_component_specs.INPUT_CONFIG_KEY],
+                              input_config)
+    train_pattern = next(s.pattern for s in input_config.splits if s.name == "train")
+    base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
+    pattern = os.path.join(base, relative)
+    newest_folder = os.path.join(base, os.path.dirname(os.path.dirname(train_pattern)))
+    version = exec_properties.get(example_gen_utils.VERSION_PROPERTY_NAME)
+    newest = spans.Span(int(exec_properties[example_gen_utils.SPAN_PROPERTY_NAME]),
+                        None if version is None else int(version), newest_folder)
+    window = spans.window(pattern, newest, count)
+    counts_dir = os.path.join(examples.uri, _COUNTS_DIR)
+    self._window_transform = functools.partial(
+        _TFRecordWindow, train_pattern=train_pattern, counts_dir=counts_dir,
+        older=[(s.folder, spans.key_prefix(pattern, s)) for s in window[1:]])
+    super().Do(input_dict, output_dict, exec_properties)
+    counts = _read_counts(counts_dir, len(window))
+    examples.set_string_custom_property(TRAIN_WINDOW_PROPERTY, json.dumps([
+        {"span": s.number, "version": s.version, "folder": s.folder, "train_examples": n}
+        for s, n in zip(window, counts)]))
+
+
+def _read_counts(counts_dir: str, spans_read: int) -> List[int]:
+  import tensorflow as tf
+  counts = []
+  for index in range(spans_read):
+    with tf.io.gfile.GFile(os.path.join(counts_dir, str(index))) as f:
+      counts.append(int(f.read().strip() or 0))
+  tf.io.gfile.rmtree(counts_dir)
+  return counts
+
+
 def read_train_window(examples) -> List[dict]:
   """The train window an Examples artifact records (TRAIN_WINDOW_PROPERTY), or []."""
   if not examples.has_custom_property(TRAIN_WINDOW_PROPERTY):
@@ -306,7 +404,18 @@ class _FileDriver(driver.FileBasedDriver):
         exec_properties[standard_component_specs.RANGE_CONFIG_KEY] = proto_utils.proto_to_json(
             range_config_pb2.RangeConfig(static_range=range_config_pb2.StaticRange(
                 start_span_number=number, end_span_number=number)))
-    return super().resolve_exec_properties(exec_properties, pipeline_info, component_info)
+    resolved = super().resolve_exec_properties(exec_properties, pipeline_info, component_info)
+    count = int(resolved.get(TRAIN_SPANS_KEY) or 1)
+    if spans.is_pattern(relative) and count > 1:
+      # The older spans' train files are read too: their fingerprint joins TFX's.
+      from tfx.utils import io_utils
+      newest = spans.Span(int(resolved[example_gen_utils.SPAN_PROPERTY_NAME]), None, "")
+      resolved[example_gen_utils.FINGERPRINT_PROPERTY_NAME] = "\n".join(
+          [resolved[example_gen_utils.FINGERPRINT_PROPERTY_NAME]] +
+          [io_utils.generate_fingerprint(f"train of {s.folder}",
+                                         os.path.join(s.folder, "train", "*"))
+           for s in spans.window(pattern, newest, count)[1:]])
+    return resolved
 
 
 def driver_for(exec_properties: Dict[str, Any]):
@@ -345,7 +454,9 @@ class _ImageDatasetSpec(standard_component_specs.QueryBasedExampleGenSpec):
 
 class _TFRecordSpec(standard_component_specs.FileBasedExampleGenSpec):
   PARAMETERS = {**standard_component_specs.FileBasedExampleGenSpec.PARAMETERS,
-                **_REQUESTED_SPAN}
+                **_REQUESTED_SPAN,
+                SPAN_PATTERN_KEY: ExecutionParameter(type=str, optional=True),
+                TRAIN_SPANS_KEY: ExecutionParameter(type=int, optional=True)}
 
 
 def _spec(spec_class, input_config: example_gen_pb2.Input, span, **more):
@@ -386,11 +497,15 @@ class ImageDatasetExampleGen(QueryBasedExampleGen):
 class TFRecordExampleGen(ImportExampleGen):
   """TFX's ImportExampleGen (its executor, and its file-based driver, which Kubeflow runs
   before the executor), with the span a run asks for (`span`, "" = the newest) when the
-  split patterns hold a span pattern."""
+  split patterns (<span_pattern>/<split>/*) hold a span pattern, and the train splits of the
+  newest `train_spans` spans up to it."""
 
   SPEC_CLASS = _TFRecordSpec
+  EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(_TFRecordExecutor)
   DRIVER_CLASS = _FileDriver
 
-  def __init__(self, input_base: Any, input_config: example_gen_pb2.Input, span: Any = ""):
+  def __init__(self, input_base: Any, input_config: example_gen_pb2.Input, span: Any = "",
+               span_pattern: str = "", train_spans: int = 1):
     base_beam_component.BaseBeamComponent.__init__(self, spec=_spec(
-        _TFRecordSpec, input_config, span, input_base=input_base))
+        _TFRecordSpec, input_config, span, input_base=input_base,
+        **{SPAN_PATTERN_KEY: span_pattern, TRAIN_SPANS_KEY: train_spans}))

@@ -310,3 +310,38 @@ def test_a_tfrecord_dir_of_span_folders_reads_the_newest_span_or_the_requested_o
         {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
          for name, value in component.exec_properties.items() if value is not None},
         None, None)
+
+
+def test_a_tfrecord_window_adds_the_older_spans_train_records_with_their_keys_prefixed(
+    tmp_path):
+  from test_support import tfrecord_inputs
+  for span, limit in ((1, 4), (2, 6), (3, 5)):
+    tfrecord_inputs.write_digits_tfrecord_dir(str(tmp_path / "data" / f"span-{span}"), limit)
+  component = example_gen.TFRecordExampleGen(
+      input_base=str(tmp_path / "data"), span_pattern="span-{SPAN}", train_spans=2,
+      input_config=example_gen_pb2.Input(splits=[
+          example_gen_pb2.Input.Split(name=s, pattern=f"span-{{SPAN}}/{s}/*")
+          for s in ("train", "eval")]))
+  properties = {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR")
+                else value for name, value in component.exec_properties.items()
+                if value is not None}
+  resolved = example_gen._FileDriver(None).resolve_exec_properties(dict(properties), None,
+                                                                   None)
+  fingerprint = resolved[example_gen_utils.FINGERPRINT_PROPERTY_NAME]
+  assert f"train of {tmp_path}/data/span-2" in fingerprint  # The older span's files too.
+  examples = standard_artifacts.Examples()
+  examples.uri = str(tmp_path / "out")
+  executor = component.executor_spec.executor_class(
+      base_beam_executor.BaseBeamExecutor.Context(
+          beam_pipeline_args=["--direct_running_mode=in_memory"]))
+  executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, resolved)
+  keys = _keys(examples.uri)
+  newest = [key for key, _, _ in image_sources.digits_records("train", 0.15, 0.15)][:5]
+  older = [key for key, _, _ in image_sources.digits_records("train", 0.15, 0.15)][:6]
+  assert keys["Split-train"] == sorted(newest + [f"span-2/{key}" for key in older])
+  assert len(keys["Split-eval"]) == 5  # The newest span's alone.
+  assert example_gen.read_train_window(examples) == [
+      {"span": 3, "version": None, "folder": str(tmp_path / "data" / "span-3"),
+       "train_examples": 5},
+      {"span": 2, "version": None, "folder": str(tmp_path / "data" / "span-2"),
+       "train_examples": 6}]

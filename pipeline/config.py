@@ -70,8 +70,8 @@ class DataConfig:
   # pattern the date YYYY-MM-DD; empty: the newest span. On Kubeflow the runtime parameter
   # `span` (python -m kubeflow run|schedule --span=...).
   span: str = ""  # The span (or date) the run reads; empty = the newest.
-  # With an image_dir span pattern: the train split holds the train splits of the newest
-  # train_spans spans up to the run's span; eval and test come from that span alone.
+  # With a span pattern in image_dir or tfrecord_dir: the train split holds the train splits of
+  # the newest train_spans spans up to the run's span; eval and test come from that span alone.
   train_spans: int = 1  # Spans whose train splits the model trains on.
   # With dataset=image_dir: undecodable, empty or oversized files and folders are left out and
   # listed in the run report; without it, ExampleGen stops the run and names them.
@@ -132,8 +132,8 @@ class DataConfig:
         require(False, "span", self.span, str(error).partition(": ")[2] if str(error).startswith(
             "pattern ") else str(error))
     if self.train_spans > 1:
-      require(self.dataset == "image_dir" and self.is_span_pattern, "train_spans",
-              self.train_spans, "needs an image_dir span pattern (e.g. "
+      require(self.is_span_pattern, "train_spans", self.train_spans,
+              "needs a span pattern in image_dir or tfrecord_dir (e.g. "
               "--image_dir=gs://b/images/{YYYY}-{MM}-{DD}): its older spans' train splits are "
               "read with the newest")
 

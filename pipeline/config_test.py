@@ -632,7 +632,7 @@ def test_a_tfrecord_span_pattern_checks_the_newest_spans_splits(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--span=3"], "span='3': needs a span pattern in image_dir or tfrecord_dir"),
-    (["--train_spans=2"], "train_spans=2: needs an image_dir span pattern"),
+    (["--train_spans=2"], "train_spans=2: needs a span pattern in image_dir or tfrecord_dir"),
     (["--dataset=image_dir", "--image_dir=/d/{SPAN}", "--train_spans=0"],
      "train_spans=0: must be >= 1"),
     (["--dataset=image_dir", "--image_dir=/d/v{VERSION}"],
@@ -642,8 +642,6 @@ def test_a_tfrecord_span_pattern_checks_the_newest_spans_splits(tmp_path):
     (["--dataset=image_dir", "--image_dir=/d/{YYYY}{MM}{DD}",
       "--span=[[ScheduledTime.2006-01-02]]"], "expands [[ScheduledTime...]] in a recurring "
      "run's parameters from version 2.16.0 on"),
-    (["--dataset=tfrecord", "--tfrecord_dir=/d/{SPAN}", "--train_spans=2"],
-     "train_spans=2: needs an image_dir span pattern"),
 ])
 def test_span_flags_without_a_pattern_or_with_a_bad_value_are_config_errors(flags, message):
   with pytest.raises(ValueError) as error:

@@ -86,13 +86,14 @@ def example_gen(config: PipelineConfig, parts: RunnerParts):
   data = config.data
   if data.dataset == "tfrecord":
     # A span pattern's folders are in the split patterns, where TFX's driver resolves them.
-    folder = spans.split_base(data.tfrecord_dir)[1] + "/" if data.is_span_pattern else ""
+    folder = spans.split_base(data.tfrecord_dir)[1] if data.is_span_pattern else ""
     return TFRecordExampleGen(
         input_base=parts.tfrecord_input_base,
         input_config=tfx.proto.Input(splits=[
-            tfx.proto.Input.Split(name=s, pattern=f"{folder}{s}/*")
+            tfx.proto.Input.Split(name=s, pattern=f"{folder}/{s}/*" if folder else f"{s}/*")
             for s in parts.tfrecord_splits]),
-        span=parts.span).with_id("ImportExampleGen")
+        span=parts.span, span_pattern=folder,
+        train_spans=data.train_spans).with_id("ImportExampleGen")
   return ImageDatasetExampleGen(source=data.dataset,
                                 eval_fraction=data.eval_fraction,
                                 test_fraction=data.test_fraction,
