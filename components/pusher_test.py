@@ -225,6 +225,36 @@ def test_a_staging_directory_of_a_live_push_is_left_alone(tmp_path):
   assert other_host.exists()
 
 
+def test_checking_a_push_process_is_alive_sends_it_no_signal(tmp_path):
+  """A live push's process (here one that exits on any signal it can catch) is probed, not
+  signalled, and its staging directory is kept."""
+  child = subprocess.Popen([sys.executable, "-c", (
+      "import signal, sys, time\n"
+      "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):\n"
+      "  signal.signal(s, lambda *_: sys.exit(3))\n"
+      "print('ready', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+  try:
+    assert child.stdout.readline().strip() == "ready"
+    staging = tmp_path / f".incomplete-{socket.gethostname()}-{child.pid}-0123abcd"
+    staging.mkdir()
+    pusher.remove_stale_staging_dirs(str(tmp_path))
+    time.sleep(0.2)
+    assert child.poll() is None and staging.exists()
+  finally:
+    child.kill()
+    child.wait()
+
+
+def test_a_staging_directory_of_another_users_live_push_is_left_alone(tmp_path, monkeypatch):
+  def kill(pid, sig):
+    raise PermissionError(1, "Operation not permitted")  # Alive, not ours to signal.
+  monkeypatch.setattr(pusher.os, "kill", kill)
+  staging = tmp_path / f".incomplete-{socket.gethostname()}-{2**22 + 1}-0123abcd"
+  staging.mkdir()
+  pusher.remove_stale_staging_dirs(str(tmp_path))
+  assert staging.exists()
+
+
 # Object storage (s3:// on the moto server): versions claimed with a conditional create.
 
 def _s3_tree(s3_server, bucket, prefix):

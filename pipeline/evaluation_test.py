@@ -83,6 +83,14 @@ def test_each_flag_sets_exactly_its_own_tfma_threshold(config):
   assert _thresholds(specs[(UNCALIBRATED_PROBABILITIES_KEY,)]) == {}
 
 
+def test_the_report_names_the_run_the_data_the_network_and_the_corruptions():
+  config = from_flags(["--pipeline_name=nightly-7", "--dataset=cifar10", "--depth=16",
+                       "--width_multiplier=4", "--corruptions=fog,snow"])
+  settings = report_settings(config)
+  assert (settings.pipeline_name, settings.dataset, settings.model, settings.num_classes,
+          settings.corruptions) == ("nightly-7", "cifar10", "WRN-16-4", 10, ("fog", "snow"))
+
+
 def test_the_reports_bounds_are_the_flags(config):
   shown = {(b.metric, b.eval_set): b for b in gate_bounds(config)}
   assert report_settings(config).bounds == gate_bounds(config)

@@ -31,8 +31,12 @@ def test_the_pusher_takes_the_evaluators_blessing_and_the_served_checks(graph):
   assert _producer(pusher.inputs["model_blessing"]) == ("Evaluator", "blessing")
   assert _producer(pusher.inputs["infra_blessing"]) == ("ServedModelCheck", "infra_blessing")
   assert _producer(pusher.inputs["model"]) == ("Trainer", "model")
-  # The blessing the Pusher reads is of the model it pushes.
+  # The blessing the Pusher reads is of the model it pushes, judged against the model in
+  # production, looked up beside that candidate.
   evaluator = _component(graph, "Evaluator")
+  assert _producer(evaluator.inputs["baseline_model"]) == ("ProductionModel", "model")
+  assert _producer(_component(graph, "ProductionModel").inputs["candidate"]) == \
+      ("Trainer", "model")
   assert _producer(evaluator.inputs["model"]) == _producer(pusher.inputs["model"])
   assert _producer(_component(graph, "ServedModelCheck").inputs["model"]) == \
       _producer(pusher.inputs["model"])

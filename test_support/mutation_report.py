@@ -6,8 +6,10 @@ leaving out the equivalent mutants listed in test_support/equivalent_mutants.txt
   python -m test_support.mutation_report [--mutants DIR] [--equivalent FILE] [--fail-under PCT]
 
 A mutant counts as killed when a test failed (or timed out: the mutant changed what the code
-does) and as surviving when every test passed or no test ran it. Mutants mutmut has not run yet
-are counted apart, so a partial run says what it covered.
+does), as surviving when every test passed, as "no tests" when no selected test calls its
+function. The rate is killed / (killed + survived + no tests); "called" leaves out the no-tests
+ones (what the selected tests check of the code they call). Mutants mutmut has not run yet are
+counted apart, so a partial run says what it covered.
 """
 import argparse
 import collections
@@ -23,16 +25,20 @@ MUTANTS_DIR = os.path.join(os.path.dirname(_HERE), "mutants")
 # mutmut's exit codes (mutmut/stats.py, status_by_exit_code), grouped as the rate reads them.
 KILLED = {1: "killed", 3: "killed", 24: "timeout", -24: "timeout", 36: "timeout",
           152: "timeout", 255: "timeout", 37: "caught by type check"}
-SURVIVED = {0: "survived", 5: "no tests", 33: "no tests"}
+SURVIVED = {0: "survived"}
+NO_TESTS = {5: "no tests", 33: "no tests"}  # No selected test calls the mutated function.
 NOT_RUN = {None: "not checked", 34: "skipped", 2: "interrupted"}
 
 
 def status(exit_code: Optional[int]) -> str:
-  """'killed', 'survived', 'not run' or 'suspicious' (a crash: segfault, unknown status)."""
+  """'killed', 'survived', 'no tests', 'not run' or 'suspicious' (a crash: segfault, unknown
+  status)."""
   if exit_code in KILLED:
     return "killed"
   if exit_code in SURVIVED:
     return "survived"
+  if exit_code in NO_TESTS:
+    return "no tests"
   if exit_code in NOT_RUN:
     return "not run"
   return "suspicious"
@@ -80,25 +86,27 @@ def tally(results: Dict[str, Dict[str, Optional[int]]],
     count = counts.setdefault(module, Counts())
     for mutant, code in sorted(codes.items()):
       kind = status(code)
-      if mutant in equivalent and kind == "survived":
+      if mutant in equivalent and kind in ("survived", "no tests"):
         kind = "equivalent"
         seen.add(mutant)
-      elif kind == "survived":
+      elif kind in ("survived", "no tests"):
         survivors.append(mutant)
       count[kind] += 1
   stale = sorted(set(equivalent) - seen)
   return counts, survivors, stale
 
 
-def kill_rate(count: Counts) -> Optional[float]:
-  """Killed share of the mutants run, equivalent ones left out; None when none ran."""
-  judged = count["killed"] + count["survived"] + count["suspicious"]
+def kill_rate(count: Counts, called_only: bool = False) -> Optional[float]:
+  """Killed share of the mutants run, equivalent ones left out (with `called_only`, also those
+  of functions no selected test calls); None when none ran."""
+  judged = count["killed"] + count["survived"] + count["suspicious"] + (
+      0 if called_only else count["no tests"])
   return 100.0 * count["killed"] / judged if judged else None
 
 
 def report(counts: Dict[str, Counts], survivors: Iterable[str], stale: Iterable[str]) -> str:
-  lines = [f"{'module':48} {'mutants':>7} {'killed':>6} {'survived':>8} {'equiv.':>6} "
-           f"{'not run':>7} {'rate':>7}"]
+  lines = [f"{'module':40} {'mutants':>7} {'killed':>6} {'survived':>8} {'no-tests':>8} "
+           f"{'equiv.':>6} {'not-run':>7} {'rate':>7} {'called':>7}"]
   total = Counts()
   for module, count in counts.items():
     total.update(count)
@@ -117,10 +125,11 @@ def report(counts: Dict[str, Counts], survivors: Iterable[str], stale: Iterable[
 
 
 def _row(module: str, count: Counts) -> str:
-  rate = kill_rate(count)
-  return (f"{module:48} {sum(count.values()):7d} {count['killed']:6d} "
-          f"{count['survived'] + count['suspicious']:8d} {count['equivalent']:6d} "
-          f"{count['not run']:7d} {'-' if rate is None else f'{rate:.1f}%':>7}")
+  rates = [kill_rate(count), kill_rate(count, called_only=True)]
+  return (f"{module:40} {sum(count.values()):7d} {count['killed']:6d} "
+          f"{count['survived'] + count['suspicious']:8d} {count['no tests']:8d} "
+          f"{count['equivalent']:6d} {count['not run']:7d} " +
+          " ".join(f"{'-' if rate is None else f'{rate:.1f}%':>7}" for rate in rates))
 
 
 def main(argv=None) -> int:

@@ -39,10 +39,10 @@ def test_the_rate_counts_killed_and_timed_out_against_survivors_and_crashes(muta
   assert mutation_report.main(["--mutants", str(mutants), "--equivalent", equivalent]) == 0
   out = capsys.readouterr().out
   rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:4]}
-  # mutants, killed, survived (survived + no tests + segfault), equivalent, not run, rate.
-  assert rows["components/pusher.py"] == ["7", "3", "3", "0", "1", "50.0%"]
-  assert rows["pipeline/evaluation.py"] == ["2", "1", "0", "1", "0", "100.0%"]
-  assert rows["all"] == ["9", "4", "3", "1", "1", "57.1%"]
+  # mutants, killed, survived (and segfault), no tests, equivalent, not run, rate, called rate.
+  assert rows["components/pusher.py"] == ["7", "3", "2", "1", "0", "1", "50.0%", "60.0%"]
+  assert rows["pipeline/evaluation.py"] == ["2", "1", "0", "0", "1", "0", "100.0%", "100.0%"]
+  assert rows["all"] == ["9", "4", "2", "1", "1", "1", "57.1%", "66.7%"]
   survivors = out.split("Surviving mutants")[1].split()
   assert "components.pusher.x_a__mutmut_4" in survivors
   assert "components.pusher.x_b__mutmut_1" in survivors
