@@ -389,8 +389,9 @@ def test_a_copy_on_s3_that_differs_from_the_source_is_withdrawn_graph_first(
       f"serving/.version-claims/{pusher.claimed_versions(f'{root}/serving')[0]}.json"]
 
 
-def _push_blessed(tmp_path, model_dir, base, name):
-  """Runs the Pusher's executor on a blessed Trainer output holding model_dir's files."""
+def _push_blessed(tmp_path, model_dir, base, name, blessed=True):
+  """Runs the Pusher's executor on a blessed (or not) Trainer output holding model_dir's
+  files."""
   from tfx.proto import pusher_pb2
   from tfx.types import standard_artifacts
   from tfx.utils import proto_utils
@@ -399,7 +400,7 @@ def _push_blessed(tmp_path, model_dir, base, name):
   model.uri = str(tmp_path / name / "model")
   shutil.copytree(model_dir, os.path.join(model.uri, "Format-Serving"))
   blessing.uri, pushed.uri = str(tmp_path / name / "blessing"), str(tmp_path / name / "pushed")
-  blessing.set_int_custom_property("blessed", 1)
+  blessing.set_int_custom_property("blessed", int(blessed))
   destination = pusher_pb2.PushDestination(
       filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=base))
   pusher.VersionedPusherExecutor().Do(
@@ -422,6 +423,41 @@ def test_a_damaged_latest_copy_of_the_model_does_not_count_as_already_serving(tm
   assert repaired.get_int_custom_property("pushed") == 1
   newest = os.path.join(base, str(pusher.serving_versions(base)[-1]))
   assert newest != latest and pusher.version_problem(newest) is None
+
+
+def test_a_model_the_gate_did_not_bless_is_not_pushed(tmp_path):
+  base = str(tmp_path / "serving")
+  pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), base, "refused",
+                         blessed=False)
+  assert pushed.get_int_custom_property("pushed") == 0
+  assert not os.path.exists(base) or pusher.serving_versions(base) == []
+
+
+def test_the_executor_refuses_a_destination_other_than_a_filesystem(tmp_path):
+  from tfx.proto import pusher_pb2
+  from tfx.types import standard_artifacts
+  from tfx.utils import proto_utils
+  model, blessing, pushed = (standard_artifacts.Model(), standard_artifacts.ModelBlessing(),
+                             standard_artifacts.PushedModel())
+  model.uri, blessing.uri, pushed.uri = (str(tmp_path / "model"), str(tmp_path / "blessing"),
+                                         str(tmp_path / "pushed"))
+  shutil.copytree(_model(str(tmp_path / "source")), os.path.join(model.uri, "Format-Serving"))
+  blessing.set_int_custom_property("blessed", 1)
+  with pytest.raises(ValueError, match="^VersionedPusherExecutor pushes to a filesystem "
+                     "destination only.$"):
+    pusher.VersionedPusherExecutor().Do(
+        {"model": [model], "model_blessing": [blessing]}, {"pushed_model": [pushed]},
+        {"push_destination": proto_utils.proto_to_json(pusher_pb2.PushDestination())})
+
+
+@pytest.mark.parametrize("name", [".incomplete-0123abcd", ".incomplete-host-12x-0123abcd",
+                                  ".incomplete-host-\u0661\u0662-0123abcd"],
+                         ids=["older-scheme", "pid-not-a-number", "pid-in-arabic-digits"])
+def test_a_staging_directory_not_named_by_a_push_of_this_code_is_removed(tmp_path, name):
+  """Only `.incomplete-<host>-<ASCII pid>-<id>` names a push that may still be live."""
+  (tmp_path / name).mkdir()
+  pusher.remove_stale_staging_dirs(str(tmp_path))
+  assert not (tmp_path / name).exists()
 
 
 # Entry names TF Serving reads as versions (safe_strto64) that Python's int() reads otherwise,
