@@ -425,6 +425,20 @@ def test_a_damaged_latest_copy_of_the_model_does_not_count_as_already_serving(tm
   assert newest != latest and pusher.version_problem(newest) is None
 
 
+def test_the_pushed_model_records_its_version_and_the_log_says_what_was_pushed(tmp_path, caplog):
+  caplog.set_level("INFO", logger=pusher.__name__)
+  model, base = _model(str(tmp_path / "source")), str(tmp_path / "serving")
+  first = _push_blessed(tmp_path, model, base, "first")
+  (version,) = pusher.serving_versions(base)
+  version_dir = os.path.join(base, str(version))
+  assert first.get_string_custom_property("pushed_version") == str(version)
+  assert first.get_string_custom_property("pushed_destination") == version_dir
+  assert f"Pushed the model to {version_dir}." in caplog.messages
+  _push_blessed(tmp_path, model, base, "again")
+  assert (f"The blessed model already serves as {version_dir}; nothing pushed."
+          in caplog.messages)
+
+
 def test_a_model_the_gate_did_not_bless_is_not_pushed(tmp_path):
   base = str(tmp_path / "serving")
   pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), base, "refused",
