@@ -261,3 +261,17 @@ def test_a_production_model_with_another_input_signature_is_named_incompatible(
       r"\{'examples': 'string \[None\]'\}")):
     evaluator.ProductionBaselineExecutor().Do(
         {"model": [candidate], "baseline_model": [snapshot]}, {}, {})
+
+
+def test_signature_inputs_describe_each_inputs_dtype_and_shape(tmp_path):
+  """Read from saved_model.pb: an unknown rank, an unknown dimension and a dimension of 0."""
+  import tensorflow as tf
+  module = tf.Module()
+  module.serve = tf.function(lambda examples, x, empty: {"y": tf.zeros([1])},
+                             input_signature=[tf.TensorSpec(None, tf.string),
+                                              tf.TensorSpec([None, 3], tf.float32),
+                                              tf.TensorSpec([0, 2], tf.int64)])
+  tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.serve})
+  assert production_model.signature_inputs(str(tmp_path)) == {
+      "empty": "int64 [0, 2]", "examples": "string unknown rank", "x": "float [None, 3]"}
+  assert production_model.signature_inputs(str(tmp_path), "no_such_signature") is None
