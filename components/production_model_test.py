@@ -275,3 +275,25 @@ def test_signature_inputs_describe_each_inputs_dtype_and_shape(tmp_path):
   assert production_model.signature_inputs(str(tmp_path)) == {
       "empty": "int64 [0, 2]", "examples": "string unknown rank", "x": "float [None, 3]"}
   assert production_model.signature_inputs(str(tmp_path), "no_such_signature") is None
+
+
+def test_a_model_directory_without_saved_model_pb_holds_no_model(tmp_path):
+  model = standard_artifacts.Model()
+  model.uri = str(tmp_path)
+  os.makedirs(os.path.join(model.uri, "Format-Serving", "variables"))
+  assert not production_model.holds_model(model)
+  _saved_model(os.path.join(model.uri, "Format-Serving"), "graph")
+  assert production_model.holds_model(model)
+
+
+def test_inputs_are_compared_only_when_both_signatures_can_be_read(tmp_path):
+  import tensorflow as tf
+  readable = str(tmp_path / "readable")
+  module = tf.Module()
+  module.serve = tf.function(lambda examples: {"y": tf.zeros([1])},
+                             input_signature=[tf.TensorSpec([None], tf.string)])
+  tf.saved_model.save(module, readable, signatures={"serving_default": module.serve})
+  unreadable = _saved_model(str(tmp_path / "unreadable"), "not a SavedModel")
+  assert production_model.incompatibility(readable, unreadable) is None
+  assert production_model.incompatibility(unreadable, readable) is None
+  assert production_model.incompatibility(readable, readable) is None
