@@ -297,3 +297,22 @@ def test_inputs_are_compared_only_when_both_signatures_can_be_read(tmp_path):
   assert production_model.incompatibility(readable, unreadable) is None
   assert production_model.incompatibility(unreadable, readable) is None
   assert production_model.incompatibility(readable, readable) is None
+
+
+def test_the_step_records_and_logs_what_it_found_in_production(tmp_path, caplog):
+  import json
+  caplog.set_level("INFO", logger=production_model.__name__)
+  serving = str(tmp_path / "serving")
+  nothing = _run_executor(tmp_path / "nothing", serving)
+  with open(os.path.join(nothing.uri, production_model.NO_MODEL_FILE)) as f:
+    assert f.read() == json.dumps({production_model.SERVING_DIRECTORY_KEY: serving}, indent=2)
+  assert f"No model in production under {serving} to compare with." in caplog.messages
+  version_dir = _pushed(serving, "served")
+  found = _run_executor(tmp_path / "found", serving)
+  assert f"The model in production, {version_dir}, is the baseline." in caplog.messages
+  assert found.get_string_custom_property(production_model.MODEL_FINGERPRINT_KEY) == \
+      pusher.pushed_fingerprint(version_dir)
+  # A version chosen by the driver that carries no push record: no fingerprint to compare.
+  bare = _saved_model(str(tmp_path / "bare" / "7"), "bare")
+  chosen = _run_executor(tmp_path / "chosen", str(tmp_path / "bare"), production_version=bare)
+  assert chosen.get_string_custom_property(production_model.MODEL_FINGERPRINT_KEY) == ""
