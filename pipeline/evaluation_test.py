@@ -95,6 +95,9 @@ def test_the_reports_bounds_are_the_flags(config):
   shown = {(b.metric, b.eval_set): b for b in gate_bounds(config)}
   assert report_settings(config).bounds == gate_bounds(config)
   assert len(shown) == len(gate_bounds(config)) == len(GATE_FLAGS) // 2
+  assert [b.label for b in gate_bounds(config)] == [
+      "accuracy", "ECE", "NLL", "cA (mean corrupted accuracy)", "cNLL (corrupted NLL)",
+      "cECE (mean ECE of the corruption x severity slices)", "ECE of the corrupted set"]
   for flag, (metric_class, name, slice_value, kind) in GATE_FLAGS.items():
     bound = shown[(name, slice_value)]
     assert bound.higher_is_better == (metric_class in HIGHER_IS_BETTER), flag
