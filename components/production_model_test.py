@@ -208,7 +208,8 @@ def test_the_newest_version_is_the_one_tf_serving_reads_not_python(tmp_path, cap
   os.makedirs(os.path.join(serving, "²"))  # isdigit(), but no version.
   assert production_model.production_version_dir(serving, []) == spaced
   for name in ("99999999999999999999", "²"):
-    assert f"skipping {os.path.join(serving, name)}: not a version" in caplog.text
+    assert (f"Serving directory: skipping {os.path.join(serving, name)}: not a version (TF "
+            "Serving loads only entries named by an int64 number).") in caplog.messages
   assert f"skipping {older}" not in caplog.text  # An older version, not a refused name.
 
 
@@ -217,7 +218,8 @@ def test_of_two_names_of_one_version_the_one_tf_serving_loads_is_used(tmp_path, 
   first = _renamed(_pushed(serving, "zero-padded"), "0009999999999")
   loaded = _renamed(_pushed(serving, "plain"), "9999999999")  # Sorted after "000...": it wins.
   assert production_model.production_version_dir(serving, []) == loaded
-  assert f"skipping {first}: TF Serving loads its version from {loaded}" in caplog.text
+  assert (f"Serving directory: skipping {first}: TF Serving loads its version from "
+          f"{loaded}.") in caplog.messages
 
 
 def test_a_file_in_place_of_the_serving_directory_is_named(tmp_path):
@@ -316,3 +318,8 @@ def test_the_step_records_and_logs_what_it_found_in_production(tmp_path, caplog)
   bare = _saved_model(str(tmp_path / "bare" / "7"), "bare")
   chosen = _run_executor(tmp_path / "chosen", str(tmp_path / "bare"), production_version=bare)
   assert chosen.get_string_custom_property(production_model.MODEL_FINGERPRINT_KEY) == ""
+
+
+def test_an_empty_serving_directory_has_nothing_in_production(tmp_path):
+  os.makedirs(tmp_path / "serving")
+  assert production_model.production_version_dir(str(tmp_path / "serving"), []) is None
