@@ -137,3 +137,24 @@ def test_without_corruptions_only_the_clean_bounds_are_set_and_shown():
   assert set(_thresholds(specs[(PROBABILITIES_KEY,)])) == clean
   assert {(b.metric, b.eval_set) for b in gate_bounds(config)} == {
       (name, s) for _, name, s, _ in GATE_FLAGS.values() if s == EVAL}
+
+
+def test_the_evaluator_scores_the_serving_signature_with_the_configs_bins_and_batch():
+  import json
+  config = from_flags(["--num_bins=7", "--eval_batch_size=48"])
+  evaluation = eval_config(config)
+  (spec,) = evaluation.model_specs
+  assert (spec.signature_name, spec.label_key, spec.model_type, spec.inference_batch_size) == (
+      "serving_default", "label", tfma.TF_GENERIC, 48)
+  assert dict(spec.prediction_keys) == {PROBABILITIES_KEY: PROBABILITIES_KEY,
+                                        UNCALIBRATED_PROBABILITIES_KEY:
+                                            UNCALIBRATED_PROBABILITIES_KEY}
+  for metrics_spec in evaluation.metrics_specs:
+    names = [metric.class_name for metric in metrics_spec.metrics]
+    assert "" not in names
+    for metric in metrics_spec.metrics:
+      if metric.config:
+        assert json.loads(metric.config)["num_bins"] == 7, metric.class_name
+  gated = [metric.class_name for metric in evaluation.metrics_specs[0].metrics]
+  assert gated == ["ExampleCount", "TopLabelAccuracy", "ExpectedCalibrationError",
+                   "NegativeLogLikelihood", "BrierScore", "MeanSliceECE"]
