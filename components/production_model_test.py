@@ -208,7 +208,8 @@ def test_the_newest_version_is_the_one_tf_serving_reads_not_python(tmp_path, cap
   os.makedirs(os.path.join(serving, "²"))  # isdigit(), but no version.
   assert production_model.production_version_dir(serving, []) == spaced
   for name in ("99999999999999999999", "²"):
-    assert f"skipping {os.path.join(serving, name)}: not a version" in caplog.text
+    assert (f"Serving directory: skipping {os.path.join(serving, name)}: not a version (TF "
+            "Serving loads only entries named by an int64 number).") in caplog.messages
   assert f"skipping {older}" not in caplog.text  # An older version, not a refused name.
 
 
@@ -217,7 +218,8 @@ def test_of_two_names_of_one_version_the_one_tf_serving_loads_is_used(tmp_path, 
   first = _renamed(_pushed(serving, "zero-padded"), "0009999999999")
   loaded = _renamed(_pushed(serving, "plain"), "9999999999")  # Sorted after "000...": it wins.
   assert production_model.production_version_dir(serving, []) == loaded
-  assert f"skipping {first}: TF Serving loads its version from {loaded}" in caplog.text
+  assert (f"Serving directory: skipping {first}: TF Serving loads its version from "
+          f"{loaded}.") in caplog.messages
 
 
 def test_a_file_in_place_of_the_serving_directory_is_named(tmp_path):
@@ -261,3 +263,63 @@ def test_a_production_model_with_another_input_signature_is_named_incompatible(
       r"\{'examples': 'string \[None\]'\}")):
     evaluator.ProductionBaselineExecutor().Do(
         {"model": [candidate], "baseline_model": [snapshot]}, {}, {})
+
+
+def test_signature_inputs_describe_each_inputs_dtype_and_shape(tmp_path):
+  """Read from saved_model.pb: an unknown rank, an unknown dimension and a dimension of 0."""
+  import tensorflow as tf
+  module = tf.Module()
+  module.serve = tf.function(lambda examples, x, empty: {"y": tf.zeros([1])},
+                             input_signature=[tf.TensorSpec(None, tf.string),
+                                              tf.TensorSpec([None, 3], tf.float32),
+                                              tf.TensorSpec([0, 2], tf.int64)])
+  tf.saved_model.save(module, str(tmp_path), signatures={"serving_default": module.serve})
+  assert production_model.signature_inputs(str(tmp_path)) == {
+      "empty": "int64 [0, 2]", "examples": "string unknown rank", "x": "float [None, 3]"}
+  assert production_model.signature_inputs(str(tmp_path), "no_such_signature") is None
+
+
+def test_a_model_directory_without_saved_model_pb_holds_no_model(tmp_path):
+  model = standard_artifacts.Model()
+  model.uri = str(tmp_path)
+  os.makedirs(os.path.join(model.uri, "Format-Serving", "variables"))
+  assert not production_model.holds_model(model)
+  _saved_model(os.path.join(model.uri, "Format-Serving"), "graph")
+  assert production_model.holds_model(model)
+
+
+def test_inputs_are_compared_only_when_both_signatures_can_be_read(tmp_path):
+  import tensorflow as tf
+  readable = str(tmp_path / "readable")
+  module = tf.Module()
+  module.serve = tf.function(lambda examples: {"y": tf.zeros([1])},
+                             input_signature=[tf.TensorSpec([None], tf.string)])
+  tf.saved_model.save(module, readable, signatures={"serving_default": module.serve})
+  unreadable = _saved_model(str(tmp_path / "unreadable"), "not a SavedModel")
+  assert production_model.incompatibility(readable, unreadable) is None
+  assert production_model.incompatibility(unreadable, readable) is None
+  assert production_model.incompatibility(readable, readable) is None
+
+
+def test_the_step_records_and_logs_what_it_found_in_production(tmp_path, caplog):
+  import json
+  caplog.set_level("INFO", logger=production_model.__name__)
+  serving = str(tmp_path / "serving")
+  nothing = _run_executor(tmp_path / "nothing", serving)
+  with open(os.path.join(nothing.uri, production_model.NO_MODEL_FILE)) as f:
+    assert f.read() == json.dumps({production_model.SERVING_DIRECTORY_KEY: serving}, indent=2)
+  assert f"No model in production under {serving} to compare with." in caplog.messages
+  version_dir = _pushed(serving, "served")
+  found = _run_executor(tmp_path / "found", serving)
+  assert f"The model in production, {version_dir}, is the baseline." in caplog.messages
+  assert found.get_string_custom_property(production_model.MODEL_FINGERPRINT_KEY) == \
+      pusher.pushed_fingerprint(version_dir)
+  # A version chosen by the driver that carries no push record: no fingerprint to compare.
+  bare = _saved_model(str(tmp_path / "bare" / "7"), "bare")
+  chosen = _run_executor(tmp_path / "chosen", str(tmp_path / "bare"), production_version=bare)
+  assert chosen.get_string_custom_property(production_model.MODEL_FINGERPRINT_KEY) == ""
+
+
+def test_an_empty_serving_directory_has_nothing_in_production(tmp_path):
+  os.makedirs(tmp_path / "serving")
+  assert production_model.production_version_dir(str(tmp_path / "serving"), []) is None

@@ -225,6 +225,36 @@ def test_a_staging_directory_of_a_live_push_is_left_alone(tmp_path):
   assert other_host.exists()
 
 
+def test_checking_a_push_process_is_alive_sends_it_no_signal(tmp_path):
+  """A live push's process (here one that exits on any signal it can catch) is probed, not
+  signalled, and its staging directory is kept."""
+  child = subprocess.Popen([sys.executable, "-c", (
+      "import signal, sys, time\n"
+      "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):\n"
+      "  signal.signal(s, lambda *_: sys.exit(3))\n"
+      "print('ready', flush=True); time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+  try:
+    assert child.stdout.readline().strip() == "ready"
+    staging = tmp_path / f".incomplete-{socket.gethostname()}-{child.pid}-0123abcd"
+    staging.mkdir()
+    pusher.remove_stale_staging_dirs(str(tmp_path))
+    time.sleep(0.2)
+    assert child.poll() is None and staging.exists()
+  finally:
+    child.kill()
+    child.wait()
+
+
+def test_a_staging_directory_of_another_users_live_push_is_left_alone(tmp_path, monkeypatch):
+  def kill(pid, sig):
+    raise PermissionError(1, "Operation not permitted")  # Alive, not ours to signal.
+  monkeypatch.setattr(pusher.os, "kill", kill)
+  staging = tmp_path / f".incomplete-{socket.gethostname()}-{2**22 + 1}-0123abcd"
+  staging.mkdir()
+  pusher.remove_stale_staging_dirs(str(tmp_path))
+  assert staging.exists()
+
+
 # Object storage (s3:// on the moto server): versions claimed with a conditional create.
 
 def _s3_tree(s3_server, bucket, prefix):
@@ -359,8 +389,9 @@ def test_a_copy_on_s3_that_differs_from_the_source_is_withdrawn_graph_first(
       f"serving/.version-claims/{pusher.claimed_versions(f'{root}/serving')[0]}.json"]
 
 
-def _push_blessed(tmp_path, model_dir, base, name):
-  """Runs the Pusher's executor on a blessed Trainer output holding model_dir's files."""
+def _push_blessed(tmp_path, model_dir, base, name, blessed=True):
+  """Runs the Pusher's executor on a blessed (or not) Trainer output holding model_dir's
+  files."""
   from tfx.proto import pusher_pb2
   from tfx.types import standard_artifacts
   from tfx.utils import proto_utils
@@ -369,7 +400,7 @@ def _push_blessed(tmp_path, model_dir, base, name):
   model.uri = str(tmp_path / name / "model")
   shutil.copytree(model_dir, os.path.join(model.uri, "Format-Serving"))
   blessing.uri, pushed.uri = str(tmp_path / name / "blessing"), str(tmp_path / name / "pushed")
-  blessing.set_int_custom_property("blessed", 1)
+  blessing.set_int_custom_property("blessed", int(blessed))
   destination = pusher_pb2.PushDestination(
       filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=base))
   pusher.VersionedPusherExecutor().Do(
@@ -392,6 +423,55 @@ def test_a_damaged_latest_copy_of_the_model_does_not_count_as_already_serving(tm
   assert repaired.get_int_custom_property("pushed") == 1
   newest = os.path.join(base, str(pusher.serving_versions(base)[-1]))
   assert newest != latest and pusher.version_problem(newest) is None
+
+
+def test_the_pushed_model_records_its_version_and_the_log_says_what_was_pushed(tmp_path, caplog):
+  caplog.set_level("INFO", logger=pusher.__name__)
+  model, base = _model(str(tmp_path / "source")), str(tmp_path / "serving")
+  first = _push_blessed(tmp_path, model, base, "first")
+  (version,) = pusher.serving_versions(base)
+  version_dir = os.path.join(base, str(version))
+  assert first.get_string_custom_property("pushed_version") == str(version)
+  assert first.get_string_custom_property("pushed_destination") == version_dir
+  assert f"Pushed the model to {version_dir}." in caplog.messages
+  _push_blessed(tmp_path, model, base, "again")
+  assert (f"The blessed model already serves as {version_dir}; nothing pushed."
+          in caplog.messages)
+
+
+def test_a_model_the_gate_did_not_bless_is_not_pushed(tmp_path):
+  base = str(tmp_path / "serving")
+  pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), base, "refused",
+                         blessed=False)
+  assert pushed.get_int_custom_property("pushed") == 0
+  assert not os.path.exists(base) or pusher.serving_versions(base) == []
+
+
+def test_the_executor_refuses_a_destination_other_than_a_filesystem(tmp_path):
+  from tfx.proto import pusher_pb2
+  from tfx.types import standard_artifacts
+  from tfx.utils import proto_utils
+  model, blessing, pushed = (standard_artifacts.Model(), standard_artifacts.ModelBlessing(),
+                             standard_artifacts.PushedModel())
+  model.uri, blessing.uri, pushed.uri = (str(tmp_path / "model"), str(tmp_path / "blessing"),
+                                         str(tmp_path / "pushed"))
+  shutil.copytree(_model(str(tmp_path / "source")), os.path.join(model.uri, "Format-Serving"))
+  blessing.set_int_custom_property("blessed", 1)
+  with pytest.raises(ValueError, match="^VersionedPusherExecutor pushes to a filesystem "
+                     "destination only.$"):
+    pusher.VersionedPusherExecutor().Do(
+        {"model": [model], "model_blessing": [blessing]}, {"pushed_model": [pushed]},
+        {"push_destination": proto_utils.proto_to_json(pusher_pb2.PushDestination())})
+
+
+@pytest.mark.parametrize("name", [".incomplete-0123abcd", ".incomplete-host-12x-0123abcd",
+                                  ".incomplete-host-\u0661\u0662-0123abcd"],
+                         ids=["older-scheme", "pid-not-a-number", "pid-in-arabic-digits"])
+def test_a_staging_directory_not_named_by_a_push_of_this_code_is_removed(tmp_path, name):
+  """Only `.incomplete-<host>-<ASCII pid>-<id>` names a push that may still be live."""
+  (tmp_path / name).mkdir()
+  pusher.remove_stale_staging_dirs(str(tmp_path))
+  assert not (tmp_path / name).exists()
 
 
 # Entry names TF Serving reads as versions (safe_strto64) that Python's int() reads otherwise,

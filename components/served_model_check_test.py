@@ -102,6 +102,18 @@ def test_accuracy_disagreeing_with_the_evaluator_is_refused(tmp_path):
                                 "the same split by more than 0.01"]
 
 
+@pytest.mark.parametrize("served,evaluated,refused", [
+    (0.75, 0.5, True), (0.5, 0.75, True),  # Served better, served worse: beyond the tolerance.
+    (0.75, 0.625, False), (0.625, 0.75, False),  # Exactly the tolerance either way: served.
+    (0.5, 0.5, False)])
+def test_the_accuracy_tolerance_holds_in_both_directions(served, evaluated, refused):
+  scores = {"accuracy": served, "correct": 1, "examples": 8, "non_finite": 0,
+            "not_normalised": 0}
+  found = served_model_check.problems(scores, evaluated, 0.125, "test")
+  assert found == ([f"served accuracy {served:.4f} differs from the Evaluator's {evaluated:.4f} "
+                    "on the same split by more than 0.125"] if refused else [])
+
+
 def test_non_normalised_probabilities_are_refused(tmp_path):
   _, result = _check(tmp_path, _export(str(tmp_path / "model"), "examples", scale=2.0))
   assert not result["passed"]

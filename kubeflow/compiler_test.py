@@ -48,6 +48,21 @@ def test_the_spec_has_every_component_and_the_local_pipelines_edges(compiled):
   assert spec.default_pipeline_root == "gs://bucket/wrn/pipeline_root/wrn-image-classifier"
 
 
+@pytest.mark.parametrize("name", ["vertex", "tfrecord", "gpus"])
+def test_the_pusher_task_takes_the_evaluators_blessing_and_the_served_checks(compiled, name):
+  """TFX's Pusher skips a missing blessing input: without this edge every model is pushed."""
+  _, package = compiled[name]
+  inputs = _spec(package).root.dag.tasks["Pusher"].inputs.artifacts
+
+  def producer(key):
+    output = inputs[key].task_output_artifact
+    return output.producer_task, output.output_artifact_key
+
+  assert producer("model_blessing") == ("Evaluator", "blessing")
+  assert producer("infra_blessing") == ("ServedModelCheck", "infra_blessing")
+  assert producer("model") == ("Trainer", "model")
+
+
 def test_every_container_runs_the_pipeline_image(compiled):
   _, package = compiled["vertex"]
   executors = json_format.MessageToDict(_spec(package).deployment_spec)["executors"]

@@ -224,6 +224,37 @@ def test_a_camera_jpeg_and_its_ingested_png_get_the_same_answer_with_the_class_n
   assert read_record(exported[0], CLASS_NAMES_FILE) == {"class_names": list(CLASS_NAMES)}
 
 
+def _brightness_model(num_classes, bright_class, dark_class):
+  """Logits of a linear model of the image's mean: a white image scores `bright_class`
+  highest, a black one `dark_class`."""
+  model = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                            keras.layers.Dense(num_classes)])
+  kernel = np.zeros((32 * 32 * 3, num_classes), np.float32)
+  kernel[:, bright_class], kernel[:, dark_class] = 1.0 / kernel.shape[0], -1.0 / kernel.shape[0]
+  model.layers[-1].set_weights([kernel, np.zeros(num_classes, np.float32)])
+  return model
+
+
+@pytest.mark.parametrize("names,bright,dark", [
+    (("zebra", "ant", "moth"), 0, 2),  # Sorted, index 0 would be "ant" and 2 "zebra".
+    (tuple(str(index) for index in range(11)), 10, 3),  # Sorted, "10" comes before "2".
+], ids=["unsorted-names", "eleven-numbered-classes"])
+def test_each_served_answer_carries_the_name_of_its_class_index(transform_dir, tmp_path, names,
+                                                                 bright, dark):
+  export_dir = str(tmp_path / "model")
+  export_serving_model(_brightness_model(len(names), bright, dark),
+                       tft.TFTransformOutput(transform_dir), export_dir, class_names=names)
+  assert read_record(export_dir, CLASS_NAMES_FILE) == {"class_names": list(names)}
+  served = tf.saved_model.load(export_dir)
+  pngs = [image_sources.encode_png(np.full((32, 32, 3), value, np.uint8)) for value in (255, 0)]
+  for result in (served.signatures["serving_images"](images=tf.constant(pngs)),
+                 served.signatures["serving_default"](
+                     examples=tf.constant([_example(png) for png in pngs]))):
+    assert result["class_ids"].numpy().tolist() == [bright, dark]
+    assert [name.decode() for name in result["class_names"].numpy()] == [names[bright],
+                                                                        names[dark]]
+
+
 @pytest.mark.parametrize("payload", [
     _encoded((32, 32, 3), "JPEG"), _encoded((28, 28, 3), "PNG"), _encoded((32, 32), "PNG"),
     _encoded((32, 32, 4), "PNG"), _encoded((640, 480, 3), "JPEG"),

@@ -59,7 +59,7 @@ def test_no_checkpoint_means_a_fresh_start(tmp_path):
   assert _restored_value(tmp_path) == (None, -1.0)
 
 
-def test_sigterm_is_recorded_and_the_previous_handler_restored():
+def test_sigterm_is_recorded_and_the_previous_handler_restored(caplog):
   def previous(signum, frame):  # Not the default: restoring must mean this one, not SIG_DFL.
     raise AssertionError("the previous handler ran while StopSignal was in place")
 
@@ -69,6 +69,8 @@ def test_sigterm_is_recorded_and_the_previous_handler_restored():
       assert not stop.received
       os.kill(os.getpid(), signal.SIGTERM)
       assert stop.received
+    assert (f"Received signal {int(signal.SIGTERM)}: saving a checkpoint and stopping after "
+            "this step.") in caplog.messages
     assert signal.getsignal(signal.SIGTERM) is previous
   finally:
     signal.signal(signal.SIGTERM, original)

@@ -38,3 +38,10 @@ def test_known_datasets_name_ten_classes():
   assert class_names.DIGITS == tuple("0123456789")
   assert len(class_names.CIFAR10) == 10 and class_names.CIFAR10[0] == "airplane"
   assert class_names.index_names(3) == ("0", "1", "2")
+
+
+def test_a_schema_without_the_label_is_refused_naming_it():
+  schema = text_format.Parse('feature { name: "image" type: BYTES }', schema_pb2.Schema())
+  with pytest.raises(ValueError, match="^The schema has no 'label' feature to name the classes "
+                     "of.$"):
+    class_names.with_class_names(schema, ["a", "b"])

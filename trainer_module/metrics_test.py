@@ -79,5 +79,6 @@ def test_the_ece_floor_weights_each_bins_expected_gap_and_shrinks_with_the_slice
   assert ece_floor(counts, confidences) == pytest.approx(float(expected), rel=1e-9)
   assert ece_floor([1, 1], [1.0, 0.0]) == 0.0  # Certain bins have no sampling noise.
   assert math.isnan(ece_floor([0, 0], [0.5, 0.5]))
+  assert ece_floor([1, 0], [0.5, 0.3]) == pytest.approx(0.5)  # One example: E|B(1, .5) - .5|.
   # 1 / sqrt(n): a 100-image slice at confidence 0.8 sits near 0.032, 900 images near 0.011.
   assert ece_floor([100], [0.8]) == pytest.approx(3 * ece_floor([900], [0.8]), rel=0.02)

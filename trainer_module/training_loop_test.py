@@ -28,6 +28,32 @@ def test_learning_rate_scales_with_batch_and_decay_epochs_with_train_epochs():
   assert optimizer.nesterov and float(optimizer.momentum) == pytest.approx(0.9)
 
 
+def test_the_configs_warm_up_rises_linearly_over_its_epochs_then_the_decays_follow():
+  """lr_warmup_epochs=2 of 10 steps at 0.1 per 128 examples, batches of 64: the rate climbs
+  0.05 / 20 per step to 0.05 at step 20, then falls x0.2 at epochs 6, 12 and 16 (60, 120 and
+  160 of a 200-epoch run, scaled to 20 epochs); the warm-up is not scaled."""
+  config = plain_trainer(base_learning_rate=0.1, per_core_batch_size=64, train_epochs=20,
+                         lr_decay_epochs=(60, 120, 160), lr_decay_ratio=0.2,
+                         lr_warmup_epochs=2)
+  schedule = learning_rate_schedule(config, steps_per_epoch=10, global_batch_size=64)
+  steps = [0, 1, 5, 10, 15, 19, 20, 21, 59, 60, 119, 120, 160, 199]
+  np.testing.assert_allclose(
+      [float(schedule(step)) for step in steps],
+      [0.0, 0.0025, 0.0125, 0.025, 0.0375, 0.0475, 0.05, 0.05, 0.05, 0.01, 0.01, 0.002, 0.0004,
+       0.0004], rtol=1e-5, atol=1e-9)
+
+
+def test_a_fine_tuning_run_warms_up_over_a_tenth_of_its_steps_then_follows_a_cosine():
+  """5 epochs of 10 steps: 5 warm-up steps to 0.05, then 0.025 (1 + cos(pi (step - 5) / 45))."""
+  config = plain_trainer(base_learning_rate=0.1, per_core_batch_size=64, warm_start_epochs=5)
+  schedule = learning_rate_schedule(config, steps_per_epoch=10, global_batch_size=64,
+                                    fine_tuning=True)
+  steps = [0, 1, 4, 5, 30, 45, 50, 60]
+  np.testing.assert_allclose(
+      [float(schedule(step)) for step in steps],
+      [0.0, 0.01, 0.04, 0.05, 0.0206588, 0.0015077, 0.0, 0.0], rtol=1e-4, atol=1e-7)
+
+
 def _fit(config, images, views, labels, tmp_path):
   """Trains on in-memory arrays with the default strategy; returns (training, final metrics).
   (The data restarts from the beginning on resume.)"""

@@ -1,0 +1,58 @@
+"""The graph's wiring that nothing else checks: the Pusher publishes the Trainer's model only
+with the Evaluator's blessing and the served-model check's, in the graph and in the IR TFX
+compiles from it. (TFX's Pusher skips a blessing input that is missing, so a graph without one
+would push every model.)"""
+import pytest
+from tfx.dsl.compiler import compiler as tfx_compiler
+
+from local_runner import runner as local_runner
+from pipeline.config import from_preset
+from pipeline.pipeline import create_pipeline
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+  config = from_preset("tiny").replace(output_dir=str(tmp_path_factory.mktemp("outputs")))
+  return create_pipeline(config, local_runner.local_parts(config))
+
+
+def _component(pipeline, component_id):
+  (component,) = [c for c in pipeline.components if c.id == component_id]
+  return component
+
+
+def _producer(channel):
+  return channel.producer_component_id, channel.output_key
+
+
+def test_the_pusher_takes_the_evaluators_blessing_and_the_served_checks(graph):
+  pusher = _component(graph, "Pusher")
+  assert {"model", "model_blessing", "infra_blessing"} <= set(pusher.inputs)
+  assert _producer(pusher.inputs["model_blessing"]) == ("Evaluator", "blessing")
+  assert _producer(pusher.inputs["infra_blessing"]) == ("ServedModelCheck", "infra_blessing")
+  assert _producer(pusher.inputs["model"]) == ("Trainer", "model")
+  # The blessing the Pusher reads is of the model it pushes, judged against the model in
+  # production, looked up beside that candidate.
+  evaluator = _component(graph, "Evaluator")
+  assert _producer(evaluator.inputs["baseline_model"]) == ("ProductionModel", "model")
+  assert _producer(_component(graph, "ProductionModel").inputs["candidate"]) == \
+      ("Trainer", "model")
+  assert _producer(evaluator.inputs["model"]) == _producer(pusher.inputs["model"])
+  assert _producer(_component(graph, "ServedModelCheck").inputs["model"]) == \
+      _producer(pusher.inputs["model"])
+
+
+def test_the_compiled_ir_feeds_the_pusher_both_blessings(graph):
+  ir = tfx_compiler.Compiler().compile(graph)
+  (pusher,) = [node.pipeline_node for node in ir.nodes
+               if node.pipeline_node.node_info.id == "Pusher"]
+
+  def producer(key):
+    assert key in pusher.inputs.inputs, f"the compiled Pusher has no {key} input"
+    (channel,) = pusher.inputs.inputs[key].channels
+    return channel.producer_node_query.id, channel.output_key
+
+  assert producer("model_blessing") == ("Evaluator", "blessing")
+  assert producer("infra_blessing") == ("ServedModelCheck", "infra_blessing")
+  assert producer("model") == ("Trainer", "model")
+  assert {"Evaluator", "ServedModelCheck"} <= set(pusher.upstream_nodes)
