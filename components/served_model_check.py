@@ -14,7 +14,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import path_utils
 
-from components import evaluation_set, serving_client, tfma_results
+from components import evaluation_set, pusher, serving_client, tfma_results
 from components.calibration_metrics import ACCURACY_NAME
 from storage.object_storage import is_object_store_uri
 from trainer_module.features import PROBABILITIES_KEY
@@ -97,8 +97,20 @@ def ServedModelCheck(  # pylint: disable=invalid-name
   with fileio.open(os.path.join(infra_blessing.uri, _MARKERS[passed]), "w") as f:
     f.write("")
   infra_blessing.set_int_custom_property(BLESSED_KEY, int(passed))
+  record_training_data(examples, infra_blessing)
   log.info("Served-model check %s on the %s split: %s", "passed" if passed else "FAILED", split,
            "; ".join(found) or f"accuracy {scores['accuracy']:.4f}")
+
+
+def record_training_data(examples, blessing) -> None:
+  """Names on the blessing the data the candidate was trained on, for the Pusher to record with
+  the version it publishes: ExampleGen's span and version of `examples` (TFX sets both; 0 when
+  the input pattern has neither) and the window of spans, when the Examples carry one."""
+  blessing.set_int_custom_property(pusher.TRAINED_SPAN_KEY, int(examples.span or 0))
+  blessing.set_int_custom_property(pusher.TRAINED_VERSION_KEY, int(examples.version or 0))
+  if examples.has_custom_property(pusher.TRAIN_WINDOW_KEY):
+    blessing.set_string_custom_property(
+        pusher.TRAIN_WINDOW_KEY, str(examples.get_custom_property(pusher.TRAIN_WINDOW_KEY)))
 
 
 def read_result(blessing_uri: str) -> dict:

@@ -1,9 +1,13 @@
 """The versions under a serving directory, named exactly as TF Serving parses them, so the Pusher
 and the gate see what TF Serving serves (docs/pipeline.md, "What is in production").
 """
+import json
+import os
 from typing import Dict, List, Optional
 
 from tfx.dsl.io import fileio
+
+from trainer_module.features import PUSH_INFO_PATH
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -2**63
@@ -46,3 +50,44 @@ def shadowed_names(base_directory: str) -> Dict[str, str]:
   return {name: chosen[parse_version(name)] for name in entry_names(base_directory)
           if parse_version(name) is not None and chosen[parse_version(name)] != name}
 
+
+
+# What each pushed version's record (PUSH_INFO_PATH, written by components/pusher.py) says the
+# model was trained on: the Examples artifact's span and version (TFX's ExampleGen sets both; 0
+# when the input pattern has neither) and, when the run trained on several spans, their window.
+TRAINED_ON_KEY = "trained_on"
+SPAN_KEY = "span"
+DATA_VERSION_KEY = "version"
+TRAIN_WINDOW_KEY = "train_window"
+
+
+def trained_on(span, version, train_window=None) -> dict:
+  """The record's `trained_on` entry; numbers as ints whichever type the orchestrator kept them
+  in (Kubeflow hands custom properties back as doubles)."""
+  entry = {SPAN_KEY: int(span or 0), DATA_VERSION_KEY: int(version or 0)}
+  if train_window not in (None, ""):
+    entry[TRAIN_WINDOW_KEY] = str(train_window)
+  return entry
+
+
+def read_push_record(version_dir: str) -> Optional[dict]:
+  """The push record of a version directory as a dict, or None when it has none readable."""
+  path = os.path.join(version_dir, PUSH_INFO_PATH)
+  if not fileio.exists(path):
+    return None
+  try:
+    with fileio.open(path, "r") as f:
+      record = json.load(f)
+  except (ValueError, UnicodeDecodeError):
+    return None
+  return record if isinstance(record, dict) else None
+
+
+def recorded_training_data(version_dir: str) -> Optional[dict]:
+  """The `trained_on` entry of a version's push record ({span, version[, train_window]}), or
+  None for a version pushed without one."""
+  record = read_push_record(version_dir) or {}
+  entry = record.get(TRAINED_ON_KEY)
+  if not isinstance(entry, dict) or not isinstance(entry.get(SPAN_KEY), int):
+    return None
+  return entry
