@@ -238,6 +238,39 @@ def test_a_cached_task_reuses_its_outputs_until_a_parameter_or_input_artifact_ch
   assert third.tasks["Downstream"].outputs == first.tasks["Downstream"].outputs
 
 
+@pytest.mark.parametrize("train, ran", [(1, ["Decide", "Gated", "After", "Other"]),
+                                        (0, ["Decide", "Other"])])
+def test_a_false_trigger_condition_skips_the_task_and_every_task_after_it(tmp_path, train, ran):
+  """driver/container.go evaluates the condition over the resolved inputs; argocompiler/dag.go
+  runs a task only after its upstream tasks Succeeded, which a skipped one has not."""
+  from test_support import condition_specs
+  record = str(tmp_path / "ran.txt")
+  path = tmp_path / "spec.yaml"
+  path.write_text(yaml.safe_dump(condition_specs.gated_spec(record)))
+  harness = kfp_harness.Harness(str(path), str(tmp_path / "work"), publish_logs=False)
+  run = harness.run({"train": train})
+  assert sorted(condition_specs.ran(record)) == sorted(ran)
+  skipped = {name: task.skipped for name, task in run.tasks.items() if task.skipped}
+  if train:
+    assert not skipped
+  else:
+    assert skipped == {"Gated": f"condition {condition_specs.CONDITION} is false",
+                       "After": "upstream task Gated was skipped"}
+    assert run.tasks["Gated"].outputs == {}  # No outputs provisioned or recorded.
+
+
+def test_a_condition_that_cannot_be_evaluated_fails_the_run(tmp_path):
+  from test_support import condition_specs
+  record = str(tmp_path / "ran.txt")
+  path = tmp_path / "spec.yaml"
+  path.write_text(yaml.safe_dump(condition_specs.gated_spec(
+      record, condition="inputs.artifacts['_Decide.decision'].artifacts[0].uri")))
+  harness = kfp_harness.Harness(str(path), str(tmp_path / "work"), publish_logs=False)
+  with pytest.raises(kfp_harness.TaskFailed, match="task Gated: evaluation error"):
+    harness.run()
+  assert "Gated" not in condition_specs.ran(record)
+
+
 def _run_dependent(tasks, parameter):
   """The tasks whose inputs, through any path, take `parameter` or the output of a task that
   is not cached: those a new value of `parameter` runs again (the harness follows KFP's cache)."""
