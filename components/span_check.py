@@ -55,9 +55,10 @@ DECISION_FILE = "decision.json"
 
 class SpanDecision(types.Artifact):
   """Whether the run trains, and why (custom properties TRAIN_KEY, REASON_KEY, ...). Its type
-  name is a KFP schema title (tfx/orchestration/kubeflow/v2/compiler_utils.py _SCHEMA_TITLE_RE);
-  kubeflow/kfp_entrypoint.py maps it back to this class."""
-  TYPE_NAME = "span_check.SpanDecision"
+  name is a KFP schema title (tfx/orchestration/kubeflow/v2/compiler_utils.py _SCHEMA_TITLE_RE)
+  that TFX's Kubeflow entrypoint imports as the class path (kubeflow_v2_entrypoint_utils.py
+  _retrieve_class_path): components/__init__.py exposes this class there."""
+  TYPE_NAME = "components.SpanDecision"
 
 
 class RefusedSpan(ValueError):
@@ -172,14 +173,15 @@ class SpanCheckExecutor(base_executor.BaseExecutor):
     decision_artifact = artifact_utils.get_single_instance(output_dict[DECISION_KEY])
     serving_directory = exec_properties[SERVING_DIRECTORY_KEY]
     driver_state = exec_properties.get(PRODUCTION_KEY)
+    run_id = (self._context.pipeline_run_id if self._context else None) or ""
     if driver_state:  # The driver's view when it ran (locally); on Kubeflow the executor looks.
-      recorded = json.loads(driver_state)["production"]
-      production = Production(**recorded) if recorded else None
+      state = json.loads(driver_state)
+      production = Production(**state["production"]) if state["production"] else None
+      run_id = run_id or state.get("run_id", "")
     else:
       production = production_state(serving_directory)
     span, version = _examples_span(examples)
     decision = decide(span, version, production, bool(exec_properties[FORCE_RETRAIN_KEY]))
-    run_id = (self._context.pipeline_run_id if self._context else None) or ""
     decision_artifact.set_int_custom_property(TRAIN_KEY, int(decision.train))
     decision_artifact.set_string_custom_property(REASON_KEY, decision.reason)
     decision_artifact.set_int_custom_property(SPAN_KEY, span)

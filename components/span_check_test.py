@@ -151,3 +151,10 @@ def test_the_decision_reads_back_from_doubles_as_kubeflow_hands_them_over():
   decision.set_string_custom_property(span_check.REASON_KEY, "why")
   assert span_check.read_decision(decision)["train"] is False
   assert span_check.read_decision(decision)["span"] == 20261201
+
+
+def test_tfxs_kubeflow_entrypoint_finds_the_decisions_class_by_its_type_name():
+  """The compiled spec names a custom type by its TYPE_NAME, which TFX's entrypoint imports."""
+  from tfx.utils import import_utils
+  assert import_utils.import_class_by_path(
+      span_check.SpanDecision.TYPE_NAME) is span_check.SpanDecision

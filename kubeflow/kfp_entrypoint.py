@@ -33,10 +33,7 @@ MLMD_WRAPPERS = ("list", "struct")  # The one key StructValueToMLMDValue wraps v
 # imports a custom type's title as a class path (kubeflow_v2_entrypoint_utils.py,
 # _retrieve_class_path); "system.HTML" is none, so it is looked up here, as TFX looks up its own.
 REPORT_TYPE_CLASSES = {"system.HTML": "reporting.run_report.HtmlReport",
-                       "system.Markdown": "reporting.run_report.MarkdownReport",
-                       # The span check's decision, which every trained step takes as the
-                       # input of its trigger condition.
-                       "span_check.SpanDecision": "components.span_check.SpanDecision"}
+                       "system.Markdown": "reporting.run_report.MarkdownReport"}
 compiler_utils.TITLE_TO_CLASS_PATH.update(REPORT_TYPE_CLASSES)
 
 

@@ -107,8 +107,9 @@ class TaskConditions:
   """The trigger conditions kfp.local does not evaluate (kfp 2.7's dag_orchestrator refuses any
   task that has one: validate_task_spec_not_loop_or_condition), evaluated as the KFP backend's
   driver does (kubeflow/conditions.py): a task whose condition is false, or that depends on a
-  skipped task, is not run. kfp.local then finds no executor output and passes the outputs it
-  provisioned downstream, where every consumer is skipped in turn."""
+  skipped task, is not run. kfp.local passes the outputs it provisioned for it downstream
+  (_write_placeholder_outputs), where every consumer is skipped in
+  turn."""
 
   def __init__(self, pipeline_spec: pipeline_spec_pb2.PipelineSpec):
     spec = json_format.MessageToDict(pipeline_spec)
@@ -132,6 +133,16 @@ class TaskConditions:
     if reason:
       self.skipped[name] = reason
     return reason
+
+
+def _write_placeholder_outputs(executor_input: dict) -> None:
+  """A skipped task's executor output naming the artifacts kfp.local provisioned (nothing is
+  written at their URIs): kfp.local takes a task's outputs from that file only, and resolves
+  every consumer's inputs before the consumer's handler, which skips it, is reached."""
+  outputs = executor_input["outputs"]
+  os.makedirs(os.path.dirname(outputs["outputFile"]), exist_ok=True)
+  with open(outputs["outputFile"], "w") as f:
+    json.dump({"artifacts": outputs.get("artifacts", {})}, f)
 
 
 class _RecordedTask:
@@ -159,6 +170,7 @@ class _RecordedTask:
       if skipped:
         print(f"local-run: skipping task {_task_directory(self.executor_input)}: {skipped}",
               flush=True)
+        _write_placeholder_outputs(self.executor_input)
         task_status = status.Status.SUCCESS
       else:
         task_status = run()

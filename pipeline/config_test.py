@@ -600,8 +600,6 @@ def test_the_run_history_is_kept_under_the_output_dir_unless_a_folder_is_given(t
   config = from_flags([f"--output_dir={tmp_path}", "--pipeline_name=nightly"])
   assert config.runner.history_directory == os.path.join(str(tmp_path), "history", "nightly")
   assert config.runner.history_runs == 10 and not config.data.force_retrain
-  on_s3 = config.replace(output_dir="s3://bucket/out")
-  assert on_s3.runner.history_directory == "s3://bucket/out/history/nightly"
   given = from_flags([f"--output_dir={tmp_path}", "--history_dir=s3://bucket/history",
                       "--history_runs=3", "--force_retrain=true"])
   assert given.runner.history_directory == "s3://bucket/history"
