@@ -268,6 +268,7 @@ def _verify_published(model_dir: str, final_dir: str, fingerprint: str,
 TRAINED_SPAN_KEY = "trained_span"
 TRAINED_VERSION_KEY = "trained_version"
 TRAIN_WINDOW_KEY = "train_window"
+TRAINED_FINGERPRINT_KEY = "trained_input_fingerprint"
 
 
 def training_data_of(blessing: Optional[types.Artifact]) -> Optional[dict]:
@@ -275,11 +276,10 @@ def training_data_of(blessing: Optional[types.Artifact]) -> Optional[dict]:
   infra blessing of another producer)."""
   if blessing is None or not blessing.has_custom_property(TRAINED_SPAN_KEY):
     return None
-  get = blessing.get_custom_property
-  return versions_lib.trained_on(
-      get(TRAINED_SPAN_KEY),
-      get(TRAINED_VERSION_KEY) if blessing.has_custom_property(TRAINED_VERSION_KEY) else 0,
-      get(TRAIN_WINDOW_KEY) if blessing.has_custom_property(TRAIN_WINDOW_KEY) else None)
+  def get(key, default=None):
+    return blessing.get_custom_property(key) if blessing.has_custom_property(key) else default
+  return versions_lib.trained_on(get(TRAINED_SPAN_KEY), get(TRAINED_VERSION_KEY, 0),
+                                 get(TRAIN_WINDOW_KEY), get(TRAINED_FINGERPRINT_KEY))
 
 
 class VersionedPusherExecutor(pusher_executor.Executor):

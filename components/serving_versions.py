@@ -59,15 +59,32 @@ TRAINED_ON_KEY = "trained_on"
 SPAN_KEY = "span"
 DATA_VERSION_KEY = "version"
 TRAIN_WINDOW_KEY = "train_window"
+FINGERPRINT_KEY = "input_fingerprint"  # TFX's fingerprint of the input files, when it has one.
 
 
-def trained_on(span, version, train_window=None) -> dict:
+def trained_on(span, version, train_window=None, input_fingerprint=None) -> dict:
   """The record's `trained_on` entry; numbers as ints whichever type the orchestrator kept them
   in (Kubeflow hands custom properties back as doubles)."""
   entry = {SPAN_KEY: int(span or 0), DATA_VERSION_KEY: int(version or 0)}
   if train_window not in (None, ""):
     entry[TRAIN_WINDOW_KEY] = str(train_window)
+  if input_fingerprint not in (None, ""):
+    entry[FINGERPRINT_KEY] = str(input_fingerprint)
   return entry
+
+
+def examples_data(examples) -> dict:
+  """What an Examples artifact was read from, as a `trained_on` entry: TFX's ExampleGen driver
+  writes span, version and input_fingerprint as custom properties
+  (tfx/components/example_gen/driver.py update_output_artifact); the artifact's own span and
+  version properties are read where no custom property is set; train_window, when the run
+  reads several spans."""
+  def value(name, default=None):
+    if examples.has_custom_property(name):
+      return examples.get_custom_property(name)
+    return getattr(examples, name, default) if name in (examples.PROPERTIES or {}) else default
+  return trained_on(value(SPAN_KEY, 0), value(DATA_VERSION_KEY, 0), value(TRAIN_WINDOW_KEY),
+                    value(FINGERPRINT_KEY))
 
 
 def read_push_record(version_dir: str) -> Optional[dict]:

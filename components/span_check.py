@@ -7,7 +7,8 @@ LocalDagRunner evaluates, and which the compiled spec carries as each task's tri
 
 - no model in production, or one pushed without a record of its data: train;
 - a newer span (or a newer version of the same span): train;
-- the same span and version: skip, "span S already in production as version N";
+- the same span and version: skip, "span S already in production as version N" (but for input
+  files whose fingerprint, when TFX made one, differs from the one production recorded: train);
 - an older span or version: refused (the step fails naming both) unless force_retrain;
 - force_retrain: train whatever production holds.
 A run that trains nothing writes its entry in the run history (components/run_history.py).
@@ -103,8 +104,11 @@ def _named(span: int, version: int) -> str:
 
 
 def decide(span: int, version: int, production: Optional[Production],
-           force_retrain: bool) -> Decision:
-  """Whether Examples of `span` and `version` are trained on, given what production holds."""
+           force_retrain: bool, input_fingerprint: Optional[str] = None) -> Decision:
+  """Whether Examples of `span` and `version` are trained on, given what production holds.
+  input_fingerprint: TFX's fingerprint of the input files (an image folder's listing, a
+  TFRecord directory's files), when ExampleGen made one: the same span and version read from
+  files that changed since production was trained on them is new data."""
   if production is None:
     return Decision(True, f"no model in production: training on {_named(span, version)}")
   if production.trained_on is None:
@@ -120,16 +124,18 @@ def decide(span: int, version: int, production: Optional[Production],
   if force_retrain:
     return Decision(True, f"--force_retrain: training on {ours} (production version "
                           f"{production.version} was trained on {_named(*served)})")
+  recorded_fingerprint = production.trained_on.get(serving_versions.FINGERPRINT_KEY)
+  if ((span, version) == served and input_fingerprint and recorded_fingerprint
+      and input_fingerprint != recorded_fingerprint):
+    return Decision(True, f"the input files of {ours} changed since production version "
+                          f"{production.version} was trained on them (their fingerprint "
+                          "differs): training")
   if (span, version) == served:
     return Decision(False, f"{ours} already in production as version {production.version}; "
                            "nothing new to train on (--force_retrain trains anyway)")
   return Decision(False, f"{ours} is older than {theirs}; refused: training on it would "
                          "replace a model of newer data (--force_retrain trains anyway)",
                   refused=True)
-
-
-def _examples_span(examples: types.Artifact) -> tuple:
-  return int(examples.span or 0), int(examples.version or 0)
 
 
 class SpanCheckSpec(types.ComponentSpec):
@@ -180,8 +186,10 @@ class SpanCheckExecutor(base_executor.BaseExecutor):
       run_id = run_id or state.get("run_id", "")
     else:
       production = production_state(serving_directory)
-    span, version = _examples_span(examples)
-    decision = decide(span, version, production, bool(exec_properties[FORCE_RETRAIN_KEY]))
+    data = serving_versions.examples_data(examples)
+    span, version = data[serving_versions.SPAN_KEY], data[serving_versions.DATA_VERSION_KEY]
+    decision = decide(span, version, production, bool(exec_properties[FORCE_RETRAIN_KEY]),
+                      data.get(serving_versions.FINGERPRINT_KEY))
     decision_artifact.set_int_custom_property(TRAIN_KEY, int(decision.train))
     decision_artifact.set_string_custom_property(REASON_KEY, decision.reason)
     decision_artifact.set_int_custom_property(SPAN_KEY, span)

@@ -18,23 +18,28 @@ def _saved_model(path, content):
   return path
 
 
-def _pushed(base, content, span=None, version=0):
+def _pushed(base, content, span=None, version=0, fingerprint=None):
   """A version pushed by our Pusher, recording the span it was trained on (None: no record,
   as a version pushed before spans were recorded)."""
   model = _saved_model(os.path.join(base + "-sources", content), content)
-  trained_on = None if span is None else serving_versions.trained_on(span, version)
+  trained_on = (None if span is None else
+                serving_versions.trained_on(span, version, input_fingerprint=fingerprint))
   return pusher.push_version(model, base, pusher.saved_model_fingerprint(model),
                              trained_on=trained_on)
 
 
-def _examples(span, version=0):
+def _examples(span, version=0, fingerprint=None):
+  """Examples as TFX's ExampleGen driver leaves them: span, version and the input fingerprint
+  as custom properties (tfx/components/example_gen/driver.py update_output_artifact)."""
   examples = standard_artifacts.Examples()
-  examples.span = span
-  examples.version = version
+  examples.set_int_custom_property("span", span)
+  examples.set_int_custom_property("version", version)
+  if fingerprint:
+    examples.set_string_custom_property("input_fingerprint", fingerprint)
   return examples
 
 
-def _run(tmp_path, serving, span, version=0, force=False, driver=False):
+def _run(tmp_path, serving, span, version=0, force=False, driver=False, fingerprint=None):
   decision = span_check.SpanDecision()
   decision.uri = str(tmp_path / "decision")
   exec_properties = {span_check.SERVING_DIRECTORY_KEY: serving,
@@ -46,7 +51,8 @@ def _run(tmp_path, serving, span, version=0, force=False, driver=False):
     output = span_check.SpanCheckDriver.__new__(span_check.SpanCheckDriver).run(info)
     exec_properties[span_check.PRODUCTION_KEY] = output.exec_properties[
         span_check.PRODUCTION_KEY].string_value
-  span_check.SpanCheckExecutor().Do({span_check.EXAMPLES_KEY: [_examples(span, version)]},
+  span_check.SpanCheckExecutor().Do({span_check.EXAMPLES_KEY: [
+      _examples(span, version, fingerprint)]},
                                     {span_check.DECISION_KEY: [decision]}, exec_properties)
   return span_check.read_decision(decision), run_history.read(str(tmp_path / "history"))
 
@@ -84,6 +90,18 @@ def test_the_same_span_trains_nothing_and_says_so_in_the_decision_and_the_histor
   assert (entry.span, entry.outcome, entry.pushed_version, entry.reason) == (
       20261201, run_history.SKIPPED, version, decision["reason"])
   assert entry.run_id == ("run-1" if driver else "")
+
+
+def test_the_same_span_from_input_files_that_changed_trains(tmp_path):
+  """A folder without a span pattern is always span 0: its files' fingerprint tells."""
+  serving = str(tmp_path / "serving")
+  version = os.path.basename(_pushed(serving, "m1", span=0, fingerprint="listing-a"))
+  decision, _ = _run(tmp_path, serving, 0, fingerprint="listing-b")
+  assert decision["train"] and decision["reason"] == (
+      f"the input files of span 0 changed since production version {version} was trained on "
+      "them (their fingerprint differs): training")
+  unchanged, history = _run(tmp_path, serving, 0, fingerprint="listing-a")
+  assert not unchanged["train"] and history[0].outcome == run_history.SKIPPED
 
 
 def test_a_newer_version_of_the_same_span_trains(tmp_path):
