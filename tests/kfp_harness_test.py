@@ -318,6 +318,36 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
     run = harness.run(_trainer_config(spec, "--train_steps=2"))
     _check_the_refused_run(run, config, harness, production, versions, s3_server, cluster, beam)
 
+    # A model in production that records it was trained on this data (span 0, the digits): the
+    # next run trains nothing. The span check runs again (never cached) and decides so; every
+    # task after it is skipped, as the backend's driver skips a task whose condition is false.
+    trained_on_digits = _push_recording_span_0(tmp_path, production, s3_server,
+                                               config.runner.serving_model_dir)
+    again = harness.run(_trainer_config(spec, "--train_steps=2"))
+    assert not again.tasks["SpanCheck"].cached
+    decision = harness.metadata.artifact(again.tasks["SpanCheck"].outputs["decision"])
+    assert decision["custom_properties"]["train"] == {"double_value": 0.0}
+    assert decision["custom_properties"]["reason"]["string_value"].startswith(
+        f"span 0 already in production as version {os.path.basename(trained_on_digits)}")
+    skipped = {name for name, task in again.tasks.items() if task.skipped}
+    assert skipped == set(again.tasks) - {"ImageDatasetExampleGen", "SpanCheck"}
+    assert again.tasks["Trainer"].outputs == {}
+
+
+def _push_recording_span_0(tmp_path, production, s3_server, serving_dir):
+  """The model in production pushed again, as the next version, with a push record naming
+  span 0 and version 0 as its training data; returns the new version's URI."""
+  from components import pusher, serving_versions
+  local_copy = str(tmp_path / "production-copy")
+  kfp_harness.download(s3_server, production, local_copy)
+  version_dir = pusher.push_version(
+      local_copy, str(tmp_path / "recorded"),
+      pusher.saved_model_fingerprint(local_copy, exclude=(pusher.PUSH_INFO_PATH,)),
+      trained_on=serving_versions.trained_on(0, 0))
+  uri = f"{serving_dir}/{os.path.basename(version_dir)}"
+  kfp_harness.upload(s3_server, version_dir, uri)
+  return uri
+
 
 def _credentials_only(s3_server):
   """A worker pool's environment: the S3 credentials, no endpoint or region."""
