@@ -23,6 +23,14 @@ CLASSES = ["blue sky", "grass", "red_car"]
 NOT_ASCII = "café 猫.jpg"  # Its key's hash puts it in the test split.
 
 
+def _flags(output, images):
+  return [f"--output_dir={output}", "--dataset=image_dir", f"--image_dir={images}",
+          "--skip_bad_images=true", *over_defaults(SMALL_MODEL, [
+              "--train_epochs=40",  # 210 training images: 3 steps an epoch.
+              "--min_eval_examples=30",  # The key hash holds out 49 of the 300 for eval.
+              "--corruptions=gaussian_noise,defocus_blur"])]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   """One pipeline run over 300 images of mixed formats, sizes and modes, a test image whose
@@ -34,11 +42,7 @@ def run(tmp_path_factory):
   (images / "grass" / "scan.jpg").write_bytes(image_folders.jpeg()[:2000])
   (images / "red_car" / "notes.txt").write_text("not an image")
   output = tmp_path_factory.mktemp("outputs")
-  flags = [f"--output_dir={output}", "--dataset=image_dir", f"--image_dir={images}",
-           "--skip_bad_images=true", *over_defaults(SMALL_MODEL, [
-               "--train_epochs=40",  # 210 training images: 3 steps an epoch.
-               "--min_eval_examples=30",  # The key hash holds out 49 of the 300 for eval.
-               "--corruptions=gaussian_noise,defocus_blur"])]
+  flags = _flags(output, images)
   process = run_pipeline(*flags)
   assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
   assert "pushed model:    /" in process.stdout, process.stdout[-3000:]
@@ -89,3 +93,36 @@ def test_the_report_names_the_classes_and_lists_the_skipped_files(run):
   assert "## Skipped input files" in report
   assert f"| `{images}/grass/scan.jpg` | cannot be decoded as JPEG" in report
   assert f"| `{images}/red_car/notes.txt` | not an image" in report
+
+
+@pytest.mark.e2e
+def test_the_same_folder_again_trains_nothing_says_so_and_the_history_shows_both_runs(
+    run, tmp_path):
+  """A scheduled run over the folder the model in production was trained on (span 0: no span
+  pattern, and the same files: TFX's input fingerprint of its listing is unchanged). The run's
+  output directory is copied first, so the other tests keep theirs."""
+  import shutil
+  import subprocess
+  import sys
+  from tests.conftest import REPO
+  _, config, images = run
+  output = str(tmp_path / "outputs")
+  shutil.copytree(config.runner.output_dir, output)
+  again = run_pipeline(*_flags(output, images))
+  assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+  version = os.path.basename(_pushed(config))
+  assert (f"nothing new:     span 0 already in production as version {version}; nothing new "
+          "to train on") in again.stdout
+  assert "pushed model:    nothing pushed this run" in again.stdout
+  assert "Component Trainer is running." not in again.stdout
+  assert sorted(os.listdir(os.path.join(output, "serving_model",
+                                        config.runner.pipeline_name))) == [version]
+  history = subprocess.run([sys.executable, "-m", "local_runner", "history",
+                            f"--output_dir={output}"], cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+  assert history.returncode == 0, history.stderr
+  rows = history.stdout.splitlines()[3:]
+  assert len(rows) == 2
+  assert "blessed, pushed" in rows[0] and version in rows[0]
+  assert "skipped" in rows[1] and f"already in production as version {version}" in rows[1]
+  assert re.search(r"\b0\.\d{4}\b", rows[0]), "the trained run's figures"
