@@ -8,6 +8,7 @@ import tensorflow as tf
 from tfx.components.example_gen import utils as example_gen_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.types import standard_artifacts, standard_component_specs
+from tfx.proto import example_gen_pb2
 from tfx.utils import proto_utils
 
 from components import example_gen, image_folder, image_sources
@@ -166,3 +167,146 @@ def test_cifar10_is_prepared_once_in_the_step_before_its_workers_read_it(tmp_pat
   with pytest.raises(image_sources.TfdsUnavailable, match="could not download cifar10"):
     run_example_gen("", str(tmp_path / "offline"), False, source="cifar10")
   assert not glob.glob(str(tmp_path / "offline" / "Split-*")), "no split is written"
+
+
+# Span patterns: dated image folders, and TFRecord folders by {SPAN}.
+
+
+def _span_exec_properties(pattern: str, train_spans: int, span: str = "") -> dict:
+  component = example_gen.ImageDatasetExampleGen(
+      source="image_dir", eval_fraction=EVAL_FRACTION, test_fraction=TEST_FRACTION,
+      image_dir=pattern, span=span, train_spans=train_spans)
+  return {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
+          for name, value in component.exec_properties.items() if value is not None}
+
+
+def _run_executor(properties: dict, output_uri: str):
+  examples = standard_artifacts.Examples()
+  examples.uri = output_uri
+  executor = example_gen._Executor(base_beam_executor.BaseBeamExecutor.Context(
+      beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]))
+  executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, properties)
+  return examples
+
+
+def _keys(uri: str) -> dict:
+  """{split: sorted example keys}."""
+  return {split: sorted(tf.train.Example.FromString(record).features.feature[EXAMPLE_KEY]
+                        .bytes_list.value[0].decode() for record in records)
+          for split, records in _examples(uri).items()}
+
+
+@pytest.fixture(scope="module")
+def dated(tmp_path_factory):
+  root = tmp_path_factory.mktemp("dated")
+  written = image_folders.write_dated_spans(str(root), per_class=8,
+                                            dates=image_folders.DATES[:3])
+  return str(root), written
+
+
+def _expected_split(relatives, split):
+  return sorted(relative for relative in relatives
+                if image_sources.split_for_key(relative, EVAL_FRACTION, TEST_FRACTION) == split)
+
+
+def test_a_dated_folder_reads_the_newest_days_splits_and_the_windows_train_splits(dated,
+                                                                                tmp_path):
+  root, written = dated
+  pattern = os.path.join(root, image_folders.DATE_PATTERN)
+  resolved = example_gen._Driver(None).resolve_exec_properties(
+      _span_exec_properties(pattern, train_spans=2), None, None)
+  newest = example_gen_utils.date_to_span_number(2026, 12, 1)
+  assert resolved[example_gen_utils.SPAN_PROPERTY_NAME] == newest
+  assert resolved[example_gen_utils.VERSION_PROPERTY_NAME] is None
+  assert f"{root}/2026-11-30: image_dir:" in resolved[example_gen_utils.FINGERPRINT_PROPERTY_NAME]
+  examples = _run_executor(resolved, str(tmp_path))
+  keys = _keys(examples.uri)
+  # Eval and test: the newest day's alone; train: its train split and the day before's.
+  for split in ("eval", "test"):
+    assert keys[f"Split-{split}"] == [f"2026-12-01/{r}" for r in _expected_split(
+        written["2026-12-01"], split)]
+  day_train = {date: _expected_split(written[date], "train") for date in written}
+  assert keys["Split-train"] == sorted(
+      [f"2026-12-01/{r}" for r in day_train["2026-12-01"]] +
+      [f"2026-11-30/{r}" for r in day_train["2026-11-30"]])
+  assert example_gen.read_train_window(examples) == [
+      {"span": newest, "version": None, "folder": f"{root}/2026-12-01",
+       "train_examples": len(day_train["2026-12-01"])},
+      {"span": newest - 1, "version": None, "folder": f"{root}/2026-11-30",
+       "train_examples": len(day_train["2026-11-30"])}]
+  assert examples.get_int_custom_property("span") == newest
+  assert example_gen.read_class_names(examples.uri) == ["blue sky", "grass", "red_car"]
+
+
+def test_a_requested_day_is_read_without_a_driver_as_with_one(dated, tmp_path):
+  """Vertex runs no driver for this ExampleGen: the executor resolves the pattern itself."""
+  root, written = dated
+  pattern = os.path.join(root, image_folders.DATE_PATTERN)
+  examples = _run_executor(_span_exec_properties(pattern, train_spans=3, span="2026-11-30"),
+                           str(tmp_path))
+  keys = _keys(examples.uri)
+  assert keys["Split-eval"] == [f"2026-11-30/{r}" for r in _expected_split(
+      written["2026-11-30"], "eval")]
+  window = example_gen.read_train_window(examples)
+  assert [entry["folder"] for entry in window] == [f"{root}/2026-11-30", f"{root}/2026-11-29"]
+  assert sum(entry["train_examples"] for entry in window) == len(keys["Split-train"])
+  assert examples.get_int_custom_property("span") == example_gen_utils.date_to_span_number(
+      2026, 11, 30)
+
+
+def test_an_older_span_with_a_class_the_newest_lacks_is_refused(tmp_path):
+  image_folders.write_image_folder(str(tmp_path / "1"), per_class=2)
+  image_folders.write_image_folder(str(tmp_path / "2"), per_class=2, classes={
+      name: colour for name, colour in image_folders.CLASS_COLOURS.items() if name != "grass"})
+  with pytest.raises(image_folder.ImageFolderError,
+                     match=r"span folder .*/1 has class folder\(s\) \['grass'\] that the newest "
+                     r"span .*/2 lacks"):
+    _run_executor(_span_exec_properties(str(tmp_path / "{SPAN}"), train_spans=2),
+                  str(tmp_path / "out"))
+
+
+def test_an_empty_newest_day_is_refused_naming_the_pattern_and_the_folder(dated, tmp_path):
+  root, _ = dated
+  empty = tmp_path / "days"
+  image_folders.write_image_folder(str(empty / "2026-11-30"), per_class=2)
+  (empty / "2026-12-01").mkdir()
+  pattern = str(empty / image_folders.DATE_PATTERN)
+  with pytest.raises(ValueError, match=f"the newest 2026-12-01 .* of the pattern {pattern} is "
+                     f"empty: {empty}/2026-12-01 holds no files"):
+    example_gen._Driver(None).resolve_exec_properties(
+        _span_exec_properties(pattern, train_spans=1), None, None)
+
+
+def test_a_tfrecord_dir_of_span_folders_reads_the_newest_span_or_the_requested_one(tmp_path):
+  from test_support import tfrecord_inputs
+  for span, limit in ((1, 5), (2, 7)):
+    tfrecord_inputs.write_digits_tfrecord_dir(str(tmp_path / "data" / f"span-{span}"), limit)
+  for requested, expected in (("", 2), ("1", 1)):
+    component = example_gen.TFRecordExampleGen(
+        input_base=str(tmp_path / "data"), span=requested,
+        input_config=example_gen_pb2.Input(splits=[
+            example_gen_pb2.Input.Split(name=s, pattern=f"span-{{SPAN}}/{s}/*")
+            for s in ("train", "eval")]))
+    properties = {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR")
+                  else value for name, value in component.exec_properties.items()
+                  if value is not None}
+    resolved = example_gen.driver_for(properties)(None).resolve_exec_properties(
+        properties, None, None)
+    assert resolved[example_gen_utils.SPAN_PROPERTY_NAME] == expected
+    examples = standard_artifacts.Examples()
+    examples.uri = str(tmp_path / f"out-{requested or 'newest'}")
+    executor = component.executor_spec.executor_class(
+        base_beam_executor.BaseBeamExecutor.Context(
+            beam_pipeline_args=["--direct_running_mode=in_memory"]))
+    executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, resolved)
+    written = _examples(examples.uri)
+    assert len(written["Split-train"]) == (7 if expected == 2 else 5)
+  with pytest.raises(ValueError, match=r"span 3 of the pattern .*/data/span-\{SPAN\} is "
+                     r"missing: no folder .*/data/span-3"):
+    component = example_gen.TFRecordExampleGen(
+        input_base=str(tmp_path / "data"), span="3", input_config=example_gen_pb2.Input(
+            splits=[example_gen_pb2.Input.Split(name="train", pattern="span-{SPAN}/train/*")]))
+    example_gen._FileDriver(None).resolve_exec_properties(
+        {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
+         for name, value in component.exec_properties.items() if value is not None},
+        None, None)

@@ -62,12 +62,25 @@ TRAIN_WINDOW_KEY = "train_window"
 FINGERPRINT_KEY = "input_fingerprint"  # TFX's fingerprint of the input files, when it has one.
 
 
+def window_spans(train_window) -> Optional[str]:
+  """The spans of a train window as "span,span,...": the Examples' `train_window` property is
+  JSON, a list of {span, folder, train_examples} (components/example_gen.py); other text is
+  kept as it is; None for none."""
+  if train_window in (None, ""):
+    return None
+  try:
+    entries = json.loads(train_window) if isinstance(train_window, str) else train_window
+    return ",".join(str(int(entry["span"])) for entry in entries) or None
+  except (ValueError, TypeError, KeyError):
+    return str(train_window)
+
+
 def trained_on(span, version, train_window=None, input_fingerprint=None) -> dict:
   """The record's `trained_on` entry; numbers as ints whichever type the orchestrator kept them
   in (Kubeflow hands custom properties back as doubles)."""
   entry = {SPAN_KEY: int(span or 0), DATA_VERSION_KEY: int(version or 0)}
-  if train_window not in (None, ""):
-    entry[TRAIN_WINDOW_KEY] = str(train_window)
+  if window_spans(train_window):
+    entry[TRAIN_WINDOW_KEY] = window_spans(train_window)
   if input_fingerprint not in (None, ""):
     entry[FINGERPRINT_KEY] = str(input_fingerprint)
   return entry

@@ -14,11 +14,11 @@ CONNECTION_FLAGS = ("endpoint", "token", "namespace")
 COMMAND_FLAGS = {
     "compile": ("package_dir",),
     "upload": ("package", "version") + CONNECTION_FLAGS,
-    "run": ("package", "version", "experiment", "run_name", "data_root",
+    "run": ("package", "version", "experiment", "run_name", "data_root", "span",
             "allow_concurrent_run") + CONNECTION_FLAGS,
     "schedule": ("package", "version", "experiment", "schedule_name", "cron", "max_concurrency",
-                 "data_root") + CONNECTION_FLAGS,
-    "local-run": ("package", "runner", "pipeline_root", "data_root"),
+                 "data_root", "span") + CONNECTION_FLAGS,
+    "local-run": ("package", "runner", "pipeline_root", "data_root", "span"),
 }
 
 USAGE = f"""usage: python -m kubeflow COMMAND [--flag=value ...]
@@ -40,16 +40,19 @@ USAGE = f"""usage: python -m kubeflow COMMAND [--flag=value ...]
   upload    --package=FILE.yaml [--version=NAME]
             Uploads the pipeline, or a new version of the pipeline of the same name.
   run       --package=FILE.yaml --experiment=NAME [--run_name=NAME] [--data_root=URI]
-            [--allow_concurrent_run=false] [--TRAINER_FLAG=VALUE ...]
+            [--span=SPAN] [--allow_concurrent_run=false] [--TRAINER_FLAG=VALUE ...]
             Uploads (as above), then starts one run in the experiment (created when missing).
             Refused while a run on the same pipeline root has not ended, unless
             --allow_concurrent_run=true.
   schedule  --package=FILE.yaml --experiment=NAME --cron="SEC MIN HOUR DOM MON DOW"
-            [--schedule_name=NAME] [--max_concurrency=1] [--data_root=URI]
+            [--schedule_name=NAME] [--max_concurrency=1] [--data_root=URI] [--span=SPAN]
             [--TRAINER_FLAG=VALUE ...]
             Uploads, then creates a recurring run on a 6-field cron schedule (seconds first).
+            Over dated folders (--image_dir=gs://b/images/{{YYYY}}-{{MM}}-{{DD}} at compile), each
+            run reads the newest day's folder; --span='[[ScheduledTime.2006-01-02]]' makes
+            each run read its scheduled day's instead (KFP backend 2.16.0 or later expands it).
   local-run --package=FILE.yaml [--runner=subprocess|docker] [--pipeline_root=DIR]
-            [--data_root=URI] [--TRAINER_FLAG=VALUE ...]
+            [--data_root=URI] [--span=SPAN] [--TRAINER_FLAG=VALUE ...]
             Runs the spec here on the KFP SDK's own local orchestrator (kfp.local): docker runs
             each task in the spec's image (needs a Docker daemon); subprocess (default) runs
             each task's command in this environment. Artifacts go to the local DIR (default
@@ -58,8 +61,10 @@ USAGE = f"""usage: python -m kubeflow COMMAND [--flag=value ...]
 
 Connection (upload, run, schedule): --endpoint=URL or ${{KFP_ENDPOINT}}; --token=TOKEN or
 ${{KFP_TOKEN}} (else kfp's own credentials); --namespace=NS on multi-user Kubeflow.
-Per run, --data_root and trainer flags (e.g. --train_epochs=50) change the runtime parameters;
-flags that Transform or the compiled worker pools depend on need a new compile.
+Per run, --data_root, --span and trainer flags (e.g. --train_epochs=50) change the runtime
+parameters; flags that Transform or the compiled worker pools depend on need a new compile.
+--span: with a span pattern compiled into --image_dir or --tfrecord_dir, the span number (or
+date YYYY-MM-DD) the run reads; empty: the newest span.
 
 Pipeline flags (compile):
 """
@@ -127,7 +132,7 @@ def _local_run(flags: dict, rest: List[str]) -> int:
   package = _required(flags, "package", "outputs/kubeflow/wrn-image-classifier.yaml")
   spec = submit.load_spec(package)
   pipeline_spec = local_run.load_pipeline_spec(package, spec)
-  arguments = submit.run_parameters(spec, rest, flags.get("data_root"))
+  arguments = submit.run_parameters(spec, rest, flags.get("data_root"), flags.get("span"))
   pipeline_root = local_run.check_pipeline_root(
       flags.get("pipeline_root", DEFAULT_LOCAL_PIPELINE_ROOT))
   runner = local_run.make_runner(flags.get("runner", "subprocess"))
@@ -157,7 +162,8 @@ def _submit(command: str, flags: dict, rest: List[str]) -> int:
   parameters = {}
   if command in ("run", "schedule"):
     experiment = _required(flags, "experiment", "wrn")
-    parameters = submit.run_parameters(spec, rest, flags.get("data_root"))
+    parameters = submit.run_parameters(spec, rest, flags.get("data_root"), flags.get("span"),
+                                       recurring=command == "schedule")
   elif rest:
     raise ValueError(f"upload takes no pipeline flags (got {rest[0]}); they go to compile.")
   allow_concurrent_run = parse_value(

@@ -7,10 +7,10 @@ from typing import Any
 from tfx import v1 as tfx
 
 from kubeflow import trainjob_launcher
-from kubeflow.parameters import DATA_ROOT_PARAMETER, trainer_config_parameter
+from kubeflow.parameters import DATA_ROOT_PARAMETER, SPAN_PARAMETER, trainer_config_parameter
 from kubeflow.trainjob import NodePlacement
 from kubeflow.cluster_config import TRAINER_STEP, image_path, step_pod
-from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
+from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts, tfrecord_input_base
 
 Parameter = tfx.dsl.experimental.RuntimeParameter
 
@@ -38,8 +38,11 @@ def cluster_parts(config) -> RunnerParts:
 
   return RunnerParts(
       schema_file=image_path(config.data.schema_path),
-      tfrecord_input_base=Parameter(name=DATA_ROOT_PARAMETER, ptype=str,
-                                    default=config.data.tfrecord_dir),
+      tfrecord_input_base=Parameter(
+          name=DATA_ROOT_PARAMETER, ptype=str,
+          default=config.data.tfrecord_dir and tfrecord_input_base(config.data.tfrecord_dir)),
+      span=(Parameter(name=SPAN_PARAMETER, ptype=str, default=config.data.span)
+            if config.data.is_span_pattern else ""),
       tfrecord_splits=("train", "eval"),  # A test split is only scored locally.
       make_trainer=make_trainer, metadata_connection_config=None,
       beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args)

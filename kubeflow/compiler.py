@@ -22,6 +22,9 @@ from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
 OPEN_SOURCE_EXECUTOR_KINDS = ("container", "importer")
 # Tasks whose result depends on state outside their inputs (the serving directory, the run).
 UNCACHEABLE_TASKS = ("ProductionModel", WARM_START_MODEL_ID, SPAN_CHECK_ID)
+# Query-based, so TFX compiles no driver hook for it; its driver (span pattern, window,
+# fingerprint) runs in the entrypoint as the file-based ExampleGen's does.
+IMAGE_FOLDER_EXAMPLE_GEN = "ImageDatasetExampleGen"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,14 +65,14 @@ def pipeline_job(config: ClusterConfig) -> dict:
     parameter.update(defaultValue=default, isOptional=True)
   # Its output depends on the serving directory, which KFP's cache key cannot see; locally a
   # driver keys the cache on the production version, but drivers do not run on Kubeflow.
-  # An image folder's listing is fingerprinted by ExampleGen's driver locally
-  # (components/example_gen.py), which does not run on Kubeflow either: it is read every run.
-  folder = ("ImageDatasetExampleGen",) if config.data.dataset == "image_dir" else ()
+  # An image folder's listing is fingerprinted by ExampleGen's driver (components/example_gen.py),
+  # whose fingerprint cannot reach KFP's cache key: it is read every run.
+  folder = (IMAGE_FOLDER_EXAMPLE_GEN,) if config.data.dataset == "image_dir" else ()
   for task_name in UNCACHEABLE_TASKS + folder:
     if task_name in spec["root"]["dag"]["tasks"]:
       spec["root"]["dag"]["tasks"][task_name]["cachingOptions"] = {"enableCache": False}
   if config.kubeflow.kubeflow_target == "kfp":
-    adapt_to_open_source_kfp(spec)
+    adapt_to_open_source_kfp(spec, image_folder=config.data.dataset == "image_dir")
     platform.set_container_env(config, spec)
   else:
     start_report_types_through_entrypoint(spec)
@@ -103,9 +106,10 @@ def start_report_types_through_entrypoint(spec: dict) -> None:
       _through_entrypoint(container, types)
 
 
-def adapt_to_open_source_kfp(spec: dict) -> None:
+def adapt_to_open_source_kfp(spec: dict, image_folder: bool = False) -> None:
   """Makes a TFX-compiled spec runnable by an open-source KFP v2 backend, in place; raises
-  naming any executor that backend would refuse."""
+  naming any executor that backend would refuse. image_folder: the ExampleGen reads an image
+  folder, whose driver runs as the file-based ExampleGen's does."""
   executors = spec["deploymentSpec"]["executors"]
   refused = sorted(f"{name} ({kind})" for name, executor in executors.items()
                    for kind in executor if kind not in OPEN_SOURCE_EXECUTOR_KINDS)
@@ -119,16 +123,24 @@ def adapt_to_open_source_kfp(spec: dict) -> None:
     container = executors[component["executorLabel"]].get("container")
     if container is None:
       continue
-    if "lifecycle" in container:
-      # TFX's file-based ExampleGen driver (span, version, input fingerprint) runs in the
-      # entrypoint instead; the fingerprint cannot reach KFP's cache key, so no caching.
+    if "lifecycle" in container or (image_folder and _is_image_folder_example_gen(
+        component_name, container)):
+      # The ExampleGen's driver (span, version, input fingerprint: TFX's file-based one, or
+      # the image folder's) runs in the entrypoint instead; the fingerprint cannot reach KFP's
+      # cache key, so no caching.
       container["args"] = [kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG, *container["args"]]
-      del container["lifecycle"]
+      container.pop("lifecycle", None)
       uncached.add(component_name)
     _through_entrypoint(container, _artifact_types(component))
   for task in spec["root"]["dag"]["tasks"].values():
     if task["componentRef"]["name"] in uncached:
       task["cachingOptions"] = {"enableCache": False}
+
+
+def _is_image_folder_example_gen(component_name: str, container: dict) -> bool:
+  args = container.get("args", [])
+  return (component_name.endswith(IMAGE_FOLDER_EXAMPLE_GEN) and "--executor_class_path" in args
+          and args[args.index("--executor_class_path") + 1].startswith("components.example_gen."))
 
 
 def artifact_title(artifact_type: dict) -> str:

@@ -450,3 +450,56 @@ def test_bad_pod_flags_stop_the_compile_naming_the_flag(flag, message, tmp_path,
                    "--image=i", "--output_dir=s3://bucket/wrn", flag]) == 2
   assert message in capsys.readouterr().err
   assert not package_dir.exists()
+
+
+def test_a_span_pattern_compiles_a_span_parameter_and_the_image_folders_driver(tmp_path):
+  """The runtime parameter `span` feeds the ExampleGen, whose driver (span, window,
+  fingerprint) runs in the entrypoint before its executor, as TFX's file-based one does."""
+  from kubeflow import submit
+  from kubeflow.parameters import SPAN_PARAMETER
+  flags = ["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=s3://bucket/wrn",
+           "--dataset=image_dir", "--image_dir=s3://data/photos/{YYYY}-{MM}-{DD}",
+           "--train_spans=2", "--pipeline_name=wrn-photos"]
+  package = compiler.compile_pipeline(from_flags(flags), str(tmp_path / "dated"))
+  spec = json_format.MessageToDict(_spec(package))
+  parameter = spec["root"]["inputDefinitions"]["parameters"][SPAN_PARAMETER]
+  assert parameter["isOptional"] and parameter.get("defaultValue", "") == ""
+  task = spec["root"]["dag"]["tasks"]["ImageDatasetExampleGen"]
+  assert task["inputs"]["parameters"]["requested_span"]["componentInputParameter"] == "span"
+  assert not task.get("cachingOptions", {}).get("enableCache")
+  args = spec["deploymentSpec"]["executors"]["ImageDatasetExampleGen_executor"]["container"][
+      "args"]
+  assert kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG in args
+  loaded = submit.load_spec(package.spec_path)
+  assert submit.run_parameters(loaded, [], None, "2026-12-01")[SPAN_PARAMETER] == "2026-12-01"
+  assert submit.run_parameters(loaded, [], None, "[[ScheduledTime.2006-01-02]]",
+                               recurring=True)[SPAN_PARAMETER] == "[[ScheduledTime.2006-01-02]]"
+  with pytest.raises(ValueError, match=r"expanded only in a recurring run's parameters"):
+    submit.run_parameters(loaded, [], None, "[[ScheduledTime.2006-01-02]]")
+  with pytest.raises(ValueError, match=r"Invalid --span 'today': expected a span number, a "
+                     r"date YYYY-MM-DD, or \[\[ScheduledTime.2006-01-02\]\]"):
+    submit.run_parameters(loaded, [], None, "today", recurring=True)
+  # The same pipeline over the embedded digits has neither the parameter nor the driver.
+  digits = json_format.MessageToDict(_spec(compiler.compile_pipeline(
+      from_flags(flags[:2] + ["--pipeline_name=wrn-digits"]), str(tmp_path / "digits"))))
+  assert SPAN_PARAMETER not in digits["root"]["inputDefinitions"]["parameters"]
+  assert kfp_entrypoint.EXAMPLE_GEN_DRIVER_FLAG not in digits["deploymentSpec"]["executors"][
+      "ImageDatasetExampleGen_executor"]["container"]["args"]
+  with pytest.raises(ValueError, match="--span applies to pipelines compiled with a span "
+                     "pattern"):
+    submit.run_parameters(digits, [], None, "3")
+
+
+def test_a_tfrecord_span_pattern_is_data_root_and_split_patterns(tmp_path):
+  from kubeflow.parameters import SPAN_PARAMETER
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=s3://bucket/wrn",
+                       "--dataset=tfrecord", "--tfrecord_dir=s3://data/daily/{SPAN}",
+                       "--span=7", "--pipeline_name=wrn-tfrecord"])
+  spec = json_format.MessageToDict(_spec(compiler.compile_pipeline(config, str(tmp_path))))
+  parameters = spec["root"]["inputDefinitions"]["parameters"]
+  assert parameters["data_root"]["defaultValue"] == "s3://data/daily"
+  assert parameters[SPAN_PARAMETER]["defaultValue"] == "7"
+  task = spec["root"]["dag"]["tasks"]["ImportExampleGen"]
+  input_config = json.loads(task["inputs"]["parameters"]["input_config"]["runtimeValue"][
+      "constant"])
+  assert [s["pattern"] for s in input_config["splits"]] == ["{SPAN}/train/*", "{SPAN}/eval/*"]

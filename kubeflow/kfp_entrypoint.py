@@ -3,6 +3,7 @@ backend passes TFX (artifact types, metadata, ExampleGen's driver, s3:// setup),
 Kubeflow V2 entrypoint as Vertex would (docs/kubeflow.md, "Open-source KFP or Vertex AI").
 """
 import json
+import os
 import sys
 from typing import Dict, List, Sequence, Tuple
 
@@ -13,12 +14,16 @@ from google.protobuf import struct_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
 from tfx.dsl.io import fileio
 from tfx.orchestration.kubeflow.v2 import compiler_utils
+from tfx.components.example_gen import driver as example_gen_driver
+from tfx.components.example_gen import utils as example_gen_utils
+from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils
 from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
-from tfx.orchestration.kubeflow.v2.file_based_example_gen import driver as example_gen_driver
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
 from tfx.utils import import_utils
+from tfx.utils import proto_utils
 
+from components import example_gen
 from storage import object_storage
 
 COMMAND = ("python", "-m", "kubeflow.kfp_entrypoint")
@@ -120,20 +125,49 @@ def repair_executor_input(executor_input: pipeline_spec_pb2.ExecutorInput,
 
 def run_example_gen_driver(executor_input: pipeline_spec_pb2.ExecutorInput,
                            inputs_spec_json: str) -> None:
-  """TFX's pre-cache-check driver: resolves span and version, fingerprints the input files and
+  """The ExampleGen's driver before its executor, as TFX's Kubeflow V2 driver runs TFX's own
+  (tfx/orchestration/kubeflow/v2/file_based_example_gen/driver.py, _run_driver), with this
+  project's driver classes (components/example_gen.py: TFX's file-based driver with the run's
+  `span`, or the image folder's): it resolves the span and version, fingerprints the input and
   writes the updated exec properties to the executor output file, where TFX's entrypoint reads
-  them. Its Examples properties (span, version, input_fingerprint) go into the output artifact
+  them. The Examples properties (span, version, input_fingerprint) go into the output artifact
   here, as Vertex would have recorded them before the executor ran."""
   inputs_spec = pipeline_spec_pb2.ComponentInputsSpec()
   json_format.Parse(inputs_spec_json, inputs_spec, ignore_unknown_fields=True)
-  example_gen_driver._run_driver(executor_input, inputs_spec)  # pylint: disable=protected-access
-  driver_output = pipeline_spec_pb2.ExecutorOutput()
-  with fileio.open(executor_input.outputs.output_file, "r") as f:
-    json_format.Parse(f.read(), driver_output, ignore_unknown_fields=True)
+  exec_properties = kubeflow_v2_entrypoint_utils.parse_execution_properties(
+      executor_input.inputs.parameter_values, executor_input.inputs.parameters, inputs_spec)
+  name_from_id = {}
+  outputs = kubeflow_v2_entrypoint_utils.parse_raw_artifact_dict(
+      executor_input.outputs.artifacts, name_from_id)
   key = standard_component_specs.EXAMPLES_KEY
-  examples = executor_input.outputs.artifacts[key].artifacts[0]
-  examples.metadata.update(json_format.MessageToDict(
-      driver_output.artifacts[key].artifacts[0].metadata))
+  if key not in outputs:
+    raise ValueError("Example artifact was missing in the ExampleGen outputs.")
+  driver = example_gen.driver_for(exec_properties)(None)
+  resolved = driver.resolve_exec_properties(dict(exec_properties), None, None)
+  examples = artifact_utils.get_single_instance(outputs[key])
+  example_gen_driver.update_output_artifact(resolved, examples.mlmd_artifact)
+
+  driver_output = pipeline_spec_pb2.ExecutorOutput()
+  values = driver_output.parameter_values
+  values[example_gen_utils.SPAN_PROPERTY_NAME].number_value = resolved[
+      example_gen_utils.SPAN_PROPERTY_NAME]
+  for name in (example_gen_utils.FINGERPRINT_PROPERTY_NAME,):
+    if resolved.get(name) is not None:
+      values[name].string_value = resolved[name]
+  if resolved.get(example_gen_utils.VERSION_PROPERTY_NAME) is not None:
+    values[example_gen_utils.VERSION_PROPERTY_NAME].number_value = resolved[
+        example_gen_utils.VERSION_PROPERTY_NAME]
+  input_config = resolved[standard_component_specs.INPUT_CONFIG_KEY]
+  values[standard_component_specs.INPUT_CONFIG_KEY].string_value = (
+      input_config if isinstance(input_config, str) else proto_utils.proto_to_json(input_config))
+  runtime_examples = kubeflow_v2_entrypoint_utils.to_runtime_artifact(examples, name_from_id)
+  driver_output.artifacts[key].artifacts.add().CopyFrom(runtime_examples)
+  output_file = executor_input.outputs.output_file
+  fileio.makedirs(os.path.dirname(output_file))
+  with fileio.open(output_file, "w") as f:
+    f.write(json_format.MessageToJson(driver_output, sort_keys=True))
+  executor_input.outputs.artifacts[key].artifacts[0].metadata.update(
+      json_format.MessageToDict(runtime_examples.metadata))
 
 
 def main(argv: Sequence[str]) -> None:

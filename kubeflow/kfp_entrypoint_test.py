@@ -218,3 +218,40 @@ def test_the_entrypoint_runs_a_tfx_executor_on_an_open_source_shaped_input(tmp_p
   assert set(executor_output["artifacts"]) == {"schema"}
   assert executor_output["artifacts"]["schema"]["artifacts"][0]["uri"] == str(
       tmp_path / "out" / "schema")
+
+
+def test_the_image_folders_driver_resolves_the_requested_day_and_its_window(tmp_path):
+  """The image-folder ExampleGen's driver in the entrypoint, from its compiled parameters:
+  the runtime parameter `span` arrives as requested_span."""
+  from components import example_gen
+  from test_support import image_folders
+  image_folders.write_dated_spans(str(tmp_path / "photos"), per_class=1)
+  component = example_gen.ImageDatasetExampleGen(
+      source="image_dir", eval_fraction=0.1, test_fraction=0.1, train_spans=2,
+      image_dir=str(tmp_path / "photos" / image_folders.DATE_PATTERN))
+  input_config = component.exec_properties["input_config"]  # JSON, as compiled.
+  output_file = tmp_path / "run" / "output_metadata.json"
+  executor_input = _executor_input({
+      "inputs": {"parameterValues": {"input_config": input_config, "output_config": "{}",
+                                     "output_data_format": 6.0, "output_file_format": 5.0,
+                                     "requested_span": "2026-11-30"}},
+      "outputs": {"artifacts": {"examples": {"artifacts": [{
+          "uri": "s3://b/root/p/run/ImageDatasetExampleGen/salt/examples",
+          "type": {"instanceSchema": EXAMPLES_SCHEMA}}]}},
+                  "outputFile": str(output_file)}})
+  kfp_entrypoint.repair_executor_input(
+      executor_input, {"input": {}, "output": {"examples": "tfx.Examples"}})
+  inputs_spec = json.dumps({"parameters": {
+      name: {"parameterType": kind} for name, kind in (
+          ("input_config", "STRING"), ("output_config", "STRING"),
+          ("output_data_format", "NUMBER_INTEGER"), ("output_file_format", "NUMBER_INTEGER"),
+          ("requested_span", "STRING"))}})
+  kfp_entrypoint.run_example_gen_driver(executor_input, inputs_spec)
+  (examples,) = tfx_utils.parse_raw_artifact_dict(executor_input.outputs.artifacts)["examples"]
+  assert examples.get_int_custom_property("span") == 20787  # 2026-11-30.
+  assert "2026-11-29: image_dir:" in examples.get_string_custom_property("input_fingerprint")
+  with open(output_file) as f:
+    resolved = json.loads(json.load(f)["parameterValues"]["input_config"])
+  query = json.loads(resolved["splits"][0]["pattern"])
+  assert [folder for _, _, folder in query["spans"]] == [
+      str(tmp_path / "photos" / "2026-11-30"), str(tmp_path / "photos" / "2026-11-29")]

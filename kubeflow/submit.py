@@ -5,13 +5,15 @@ fails before any network call, and a pipeline root takes one run at a time
 import dataclasses
 import json
 import os
+import re
 import time
 from typing import Mapping, Optional, Sequence
 
 import yaml
 
 from configs import groups
-from kubeflow.parameters import DATA_ROOT_PARAMETER, TRAINER_CONFIG_PARAMETER
+from components import spans
+from kubeflow.parameters import DATA_ROOT_PARAMETER, SPAN_PARAMETER, TRAINER_CONFIG_PARAMETER
 from pipeline import config as config_lib
 from kubeflow.cluster_config import KubeflowConfig
 from storage.object_storage import is_object_store_uri
@@ -75,11 +77,42 @@ def parameter_defaults(spec: dict) -> dict:
   return {name: parameter.get("defaultValue") for name, parameter in parameters.items()}
 
 
-def run_parameters(spec: dict, trainer_flags: Sequence[str], data_root: Optional[str]) -> dict:
+# The recurring run's macro a schedule may pass as its span: the scheduled day, in Go's layout
+# (2006-01-02 for a date pattern, e.g. 20060102 for a {SPAN} of that form).
+SCHEDULED_SPAN = re.compile(r"\[\[ScheduledTime\.(2006-01-02|[0-9]+)\]\]")
+SPAN_VALUE = re.compile(r"[0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def span_value(span: str, recurring: bool) -> str:
+  """The `span` parameter a run gets: a span number, a date YYYY-MM-DD, "" (the newest), or
+  for a recurring run (schedule) the scheduled day as [[ScheduledTime.2006-01-02]], which
+  KFP backends expand from version 2.16.0 on."""
+  if not span or SPAN_VALUE.fullmatch(span):
+    return span
+  if SCHEDULED_SPAN.fullmatch(span):
+    if recurring:
+      return span
+    raise ValueError(f"Invalid --span {span!r}: {spans.SCHEDULED_TIME_MACRO}...]] is expanded "
+                     "only in a recurring run's parameters (python -m kubeflow schedule); give "
+                     "the span number or date here.")
+  raise ValueError(f"Invalid --span {span!r}: expected a span number, a date YYYY-MM-DD"
+                   + (", or [[ScheduledTime.2006-01-02]] (the scheduled day; KFP backend "
+                      f"{spans.MACRO_BACKEND_VERSION} or later)" if recurring else "")
+                   + "; empty: the newest span.")
+
+
+def run_parameters(spec: dict, trainer_flags: Sequence[str], data_root: Optional[str],
+                   span: Optional[str] = None, recurring: bool = False) -> dict:
   """The run's parameter values: the compiled defaults, with trainer fields (`--name=value`
-  flags) and the data directory changed as asked. What Transform or the compiled worker pools
-  depend on cannot change per run: that needs a new compile."""
+  flags), the data directory and the span changed as asked. What Transform or the compiled
+  worker pools depend on cannot change per run: that needs a new compile."""
   values = parameter_defaults(spec)
+  if span is not None:
+    if SPAN_PARAMETER not in values:
+      raise ValueError("--span applies to pipelines compiled with a span pattern in "
+                       "--image_dir or --tfrecord_dir (e.g. --image_dir=gs://b/images/"
+                       "{YYYY}-{MM}-{DD}); this one reads one dataset.")
+    values[SPAN_PARAMETER] = span_value(span, recurring)
   if trainer_flags:
     names = [flag[2:].partition("=")[0] for flag in trainer_flags]
     trial_parameters = [n for n in values if n.startswith(TRAINER_CONFIG_PARAMETER + "_trial_")]

@@ -296,3 +296,28 @@ def test_runs_that_ended_or_run_on_another_pipeline_root_do_not_block(compiled, 
       _run("r-canceled", "CANCELED", pipeline_root=None)]
   assert cli.main(_run_flags(package, kfp_server)) == 0
   assert kfp_server.calls()[-1] == ("POST", f"{API}/runs")
+
+
+def test_a_schedule_over_dated_folders_passes_the_scheduled_day_as_its_span(kfp_server,
+                                                                           monkeypatch,
+                                                                           tmp_path, capsys):
+  """The documented schedule: each recurring run reads its scheduled day's image folder."""
+  from kubeflow import compiler
+  from kubeflow.cluster_config import from_flags
+  config = from_flags(["--image=gcr.io/proj/wrn-pipeline:7", "--output_dir=s3://bucket/wrn",
+                       "--dataset=image_dir", "--train_spans=2", "--pipeline_name=wrn-photos",
+                       "--image_dir=s3://bucket/images/{YYYY}-{MM}-{DD}"])
+  package = compiler.compile_pipeline(config, str(tmp_path))
+  kfp_server.pipelines["wrn-photos"] = "p-9"
+  kfp_server.experiments["nightly"] = "e-9"
+  monkeypatch.setenv("KFP_ENDPOINT", kfp_server.url)
+  assert cli.main(["schedule", f"--package={package.spec_path}", "--experiment=nightly",
+                   "--cron=0 0 3 * * *", "--span=[[ScheduledTime.2006-01-02]]"]) == 0
+  recurring = kfp_server.request("POST", f"{API}/recurringruns")["body"]
+  assert recurring["runtime_config"]["parameters"]["span"] == "[[ScheduledTime.2006-01-02]]"
+  # A one-off run gets no expansion: the macro is refused before any call.
+  calls = len(kfp_server.calls())
+  assert cli.main(["run", f"--package={package.spec_path}", "--experiment=e",
+                   "--span=[[ScheduledTime.2006-01-02]]"]) == 2
+  assert "expanded only in a recurring run's parameters" in capsys.readouterr().err
+  assert len(kfp_server.calls()) == calls

@@ -11,6 +11,7 @@ from typing import List, Optional
 from local_runner.run_record import RunRecord
 from pipeline.config import PipelineConfig
 from reporting.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
+from reporting.sections import span_summary
 
 
 def _value(artifact, name: str):
@@ -31,7 +32,7 @@ def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
   if report is None:
     return ["  run report:      none: the run recorded no report"]
   get = lambda name: _value(report, name)  # noqa: E731
-  lines = [f"  eval accuracy:   {_fmt(get('eval_accuracy'))}  (ECE {_fmt(get('eval_ece'))}, "
+  lines = data_lines(run) + [f"  eval accuracy:   {_fmt(get('eval_accuracy'))}  (ECE {_fmt(get('eval_ece'))}, "
            f"NLL {_fmt(get('eval_nll'))}, temperature-scaled)"]
   if config.evaluation.corruptions:
     lines.append(f"  corrupted:       cA {_fmt(get('corrupted_accuracy'))}, cNLL "
@@ -65,6 +66,18 @@ def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
   lines.append(f"  run report:      {copy_report(config, run, report)}")
   lines.append(f"  report artifact: {report.uri}")
   return lines
+
+
+def data_lines(run: RunRecord) -> List[str]:
+  """The span (and version) ExampleGen read and the spans of the train split, from its
+  Examples artifact; nothing for a source without spans."""
+  examples = run.latest_output("examples")
+  if examples is None:
+    return []
+  window = _value(examples, "train_window")
+  summary = span_summary(_value(examples, "span"), _value(examples, "version"),
+                         json.loads(window) if window else ())
+  return [f"  data read:       {summary}"] if summary else []
 
 
 def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:

@@ -135,3 +135,25 @@ def test_a_run_the_span_check_let_train_gets_the_reports_lines():
   assert span_check_lines(_decision_run(1, "no model in production")) is None
   no_check = types.SimpleNamespace(latest_output=lambda key, producer=None: None)
   assert span_check_lines(no_check) is None
+
+
+def test_the_span_read_and_the_train_window_come_from_the_examples_artifact(tmp_path, config):
+  from tfx.types import standard_artifacts
+  examples = standard_artifacts.Examples()
+  examples.set_int_custom_property("span", 20788)
+  examples.set_string_custom_property("train_window", json.dumps([
+      {"span": 20788, "version": None, "folder": "/photos/2026-12-01", "train_examples": 70},
+      {"span": 20787, "version": None, "folder": "/photos/2026-11-30", "train_examples": 68}]))
+  run = _run(tmp_path, BLESSED_AND_PUSHED)
+  outputs = {"examples": examples.mlmd_artifact}
+  with_examples = types.SimpleNamespace(
+      run_id=run.run_id, states=run.states,
+      latest_output=lambda key, producer=None: outputs.get(key) or run.latest_output(key))
+  lines = report_lines(config, with_examples)
+  assert lines[0] == ("  data read:       span 20788 (/photos/2026-12-01); train split from 2 "
+                      "spans: 20788 (70 examples), 20787 (68 examples)")
+  assert not report_lines(config, run)[0].startswith("  data read:")  # No Examples, no line.
+  plain = standard_artifacts.Examples()
+  plain.set_int_custom_property("span", 0)  # TFX's span of a source without spans.
+  outputs["examples"] = plain.mlmd_artifact
+  assert not report_lines(config, with_examples)[0].startswith("  data read:")

@@ -97,10 +97,10 @@ def configure_logging(log_dir: str, run_id: str) -> str:
 def local_parts(config: config_lib.PipelineConfig):
   """The graph's runner parts on this machine: files as they are, TFX's Trainer, SQLite MLMD."""
   from tfx import v1 as tfx
-  from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts
+  from pipeline.pipeline import TRAINER_RUN_FN, RunnerParts, tfrecord_input_base
   splits = ("train", "eval")
   if config.data.dataset == "tfrecord" and os.path.isdir(
-      os.path.join(config.data.tfrecord_dir, "test")):
+      os.path.join(config.data.local_folder(config.data.tfrecord_dir), "test")):
     splits += ("test",)  # Scored locally after the run (the held-out test accuracy).
 
   def make_trainer(trial: int, custom_config: dict, **inputs):
@@ -108,7 +108,9 @@ def local_parts(config: config_lib.PipelineConfig):
     return tfx.components.Trainer(run_fn=TRAINER_RUN_FN, custom_config=custom_config, **inputs)
 
   return RunnerParts(
-      schema_file=config.data.schema_path, tfrecord_input_base=config.data.tfrecord_dir,
+      schema_file=config.data.schema_path, span=config.data.span,
+      tfrecord_input_base=config.data.tfrecord_dir and tfrecord_input_base(
+          config.data.tfrecord_dir),
       tfrecord_splits=splits, make_trainer=make_trainer,
       beam_pipeline_args=config.beam_pipeline_args(), beam_step_args=config.beam_step_args,
       metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
@@ -141,7 +143,7 @@ def failure_message(config: config_lib.PipelineConfig, error: Exception) -> str:
   itself, the traceback Beam wraps it in being in the log."""
   message = f"{type(error).__name__}: {error}"
   if config.data.dataset == "tfrecord" and tfrecord_check.looks_like_corrupted_input(message):
-    damaged = tfrecord_check.corrupted_files(config.data.tfrecord_dir)
+    damaged = tfrecord_check.corrupted_files(config.data.local_folder(config.data.tfrecord_dir))
     if damaged:
       return ("Corrupted input TFRecord file(s); replace or remove them and run again:\n" +
               "\n".join(f"  - {line}" for line in damaged))

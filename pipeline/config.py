@@ -10,7 +10,7 @@ import re
 from typing import Optional, Sequence, Tuple
 
 import configs
-from components import tfrecord_check
+from components import spans, tfrecord_check
 from trainer_module import reference_corruptions
 from trainer_module.class_names import DATASET_CLASS_NAMES, index_names
 from pipeline import beam_engine
@@ -54,13 +54,25 @@ class DataConfig:
   # digits (embedded), cifar10 (tensorflow-datasets), tfrecord (tf.Examples) or image_dir (a
   # folder of images in class folders: docs/pipeline.md, "Data").
   dataset: str = "digits"  # The images the run trains and evaluates on.
-  tfrecord_dir: Optional[str] = None  # With dataset=tfrecord: the folder of train/, eval/[, test/].
+  # With dataset=tfrecord: the folder of train/, eval/[, test/]; it may be a span pattern, as
+  # image_dir.
+  tfrecord_dir: Optional[str] = None  # The folder of TFRecord splits.
   # With dataset=tfrecord: a comma list of num_classes names in label order, which the served
   # model answers with; empty: the label's index ('0', '1', ...).
   class_names: Tuple[str, ...] = ()  # The classes' names.
   # With dataset=image_dir: DIR/<class name>/<images>, or DIR/{train,eval,test}/<class name>/
   # for fixed splits; local or on object storage. JPEG, PNG, GIF or BMP of any size and mode.
+  # A span pattern reads one folder per span, the newest (or --span's): TFX's placeholders
+  # {SPAN}, {SPAN:width}, {VERSION} or {YYYY}-{MM}-{DD}, e.g. gs://b/images/{YYYY}-{MM}-{DD}
+  # (docs/pipeline.md, "New data every day").
   image_dir: Optional[str] = None  # The folder of labelled images.
+  # With a span pattern in image_dir or tfrecord_dir: the span number to read, or with a date
+  # pattern the date YYYY-MM-DD; empty: the newest span. On Kubeflow the runtime parameter
+  # `span` (python -m kubeflow run|schedule --span=...).
+  span: str = ""  # The span (or date) the run reads; empty = the newest.
+  # With an image_dir span pattern: the train split holds the train splits of the newest
+  # train_spans spans up to the run's span; eval and test come from that span alone.
+  train_spans: int = 1  # Spans whose train splits the model trains on.
   # With dataset=image_dir: undecodable, empty or oversized files and folders are left out and
   # listed in the run report; without it, ExampleGen stops the run and names them.
   skip_bad_images: bool = False  # Skip bad images instead of failing.
@@ -93,15 +105,64 @@ class DataConfig:
               "is only used with dataset=image_dir")
       require(not self.skip_bad_images, "skip_bad_images", self.skip_bad_images,
               "is only used with dataset=image_dir")
+    self._check_spans()
+
+  @property
+  def source_dir(self) -> Optional[str]:
+    """The folder (or span pattern) the dataset reads: image_dir or tfrecord_dir."""
+    return {"image_dir": self.image_dir, "tfrecord": self.tfrecord_dir}.get(self.dataset)
+
+  @property
+  def is_span_pattern(self) -> bool:
+    return spans.is_pattern(self.source_dir)
+
+  def _check_spans(self) -> None:
+    """A span pattern is valid; span and train_spans need one (train_spans: an image
+    folder's)."""
+    name = "image_dir" if self.dataset == "image_dir" else "tfrecord_dir"
+    if self.is_span_pattern:
+      try:
+        spans.check_pattern(self.source_dir)
+      except spans.SpanError as error:
+        require(False, name, self.source_dir, str(error))
+    require(self.train_spans >= 1, "train_spans", self.train_spans, "must be >= 1")
+    if self.span:
+      require(self.is_span_pattern, "span", self.span,
+              "needs a span pattern in image_dir or tfrecord_dir (e.g. "
+              "--image_dir=gs://b/images/{YYYY}-{MM}-{DD}); without one there is one dataset")
+      try:
+        spans.requested_span(self.source_dir, self.span)
+      except spans.SpanError as error:
+        require(False, "span", self.span, str(error).partition(": ")[2] if str(error).startswith(
+            "pattern ") else str(error))
+    if self.train_spans > 1:
+      require(self.dataset == "image_dir" and self.is_span_pattern, "train_spans",
+              self.train_spans, "needs an image_dir span pattern (e.g. "
+              "--image_dir=gs://b/images/{YYYY}-{MM}-{DD}): its older spans' train splits are "
+              "read with the newest")
 
   @property
   def input_examples(self) -> Optional[int]:
     """Examples of the input dataset, when known without reading it (a local image folder:
     its files, counted by listing it)."""
-    if self.dataset == "image_dir" and self.image_dir and os.path.isdir(self.image_dir):
-      return sum(not name.startswith(".") for _, _, files in os.walk(self.image_dir)
-                 for name in files)
+    if self.dataset == "image_dir" and self.image_dir and not is_object_store_uri(self.image_dir):
+      folders = [self.image_dir]
+      if self.is_span_pattern:
+        try:
+          newest = spans.resolve(self.image_dir, self.span)
+        except spans.SpanError:
+          return None
+        folders = [s.folder for s in spans.window(self.image_dir, newest, self.train_spans)]
+      return sum(not name.startswith(".") for folder in folders if os.path.isdir(folder)
+                 for _, _, files in os.walk(folder) for name in files) or None
     return DATASET_EXAMPLES.get(self.dataset)
+
+  def local_folder(self, path: Optional[str]) -> Optional[str]:
+    """The folder a local run reads for `path`: a span pattern's resolved span (the newest or
+    `span`), else the path itself."""
+    if not path or not spans.is_pattern(path) or is_object_store_uri(path):
+      return path
+    return spans.resolve(path, self.span).folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,7 +392,8 @@ class PipelineConfig:
               "class_names", ",".join(data.class_names),
               f"must name num_classes={trainer.model.num_classes} classes")
     self._check_where_it_runs()
-    _check_corruptions(self.evaluation.corruptions, data.dataset, data.tfrecord_dir)
+    _check_corruptions(self.evaluation.corruptions, data.dataset,
+                       None if data.is_span_pattern else data.tfrecord_dir)
     fit = trainer.calibration.temperature_fit
     if calibration_methods.get(fit).needs_validation_corruptions:
       tuning = [name for name in self.evaluation.corruptions
@@ -358,13 +420,16 @@ class PipelineConfig:
             f"{beam.beam_environment_type} on a local run: the SDK harness image (DOCKER) or "
             "the boot command as JSON (PROCESS)")
     if data.dataset == "tfrecord":
-      _check_tfrecord_dir(data.tfrecord_dir)
+      _check_tfrecord_dir(_span_folder(data, "tfrecord_dir"))
     if data.dataset == "image_dir":
-      _check_image_dir(data.image_dir)
+      _check_image_dir(_span_folder(data, "image_dir"))
     _check_local_paths(self)
     check_schema(self)
     if data.dataset == "tfrecord":
-      _check_tfrecord_examples(data.tfrecord_dir, data.schema_path)
+      _check_tfrecord_examples(_span_folder(data, "tfrecord_dir"), data.schema_path)
+      if data.is_span_pattern:
+        _check_corruptions(self.evaluation.corruptions, data.dataset,
+                           _span_folder(data, "tfrecord_dir"))
 
   def check_output_dir(self) -> None:
     """For a local run: output_dir, and every directory the run writes under it (the
@@ -508,6 +573,15 @@ def _check_writable_dir(output_dir: str, path: str, what: str) -> None:
               f"{what}cannot be created: {existing} refuses new directories ({error.strerror})")
 
 
+def _span_folder(data: DataConfig, name: str) -> Optional[str]:
+  """A local span pattern's folder for this run (the newest span, or --span's), refused naming
+  the pattern and the folder when it is missing or empty; any other path as it is."""
+  try:
+    return data.local_folder(getattr(data, name))
+  except spans.SpanError as error:
+    require(False, name, getattr(data, name), str(error))
+
+
 def _check_tfrecord_dir(path: Optional[str]) -> None:
   """Every split the run reads (train/, eval/, and test/ when present) has a readable record."""
   require(bool(path), "tfrecord_dir", path, "is required with dataset=tfrecord")
@@ -584,7 +658,10 @@ def check_runs_here(config: PipelineConfig) -> None:
   for name, path in (("image_dir", data.image_dir if data.dataset == "image_dir" else None),
                      ("tfrecord_dir", data.tfrecord_dir if data.dataset == "tfrecord" else None)):
     if isinstance(path, str) and path.startswith("s3://"):
-      problem = object_storage.s3_folder_problem(path)
+      # Of a span pattern, the folder above its first placeholder (its spans are listed by
+      # the ExampleGen step).
+      problem = object_storage.s3_folder_problem(
+          spans.split_base(path)[0] if spans.is_pattern(path) else path)
       require(problem is None, name, path, problem)
   if robustness_source(config.data.dataset) != "generated":
     return

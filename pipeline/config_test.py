@@ -620,3 +620,68 @@ def test_every_step_after_the_span_check_runs_only_when_it_decides_to_train(tmp_
   registry = pipeline.dsl_context_registry
   gated = {c.id for c in pipeline.components if conditional.get_predicates(c, registry)}
   assert gated == {c.id for c in pipeline.components} - {"ImageDatasetExampleGen", "SpanCheck"}
+
+
+def test_a_span_pattern_reads_the_newest_span_and_is_checked_before_any_step_runs(tmp_path):
+  from test_support import image_folders
+  image_folders.write_dated_spans(str(tmp_path), per_class=2, dates=("2026-11-30",
+                                                                    "2026-12-01"))
+  pattern = str(tmp_path / image_folders.DATE_PATTERN)
+  config = from_flags(["--dataset=image_dir", f"--image_dir={pattern}", "--train_spans=2"])
+  assert config.data.is_span_pattern and config.data.train_spans == 2
+  assert config.data.local_folder(pattern) == str(tmp_path / "2026-12-01")
+  assert config.data.input_examples == 2 * 2 * 3  # Both days' files, for the Beam engine.
+  (tmp_path / "2026-12-02").mkdir()
+  with pytest.raises(ValueError) as error:
+    from_flags(["--dataset=image_dir", f"--image_dir={pattern}"])
+  assert str(error.value).endswith(f"the newest 2026-12-02 (span 20789) of the pattern {pattern} "
+                                   f"is empty: {tmp_path}/2026-12-02 holds no files.")
+  with pytest.raises(ValueError, match=f"2026-12-05 .* of the pattern .* is missing: no folder "
+                     f"{tmp_path}/2026-12-05"):
+    from_flags(["--dataset=image_dir", f"--image_dir={pattern}", "--span=2026-12-05"])
+  assert from_flags(["--dataset=image_dir", f"--image_dir={pattern}",
+                     "--span=2026-11-30"]).data.span == "2026-11-30"
+
+
+def test_a_tfrecord_span_pattern_checks_the_newest_spans_splits(tmp_path):
+  write_digits_tfrecord_dir(str(tmp_path / "1"), per_split_limit=3)
+  (tmp_path / "2" / "train").mkdir(parents=True)
+  (tmp_path / "2" / "train" / "x.tfrecord").write_bytes(b"")
+  flags = ["--dataset=tfrecord", f"--tfrecord_dir={tmp_path}/{{SPAN}}", "--corruptions="]
+  with pytest.raises(ValueError, match=f"has no {tmp_path}/2/eval"):
+    from_flags(flags)
+  config = from_flags(flags + ["--span=1"])
+  parts = local_runner.local_parts(config)
+  assert parts.tfrecord_input_base == str(tmp_path) and parts.span == "1"
+  assert parts.tfrecord_splits == ("train", "eval", "test")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--span=3"], "span='3': needs a span pattern in image_dir or tfrecord_dir"),
+    (["--train_spans=2"], "train_spans=2: needs an image_dir span pattern"),
+    (["--dataset=image_dir", "--image_dir=/d/{SPAN}", "--train_spans=0"],
+     "train_spans=0: must be >= 1"),
+    (["--dataset=image_dir", "--image_dir=/d/v{VERSION}"],
+     "Version spec provided, but Span or Date spec is not present"),
+    (["--dataset=image_dir", "--image_dir=/d/{SPAN}", "--span=2026-12-01"],
+     "has {SPAN}, not a date"),
+    (["--dataset=image_dir", "--image_dir=/d/{YYYY}{MM}{DD}",
+      "--span=[[ScheduledTime.2006-01-02]]"], "expands [[ScheduledTime...]] in a recurring "
+     "run's parameters from version 2.16.0 on"),
+    (["--dataset=tfrecord", "--tfrecord_dir=/d/{SPAN}", "--train_spans=2"],
+     "train_spans=2: needs an image_dir span pattern"),
+])
+def test_span_flags_without_a_pattern_or_with_a_bad_value_are_config_errors(flags, message):
+  with pytest.raises(ValueError) as error:
+    from_flags(flags)
+  assert message in str(error.value)
+
+
+def test_an_s3_span_pattern_is_checked_at_the_folder_above_its_spans(s3, s3_server):
+  root, bucket = s3
+  s3_server.client().put_object(Bucket=bucket, Key="photos/2026-12-01/cat/a.png", Body=b"x")
+  check_runs_here(from_flags(["--dataset=image_dir",
+                              f"--image_dir={root}/photos/{{YYYY}}-{{MM}}-{{DD}}"]))
+  with pytest.raises(ValueError, match="image_dir="):
+    check_runs_here(from_flags(["--dataset=image_dir",
+                                f"--image_dir={root}/nothing/{{YYYY}}-{{MM}}-{{DD}}"]))

@@ -16,7 +16,8 @@ from components import evaluation_set
 from components.class_schema import ClassSchemaGen
 from components.ensemble import EnsembleSelector
 from components.evaluation_set import EvaluationSetGen
-from components.example_gen import ImageDatasetExampleGen
+from components import spans
+from components.example_gen import ImageDatasetExampleGen, TFRecordExampleGen
 from components.evaluator import Evaluator
 from components.production_model import ProductionModel
 from components.pusher import VersionedPusherExecutor
@@ -44,12 +45,21 @@ TrainerFactory = Callable[..., Any]
 class RunnerParts:
   """What the graph needs that differs by where it runs, resolved by the runner."""
   schema_file: str  # The curated schema ClassSchemaGen reads.
-  tfrecord_input_base: Any  # dataset=tfrecord: a directory, or a runtime parameter.
+  # dataset=tfrecord: a directory (of a span pattern, the folder above its first placeholder:
+  # tfrecord_input_base()), or a runtime parameter.
+  tfrecord_input_base: Any
   tfrecord_splits: Tuple[str, ...]  # dataset=tfrecord: the splits ImportExampleGen reads.
   make_trainer: TrainerFactory
   metadata_connection_config: Optional[Any]  # None: the orchestrator brings its own MLMD.
   beam_pipeline_args: Sequence[str]  # Every Beam step's engine where the runner runs them.
   beam_step_args: Callable[[Optional[int]], list]  # What a step of that many examples adds.
+  span: Any = ""  # The span a run reads ("" = the newest), or a runtime parameter.
+
+
+def tfrecord_input_base(tfrecord_dir: str) -> str:
+  """ImportExampleGen's input_base for tfrecord_dir: the folder itself, or of a span pattern
+  the folder above its first placeholder (the rest goes into the split patterns)."""
+  return spans.split_base(tfrecord_dir)[0] if spans.is_pattern(tfrecord_dir) else tfrecord_dir
 
 
 def trainer_custom_config(config: PipelineConfig, fingerprint: str, trial: int = 0) -> dict:
@@ -74,17 +84,23 @@ def trainer_module_fingerprint() -> str:
 
 
 def example_gen(config: PipelineConfig, parts: RunnerParts):
-  if config.data.dataset == "tfrecord":
-    return tfx.components.ImportExampleGen(
+  data = config.data
+  if data.dataset == "tfrecord":
+    # A span pattern's folders are in the split patterns, where TFX's driver resolves them.
+    folder = spans.split_base(data.tfrecord_dir)[1] + "/" if data.is_span_pattern else ""
+    return TFRecordExampleGen(
         input_base=parts.tfrecord_input_base,
         input_config=tfx.proto.Input(splits=[
-            tfx.proto.Input.Split(name=s, pattern=f"{s}/*") for s in parts.tfrecord_splits]))
-  return ImageDatasetExampleGen(source=config.data.dataset,
-                                eval_fraction=config.data.eval_fraction,
-                                test_fraction=config.data.test_fraction,
-                                tfds_data_dir=config.data.tfds_data_dir,
-                                image_dir=config.data.image_dir,
-                                skip_bad_images=config.data.skip_bad_images)
+            tfx.proto.Input.Split(name=s, pattern=f"{folder}{s}/*")
+            for s in parts.tfrecord_splits]),
+        span=parts.span).with_id("ImportExampleGen")
+  return ImageDatasetExampleGen(source=data.dataset,
+                                eval_fraction=data.eval_fraction,
+                                test_fraction=data.test_fraction,
+                                tfds_data_dir=data.tfds_data_dir,
+                                image_dir=data.image_dir,
+                                skip_bad_images=data.skip_bad_images,
+                                span=parts.span, train_spans=data.train_spans)
 
 
 def transform_component(config: PipelineConfig, examples, schema, fingerprint: str):

@@ -15,8 +15,9 @@ from tfx.utils import path_utils
 
 import tensorflow_model_analysis as tfma
 
-from components import run_history, served_model_check, span_check, tfma_results
-from components.example_gen import read_skipped_files
+from components import run_history, served_model_check, serving_versions, span_check, \
+    tfma_results
+from components.example_gen import read_skipped_files, read_train_window
 from components.pusher import ALREADY_SERVING_KEY
 from reporting import figures, render, sections
 from storage.object_storage import is_object_store_uri
@@ -97,7 +98,7 @@ def history_entry(decision: dict, headline: Dict[str, float], blessed: bool, pus
       data_version=decision["data_version"],
       outcome=run_history.PUSHED if pushed else run_history.NOT_PUSHED, reason=reason,
       blessed=blessed, pushed_version=os.path.basename(serving.rstrip("/")) if serving else None,
-      train_window=str(train_window) if train_window not in (None, "") else None,
+      train_window=serving_versions.window_spans(train_window),
       accuracy=headline.get("eval_accuracy"), nll=headline.get("eval_nll"),
       ece=headline.get("eval_ece"), corrupted_accuracy=headline.get("corrupted_accuracy"),
       corrupted_nll=headline.get("corrupted_nll"), corrupted_ece=headline.get("corrupted_ece"))
@@ -150,9 +151,12 @@ def RunReport(  # pylint: disable=invalid-name
         decision, headline, blessed, pushed, serving, failures, check,
         _property(input_examples, "train_window")))
     history = run_history.read(history_dir, history_runs)
+  span, version = (None if _property(input_examples, name) is None
+                   else int(_property(input_examples, name)) for name in ("span", "version"))
+  input_span = sections.span_summary(span, version, read_train_window(input_examples))
   document = sections.run_report(report_settings, evaluation.uri, blessed, model_dir,
                                  serving if pushed else None, evaluation_set.uri, served, skipped,
-                                 history, decision["reason"] or None)
+                                 input_span, history, decision["reason"] or None)
   _write(report, render.to_html(document), "run report")
   _write(report_markdown, render.to_markdown(document), "run report (Markdown)")
   recorded = {**headline, "span": decision["span"], "span_check": decision["reason"],
@@ -162,6 +166,7 @@ def RunReport(  # pylint: disable=invalid-name
                       "served_examples": check["examples"],
                       "warm_start": sections.warm_start_summary(model_dir),
                       "evaluation_uri": evaluation.uri, "skipped_images": len(skipped),
+                      "input_span_summary": input_span or "",
                       GATE_FAILURES: json.dumps([failure.describe() for failure in failures]),
                       SERVED_CHECK_PROBLEMS: json.dumps(check["problems"])}
   if check["accuracy"] is not None:

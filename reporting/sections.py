@@ -481,12 +481,31 @@ def history_section(entries: Sequence[run_history.Entry]) -> Section:
   return Section("History", *blocks)
 
 
+def span_summary(span: Optional[int], version: Optional[int],
+                 train_window: Sequence[dict] = ()) -> Optional[str]:
+  """The span (and version) ExampleGen read, as its Examples artifact records them, and the
+  spans whose train splits the train split holds; None for a source without spans (TFX
+  records span 0 and no version there)."""
+  if not train_window and not span and version is None:
+    return None
+  line = f"span {span}" + (f", version {version}" if version is not None else "")
+  if train_window:
+    line += f" ({train_window[0]['folder']})"
+    if len(train_window) > 1:
+      line += f"; train split from {len(train_window)} spans: " + ", ".join(
+          f"{entry['span']} ({entry['train_examples']} examples)" for entry in train_window)
+  return line
+
+
 def about_run(settings: ReportSettings, model_dir: Optional[str], pushed: Optional[str],
-              evaluation_uri: str, span_check: Optional[str] = None) -> BulletList:
-  """The lines under the title: the data, the model, its precision, start, push and metrics."""
+              evaluation_uri: str, input_span: Optional[str] = None,
+              span_check: Optional[str] = None) -> BulletList:
+  """The lines under the title: the data (and its span), the span check's decision, the model,
+  its precision, start, push and metrics."""
   precision = read_record(model_dir, PRECISION_FILE) if model_dir else None
   return BulletList([
       ("dataset: ", Code(settings.dataset), f", model: {settings.model}"),
+      *([f"data read: {input_span}"] if input_span else []),
       *([f"span check: {span_check}"] if span_check else []),
       ("trained in ", Code(precision["policy"]), f" ({precision['reason']}), served in ",
        Code(precision["serving_policy"])) if precision else "precision: not recorded",
@@ -501,12 +520,14 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
                evaluation_set_uri: Optional[str] = None,
                served_check: Optional[ServedCheck] = None,
                skipped_files: Sequence[Tuple[str, str]] = (),
+               input_span: Optional[str] = None,
                history: Sequence[run_history.Entry] = (),
                span_check: Optional[str] = None) -> Report:
   """The report of a run. evaluation_set_uri: EvaluationSetGen's examples, whose served distance
   scores the report shows for a model calibrated by distance. skipped_files: (path, reason) of
-  the input files an image_dir run left out (skip_bad_images). history: the pipeline's last
-  runs, this one last. span_check: why the span check let this run train."""
+  the input files an image_dir run left out (skip_bad_images). input_span: span_summary of the
+  Examples read. history: the pipeline's last runs, this one last. span_check: why the span
+  check let this run train."""
   values = tfma_results.load_metrics(evaluation_uri)
   try:
     validation = tfma.load_validation_result(evaluation_uri)
@@ -535,5 +556,5 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
       skipped_section(skipped_files),
       history_section(history) if history else None]
   return Report(f"Run report: {settings.pipeline_name}",
-                about_run(settings, model_dir, pushed, evaluation_uri, span_check),
+                about_run(settings, model_dir, pushed, evaluation_uri, input_span, span_check),
                 tuple(section for section in sections if section is not None))

@@ -256,3 +256,16 @@ def test_a_history_of_runs_that_trained_nothing_has_a_table_and_no_chart():
   section = sections.history_section([entry])
   assert not [block for block in section.blocks if isinstance(block, Chart)]
   assert _rows(section)[1][2] == "skipped"
+
+
+def test_the_report_names_the_span_read_and_the_spans_of_the_train_split():
+  window = [{"span": 7, "version": 2, "folder": "s3://b/d/7/v2", "train_examples": 40},
+            {"span": 6, "version": 1, "folder": "s3://b/d/6/v1", "train_examples": 35}]
+  assert sections.span_summary(7, 2, window) == (
+      "span 7, version 2 (s3://b/d/7/v2); train split from 2 spans: 7 (40 examples), 6 (35 "
+      "examples)")
+  assert sections.span_summary(3, None) == "span 3"  # A TFRecord span: no window recorded.
+  assert sections.span_summary(0, None) is None  # TFX's span of a source without spans.
+  lines = sections.about_run(_SETTINGS, None, None, "/tfma", "span 3").items
+  assert lines[1] == ("data read: span 3",)
+  assert ("data read: span 3",) not in sections.about_run(_SETTINGS, None, None, "/tfma").items

@@ -33,16 +33,17 @@ def encode(image: Image.Image, image_format: str, mode: str) -> bytes:
 
 
 def write_image_folder(root: str, per_class: int, splits: Sequence[str] = (),
-                       classes: Dict[str, Tuple[int, int, int]] = CLASS_COLOURS) -> Dict[str, str]:
+                       classes: Dict[str, Tuple[int, int, int]] = CLASS_COLOURS,
+                       salt: str = "") -> Dict[str, str]:
   """root/<class>/ (or root/<split>/<class>/ for each of `splits`) with per_class images of
   each class, cycling through KINDS and sizes from 12 to 160 pixels a side; some in a
-  subfolder. Returns {relative path: class}."""
+  subfolder; `salt` draws other images. Returns {relative path: class}."""
   written = {}
   for split in splits or ("",):
     for c, (name, colour) in enumerate(sorted(classes.items())):
       for i in range(per_class):
         image_format, mode, extension = KINDS[i % len(KINDS)]
-        seed = zlib.crc32(f"{split}/{c}/{i}".encode())
+        seed = zlib.crc32(f"{salt}{split}/{c}/{i}".encode())
         size = (12 + (seed % 149), 12 + ((seed // 149) % 149))
         sub = "more" if i % 10 == 9 else ""
         relative = os.path.join(*[p for p in (split, name, sub, f"{i:04d}.{extension}") if p])
@@ -52,6 +53,18 @@ def write_image_folder(root: str, per_class: int, splits: Sequence[str] = (),
           f.write(encode(photo(colour, size, seed), image_format, mode))
         written[relative] = name
   return written
+
+
+DATES = ("2026-11-29", "2026-11-30", "2026-12-01", "2026-12-02")
+DATE_PATTERN = "{YYYY}-{MM}-{DD}"
+
+
+def write_dated_spans(root: str, per_class: int, dates: Sequence[str] = DATES
+                      ) -> Dict[str, Dict[str, str]]:
+  """root/<date>/<class>/ for each date (a day's new images: other images each day), as
+  --image_dir=root/{YYYY}-{MM}-{DD} reads them. Returns {date: {relative path: class}}."""
+  return {date: write_image_folder(os.path.join(root, date), per_class, salt=date)
+          for date in dates}
 
 
 def png_declaring(width: int, height: int) -> bytes:
