@@ -235,8 +235,13 @@ class SpanCheck(base_component.BaseComponent):
 def read_decision(decision: types.Artifact) -> dict:
   """The decision's custom properties as plain values (numbers as ints, whichever type the
   orchestrator kept them in)."""
-  get = lambda key, default: (decision.get_custom_property(key)  # noqa: E731
-                              if decision.has_custom_property(key) else default)
+  def get(key, default):
+    if not decision.has_custom_property(key):
+      return default
+    # On Kubeflow a custom property comes back as a struct value, which TFX's getter reads as
+    # None when it is falsy (tfx/types/artifact.py get_custom_property): 0, or "".
+    value = decision.get_custom_property(key)
+    return type(default)() if value is None else value
   return {"train": int(get(TRAIN_KEY, 1)) == 1, "reason": str(get(REASON_KEY, "")),
           "span": int(get(SPAN_KEY, 0)), "data_version": int(get(DATA_VERSION_KEY, 0)),
           "production_version": str(get(PRODUCTION_VERSION_KEY, "")),

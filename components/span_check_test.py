@@ -176,3 +176,19 @@ def test_tfxs_kubeflow_entrypoint_finds_the_decisions_class_by_its_type_name():
   from tfx.utils import import_utils
   assert import_utils.import_class_by_path(
       span_check.SpanDecision.TYPE_NAME) is span_check.SpanDecision
+
+
+def test_a_decision_of_zeros_reads_back_as_kubeflows_entrypoint_hands_it_over():
+  """TFX's Kubeflow entrypoint makes every custom property a struct value
+  (kubeflow_v2_entrypoint_utils._parse_raw_artifact), which its getter reads as None when 0."""
+  from tfx.types import artifact as artifact_lib
+  decision = span_check.SpanDecision()
+  for key, value in ((span_check.TRAIN_KEY, 0), (span_check.SPAN_KEY, 0),
+                     (span_check.DATA_VERSION_KEY, 0), (span_check.REASON_KEY, "why"),
+                     (span_check.PRODUCTION_VERSION_KEY, "")):
+    decision.mlmd_artifact.custom_properties[key].struct_value.CopyFrom(
+        artifact_lib._encode_struct_value(value))  # pylint: disable=protected-access
+  assert decision.get_custom_property(span_check.SPAN_KEY) is None  # TFX's reading of a 0.
+  read = span_check.read_decision(decision)
+  assert (read["train"], read["span"], read["data_version"], read["reason"],
+          read["production_version"]) == (False, 0, 0, "why", "")
