@@ -25,7 +25,7 @@ from tfx import v1 as tfx  # noqa: E402
 
 from pipeline.config import from_preset  # noqa: E402
 from local_runner.runner import local_parts  # noqa: E402
-from pipeline.pipeline import input_steps, trainer_module_fingerprint  # noqa: E402
+from pipeline.pipeline import example_gen, input_steps, trainer_module_fingerprint  # noqa: E402
 
 BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "ValidationGate", "Transform")
 MODES = ("in_memory", "multi_processing")
@@ -44,7 +44,8 @@ def run_steps(mode: str, **overrides) -> dict:
   os.makedirs(os.path.dirname(config.runner.metadata_path), exist_ok=True)
   tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
       pipeline_name=config.runner.pipeline_name, pipeline_root=config.runner.pipeline_root,
-      components=input_steps(config, parts, trainer_module_fingerprint()), enable_cache=False,
+      components=input_steps(config, parts, trainer_module_fingerprint(),
+                             example_gen(config, parts)), enable_cache=False,
       metadata_connection_config=connection,
       beam_pipeline_args=config.beam_pipeline_args()))  # The running mode: as the pipeline.
   return {step: seconds for step in BEAM_STEPS

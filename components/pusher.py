@@ -172,24 +172,28 @@ def _next_version(base_directory: str, taken: List[int]) -> int:
   return version
 
 
-def _push_info(model_dir: str, fingerprint: str) -> str:
-  return json.dumps({"model_fingerprint": fingerprint, "source": model_dir}, indent=2)
+def _push_info(model_dir: str, fingerprint: str, trained_on: Optional[dict] = None) -> str:
+  info = {"model_fingerprint": fingerprint, "source": model_dir}
+  if trained_on is not None:
+    info[versions_lib.TRAINED_ON_KEY] = trained_on
+  return json.dumps(info, indent=2)
 
 
 def push_version(model_dir: str, base_directory: str, fingerprint: str,
-                 run_id: Optional[str] = None) -> str:
+                 run_id: Optional[str] = None, trained_on: Optional[dict] = None) -> str:
   """Publishes the model as the next free numeric version under base_directory and checks the
-  published copy against the source fingerprint; returns the version directory."""
+  published copy against the source fingerprint; returns the version directory. trained_on:
+  the data the model was trained on (serving_versions.trained_on), kept in its push record."""
   problem = serving_directory_problem(base_directory)
   if problem:
     raise UnusableServingDirectory(f"Cannot push to {base_directory}: {problem}.")
   if is_object_store_uri(base_directory):
-    return _push_to_object_store(model_dir, base_directory, fingerprint, run_id)
+    return _push_to_object_store(model_dir, base_directory, fingerprint, run_id, trained_on)
   remove_stale_staging_dirs(base_directory)
   staging_dir = os.path.join(base_directory, _staging_name())
   io_utils.copy_dir(model_dir, staging_dir)
   io_utils.write_string_file(os.path.join(staging_dir, PUSH_INFO_PATH),
-                             _push_info(model_dir, fingerprint))
+                             _push_info(model_dir, fingerprint, trained_on))
   while True:
     final_dir = os.path.join(base_directory,
                              str(_next_version(base_directory, serving_versions(base_directory))))
@@ -219,7 +223,7 @@ def claim_version(base_directory: str, version: int, claim: dict) -> bool:
 
 
 def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
-                          run_id: Optional[str]) -> str:
+                          run_id: Optional[str], trained_on: Optional[dict] = None) -> str:
   files = sorted(os.path.relpath(os.path.join(root, name), model_dir)
                  for root, _, names in fileio.walk(model_dir) for name in names)
   if SAVED_MODEL_FILE not in files:
@@ -236,7 +240,7 @@ def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
     if relative != SAVED_MODEL_FILE:
       fileio.copy(os.path.join(model_dir, relative), os.path.join(final_dir, relative))
   io_utils.write_string_file(os.path.join(final_dir, PUSH_INFO_PATH),
-                             _push_info(model_dir, fingerprint))
+                             _push_info(model_dir, fingerprint, trained_on))
   fileio.copy(os.path.join(model_dir, SAVED_MODEL_FILE),  # Last: now TF Serving may load it.
               os.path.join(final_dir, SAVED_MODEL_FILE))
 
@@ -257,6 +261,25 @@ def _verify_published(model_dir: str, final_dir: str, fingerprint: str,
     withdraw()
     raise RuntimeError(f"The copy published as {final_dir} does not match the model {model_dir} "
                        f"({problem}); it was withdrawn.")
+
+
+# Custom properties of the served-model check's infra blessing (components/served_model_check.py)
+# naming the data the candidate was trained on: the Pusher's own inputs stay TFX's.
+TRAINED_SPAN_KEY = "trained_span"
+TRAINED_VERSION_KEY = "trained_version"
+TRAIN_WINDOW_KEY = "train_window"
+TRAINED_FINGERPRINT_KEY = "trained_input_fingerprint"
+
+
+def training_data_of(blessing: Optional[types.Artifact]) -> Optional[dict]:
+  """The `trained_on` record entry the served-model check put on its blessing, or None (an
+  infra blessing of another producer)."""
+  if blessing is None or not blessing.has_custom_property(TRAINED_SPAN_KEY):
+    return None
+  def get(key, default=None):
+    return blessing.get_custom_property(key) if blessing.has_custom_property(key) else default
+  return versions_lib.trained_on(get(TRAINED_SPAN_KEY), get(TRAINED_VERSION_KEY, 0),
+                                 get(TRAIN_WINDOW_KEY), get(TRAINED_FINGERPRINT_KEY))
 
 
 class VersionedPusherExecutor(pusher_executor.Executor):
@@ -287,7 +310,9 @@ class VersionedPusherExecutor(pusher_executor.Executor):
         return
 
     run_id = self._context.pipeline_run_id if self._context else None
-    serving_dir = push_version(model_dir, base_directory, fingerprint, run_id)
+    blessings = input_dict.get(standard_component_specs.INFRA_BLESSING_KEY) or []
+    trained_on = training_data_of(blessings[0] if blessings else None)
+    serving_dir = push_version(model_dir, base_directory, fingerprint, run_id, trained_on)
     io_utils.copy_dir(model_dir, model_push.uri)
     self._MarkPushed(model_push, pushed_destination=serving_dir,
                      pushed_version=os.path.basename(serving_dir))

@@ -389,7 +389,7 @@ def test_a_copy_on_s3_that_differs_from_the_source_is_withdrawn_graph_first(
       f"serving/.version-claims/{pusher.claimed_versions(f'{root}/serving')[0]}.json"]
 
 
-def _push_blessed(tmp_path, model_dir, base, name, blessed=True):
+def _push_blessed(tmp_path, model_dir, base, name, blessed=True, infra_blessing=None):
   """Runs the Pusher's executor on a blessed (or not) Trainer output holding model_dir's
   files."""
   from tfx.proto import pusher_pb2
@@ -403,10 +403,44 @@ def _push_blessed(tmp_path, model_dir, base, name, blessed=True):
   blessing.set_int_custom_property("blessed", int(blessed))
   destination = pusher_pb2.PushDestination(
       filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=base))
+  inputs = {"model": [model], "model_blessing": [blessing]}
+  if infra_blessing is not None:
+    inputs["infra_blessing"] = [infra_blessing]
   pusher.VersionedPusherExecutor().Do(
-      {"model": [model], "model_blessing": [blessing]}, {"pushed_model": [pushed]},
+      inputs, {"pushed_model": [pushed]},
       {"push_destination": proto_utils.proto_to_json(destination)})
   return pushed
+
+
+@pytest.mark.parametrize("number", [int, float], ids=["local", "kubeflow-doubles"])
+def test_the_push_record_names_the_span_version_and_window_the_model_was_trained_on(
+    tmp_path, number):
+  """The served-model check puts them on its infra blessing (ints locally; doubles as KFP's
+  MLMD hands custom properties back); the Pusher keeps them with the version."""
+  from tfx.types import standard_artifacts
+  from components import serving_versions
+  infra = standard_artifacts.InfraBlessing()
+  infra.uri = str(tmp_path / "infra")
+  infra.set_int_custom_property("blessed", 1)
+  setter = (infra.set_int_custom_property if number is int else infra.set_float_custom_property)
+  setter(pusher.TRAINED_SPAN_KEY, number(20261201))
+  setter(pusher.TRAINED_VERSION_KEY, number(2))
+  infra.set_string_custom_property(pusher.TRAIN_WINDOW_KEY, "20261130,20261201")
+  pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), str(tmp_path / "serving"),
+                         "first", infra)
+  version_dir = pushed.get_string_custom_property("pushed_destination")
+  assert serving_versions.recorded_training_data(version_dir) == {
+      "span": 20261201, "version": 2, "train_window": "20261130,20261201"}
+  assert pusher.version_problem(version_dir) is None  # The record is outside the fingerprint.
+
+
+def test_a_push_without_the_checks_record_of_the_data_records_none(tmp_path):
+  from components import serving_versions
+  pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), str(tmp_path / "serving"),
+                         "first")
+  version_dir = pushed.get_string_custom_property("pushed_destination")
+  assert serving_versions.recorded_training_data(version_dir) is None
+  assert pusher.pushed_fingerprint(version_dir)
 
 
 def test_a_damaged_latest_copy_of_the_model_does_not_count_as_already_serving(tmp_path):

@@ -14,7 +14,7 @@ from tfx.dsl.io import fileio
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import path_utils
 
-from components import evaluation_set, serving_client, tfma_results
+from components import evaluation_set, pusher, serving_client, serving_versions, tfma_results
 from components.calibration_metrics import ACCURACY_NAME
 from storage.object_storage import is_object_store_uri
 from trainer_module.features import PROBABILITIES_KEY
@@ -97,8 +97,24 @@ def ServedModelCheck(  # pylint: disable=invalid-name
   with fileio.open(os.path.join(infra_blessing.uri, _MARKERS[passed]), "w") as f:
     f.write("")
   infra_blessing.set_int_custom_property(BLESSED_KEY, int(passed))
+  record_training_data(examples, infra_blessing)
   log.info("Served-model check %s on the %s split: %s", "passed" if passed else "FAILED", split,
            "; ".join(found) or f"accuracy {scores['accuracy']:.4f}")
+
+
+def record_training_data(examples, blessing) -> None:
+  """Names on the blessing the data the candidate was trained on, for the Pusher to record with
+  the version it publishes: ExampleGen's span, version and input fingerprint of `examples`
+  (0, 0 and none when the input pattern has no span) and the window of spans, when the Examples
+  carry one (serving_versions.examples_data)."""
+  data = serving_versions.examples_data(examples)
+  blessing.set_int_custom_property(pusher.TRAINED_SPAN_KEY, data[serving_versions.SPAN_KEY])
+  blessing.set_int_custom_property(pusher.TRAINED_VERSION_KEY,
+                                   data[serving_versions.DATA_VERSION_KEY])
+  for key, name in ((pusher.TRAIN_WINDOW_KEY, serving_versions.TRAIN_WINDOW_KEY),
+                    (pusher.TRAINED_FINGERPRINT_KEY, serving_versions.FINGERPRINT_KEY)):
+    if name in data:
+      blessing.set_string_custom_property(key, data[name])
 
 
 def read_result(blessing_uri: str) -> dict:

@@ -169,3 +169,19 @@ def test_problems_name_non_finite_probabilities_and_a_missing_evaluator_accuracy
   assert json.dumps(served_model_check.problems({"error": "boom"}, 0.5, 0.01, "test")) == \
       json.dumps(["the `serving_default` signature failed on serialized tf.Examples: boom"])
 
+
+
+@pytest.mark.parametrize("window", [None, "20261130,20261201"])
+def test_the_blessing_names_the_span_version_and_window_of_the_examples(window):
+  from tfx.types import standard_artifacts
+  from components import pusher
+  examples, blessing = standard_artifacts.Examples(), standard_artifacts.InfraBlessing()
+  examples.span, examples.version = 20261201, 3  # As the artifact's properties.
+  if window:  # As ExampleGen's driver writes them: custom properties, which win.
+    examples.set_int_custom_property("span", 20261202)
+    examples.set_string_custom_property("input_fingerprint", "f")
+    examples.set_string_custom_property(pusher.TRAIN_WINDOW_KEY, window)
+  served_model_check.record_training_data(examples, blessing)
+  assert pusher.training_data_of(blessing) == (
+      {"span": 20261202, "version": 3, "train_window": window, "input_fingerprint": "f"}
+      if window else {"span": 20261201, "version": 3})

@@ -148,7 +148,8 @@ def _local_run(flags: dict, rest: List[str]) -> int:
     print(f"error: {error}", file=sys.stderr)
     return 1
   for task in run.tasks.values():
-    print(f"  {task.name:<24} {task.seconds:6.1f} s")
+    print(f"  {task.name:<24} {task.seconds:6.1f} s"
+          f"{f' (skipped: {task.skipped})' if task.skipped else ''}")
   print(f"kfp.local ran {spec['pipelineInfo']['name']}: {len(run.tasks)} tasks in "
         f"{run.seconds:.0f} s\n  artifacts: {run.run_root}")
   return 0

@@ -216,7 +216,9 @@ def test_the_kfp_spec_runs_every_container_through_the_compatibility_entrypoint(
     assert args[args.index("--executor_class_path") + 1]  # TFX's own arguments follow.
   assert json.loads(executors["Evaluator_executor"]["container"]["args"][1]) == {
       "input": {"baseline_model": "tfx.Model", "examples": "tfx.Examples",
-                "model": "tfx.Model"},
+                "model": "tfx.Model",
+                # The span check's decision, which its trigger condition reads.
+                "_SpanCheck.decision": "components.SpanDecision"},
       "output": {"blessing": "tfx.ModelBlessing", "evaluation": "tfx.ModelEvaluation"}}
 
 
@@ -230,7 +232,7 @@ def test_the_kfp_spec_runs_example_gens_driver_and_caches_nothing_that_reads_out
   # New files under the same data_root leave KFP's cache key unchanged: no caching there.
   uncached = {name for name, task in tasks.items()
               if not task.get("cachingOptions", {}).get("enableCache")}
-  assert uncached == {"ImportExampleGen", "ProductionModel"}
+  assert uncached == {"ImportExampleGen", "ProductionModel", "SpanCheck"}
 
 
 def test_an_image_folder_is_read_again_on_every_kubeflow_run(tmp_path):
@@ -337,7 +339,7 @@ def test_ensemble_trials_are_independent_trainer_tasks_on_the_worker_pools(tmp_p
   trainers = [f"Trainer_trial_{i}" for i in range(3)]
   assert set(trainers) | {"EnsembleSelector"} <= set(tasks) and "Trainer" not in tasks
   for trainer in trainers:  # No edge between trials: KFP runs them side by side.
-    assert set(tasks[trainer].dependent_tasks) == {"Transform", "ClassSchemaGen"}
+    assert set(tasks[trainer].dependent_tasks) == {"Transform", "ClassSchemaGen", "SpanCheck"}
   assert set(trainers) <= set(tasks["EnsembleSelector"].dependent_tasks)
   for consumer in ("Evaluator", "Pusher"):
     assert tasks[consumer].inputs.artifacts["model"].task_output_artifact.producer_task == \

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional
 
 from google.protobuf import json_format
 from kfp import local
+from kfp.local import dag_orchestrator
 from kfp.local import docker_task_handler
 from kfp.local import executor_input_utils
 from kfp.local import pipeline_orchestrator
@@ -22,6 +23,7 @@ from kfp.local import task_handler_interface
 from kfp.pipeline_spec import pipeline_spec_pb2
 
 from kubeflow import compiler
+from kubeflow import conditions
 from kubeflow import kfp_entrypoint
 from kubeflow.cluster_config import IMAGE_PROJECT_DIR
 from storage import object_storage
@@ -45,6 +47,7 @@ class TaskRun:
   seconds: float
   succeeded: bool
   container: Optional[dict] = None  # --runner=docker: how the engine ran it (container_record).
+  skipped: Optional[str] = None  # Why it did not run: its condition, or a skipped upstream task.
 
 
 @dataclasses.dataclass
@@ -100,23 +103,81 @@ def _task_directory(executor_input: Optional[dict]) -> str:
   return os.path.basename(os.path.dirname(executor_input["outputs"]["outputFile"]))
 
 
-class _RecordedTask:
-  """What every handler here shares: the task's record, appended once it ends."""
+class TaskConditions:
+  """The trigger conditions kfp.local does not evaluate (kfp 2.7's dag_orchestrator refuses any
+  task that has one: validate_task_spec_not_loop_or_condition), evaluated as the KFP backend's
+  driver does (kubeflow/conditions.py): a task whose condition is false, or that depends on a
+  skipped task, is not run. kfp.local passes the outputs it provisioned for it downstream
+  (_write_placeholder_outputs), where every consumer is skipped in
+  turn."""
 
-  def __init__(self, full_command: List[str], runs: List[TaskRun]):
+  def __init__(self, pipeline_spec: pipeline_spec_pb2.PipelineSpec):
+    spec = json_format.MessageToDict(pipeline_spec)
+    tasks = spec["root"]["dag"]["tasks"]
+    self.tasks = {directory: (name, tasks[name])
+                  for directory, name in task_directories(pipeline_spec).items()}
+    self.skipped: Dict[str, str] = {}  # Task -> why it did not run.
+
+  def reason_to_skip(self, executor_input: Optional[dict]) -> Optional[str]:
+    """Why the task of this executor input does not run, or None; raises
+    conditions.ConditionError where the backend's driver fails."""
+    if executor_input is None:
+      return None
+    name, task = self.tasks[_task_directory(executor_input)]
+    upstream = conditions.skipped_upstream(task, self.skipped)
+    reason = f"upstream task {upstream} was skipped" if upstream else None
+    condition = conditions.task_condition(task)
+    if reason is None and condition and not conditions.evaluate(
+        condition, {"inputs": executor_input.get("inputs", {})}):
+      reason = f"condition {condition} is false"
+    if reason:
+      self.skipped[name] = reason
+    return reason
+
+
+def _write_placeholder_outputs(executor_input: dict) -> None:
+  """A skipped task's executor output naming the artifacts kfp.local provisioned (nothing is
+  written at their URIs): kfp.local takes a task's outputs from that file only, and resolves
+  every consumer's inputs before the consumer's handler, which skips it, is reached."""
+  outputs = executor_input["outputs"]
+  os.makedirs(os.path.dirname(outputs["outputFile"]), exist_ok=True)
+  with open(outputs["outputFile"], "w") as f:
+    json.dump({"artifacts": outputs.get("artifacts", {})}, f)
+
+
+class _RecordedTask:
+  """What every handler here shares: the task's record, appended once it ends; a task its
+  trigger condition skips is recorded without running."""
+
+  def __init__(self, full_command: List[str], runs: List[TaskRun],
+               task_conditions: Optional[TaskConditions] = None):
     self.runs = runs
     self.executor_input = _executor_input(full_command)
     self.container: Optional[dict] = None
+    self.task_conditions = task_conditions
 
   def record(self, command: List[str], run: Callable[[], status.Status]) -> status.Status:
     start = time.monotonic()
     task_status = status.Status.FAILURE
+    skipped = None
     try:
-      task_status = run()
+      if self.task_conditions is not None:
+        try:
+          skipped = self.task_conditions.reason_to_skip(self.executor_input)
+        except conditions.ConditionError as error:
+          print(f"local-run: task {_task_directory(self.executor_input)}: {error}", flush=True)
+          return task_status
+      if skipped:
+        print(f"local-run: skipping task {_task_directory(self.executor_input)}: {skipped}",
+              flush=True)
+        _write_placeholder_outputs(self.executor_input)
+        task_status = status.Status.SUCCESS
+      else:
+        task_status = run()
     finally:
       self.runs.append(TaskRun(_task_directory(self.executor_input), command,
                                self.executor_input, time.monotonic() - start,
-                               task_status == status.Status.SUCCESS, self.container))
+                               task_status == status.Status.SUCCESS, self.container, skipped))
     return task_status
 
 
@@ -129,7 +190,8 @@ class VenvTaskHandler(task_handler_interface.ITaskHandler):
   run_local_subprocess."""
 
   def __init__(self, image: str, full_command: List[str], pipeline_root: str,
-               runner: local.SubprocessRunner, runs: List[TaskRun]):
+               runner: local.SubprocessRunner, runs: List[TaskRun],
+               task_conditions: Optional[TaskConditions] = None):
     super().__init__(image, full_command, pipeline_root, runner)
     if runner.use_venv:
       raise ValueError("local-run runs tasks in this environment: SubprocessRunner("
@@ -137,7 +199,7 @@ class VenvTaskHandler(task_handler_interface.ITaskHandler):
     self.command = list(full_command)
     if self.command and self.command[0] == IMAGE_INTERPRETER:
       self.command[0] = sys.executable
-    self.recorded = _RecordedTask(full_command, runs)
+    self.recorded = _RecordedTask(full_command, runs, task_conditions)
 
   def run(self) -> status.Status:
     def run_command() -> status.Status:
@@ -240,9 +302,10 @@ class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
   network_mode through, kubeflow/pipelines#12006, but still the command as CMD.)"""
 
   def __init__(self, image: str, full_command: List[str], pipeline_root: str,
-               runner: local.DockerRunner, runs: List[TaskRun]):
+               runner: local.DockerRunner, runs: List[TaskRun],
+               task_conditions: Optional[TaskConditions] = None):
     super().__init__(image, full_command, pipeline_root, runner)
-    self.recorded = _RecordedTask(full_command, runs)
+    self.recorded = _RecordedTask(full_command, runs, task_conditions)
     self.environment = container_environment()
 
   def run(self) -> status.Status:
@@ -273,17 +336,31 @@ class ContainerTaskHandler(docker_task_handler.DockerTaskHandler):
     return status.Status.SUCCESS if exit_code == 0 else status.Status.FAILURE
 
 
+def refuse_loops_only(task_spec: pipeline_spec_pb2.PipelineTaskSpec) -> None:
+  """kfp.local's check of each task with conditions let through (TaskConditions evaluates
+  them); a loop is still refused, as kfp.local refuses it."""
+  if task_spec.WhichOneof("iterator"):
+    raise NotImplementedError(
+        "'dsl.ParallelFor' is not supported by local pipeline execution.")
+
+
 @contextlib.contextmanager
-def task_handlers(runs: List[TaskRun]) -> Iterator[None]:
-  """kfp.local's dispatcher finds these handlers for its two runners while the context lasts."""
+def task_handlers(runs: List[TaskRun],
+                  task_conditions: Optional[TaskConditions] = None) -> Iterator[None]:
+  """kfp.local's dispatcher finds these handlers for its two runners while the context lasts,
+  and its orchestrator lets tasks with a trigger condition through to them."""
   # kfp 2.7 has no handler registry: task_dispatcher.run_single_task_implementation looks up
-  # these module attributes at each task, so they are swapped for the run and restored.
-  seams = ((subprocess_task_handler, "SubprocessTaskHandler", VenvTaskHandler),
-           (docker_task_handler, "DockerTaskHandler", ContainerTaskHandler))
+  # these module attributes at each task, so they are swapped for the run and restored; so is
+  # dag_orchestrator's check that refuses conditions.
+  seams = ((subprocess_task_handler, "SubprocessTaskHandler",
+            functools.partial(VenvTaskHandler, runs=runs, task_conditions=task_conditions)),
+           (docker_task_handler, "DockerTaskHandler",
+            functools.partial(ContainerTaskHandler, runs=runs, task_conditions=task_conditions)),
+           (dag_orchestrator, "validate_task_spec_not_loop_or_condition", refuse_loops_only))
   originals = [getattr(module, name) for module, name, _ in seams]
   try:
-    for module, name, handler in seams:
-      setattr(module, name, functools.partial(handler, runs=runs))
+    for module, name, replacement in seams:
+      setattr(module, name, replacement)
     yield
   finally:
     for (module, name, _), original in zip(seams, originals):
@@ -335,7 +412,7 @@ def run(pipeline_spec: pipeline_spec_pb2.PipelineSpec, runner, pipeline_root: st
   start = time.monotonic()
   runs: List[TaskRun] = []
   local.init(runner=runner, pipeline_root=pipeline_root, raise_on_error=True)
-  with task_handlers(runs):
+  with task_handlers(runs, TaskConditions(pipeline_spec)):
     pipeline_orchestrator.run_local_pipeline(pipeline_spec, dict(arguments))
   directories = task_directories(pipeline_spec)
   for task in runs:

@@ -432,3 +432,32 @@ def test_kfp_locals_own_docker_handler_gives_the_command_to_the_images_entrypoin
       "container exited? local_run.FollowedLog)")
   assert task_status == status.Status.FAILURE
   assert "the image entrypoint got: python -c print('the task ran')" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("train, ran", [(1, ["Decide", "Gated", "After", "Other"]),
+                                        (0, ["Decide", "Other"])])
+def test_a_false_trigger_condition_skips_the_task_and_every_task_after_it(tmp_path, train, ran):
+  """kfp.local refuses conditions; local-run evaluates them as the backend's driver does."""
+  from test_support import condition_specs
+  record = str(tmp_path / "ran.txt")
+  spec = local_run.load_pipeline_spec("gated.yaml", condition_specs.gated_spec(record))
+  run = local_run.run(spec, local_run.make_runner("subprocess"), str(tmp_path / "root"),
+                      {"train": train})
+  assert sorted(condition_specs.ran(record)) == sorted(ran)
+  assert all(task.succeeded for task in run.tasks.values())
+  skipped = {name: task.skipped for name, task in run.tasks.items() if task.skipped}
+  if train:
+    assert not skipped
+  else:
+    assert skipped == {"Gated": f"condition {condition_specs.CONDITION} is false",
+                       "After": "upstream task Gated was skipped"}
+
+
+def test_a_condition_that_cannot_be_evaluated_fails_the_task(tmp_path):
+  from test_support import condition_specs
+  record = str(tmp_path / "ran.txt")
+  spec = local_run.load_pipeline_spec("gated.yaml", condition_specs.gated_spec(
+      record, condition="inputs.artifacts['_Decide.decision'].artifacts[0].uri"))
+  with pytest.raises(RuntimeError, match="Gated"):
+    local_run.run(spec, local_run.make_runner("subprocess"), str(tmp_path / "root"), {})
+  assert "Gated" not in condition_specs.ran(record)

@@ -93,6 +93,20 @@ def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:
   return os.path.join(report_dir, "report.html")
 
 
+def span_check_lines(run: RunRecord) -> Optional[List[str]]:
+  """What the span check decided: None when it let the run train (the report's lines follow),
+  else the lines that say why nothing was trained."""
+  decision = run.latest_output("decision")
+  if decision is None:
+    return None
+  train, reason = _value(decision, "train"), _value(decision, "reason") or ""
+  if train == 1:
+    return None
+  return [f"  nothing new:     {reason}",
+          "  trained:         nothing (the steps after the span check were skipped)",
+          "  pushed model:    nothing pushed this run"]
+
+
 def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
                   log_path: str) -> str:
   """The console summary of run run_id (never "the latest": another run may have started)."""
@@ -102,7 +116,16 @@ def summarize_run(config: PipelineConfig, run_id: str, elapsed_seconds: float,
       "", f"Pipeline {config.runner.pipeline_name} run {run_id} finished in {elapsed_seconds:.0f}s "
       f"({cached} of {len(run.states)} steps reused from cache)."
   ]
-  lines += report_lines(config, run)
+  decision = run.latest_output("decision")
+  skipped = span_check_lines(run)
+  if skipped is not None:
+    lines += skipped
+  else:
+    if decision is not None:
+      lines.append(f"  span check:      {_value(decision, 'reason')}")
+    lines += report_lines(config, run)
+  lines.append(f"  run history:     {config.runner.history_directory} "
+               f"(python -m local_runner history --output_dir={config.runner.output_dir})")
   lines.append(f"  serving models:  {config.runner.serving_model_dir}")
   lines.append(f"  MLMD database:   {config.runner.metadata_path}")
   lines.append(f"  pipeline root:   {config.runner.pipeline_root}")

@@ -110,6 +110,33 @@ def test_a_run_without_a_report_says_so():
       "  run report:      none: the run recorded no report"]
 
 
+def _decision_run(train, reason):
+  """A RunRecord stand-in whose span check decided `train` for `reason`."""
+  from components.span_check import SpanDecision
+  decision = SpanDecision()
+  decision.set_int_custom_property("train", train)
+  decision.set_string_custom_property("reason", reason)
+  outputs = {"decision": decision.mlmd_artifact}
+  return types.SimpleNamespace(run_id="run-8", states={},
+                               latest_output=lambda key, producer=None: outputs.get(key))
+
+
+def test_a_run_that_trained_nothing_says_why_and_that_nothing_was_pushed():
+  from local_runner.run_summary import span_check_lines
+  reason = "span 20261201 already in production as version 1764720000; nothing new to train on"
+  assert span_check_lines(_decision_run(0, reason)) == [
+      f"  nothing new:     {reason}",
+      "  trained:         nothing (the steps after the span check were skipped)",
+      "  pushed model:    nothing pushed this run"]
+
+
+def test_a_run_the_span_check_let_train_gets_the_reports_lines():
+  from local_runner.run_summary import span_check_lines
+  assert span_check_lines(_decision_run(1, "no model in production")) is None
+  no_check = types.SimpleNamespace(latest_output=lambda key, producer=None: None)
+  assert span_check_lines(no_check) is None
+
+
 def test_the_span_read_and_the_train_window_come_from_the_examples_artifact(tmp_path, config):
   from tfx.types import standard_artifacts
   examples = standard_artifacts.Examples()

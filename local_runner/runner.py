@@ -22,7 +22,9 @@ log = logging.getLogger("pipeline")
 
 # TFX's own progress lines worth showing on the console; the log file keeps everything.
 _TFX_PROGRESS = ("Component %s is running.", "Component %s is finished.",
-                 "A cached execution %d is used.")
+                 "A cached execution %d is used.",
+                 # A step the span check's decision (a Cond) or a skipped input left out.
+                 "Skipping execution for %s")
 _OUR_LOGGERS = ("pipeline", "local_runner", "reporting", "trainer_module", "components")
 
 

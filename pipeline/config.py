@@ -76,6 +76,10 @@ class DataConfig:
   # With dataset=image_dir: undecodable, empty or oversized files and folders are left out and
   # listed in the run report; without it, ExampleGen stops the run and names them.
   skip_bad_images: bool = False  # Skip bad images instead of failing.
+  # Without it, a run whose newest span (and version) is the one the model in production was
+  # trained on trains nothing and pushes nothing (it says so and succeeds), and a span older
+  # than production's is refused.
+  force_retrain: bool = False  # Train even when the data is not newer than production's.
   tfds_data_dir: Optional[str] = None  # The tensorflow-datasets cache; None: tfds' default.
   eval_fraction: float = 0.15  # Share of keys held out for evaluation (model selection).
   test_fraction: float = 0.15  # Share of digits keys held out for the final test only.
@@ -263,9 +267,14 @@ class RunnerConfig:
   # On Kubeflow it is on object storage: gs:// or s3://.
   output_dir: str = "outputs"  # Pipeline root, MLMD database and serving models go here.
   enable_cache: bool = True  # Reuse a step's result when its inputs and code are unchanged.
+  # One JSON entry per run: span, outcome, pushed version, figures. Empty:
+  # <output_dir>/history/<pipeline_name>; local or on object storage, as output_dir.
+  history_dir: str = ""  # Where the run history is kept.
+  history_runs: int = 10  # The last runs the report's History section shows.
 
   def __post_init__(self):
     require(bool(self.output_dir.strip()), "output_dir", self.output_dir, "must not be empty")
+    require(self.history_runs >= 1, "history_runs", self.history_runs, "must be at least 1")
     require(PIPELINE_NAME_PATTERN.fullmatch(self.pipeline_name) is not None, "pipeline_name",
             self.pipeline_name, f"must be 1-{MAX_PIPELINE_NAME_LENGTH} letters, digits, '_', "
             "'-' or '.', starting with a letter or digit (it names directories and MLMD "
@@ -290,6 +299,11 @@ class RunnerConfig:
   @property
   def reports_dir(self) -> str:
     return os.path.join(self.output_dir, "reports")
+
+  @property
+  def history_directory(self) -> str:
+    """Where every run of this pipeline writes its history entry (components/run_history.py)."""
+    return self.history_dir or os.path.join(self.output_dir, "history", self.pipeline_name)
 
 
 @dataclasses.dataclass(frozen=True)

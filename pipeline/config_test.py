@@ -596,6 +596,32 @@ def test_an_s3_image_folder_that_cannot_be_reached_is_refused_before_any_step(mo
     check_runs_here(config)
 
 
+def test_the_run_history_is_kept_under_the_output_dir_unless_a_folder_is_given(tmp_path):
+  config = from_flags([f"--output_dir={tmp_path}", "--pipeline_name=nightly"])
+  assert config.runner.history_directory == os.path.join(str(tmp_path), "history", "nightly")
+  assert config.runner.history_runs == 10 and not config.data.force_retrain
+  given = from_flags([f"--output_dir={tmp_path}", "--history_dir=s3://bucket/history",
+                      "--history_runs=3", "--force_retrain=true"])
+  assert given.runner.history_directory == "s3://bucket/history"
+  assert (given.runner.history_runs, given.data.force_retrain) == (3, True)
+  with pytest.raises(ValueError, match="history_runs=0.*must be at least 1"):
+    from_flags(["--history_runs=0"])
+
+
+def test_every_step_after_the_span_check_runs_only_when_it_decides_to_train(tmp_path):
+  from pipeline.pipeline import create_pipeline
+  from tfx.dsl.experimental.conditionals import conditional
+  from components.span_check import SpanCheck
+  config = from_preset().replace(output_dir=str(tmp_path), force_retrain=True)
+  pipeline = create_pipeline(config, local_runner.local_parts(config))
+  (check,) = [c for c in pipeline.components if isinstance(c, SpanCheck)]
+  assert check.exec_properties["force_retrain"] == 1
+  assert check.exec_properties["history_dir"] == config.runner.history_directory
+  registry = pipeline.dsl_context_registry
+  gated = {c.id for c in pipeline.components if conditional.get_predicates(c, registry)}
+  assert gated == {c.id for c in pipeline.components} - {"ImageDatasetExampleGen", "SpanCheck"}
+
+
 def test_a_span_pattern_reads_the_newest_span_and_is_checked_before_any_step_runs(tmp_path):
   from test_support import image_folders
   image_folders.write_dated_spans(str(tmp_path), per_class=2, dates=("2026-11-30",

@@ -24,6 +24,7 @@ from components.pusher import VersionedPusherExecutor
 from components.data_check import STEP_ID as DATA_CHECK_ID, DataCheck
 from reporting.run_report import RunReport
 from components.served_model_check import ServedModelCheck
+from components.span_check import STEP_ID as SPAN_CHECK_ID, SpanCheck, TRAIN_KEY
 from pipeline.config import PipelineConfig, robustness_source
 from pipeline.evaluation import eval_config, report_settings
 from trainer_module import preprocessing
@@ -116,10 +117,19 @@ def transform_component(config: PipelineConfig, examples, schema, fingerprint: s
       disable_statistics=True)  # StatisticsGen already covers the raw data.
 
 
-def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) -> tuple:
-  """ExampleGen, StatisticsGen, ClassSchemaGen, ExampleValidator, the data check, Transform:
-  the steps over the input data, the Beam ones with the engine for its size."""
-  examples = example_gen(config, parts)
+def span_check(config: PipelineConfig, examples) -> SpanCheck:
+  """Whether this run trains on ExampleGen's span (components/span_check.py)."""
+  return SpanCheck(examples=examples.outputs["examples"],
+                   serving_directory=config.runner.serving_model_dir,
+                   history_dir=config.runner.history_directory,
+                   force_retrain=config.data.force_retrain).with_id(SPAN_CHECK_ID)
+
+
+def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str,
+                examples) -> tuple:
+  """StatisticsGen, ClassSchemaGen, ExampleValidator, the data check, Transform over
+  ExampleGen's `examples`: the steps over the input data, the Beam ones with the engine for its
+  size; returns them after ExampleGen."""
   statistics = tfx.components.StatisticsGen(examples=examples.outputs["examples"])
   schema = ClassSchemaGen(examples=examples.outputs["examples"], schema_file=parts.schema_file,
                           class_names=json.dumps(list(config.declared_class_names)))
@@ -143,9 +153,28 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str) ->
 
 
 def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipeline:
+  examples = example_gen(config, parts)
+  check = span_check(config, examples)
+  # Nothing new, nothing trained: every step after the span check runs only when it decided
+  # to train. The run report is among them: its inputs are the trained steps' outputs (on
+  # Kubeflow a task after a skipped one is skipped too), so a run that trains nothing says why
+  # in the span check's decision and its history entry, which the next report shows.
+  with tfx.dsl.Cond(check.outputs["decision"].future()[0].custom_property(TRAIN_KEY) == 1):
+    trained = training_steps(config, parts, examples, check)
+  return tfx.dsl.Pipeline(
+      pipeline_name=config.runner.pipeline_name,
+      pipeline_root=config.runner.pipeline_root,
+      components=[examples, check, *trained],
+      enable_cache=config.runner.enable_cache,
+      metadata_connection_config=parts.metadata_connection_config,
+      beam_pipeline_args=list(parts.beam_pipeline_args))
+
+
+def training_steps(config: PipelineConfig, parts: RunnerParts, examples, check) -> list:
+  """The steps after the span check: validation, training, the gate, the push and the report."""
   fingerprint = trainer_module_fingerprint()
   examples, statistics, schema, validator, data_check, transform = input_steps(
-      config, parts, fingerprint)
+      config, parts, fingerprint, examples)
 
   # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
   # base model comes from an instance of its own, resolved before training.
@@ -220,14 +249,10 @@ def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipel
       served_check=served_check.outputs["infra_blessing"], model=model,
       pushed_model=pusher.outputs["pushed_model"],
       evaluation_set=eval_examples.outputs["evaluation_set"],
-      input_examples=examples.outputs["examples"], settings=report_settings(config).to_json())
+      input_examples=examples.outputs["examples"], span_decision=check.outputs["decision"],
+      settings=report_settings(config).to_json(),
+      history_dir=config.runner.history_directory, history_runs=config.runner.history_runs)
 
-  return tfx.dsl.Pipeline(
-      pipeline_name=config.runner.pipeline_name,
-      pipeline_root=config.runner.pipeline_root,
-      components=[examples, statistics, schema, validator, data_check, transform, eval_examples,
-                  *([warm_start_model] if warm_start_model else []), *model_components,
-                  production, evaluator, served_check, pusher, report],
-      enable_cache=config.runner.enable_cache,
-      metadata_connection_config=parts.metadata_connection_config,
-      beam_pipeline_args=list(parts.beam_pipeline_args))
+  return [statistics, schema, validator, data_check, transform, eval_examples,
+          *([warm_start_model] if warm_start_model else []), *model_components,
+          production, evaluator, served_check, pusher, report]

@@ -116,3 +116,18 @@ def distance_chart(temperatures: Callable[[np.ndarray], np.ndarray],
   bottom.set_ylabel("fraction of the set")
   bottom.legend(fontsize=7)
   return _png(figure)
+
+
+def history_chart(labels: Sequence[str], series: Dict[str, List[Optional[float]]],
+                  title: str, ylabel: str, y_range=(0.0, 1.0)) -> bytes:
+  """One line per series over the runs, in order, each run's tick named by its label (drawn as
+  it is); a run without a value (one that trained nothing) breaks the line."""
+  figure, axes = _figure(title, "run (span)", ylabel, y_range)
+  x = list(range(len(labels)))
+  for name, values in series.items():
+    axes.plot(x, [np.nan if v is None else v for v in values], marker="o", label=name)
+  long_labels = max((len(label) for label in labels), default=0) > 6
+  axes.set_xticks(x, list(labels), fontsize=8, rotation=45 if long_labels else 0,
+                  ha="right" if long_labels else "center", parse_math=False)
+  axes.legend(fontsize=8)
+  return _png(figure)

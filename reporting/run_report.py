@@ -15,7 +15,8 @@ from tfx.utils import path_utils
 
 import tensorflow_model_analysis as tfma
 
-from components import served_model_check, tfma_results
+from components import run_history, served_model_check, serving_versions, span_check, \
+    tfma_results
 from components.example_gen import read_skipped_files, read_train_window
 from components.pusher import ALREADY_SERVING_KEY
 from reporting import figures, render, sections
@@ -77,6 +78,32 @@ def record_headline(report: artifact_lib.Artifact, recorded: Dict[str, float]) -
       report.set_float_custom_property(name, float(value))
 
 
+def history_entry(decision: dict, headline: Dict[str, float], blessed: bool, pushed: bool,
+                  serving: Optional[str], failures, check: dict,
+                  train_window=None) -> run_history.Entry:
+  """This run's entry in the run history: the span it trained on, what became of the model and
+  why, and its gated figures (figures.headline)."""
+  if pushed:
+    reason = decision["reason"]
+  elif not blessed:
+    reason = "; ".join(failure.describe() for failure in failures) or "the gate failed"
+  elif not check["passed"]:
+    reason = "served-model check failed: " + "; ".join(check["problems"])
+  elif serving:
+    reason = f"the blessed model already serves as {serving}"
+  else:
+    reason = "nothing pushed"
+  return run_history.Entry(
+      time=run_history.now(), run_id=decision["run_id"], span=decision["span"],
+      data_version=decision["data_version"],
+      outcome=run_history.PUSHED if pushed else run_history.NOT_PUSHED, reason=reason,
+      blessed=blessed, pushed_version=os.path.basename(serving.rstrip("/")) if serving else None,
+      train_window=serving_versions.window_spans(train_window),
+      accuracy=headline.get("eval_accuracy"), nll=headline.get("eval_nll"),
+      ece=headline.get("eval_ece"), corrupted_accuracy=headline.get("corrupted_accuracy"),
+      corrupted_nll=headline.get("corrupted_nll"), corrupted_ece=headline.get("corrupted_ece"))
+
+
 @component
 def RunReport(  # pylint: disable=invalid-name
     evaluation: InputArtifact[standard_artifacts.ModelEvaluation],
@@ -86,11 +113,16 @@ def RunReport(  # pylint: disable=invalid-name
     pushed_model: InputArtifact[standard_artifacts.PushedModel],
     evaluation_set: InputArtifact[standard_artifacts.Examples],
     input_examples: InputArtifact[standard_artifacts.Examples],
+    span_decision: InputArtifact[span_check.SpanDecision],
     report: OutputArtifact[HtmlReport],
     report_markdown: OutputArtifact[MarkdownReport],
-    settings: Parameter[str]) -> None:
-  """Writes the run's report and records its headline figures on it. input_examples:
-  ExampleGen's, for the image files an image_dir run left out (skip_bad_images)."""
+    settings: Parameter[str],
+    history_dir: Parameter[str],
+    history_runs: Parameter[int] = run_history.DEFAULT_RUNS) -> None:
+  """Writes the run's entry in the run history (history_dir), then the run's report with the
+  last history_runs runs, and records its headline figures on it. input_examples: ExampleGen's,
+  for the image files an image_dir run left out (skip_bad_images); span_decision: the span
+  check's, for the span the run trained on."""
   report_settings = figures.ReportSettings.from_json(settings)
   values = _load("evaluation", evaluation.uri, tfma_results.load_metrics)
   if not values:
@@ -111,15 +143,23 @@ def RunReport(  # pylint: disable=invalid-name
       evaluator_accuracy=check["evaluator_accuracy"], tolerance=check["tolerance"],
       problems=tuple(check["problems"]))
   skipped = _load("input_examples", input_examples.uri, read_skipped_files)
+  headline = figures.headline(report_settings, values)
+  decision = span_check.read_decision(span_decision)
+  history = []
+  if history_dir:
+    run_history.append(history_dir, history_entry(
+        decision, headline, blessed, pushed, serving, failures, check,
+        _property(input_examples, "train_window")))
+    history = run_history.read(history_dir, history_runs)
   span, version = (None if _property(input_examples, name) is None
                    else int(_property(input_examples, name)) for name in ("span", "version"))
   input_span = sections.span_summary(span, version, read_train_window(input_examples))
   document = sections.run_report(report_settings, evaluation.uri, blessed, model_dir,
                                  serving if pushed else None, evaluation_set.uri, served, skipped,
-                                 input_span)
+                                 input_span, history, decision["reason"] or None)
   _write(report, render.to_html(document), "run report")
   _write(report_markdown, render.to_markdown(document), "run report (Markdown)")
-  recorded = {**figures.headline(report_settings, values),
+  recorded = {**headline, "span": decision["span"], "span_check": decision["reason"],
                       "blessed": blessed, "served_check_passed": bool(check["passed"]),
                       "pushed": pushed, "pushed_version": serving or "",
                       "served_split": check["split"], "served_correct": check["correct"],

@@ -5,6 +5,7 @@ import os
 import pytest
 from tfx.types import standard_artifacts
 
+from components import span_check
 from reporting import figures, run_report
 
 
@@ -31,7 +32,8 @@ def test_a_missing_or_damaged_evaluator_output_fails_naming_it(tmp_path, damage)
                               ("model", standard_artifacts.Model),
                               ("pushed_model", standard_artifacts.PushedModel),
                               ("evaluation_set", standard_artifacts.Examples),
-                              ("input_examples", standard_artifacts.Examples)):
+                              ("input_examples", standard_artifacts.Examples),
+                              ("span_decision", span_check.SpanDecision)):
     artifact = artifact_class()
     artifact.uri = str(tmp_path / key)
     inputs[key] = [artifact]
@@ -41,4 +43,6 @@ def test_a_missing_or_damaged_evaluator_output_fails_naming_it(tmp_path, damage)
     artifact.uri = str(tmp_path / name / "value")
   executor = run_report.RunReport.EXECUTOR_SPEC.executor_class()
   with pytest.raises(ValueError, match=f"RunReport: input 'evaluation' at {evaluation.uri}"):
-    executor.Do(inputs, outputs, {"settings": SETTINGS.to_json()})
+    executor.Do(inputs, outputs, {"settings": SETTINGS.to_json(),
+                                  "history_dir": str(tmp_path / "history")})
+  assert not os.path.exists(tmp_path / "history")  # No entry for a run it cannot report.

@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
-from components import evaluation_set, tfma_results
+from components import evaluation_set, run_history, tfma_results
 from components.calibration_metrics import (ACCURACY_NAME, BRIER_NAME, ECE_NAME, NLL_NAME,
                                             RELIABILITY_NAME)
 from components.tfma_results import EXAMPLE_COUNT_NAME
@@ -459,6 +459,28 @@ def served_check_section(check: Optional[ServedCheck]) -> Section:
   return Section("Served-model check", *blocks)
 
 
+def history_section(entries: Sequence[run_history.Entry]) -> Section:
+  """The last runs of this pipeline (components/run_history.py), oldest first: what each read,
+  what became of it, and the gated figures of those that trained."""
+  trained = [entry for entry in entries if entry.accuracy is not None]
+  blocks = [Paragraph(
+      f"The last {len(entries)} run(s) of this pipeline, oldest first: the span each read, "
+      "whether it trained, what the gate decided and why, the version that serves its model, "
+      "and the clean eval accuracy, NLL and ECE and the corrupted cA, cNLL and cECE "
+      "(temperature-scaled) of those that trained.")]
+  if trained:
+    labels = [f"{index + 1}: {entry.span}" for index, entry in enumerate(entries)]
+    blocks.append(Chart("Accuracy and calibration error by run", plots.history_chart(
+        labels, {"accuracy": [entry.accuracy for entry in entries],
+                 "ECE": [entry.ece for entry in entries],
+                 "cA": [entry.corrupted_accuracy for entry in entries],
+                 "cECE": [entry.corrupted_ece for entry in entries]},
+        "Accuracy and calibration error by run", "value")))
+  blocks.append(Table(list(run_history.HEADER),
+                      [tuple(run_history.row(entry)) for entry in entries]))
+  return Section("History", *blocks)
+
+
 def span_summary(span: Optional[int], version: Optional[int],
                  train_window: Sequence[dict] = ()) -> Optional[str]:
   """The span (and version) ExampleGen read, as its Examples artifact records them, and the
@@ -476,13 +498,15 @@ def span_summary(span: Optional[int], version: Optional[int],
 
 
 def about_run(settings: ReportSettings, model_dir: Optional[str], pushed: Optional[str],
-              evaluation_uri: str, input_span: Optional[str] = None) -> BulletList:
-  """The lines under the title: the data (and its span), the model, its precision, start, push
-  and metrics."""
+              evaluation_uri: str, input_span: Optional[str] = None,
+              span_check: Optional[str] = None) -> BulletList:
+  """The lines under the title: the data (and its span), the span check's decision, the model,
+  its precision, start, push and metrics."""
   precision = read_record(model_dir, PRECISION_FILE) if model_dir else None
   return BulletList([
       ("dataset: ", Code(settings.dataset), f", model: {settings.model}"),
       *([f"data read: {input_span}"] if input_span else []),
+      *([f"span check: {span_check}"] if span_check else []),
       ("trained in ", Code(precision["policy"]), f" ({precision['reason']}), served in ",
        Code(precision["serving_policy"])) if precision else "precision: not recorded",
       ("candidate model: ", Code(str(model_dir))),
@@ -496,11 +520,14 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
                evaluation_set_uri: Optional[str] = None,
                served_check: Optional[ServedCheck] = None,
                skipped_files: Sequence[Tuple[str, str]] = (),
-               input_span: Optional[str] = None) -> Report:
+               input_span: Optional[str] = None,
+               history: Sequence[run_history.Entry] = (),
+               span_check: Optional[str] = None) -> Report:
   """The report of a run. evaluation_set_uri: EvaluationSetGen's examples, whose served distance
   scores the report shows for a model calibrated by distance. skipped_files: (path, reason) of
   the input files an image_dir run left out (skip_bad_images). input_span: span_summary of the
-  Examples read."""
+  Examples read. history: the pipeline's last runs, this one last. span_check: why the span
+  check let this run train."""
   values = tfma_results.load_metrics(evaluation_uri)
   try:
     validation = tfma.load_validation_result(evaluation_uri)
@@ -526,7 +553,8 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
       reliability_section(values),
       per_class_section(values, model_class_names(settings, model_dir)),
       corruption_section(settings, values) if settings.corruptions else None,
-      skipped_section(skipped_files)]
+      skipped_section(skipped_files),
+      history_section(history) if history else None]
   return Report(f"Run report: {settings.pipeline_name}",
-                about_run(settings, model_dir, pushed, evaluation_uri, input_span),
+                about_run(settings, model_dir, pushed, evaluation_uri, input_span, span_check),
                 tuple(section for section in sections if section is not None))

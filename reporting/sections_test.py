@@ -214,6 +214,50 @@ def test_the_ensemble_section_says_what_selection_read_and_each_trials_value_alo
   assert _rows(older)[-1][-1] == "n/a"
 
 
+def test_the_history_section_tables_and_charts_the_last_runs_each_name_as_text():
+  from components import run_history
+  from reporting import render
+  entries = [
+      run_history.Entry(time="2026-12-01T03:00:00Z", run_id="a", span=20261201, data_version=0,
+                        outcome=run_history.PUSHED, reason="no model in production",
+                        blessed=True, pushed_version="1764558000", accuracy=0.9, nll=0.3,
+                        ece=0.02, corrupted_accuracy=0.6, corrupted_nll=1.2,
+                        corrupted_ece=0.08),
+      run_history.Entry(time="2026-12-02T03:00:00Z", run_id="b", span=20261201, data_version=0,
+                        outcome=run_history.SKIPPED, pushed_version="1764558000",
+                        reason="span 20261201 already in production as version 1764558000"),
+      run_history.Entry(time="2026-12-03T03:00:00Z", run_id="c", span=20261203, data_version=0,
+                        outcome=run_history.NOT_PUSHED, blessed=False,
+                        reason="<img src=x onerror=alert(1)> | forged", accuracy=0.5, nll=0.9,
+                        ece=0.1)]
+  section = sections.history_section(entries)
+  assert section.heading == "History"
+  rows = _rows(section)
+  assert rows[0] == list(run_history.HEADER)
+  assert [row[0] for row in rows[1:]] == ["20261201", "20261201", "20261203"]
+  assert [row[2] for row in rows[1:]] == ["blessed, pushed", "skipped",
+                                          "refused by the gate, not pushed"]
+  assert rows[1][4:] == ["1764558000", "0.9000", "0.3000", "0.0200", "0.6000", "1.2000",
+                         "0.0800"]
+  assert rows[2][3] == "span 20261201 already in production as version 1764558000"
+  (chart,) = [block for block in section.blocks if isinstance(block, Chart)]
+  assert chart.png.startswith(b"\x89PNG")
+  report = sections.Report("r", sections.BulletList([]), (section,))
+  html = render.to_html(report)
+  assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+  markdown = render.to_markdown(report)
+  assert "\\<img src=x onerror=alert(1)\\> \\| forged" in markdown
+
+
+def test_a_history_of_runs_that_trained_nothing_has_a_table_and_no_chart():
+  from components import run_history
+  entry = run_history.Entry(time="2026-12-02T03:00:00Z", run_id="b", span=1, data_version=0,
+                            outcome=run_history.SKIPPED, reason="span 1 already in production")
+  section = sections.history_section([entry])
+  assert not [block for block in section.blocks if isinstance(block, Chart)]
+  assert _rows(section)[1][2] == "skipped"
+
+
 def test_the_report_names_the_span_read_and_the_spans_of_the_train_split():
   window = [{"span": 7, "version": 2, "folder": "s3://b/d/7/v2", "train_examples": 40},
             {"span": 6, "version": 1, "folder": "s3://b/d/6/v1", "train_examples": 35}]

@@ -15,6 +15,9 @@ What it follows, in kubeflow/pipelines (backend/src/v2):
   metadata/converter.go toRuntimeArtifact); recording turns metadata into custom properties
   (toMLMDArtifact, StructValueToMLMDValue: numbers as doubles, lists and structs wrapped).
   Output artifacts are named after their output key (driver.go provisionOutputs, KFP 2.15 on).
+- driver/container.go: a task's trigger condition (a CEL expression) is evaluated over its
+  resolved inputs (expression/expression.go); false skips the task, and argocompiler/dag.go's
+  depends() (`<upstream>.Succeeded`) skips every task downstream of it (kubeflow/conditions.py).
 - driver/container.go: with log publishing the outputs include `executor-logs`
   (system.Artifact); cacheutils/cache.go: the cache key is the input artifact names, input
   parameter values, output specs without URIs, and the container's image and raw command line;
@@ -60,7 +63,7 @@ import yaml
 from google.protobuf import json_format
 from kfp.kubernetes import kubernetes_executor_config_pb2 as k8s_pb2
 
-from kubeflow import kube_validation
+from kubeflow import conditions, kube_validation
 
 RUNNABLE_EXECUTORS = ("container", "importer")
 REFUSALS = {  # argocompiler/dag.go's errors.
@@ -110,6 +113,7 @@ class BackendTaskRun:
   cached: bool
   seconds: float
   pod: Optional[Pod] = None  # None for importers.
+  skipped: Optional[str] = None  # Why the task did not run: its condition, or a skipped upstream.
 
 
 @dataclasses.dataclass
@@ -471,6 +475,12 @@ class Harness:
     tasks = self.spec["root"]["dag"]["tasks"]
     done: Dict[str, BackendTaskRun] = {}
     for name in task_order(tasks):
+      upstream = conditions.skipped_upstream(tasks[name], [n for n, t in done.items()
+                                                           if t.skipped])
+      if upstream:  # dag.go depends(): `<upstream>.Succeeded` never holds; nothing runs.
+        done[name] = BackendTaskRun(name, None, {}, {}, False, 0.0,
+                                    skipped=f"upstream task {upstream} was skipped")
+        continue
       done[name] = self._run_task(run_id, run_root, name, tasks[name], root_parameters, done,
                                   enable_caching)
     return PipelineRun(run_id, run_root, done, time.monotonic() - start)
@@ -518,6 +528,15 @@ class Harness:
     component = self.spec["components"][task["componentRef"]["name"]]
     executor = self.spec["deploymentSpec"]["executors"][component["executorLabel"]]
     inputs = self._inputs(task, root_parameters, done)
+    condition = conditions.task_condition(task)
+    if condition:  # container.go: evaluated over the resolved inputs, before anything else.
+      try:
+        runs = conditions.evaluate(condition, {"inputs": inputs})
+      except conditions.ConditionError as error:
+        raise TaskFailed(f"task {name}: {error}") from error
+      if not runs:
+        return BackendTaskRun(name, {"inputs": inputs}, {}, {}, False,
+                              time.monotonic() - start, skipped=f"condition {condition} is false")
     if "importer" in executor:
       outputs = self._import(executor["importer"], task, component, root_parameters)
       self.metadata.record_execution(run_id, name, outputs, {}, None)
@@ -778,7 +797,8 @@ def main(argv: List[str]) -> int:
                           env=cluster.environ(), secrets=s3_secrets(server))
         run = harness.run()
         for task in run.tasks.values():
-          print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}")
+          print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}"
+                f"{f' (skipped: {task.skipped})' if task.skipped else ''}")
         print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s")
       else:
         _run_on_kfp_local(compiled.spec_path, os.path.join(workdir, "pipeline_root"),

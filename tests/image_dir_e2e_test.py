@@ -29,6 +29,14 @@ OLDER, NEWEST = "2026-11-30", "2026-12-01"  # The day before's photos, and the n
 PER_CLASS = {OLDER: 20, NEWEST: 100}
 
 
+def _flags(output, pattern, *more, train_spans=2):
+  return [f"--output_dir={output}", "--dataset=image_dir", f"--image_dir={pattern}",
+          f"--train_spans={train_spans}", "--skip_bad_images=true", *over_defaults(SMALL_MODEL, [
+              "--train_epochs=40",  # 210 training images: 3 steps an epoch.
+              "--min_eval_examples=30",  # The key hash holds out 49 of the 300 for eval.
+              "--corruptions=gaussian_noise,defocus_blur", *more])]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
   """One pipeline run over two days of photos (--train_spans=2): the newest day's 300 images of
@@ -44,11 +52,7 @@ def run(tmp_path_factory):
   (images / "red_car" / "notes.txt").write_text("not an image")
   output = tmp_path_factory.mktemp("outputs")
   pattern = str(root / image_folders.DATE_PATTERN)
-  flags = [f"--output_dir={output}", "--dataset=image_dir", f"--image_dir={pattern}",
-           "--train_spans=2", "--skip_bad_images=true", *over_defaults(SMALL_MODEL, [
-               "--train_epochs=40",  # 210 training images: 3 steps an epoch.
-               "--min_eval_examples=30",  # The key hash holds out 49 of the 300 for eval.
-               "--corruptions=gaussian_noise,defocus_blur"])]
+  flags = _flags(output, pattern)
   process = run_pipeline(*flags)
   assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
   assert "pushed model:    /" in process.stdout, process.stdout[-3000:]
@@ -138,3 +142,65 @@ def _split_keys(uri: str, split: str):
       keys.append(tf.train.Example.FromString(record).features.feature[EXAMPLE_KEY]
                   .bytes_list.value[0].decode())
   return keys
+
+
+@pytest.mark.e2e
+def test_a_schedule_skips_a_day_already_served_refuses_an_older_one_and_trains_a_new_one(
+    run, tmp_path):
+  """The nightly runs after the first (the newest day on a window of two days, pushed), on a
+  copy of its outputs: the same day again trains nothing, says so and succeeds; an older day is
+  refused naming both spans; a new day trains on the window of it and the day before and is
+  pushed; the run history, in the report and from `python -m local_runner history`, shows every
+  run."""
+  import shutil
+  import subprocess
+  import sys
+  from tests.conftest import REPO
+  _, config, images, _ = run
+  root = os.path.dirname(images)
+  pattern = os.path.join(root, image_folders.DATE_PATTERN)
+  output = str(tmp_path / "outputs")
+  shutil.copytree(config.runner.output_dir, output)
+  serving = os.path.join(output, "serving_model", config.runner.pipeline_name)
+  first = os.path.basename(_pushed(config))
+  newest = example_gen_utils.date_to_span_number(2026, 12, 1)
+
+  same = run_pipeline(*_flags(output, pattern))
+  assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-3000:]
+  assert (f"nothing new:     span {newest} already in production as version {first}; "
+          "nothing new to train on") in same.stdout
+  assert "pushed model:    nothing pushed this run" in same.stdout
+  assert "Skipping execution for Trainer" in same.stdout
+  assert sorted(os.listdir(serving)) == [first]
+
+  older = run_pipeline(*_flags(output, pattern, f"--span={OLDER}", train_spans=1))
+  assert older.returncode == 1, older.stdout[-3000:] + older.stderr[-3000:]
+  assert (f"span {newest - 1} is older than span {newest} of production version {first}; "
+          "refused") in older.stderr
+  assert sorted(os.listdir(serving)) == [first]
+
+  image_folders.write_dated_spans(root, PER_CLASS[NEWEST], ("2026-12-02",))
+  new_day = run_pipeline(*_flags(output, pattern))
+  assert new_day.returncode == 0, new_day.stdout[-3000:] + new_day.stderr[-3000:]
+  assert (f"span check:      span {newest + 1} is newer than span {newest} of production "
+          f"version {first}: training") in new_day.stdout
+  assert f"train split from 2 spans: {newest + 1} (" in new_day.stdout
+  second = [version for version in sorted(os.listdir(serving)) if version != first]
+  assert len(second) == 1 and f"pushed model:    {os.path.join(serving, second[0])}" in \
+      new_day.stdout
+  with open(os.path.join(serving, second[0], "assets.extra", "push_info.json")) as f:
+    trained_on = json.load(f)["trained_on"]
+  assert (trained_on["span"], trained_on["train_window"]) == (
+      newest + 1, f"{newest + 1},{newest}")
+
+  page = re.search(r"run report: +(\S+)", new_day.stdout).group(1)
+  report = open(os.path.join(os.path.dirname(page), "report.md")).read()
+  history = report[report.index("## History"):]
+  rows = [line for line in history.splitlines() if re.match(r"\| \d", line)]
+  assert [row.split(" | ")[2] for row in rows] == [
+      "blessed, pushed", "skipped", "refused", "blessed, pushed"], history
+  printed = subprocess.run([sys.executable, "-m", "local_runner", "history",
+                            f"--output_dir={output}"], cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+  assert printed.returncode == 0, printed.stderr
+  assert len(printed.stdout.splitlines()) == 3 + 4  # Title, header, rule, the four runs.

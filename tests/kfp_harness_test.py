@@ -238,6 +238,39 @@ def test_a_cached_task_reuses_its_outputs_until_a_parameter_or_input_artifact_ch
   assert third.tasks["Downstream"].outputs == first.tasks["Downstream"].outputs
 
 
+@pytest.mark.parametrize("train, ran", [(1, ["Decide", "Gated", "After", "Other"]),
+                                        (0, ["Decide", "Other"])])
+def test_a_false_trigger_condition_skips_the_task_and_every_task_after_it(tmp_path, train, ran):
+  """driver/container.go evaluates the condition over the resolved inputs; argocompiler/dag.go
+  runs a task only after its upstream tasks Succeeded, which a skipped one has not."""
+  from test_support import condition_specs
+  record = str(tmp_path / "ran.txt")
+  path = tmp_path / "spec.yaml"
+  path.write_text(yaml.safe_dump(condition_specs.gated_spec(record)))
+  harness = kfp_harness.Harness(str(path), str(tmp_path / "work"), publish_logs=False)
+  run = harness.run({"train": train})
+  assert sorted(condition_specs.ran(record)) == sorted(ran)
+  skipped = {name: task.skipped for name, task in run.tasks.items() if task.skipped}
+  if train:
+    assert not skipped
+  else:
+    assert skipped == {"Gated": f"condition {condition_specs.CONDITION} is false",
+                       "After": "upstream task Gated was skipped"}
+    assert run.tasks["Gated"].outputs == {}  # No outputs provisioned or recorded.
+
+
+def test_a_condition_that_cannot_be_evaluated_fails_the_run(tmp_path):
+  from test_support import condition_specs
+  record = str(tmp_path / "ran.txt")
+  path = tmp_path / "spec.yaml"
+  path.write_text(yaml.safe_dump(condition_specs.gated_spec(
+      record, condition="inputs.artifacts['_Decide.decision'].artifacts[0].uri")))
+  harness = kfp_harness.Harness(str(path), str(tmp_path / "work"), publish_logs=False)
+  with pytest.raises(kfp_harness.TaskFailed, match="task Gated: evaluation error"):
+    harness.run()
+  assert "Gated" not in condition_specs.ran(record)
+
+
 def _run_dependent(tasks, parameter):
   """The tasks whose inputs, through any path, take `parameter` or the output of a task that
   is not cached: those a new value of `parameter` runs again (the harness follows KFP's cache)."""
@@ -268,11 +301,14 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
         s3_server, str(tmp_path / "package"), SMALL_MODEL + TWO_NODES + beam.beam_flags(),
         PIPELINE_NAME)
     spec = submit.load_spec(compiled.spec_path)
-    # A later run with another Trainer config takes everything upstream of the Trainer from
-    # KFP's cache (the harness's cache: the test above); the model in production is read afresh.
+    # A later run with another Trainer config takes ExampleGen from KFP's cache (the harness's
+    # cache: the test above); the span check and the model in production are read afresh, and
+    # every step after the span check takes its decision (the input of its trigger condition),
+    # a new artifact each run: they run again.
     rerun = _run_dependent(spec["root"]["dag"]["tasks"], "trainer_config")
-    assert not rerun & set(UPSTREAM_OF_TRAINER)
-    assert {"Trainer", "ProductionModel", "Evaluator", "Pusher"} <= rerun
+    assert rerun & set(UPSTREAM_OF_TRAINER) == set(UPSTREAM_OF_TRAINER) - {
+        "ImageDatasetExampleGen"}
+    assert {"SpanCheck", "Trainer", "ProductionModel", "Evaluator", "Pusher"} <= rerun
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
                                   env=cluster.environ(), secrets=secrets)
     production = production_version(config.runner.serving_model_dir)
@@ -281,6 +317,36 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
     # in production and refused: nothing is pushed.
     run = harness.run(_trainer_config(spec, "--train_steps=2"))
     _check_the_refused_run(run, config, harness, production, versions, s3_server, cluster, beam)
+
+    # A model in production that records it was trained on this data (span 0, the digits): the
+    # next run trains nothing. The span check runs again (never cached) and decides so; every
+    # task after it is skipped, as the backend's driver skips a task whose condition is false.
+    trained_on_digits = _push_recording_span_0(tmp_path, production, s3_server,
+                                               config.runner.serving_model_dir)
+    again = harness.run(_trainer_config(spec, "--train_steps=2"))
+    assert not again.tasks["SpanCheck"].cached
+    decision = harness.metadata.artifact(again.tasks["SpanCheck"].outputs["decision"])
+    assert decision["custom_properties"]["train"] == {"double_value": 0.0}
+    assert decision["custom_properties"]["reason"]["string_value"].startswith(
+        f"span 0 already in production as version {os.path.basename(trained_on_digits)}")
+    skipped = {name for name, task in again.tasks.items() if task.skipped}
+    assert skipped == set(again.tasks) - {"ImageDatasetExampleGen", "SpanCheck"}
+    assert again.tasks["Trainer"].outputs == {}
+
+
+def _push_recording_span_0(tmp_path, production, s3_server, serving_dir):
+  """The model in production pushed again, as the next version, with a push record naming
+  span 0 and version 0 as its training data; returns the new version's URI."""
+  from components import pusher, serving_versions
+  local_copy = str(tmp_path / "production-copy")
+  kfp_harness.download(s3_server, production, local_copy)
+  version_dir = pusher.push_version(
+      local_copy, str(tmp_path / "recorded"),
+      pusher.saved_model_fingerprint(local_copy, exclude=(pusher.PUSH_INFO_PATH,)),
+      trained_on=serving_versions.trained_on(0, 0))
+  uri = f"{serving_dir}/{os.path.basename(version_dir)}"
+  kfp_harness.upload(s3_server, version_dir, uri)
+  return uri
 
 
 def _credentials_only(s3_server):

@@ -101,4 +101,21 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_model_in_production_over
   assert compiler.artifact_title(report_artifact["type"]) == "system.HTML"
   with open(report_artifact["uri"]) as f:
     assert "<strong>BLESSED</strong>" in f.read()
-  print(json.dumps({"run s": round(run.seconds)}))
+
+  # The pushed version records the data it was trained on (the digits: span 0). A second run
+  # on the same data trains nothing: the span check says so, and local-run skips every task
+  # its decision gates, as the backend's driver would; nothing is pushed.
+  assert cli.main(["local-run", f"--package={compiled.spec_path}", "--runner=subprocess",
+                   f"--pipeline_root={tmp_path / 'root'}"]) == 0
+  again = runs[-1]
+  decision = kfp_harness.local_output_metadata(again.tasks["SpanCheck"], "decision")
+  assert decision["train"] == 0
+  assert decision["reason"].startswith(
+      f"span 0 already in production as version {versions[1]}")
+  skipped = {name for name, task in again.tasks.items() if task.skipped}
+  assert skipped == set(again.tasks) - {"ImageDatasetExampleGen", "SpanCheck"}
+  (trained,) = again.tasks["Trainer"].executor_input["outputs"]["artifacts"]["model"][
+      "artifacts"]
+  assert not os.path.exists(trained["uri"])  # The Trainer did not run.
+  assert kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir) == versions
+  print(json.dumps({"run s": round(run.seconds), "skipped run s": round(again.seconds)}))

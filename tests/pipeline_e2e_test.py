@@ -25,7 +25,7 @@ from trainer_module.calibration.record import read_calibration_info
 
 pytestmark = pytest.mark.e2e  # Local pipeline runs.
 
-PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
+PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "SpanCheck", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform", "Trainer",
                        "EvaluationSetGen", "Evaluator", "ServedModelCheck", "Pusher",
                        "RunReport"}
@@ -166,15 +166,31 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert "BLESSED" in page.text and "Served-model check" in page.text
   assert f"cA {_figure(report, 'corrupted_accuracy'):.4f}" in page.text
 
-  # Unchanged rerun: nothing is recomputed. The model in production is the candidate itself, so
-  # the baseline is what it replaced (nothing), as in the first run: the evaluation is reused.
+  assert "span check:      no model in production: training on span 0" in first.stdout
+  assert "## History" in report_text  # The first entry: this run.
+  assert "| blessed, pushed |" in report_text and f"| {versions[0]} |" in report_text
+  assert json.loads(open(os.path.join(pushed, "assets.extra", "push_info.json")).read())[
+      "trained_on"]["span"] == 0
+
+  # Unchanged rerun: nothing new (span 0, the digits, is what production was trained on), so
+  # nothing after the span check runs and nothing is pushed; the run succeeds and says so.
   second = pipeline_runner(*flags)
   assert second.returncode == 0, second.stderr[-3000:]
-  assert {RunRecord(config).states[c] for c in PIPELINE_COMPONENTS | {"ProductionModel"}} == \
-      {"CACHED"}
-  assert "the blessed model already serves as" in second.stdout
+  states = RunRecord(config).states
+  assert states["ImageDatasetExampleGen"] == "CACHED" and states["SpanCheck"] == "COMPLETE"
+  assert not {"Transform", "Trainer", "Pusher", "RunReport"} & {
+      name for name, state in states.items() if state in ("COMPLETE", "CACHED")}
+  assert (f"nothing new:     span 0 already in production as version {versions[0]}"
+          in second.stdout)
+  assert "pushed model:    nothing pushed this run" in second.stdout
   assert _versions(
       config.runner.serving_model_dir) == versions, "the serving model is not pushed twice"
+  history = subprocess.run([sys.executable, "-m", "local_runner", "history", flags[0]],
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           capture_output=True, text=True, check=True).stdout
+  assert "blessed, pushed" in history and "skipped" in history
+  # --force_retrain trains on the same data: the runs below change the training settings.
+  flags.append("--force_retrain=true")
 
   # A degraded candidate (two training steps) is not blessed: nothing is pushed, the serving
   # directory is byte-for-byte unchanged, and the summary says which bound failed by how much.
