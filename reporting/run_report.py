@@ -15,7 +15,8 @@ from tfx.utils import path_utils
 
 import tensorflow_model_analysis as tfma
 
-from components import served_model_check, tfma_results
+from components import drift_baseline, served_model_check, tfma_results
+from components.drift_baseline import DriftReport
 from components.example_gen import read_skipped_files
 from components.pusher import ALREADY_SERVING_KEY
 from reporting import figures, render, sections
@@ -24,6 +25,8 @@ from storage.object_storage import is_object_store_uri
 DISPLAY_NAME = "display_name"  # What the KFP UI lists an HTML or Markdown artifact by.
 GATE_FAILURES = "gate_failures"  # JSON list of the bounds missed, as sentences.
 SERVED_CHECK_PROBLEMS = "served_check_problems"  # JSON list.
+DRIFT_STATUS = "drift_status"  # The DriftCheck's status (components/drift_baseline.py).
+DRIFT_MOVED = "drift_moved"  # JSON list of the moved features, as sentences.
 
 
 class _TextFile(ValueArtifact):
@@ -86,11 +89,13 @@ def RunReport(  # pylint: disable=invalid-name
     pushed_model: InputArtifact[standard_artifacts.PushedModel],
     evaluation_set: InputArtifact[standard_artifacts.Examples],
     input_examples: InputArtifact[standard_artifacts.Examples],
+    drift: InputArtifact[DriftReport],
     report: OutputArtifact[HtmlReport],
     report_markdown: OutputArtifact[MarkdownReport],
     settings: Parameter[str]) -> None:
   """Writes the run's report and records its headline figures on it. input_examples:
-  ExampleGen's, for the image files an image_dir run left out (skip_bad_images)."""
+  ExampleGen's, for the image files an image_dir run left out (skip_bad_images). drift: the
+  DriftCheck's result."""
   report_settings = figures.ReportSettings.from_json(settings)
   values = _load("evaluation", evaluation.uri, tfma_results.load_metrics)
   if not values:
@@ -111,8 +116,10 @@ def RunReport(  # pylint: disable=invalid-name
       evaluator_accuracy=check["evaluator_accuracy"], tolerance=check["tolerance"],
       problems=tuple(check["problems"]))
   skipped = _load("input_examples", input_examples.uri, read_skipped_files)
+  drift_result = _load("drift", drift.uri, drift_baseline.read_result)
   document = sections.run_report(report_settings, evaluation.uri, blessed, model_dir,
-                                 serving if pushed else None, evaluation_set.uri, served, skipped)
+                                 serving if pushed else None, evaluation_set.uri, served, skipped,
+                                 drift_result)
   _write(report, render.to_html(document), "run report")
   _write(report_markdown, render.to_markdown(document), "run report (Markdown)")
   recorded = {**figures.headline(report_settings, values),
@@ -123,7 +130,10 @@ def RunReport(  # pylint: disable=invalid-name
                       "warm_start": sections.warm_start_summary(model_dir),
                       "evaluation_uri": evaluation.uri, "skipped_images": len(skipped),
                       GATE_FAILURES: json.dumps([failure.describe() for failure in failures]),
-                      SERVED_CHECK_PROBLEMS: json.dumps(check["problems"])}
+                      SERVED_CHECK_PROBLEMS: json.dumps(check["problems"]),
+                      DRIFT_STATUS: drift_result["status"] if drift_result else "not checked",
+                      DRIFT_MOVED: json.dumps(drift_result["moved"] if drift_result else []),
+                      "drift_blocked_push": bool(drift_result and drift_result["blocks_push"])}
   if check["accuracy"] is not None:
     recorded["served_accuracy"] = check["accuracy"]
   record_headline(report, recorded)

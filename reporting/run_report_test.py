@@ -5,6 +5,7 @@ import os
 import pytest
 from tfx.types import standard_artifacts
 
+from components import drift_baseline
 from reporting import figures, run_report
 
 
@@ -31,7 +32,8 @@ def test_a_missing_or_damaged_evaluator_output_fails_naming_it(tmp_path, damage)
                               ("model", standard_artifacts.Model),
                               ("pushed_model", standard_artifacts.PushedModel),
                               ("evaluation_set", standard_artifacts.Examples),
-                              ("input_examples", standard_artifacts.Examples)):
+                              ("input_examples", standard_artifacts.Examples),
+                              ("drift", drift_baseline.DriftReport)):
     artifact = artifact_class()
     artifact.uri = str(tmp_path / key)
     inputs[key] = [artifact]
