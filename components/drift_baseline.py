@@ -12,6 +12,7 @@ A baseline directory holds, from the run that trained the model:
                         compute the production model's softmax outputs (BBSD)
   baseline.json         what these were computed from (counts, sample sizes)
 """
+import io
 import json
 import os
 from typing import Dict, Optional
@@ -61,12 +62,13 @@ def copy_baseline(source: str, destination: str) -> None:
 
 
 def write_table(path: str, table: Dict[str, np.ndarray]) -> None:
+  buffer = io.BytesIO()  # np.savez seeks back and forth; object stores' files do not.
+  np.savez_compressed(buffer, **{name: np.asarray(values) for name, values in table.items()})
   with fileio.open(path, "wb") as f:
-    np.savez_compressed(f, **{name: np.asarray(values) for name, values in table.items()})
+    f.write(buffer.getvalue())
 
 
 def read_table(path: str) -> Dict[str, np.ndarray]:
-  import io
   with fileio.open(path, "rb") as f:
     data = np.load(io.BytesIO(f.read()), allow_pickle=False)
     return {name: data[name] for name in data.files}

@@ -204,7 +204,7 @@ def DriftCheck(  # pylint: disable=invalid-name
   drift_report.set_int_custom_property(drift_baseline.BLOCKS_PUSH_KEY, int(blocks))
   drift_report.set_string_custom_property("production_version", result["production_version"])
   for comparison in result["comparisons"]:
-    name = comparison["feature"].split(" ")[0]
+    name = "bbsd" if comparison["feature"] == drift.BBSD else comparison["feature"]
     if comparison["distance"] is not None:
       drift_report.set_float_custom_property(f"{name}_distance", comparison["distance"])
       drift_report.set_float_custom_property(f"{name}_bound", comparison["bound"])
