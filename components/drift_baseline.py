@@ -18,7 +18,7 @@ import os
 from typing import Dict, Optional
 
 import numpy as np
-from tfx import types
+from tfx.types import standard_artifacts
 from tfx.dsl.io import fileio
 
 BASELINE_PATH = "assets.extra/drift_baseline"  # In a model's version directory.
@@ -40,10 +40,11 @@ NO_PRODUCTION, NO_BASELINE, NO_DRIFT, DRIFT = (
     "no production model", "production has no baseline", "no drift", "drift")
 
 
-class DriftReport(types.Artifact):
-  """The DriftCheck's result (drift.json and custom properties) and the baseline (baseline/) the
-  Pusher keeps with the model trained on this data."""
-  TYPE_NAME = "DriftReport"
+# The DriftCheck's result (drift.json and custom properties) and the baseline (baseline/) the
+# Pusher keeps with the model trained on this data. TFX's own type for a comparison with a
+# baseline (DistributionValidator's output): a custom type would reach a Kubeflow spec only as a
+# generic artifact (tfx/orchestration/kubeflow/v2/compiler_utils.py, get_artifact_title).
+DriftReport = standard_artifacts.ExampleAnomalies
 
 
 def baseline_dir(model_dir: str) -> str:

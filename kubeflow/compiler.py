@@ -13,14 +13,14 @@ from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from kubeflow import kfp_entrypoint, platform
 from kubeflow.cluster import cluster_parts
 from kubeflow.cluster_config import ClusterConfig, step_kind, step_pod
-from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
+from pipeline.pipeline import DRIFT_BASELINE_MODEL_ID, WARM_START_MODEL_ID, create_pipeline
 
 # What backend/src/v2/compiler/argocompiler/dag.go (kubeflow/pipelines) turns into a workflow;
 # it fails the whole pipeline on a resolver ("not implemented") or customJob ("Google Cloud
 # only") executor.
 OPEN_SOURCE_EXECUTOR_KINDS = ("container", "importer")
 # Tasks whose result depends on state outside their inputs.
-UNCACHEABLE_TASKS = ("ProductionModel", WARM_START_MODEL_ID)
+UNCACHEABLE_TASKS = ("ProductionModel", WARM_START_MODEL_ID, DRIFT_BASELINE_MODEL_ID)
 
 
 @dataclasses.dataclass(frozen=True)
