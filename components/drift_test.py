@@ -89,14 +89,18 @@ def test_bbsd_is_bonferroni_over_the_per_class_ks_tests():
     drift.bbsd_test(baseline, new[:, :3])
 
 
-def test_chi_square_against_the_formula():
+def test_the_share_test_is_bonferroni_over_each_categorys_2x2_chi_square():
+  from scipy.stats import chi2_contingency
   before, after = {"0": 50, "1": 50, "2": 40}, {"0": 20, "1": 60, "3": 5}
-  table = np.array([[50, 50, 40, 0], [20, 60, 0, 5]], float)
-  expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
-  statistic = ((table - expected) ** 2 / expected).sum()
-  from scipy.stats import chi2
-  assert drift.chi_square_test(before, after) == pytest.approx(chi2.sf(statistic, 3))
-  assert drift.chi_square_test({"0": 3}, {"0": 9}) == 1.0
+  expected = {}
+  for category in ("0", "1", "2", "3"):
+    table = [[before.get(category, 0), 140 - before.get(category, 0)],
+             [after.get(category, 0), 85 - after.get(category, 0)]]
+    expected[category] = chi2_contingency(table, correction=False)[1]  # z^2 is this chi-square.
+  p_value, worst = drift.share_test(before, after)
+  assert worst == min(expected, key=expected.get)
+  assert p_value == pytest.approx(min(1.0, 4 * min(expected.values())))
+  assert drift.share_test({"0": 3}, {"0": 9}) == (1.0, None)
 
 
 def _table(rng, n, labels=None, brightness=0.3, image_format="png"):

@@ -278,6 +278,15 @@ class VersionedPusherExecutor(pusher_executor.Executor):
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]) -> None:
     model_push = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+    drift = input_dict.get(DRIFT_KEY) or []
+    if drift and drift[0].has_custom_property(drift_baseline.BLOCKS_PUSH_KEY) and int(
+        drift[0].get_custom_property(drift_baseline.BLOCKS_PUSH_KEY)) == 1:
+      moved = drift[0].get_custom_property(drift_baseline.MOVED_KEY) or "[]"
+      log.warning("Not pushed: the data drifted from production's (--block_on_drift): %s",
+                  "; ".join(json.loads(moved)))
+      self._MarkNotPushed(model_push)
+      model_push.set_string_custom_property(REFUSED_FOR_DRIFT_KEY, moved)
+      return
     if not self.CheckBlessing(input_dict):
       self._MarkNotPushed(model_push)
       return
@@ -288,15 +297,6 @@ class VersionedPusherExecutor(pusher_executor.Executor):
       raise ValueError("VersionedPusherExecutor pushes to a filesystem destination only.")
     base_directory = destination.filesystem.base_directory
     model_dir = self.GetModelPath(input_dict)
-    drift = input_dict.get(DRIFT_KEY) or []
-    if drift and drift[0].has_custom_property(drift_baseline.BLOCKS_PUSH_KEY) and int(
-        drift[0].get_custom_property(drift_baseline.BLOCKS_PUSH_KEY)) == 1:
-      moved = drift[0].get_custom_property(drift_baseline.MOVED_KEY) or "[]"
-      log.warning("Not pushed: the data drifted from production's (--block_on_drift): %s",
-                  "; ".join(json.loads(moved)))
-      self._MarkNotPushed(model_push)
-      model_push.set_string_custom_property(REFUSED_FOR_DRIFT_KEY, moved)
-      return
     baseline = (os.path.join(drift[0].uri, drift_baseline.OUTPUT_DIR) if drift else None)
     if baseline and not drift_baseline.holds_baseline(baseline):
       baseline = None
