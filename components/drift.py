@@ -122,7 +122,7 @@ class Limits:
   """The bounds and the significance a feature's move is judged by."""
   max_category_distance: float  # L-infinity of the label's (and format's) shares.
   max_image_divergence: float  # Jensen-Shannon divergence of an image statistic's histograms.
-  p_value: float  # Family-wise significance, Bonferroni-corrected over the tests.
+  p_value: float  # Family-wise significance, Bonferroni-corrected over the tests that can reject.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +152,12 @@ class Comparison:
   @classmethod
   def from_json(cls, value: dict) -> "Comparison":
     return cls(**value)
+
+
+def _constant(baseline: np.ndarray, new: np.ndarray) -> bool:
+  """Whether both sides hold one and the same value (or nothing)."""
+  values = set(np.asarray(baseline).tolist()) | set(np.asarray(new).tolist())
+  return len(values) <= 1
 
 
 def counts(values: Sequence) -> Dict[str, int]:
@@ -244,9 +250,12 @@ def compare(baseline: Dict[str, np.ndarray], new: Dict[str, np.ndarray], limits:
   """Every feature of the per-image tables (LABEL, FORMAT and the numeric statistics: arrays of
   one value per image), and BBSD when both softmax outputs are given."""
   distances = tfdv_distances(baseline, new, limits)
-  tests = len(CATEGORICAL) + len(NUMERIC_IMAGE_STATISTICS) + (
-      1 if baseline_probabilities is not None and new_probabilities is not None else 0)
-  threshold = limits.p_value / tests
+  with_bbsd = baseline_probabilities is not None and new_probabilities is not None
+  # Bonferroni over the tests that can reject: a feature with one and the same value on both
+  # sides (the size of images all 32x32, their one format) spends none of the significance.
+  tests = sum(not _constant(baseline[name], new[name])
+              for name in CATEGORICAL + NUMERIC_IMAGE_STATISTICS) + int(with_bbsd)
+  threshold = limits.p_value / max(tests, 1)
   comparisons = []
   for name in CATEGORICAL:
     before, after = counts(baseline[name]), counts(new[name])
@@ -265,7 +274,7 @@ def compare(baseline: Dict[str, np.ndarray], new: Dict[str, np.ndarray], limits:
         name, JENSEN_SHANNON, distance, limits.max_image_divergence, "KS", p_value, threshold,
         distance > limits.max_image_divergence and p_value < threshold,
         histogram_chart(before, after)))
-  if baseline_probabilities is not None and new_probabilities is not None:
+  if with_bbsd:
     p_value, statistics_, p_values = bbsd_test(baseline_probabilities, new_probabilities)
     worst = int(np.argmin(p_values))
     chart = histogram_chart(np.asarray(baseline_probabilities)[:, worst],

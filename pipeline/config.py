@@ -204,7 +204,7 @@ class DriftConfig:
   # Defaults measured by bench/drift.py: every shift it applies detected, no false alarm.
   max_category_distance: float = 0.03  # Largest L-infinity change of a class's (or format's) share.
   max_image_divergence: float = 0.05  # Largest Jensen-Shannon divergence of an image statistic.
-  drift_p_value: float = 0.01  # Family-wise significance of the two-sample tests (Bonferroni).
+  drift_p_value: float = 0.02  # Family-wise significance of the two-sample tests (Bonferroni).
   block_on_drift: bool = False  # A moved feature refuses the push; off: it warns only.
   drift_sample_size: int = 2000  # Images per split the image statistics and BBSD read.
 
