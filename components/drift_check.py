@@ -155,8 +155,14 @@ def check(examples_uri: str, statistics_uri: str, schema_uri: str, production_di
       os.path.join(baseline_dir, drift_baseline.REFERENCE_EXAMPLES_FILE))
   baseline_outputs = new_outputs = None
   if baseline_reference and reference:
-    baseline_outputs = softmax_outputs(production_dir, baseline_reference)
-    new_outputs = softmax_outputs(production_dir, reference)
+    try:
+      baseline_outputs = softmax_outputs(production_dir, baseline_reference)
+      new_outputs = softmax_outputs(production_dir, reference)
+    except Exception as error:  # pylint: disable=broad-except  The model's own failure, any
+      # type TensorFlow raises: the features are still compared, without BBSD, and it is said.
+      baseline_outputs = new_outputs = None
+      result["bbsd_not_run"] = f"the model in production did not serve the examples: {error}"
+      log.warning("Drift check: no BBSD: %s", result["bbsd_not_run"])
   comparisons = drift.compare(baseline_table, table, limits, baseline_outputs, new_outputs)
   moved = [c for c in comparisons if c.moved]
   result.update(comparisons=[c.to_json() for c in comparisons],

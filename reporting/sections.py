@@ -489,6 +489,8 @@ def drift_section(result: Optional[dict]) -> Section:
   else:
     blocks.append(Paragraph(DRIFT_STATUS_TEXT.get(status, status), *(
         (" Baseline: ", Code(production), ".") if production else ())))
+  if result.get("bbsd_not_run"):
+    blocks.append(Paragraph("Model outputs (BBSD) not compared: ", result["bbsd_not_run"]))
   comparisons = result.get("comparisons", [])
   if comparisons:
     limits = result.get("limits", {})
