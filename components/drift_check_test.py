@@ -202,3 +202,33 @@ def test_a_production_model_pushed_without_a_baseline_passes(tmp_path, digits):
   assert report.get_string_custom_property(drift_baseline.STATUS_KEY) == \
       drift_baseline.NO_BASELINE
   assert drift_baseline.holds_baseline(os.path.join(report.uri, drift_baseline.OUTPUT_DIR))
+
+
+class _FailingModel(tf.Module):
+  """A served model that cannot serve these examples: it reads a feature they lack."""
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+  def serve(self, examples):
+    parsed = tf.io.parse_example(examples, {"absent": tf.io.FixedLenFeature([], tf.float32)})
+    return {"probabilities": tf.nn.softmax(tf.stack([parsed["absent"]] * 2, axis=1))}
+
+
+def test_a_production_model_that_cannot_serve_the_examples_skips_bbsd_and_says_so(
+    tmp_path, digits):
+  images, labels = digits
+  serving = str(tmp_path / "serving")
+  first = _run_check(tmp_path, "first", _examples(tmp_path / "a", images[:300], labels[:300]),
+                     _production(tmp_path, "first", serving))
+  module = _FailingModel()
+  module.weight = tf.Variable(1.0)
+  tf.saved_model.save(module, str(tmp_path / "failing"),
+                      signatures={"serving_default": module.serve})
+  _push(tmp_path, "first", str(tmp_path / "failing"), serving, first)
+  darker = _run_check(tmp_path, "darker",
+                      _examples(tmp_path / "b", images[:300], labels[:300], darker=0.8),
+                      _production(tmp_path, "second", serving))
+  result = drift_baseline.read_result(darker.uri)
+  assert "did not serve the examples" in result["bbsd_not_run"]
+  moved = {c["feature"] for c in result["comparisons"] if c["moved"]}
+  assert drift.BRIGHTNESS in moved and drift.BBSD not in {
+      c["feature"] for c in result["comparisons"]}
