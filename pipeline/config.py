@@ -200,8 +200,8 @@ class DriftConfig:
   """Drift: how far the new data may move from the data the model in production was trained on
   (docs/pipeline.md, "Drift"). A feature moved when its distance exceeds its bound and its
   two-sample test's p-value is below drift_p_value; a class that vanished or appeared always
-  stops the run before training."""
-  # Defaults measured by bench/drift.py: every shift it applies detected, no false alarm.
+  stops the run before training. The defaults detect every shift bench/drift.py applies, with
+  no false alarm in its random splits."""
   max_category_distance: float = 0.03  # Largest L-infinity change of a class's (or format's) share.
   max_image_divergence: float = 0.05  # Largest Jensen-Shannon divergence of an image statistic.
   drift_p_value: float = 0.02  # Family-wise significance of the two-sample tests (Bonferroni).
