@@ -82,12 +82,17 @@ def image_table(serialized_examples: List[bytes]) -> Dict[str, np.ndarray]:
   return {name: np.asarray([row[name] for row in rows]) for name in names}
 
 
-def softmax_outputs(model_dir: str, serialized_examples: List[bytes]) -> np.ndarray:
-  """The served model's probabilities for raw serialized tf.Examples (serving_default)."""
+def softmax_outputs(model_dir: str, *example_sets: List[bytes]) -> List[np.ndarray]:
+  """The served model's probabilities for each set of raw serialized tf.Examples
+  (serving_default), the model loaded once."""
   serve = tf.saved_model.load(model_dir).signatures["serving_default"]
-  outputs = [serve(examples=tf.constant(serialized_examples[i:i + _BATCH]))[PROBABILITIES_KEY]
-             .numpy() for i in range(0, len(serialized_examples), _BATCH)]
-  return np.concatenate(outputs) if outputs else np.zeros((0, 0))
+
+  def outputs(examples: List[bytes]) -> np.ndarray:
+    batches = [serve(examples=tf.constant(examples[i:i + _BATCH]))[PROBABILITIES_KEY].numpy()
+               for i in range(0, len(examples), _BATCH)]
+    return np.concatenate(batches) if batches else np.zeros((0, 0))
+
+  return [outputs(examples) for examples in example_sets]
 
 
 def _write_examples(path: str, serialized_examples: List[bytes]) -> None:
@@ -156,8 +161,8 @@ def check(examples_uri: str, statistics_uri: str, schema_uri: str, production_di
   baseline_outputs = new_outputs = None
   if baseline_reference and reference:
     try:
-      baseline_outputs = softmax_outputs(production_dir, baseline_reference)
-      new_outputs = softmax_outputs(production_dir, reference)
+      baseline_outputs, new_outputs = softmax_outputs(production_dir, baseline_reference,
+                                                      reference)
     except Exception as error:  # pylint: disable=broad-except  The model's own failure, any
       # type TensorFlow raises: the features are still compared, without BBSD, and it is said.
       baseline_outputs = new_outputs = None
