@@ -494,10 +494,14 @@ def drift_section(result: Optional[dict]) -> Section:
   comparisons = result.get("comparisons", [])
   if comparisons:
     limits = result.get("limits", {})
+    threshold = comparisons[0]["threshold"]
+    tests = round(limits["p_value"] / threshold) if limits.get("p_value") else None
     blocks.append(Paragraph(
         "A feature moved when TFDV's distance exceeds its bound and its two-sample test "
-        "rejects at p < ", _fmt(limits.get("p_value"), 3), " (Bonferroni over the ",
-        str(len(comparisons)), " tests). Label and image statistics: the new train split "
+        f"rejects at p < {threshold:.3g}", (f" (drift_p_value {limits['p_value']:g} over the "
+                                            f"{tests} tests that can reject, Bonferroni)"
+                                            if tests else ""),
+        ". Label and image statistics: the new train split "
         "against the production model's; model outputs (BBSD): the production model's softmax "
         "on the new eval split against its own held-out eval images."))
     blocks.append(Table(

@@ -283,7 +283,8 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert "brightness" in pushed_model.custom_properties["refused_for_drift"].string_value
   assert _file_hashes(config.runner.serving_model_dir) == served
   report = _report_markdown(darker.stdout)
-  assert "**DRIFT**" in report and "--block_on_drift: the Pusher refuses the candidate." in report
+  assert "**DRIFT**" in report
+  assert escape_markdown("--block_on_drift: the Pusher refuses the candidate.") in report
   assert "![brightness: baseline and new](data:image/png;base64," in report
 
   # A night that lost a class stops before training, naming it.
