@@ -21,7 +21,7 @@ import tensorflow as tf
 from tfx.dsl.component.experimental.annotations import InputArtifact, OutputArtifact, Parameter
 from tfx.dsl.component.experimental.decorators import component
 from tfx.dsl.io import fileio
-from tfx.types import standard_artifacts
+from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import io_utils, path_utils
 
 from components import drift, drift_baseline
@@ -210,6 +210,9 @@ def DriftCheck(  # pylint: disable=invalid-name
   result.update(moved=moved, blocks_push=blocks)
   io_utils.write_string_file(os.path.join(drift_report.uri, drift_baseline.RESULT_FILE),
                              json.dumps(result, indent=2))
+  # The split compared, as ExampleAnomalies records it: on Kubeflow the consumers' entrypoint
+  # needs the type's split_names (kubeflow/kfp_entrypoint.py).
+  drift_report.split_names = artifact_utils.encode_split_names([TRAIN])
   drift_report.set_string_custom_property(drift_baseline.STATUS_KEY, result["status"])
   drift_report.set_string_custom_property(drift_baseline.MOVED_KEY, json.dumps(moved))
   drift_report.set_int_custom_property(drift_baseline.BLOCKS_PUSH_KEY, int(blocks))

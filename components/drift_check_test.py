@@ -134,6 +134,7 @@ def test_the_baseline_travels_with_the_pushed_model_and_drift_is_named(tmp_path,
   assert first.get_string_custom_property(drift_baseline.STATUS_KEY) == \
       drift_baseline.NO_PRODUCTION
   assert first.get_int_custom_property(drift_baseline.BLOCKS_PUSH_KEY) == 0
+  assert first.split_names == "[\"train\"]"  # What a Kubeflow consumer needs of the type.
   result = drift_baseline.read_result(first.uri)
   assert result["comparisons"] == [] and result["moved"] == []
 
