@@ -279,13 +279,14 @@ class VersionedPusherExecutor(pusher_executor.Executor):
     model_push = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.PUSHED_MODEL_KEY])
     drift = input_dict.get(DRIFT_KEY) or []
-    if drift and drift[0].has_custom_property(drift_baseline.BLOCKS_PUSH_KEY) and int(
-        drift[0].get_custom_property(drift_baseline.BLOCKS_PUSH_KEY)) == 1:
-      moved = drift[0].get_custom_property(drift_baseline.MOVED_KEY) or "[]"
+    # Read from the artifact's file, not its custom properties: a Kubeflow run hands those over
+    # in its own types.
+    result = drift_baseline.read_result(drift[0].uri) if drift else None
+    if result and result.get("blocks_push"):
       log.warning("Not pushed: the data drifted from production's (--block_on_drift): %s",
-                  "; ".join(json.loads(moved)))
+                  "; ".join(result["moved"]))
       self._MarkNotPushed(model_push)
-      model_push.set_string_custom_property(REFUSED_FOR_DRIFT_KEY, moved)
+      model_push.set_string_custom_property(REFUSED_FOR_DRIFT_KEY, json.dumps(result["moved"]))
       return
     if not self.CheckBlessing(input_dict):
       self._MarkNotPushed(model_push)
