@@ -17,9 +17,12 @@ from tfx import types
 from tfx.components.pusher import executor as pusher_executor
 from tfx.dsl.io import fileio
 from tfx.proto import pusher_pb2
-from tfx.types import artifact_utils, standard_component_specs
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import artifact_utils, standard_artifacts, standard_component_specs
+from tfx.types.component_spec import ChannelParameter
 from tfx.utils import io_utils, proto_utils
 
+from components import drift_baseline
 from components import serving_versions as versions_lib
 from storage import object_storage
 from storage.object_storage import is_object_store_uri
@@ -32,17 +35,22 @@ _INCOMPLETE_PREFIX = ".incomplete-"
 CLAIMS_DIR = ".version-claims"
 OWN_HIDDEN_PREFIXES = (_INCOMPLETE_PREFIX, CLAIMS_DIR)  # What pushes write besides versions.
 SAVED_MODEL_FILE = "saved_model.pb"  # What TF Serving's loader looks for; written last.
+# What a push adds to the model's files, outside its fingerprint: the push record, and the drift
+# baseline of the data it was trained on (components/drift_baseline.py).
+NOT_OF_THE_MODEL = (PUSH_INFO_PATH, drift_baseline.BASELINE_PATH)
+DRIFT_KEY = "drift"  # The Pusher's optional input: the DriftCheck's report and baseline.
+REFUSED_FOR_DRIFT_KEY = "refused_for_drift"  # Custom property: why drift blocked the push.
 
 
 def saved_model_fingerprint(model_dir: str, exclude: Tuple[str, ...] = ()) -> str:
   """SHA-256 over the relative paths and bytes of every file of a SavedModel (but `exclude`,
-  relative paths)."""
+  relative paths of files or directories)."""
   digest = hashlib.sha256()
   for root, _, files in sorted(fileio.walk(model_dir)):
     for name in sorted(files):
       path = os.path.join(root, name)
       relative = os.path.relpath(path, model_dir)
-      if relative in exclude:
+      if relative in exclude or relative.startswith(tuple(f"{e}/" for e in exclude)):
         continue
       digest.update(relative.encode())
       with fileio.open(path, "rb") as f:
@@ -108,7 +116,7 @@ def version_problem(version_dir: str) -> Optional[str]:
   recorded = pushed_fingerprint(version_dir)
   if recorded is None:
     return f"no readable push record ({PUSH_INFO_PATH}): not pushed by this pipeline"
-  if saved_model_fingerprint(version_dir, exclude=(PUSH_INFO_PATH,)) != recorded:
+  if saved_model_fingerprint(version_dir, exclude=NOT_OF_THE_MODEL) != recorded:
     return "its files do not match the fingerprint of its push record (truncated or altered)"
   return None
 
@@ -180,20 +188,25 @@ def _push_info(model_dir: str, fingerprint: str, trained_on: Optional[dict] = No
 
 
 def push_version(model_dir: str, base_directory: str, fingerprint: str,
-                 run_id: Optional[str] = None, trained_on: Optional[dict] = None) -> str:
+                 run_id: Optional[str] = None, trained_on: Optional[dict] = None,
+                 baseline_dir: Optional[str] = None) -> str:
   """Publishes the model as the next free numeric version under base_directory and checks the
   published copy against the source fingerprint; returns the version directory. trained_on:
-  the data the model was trained on (serving_versions.trained_on), kept in its push record."""
+  the data the model was trained on (serving_versions.trained_on), kept in its push record;
+  baseline_dir: the drift baseline of that data, kept in the version."""
   problem = serving_directory_problem(base_directory)
   if problem:
     raise UnusableServingDirectory(f"Cannot push to {base_directory}: {problem}.")
   if is_object_store_uri(base_directory):
-    return _push_to_object_store(model_dir, base_directory, fingerprint, run_id, trained_on)
+    return _push_to_object_store(model_dir, base_directory, fingerprint, run_id, trained_on,
+                                 baseline_dir)
   remove_stale_staging_dirs(base_directory)
   staging_dir = os.path.join(base_directory, _staging_name())
   io_utils.copy_dir(model_dir, staging_dir)
   io_utils.write_string_file(os.path.join(staging_dir, PUSH_INFO_PATH),
                              _push_info(model_dir, fingerprint, trained_on))
+  if baseline_dir:
+    drift_baseline.copy_baseline(baseline_dir, drift_baseline.baseline_dir(staging_dir))
   while True:
     final_dir = os.path.join(base_directory,
                              str(_next_version(base_directory, serving_versions(base_directory))))
@@ -223,7 +236,8 @@ def claim_version(base_directory: str, version: int, claim: dict) -> bool:
 
 
 def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
-                          run_id: Optional[str], trained_on: Optional[dict] = None) -> str:
+                          run_id: Optional[str], trained_on: Optional[dict] = None,
+                          baseline_dir: Optional[str] = None) -> str:
   files = sorted(os.path.relpath(os.path.join(root, name), model_dir)
                  for root, _, names in fileio.walk(model_dir) for name in names)
   if SAVED_MODEL_FILE not in files:
@@ -241,6 +255,8 @@ def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
       fileio.copy(os.path.join(model_dir, relative), os.path.join(final_dir, relative))
   io_utils.write_string_file(os.path.join(final_dir, PUSH_INFO_PATH),
                              _push_info(model_dir, fingerprint, trained_on))
+  if baseline_dir:
+    drift_baseline.copy_baseline(baseline_dir, drift_baseline.baseline_dir(final_dir))
   fileio.copy(os.path.join(model_dir, SAVED_MODEL_FILE),  # Last: now TF Serving may load it.
               os.path.join(final_dir, SAVED_MODEL_FILE))
 
@@ -288,6 +304,16 @@ class VersionedPusherExecutor(pusher_executor.Executor):
          output_dict: Dict[str, List[types.Artifact]], exec_properties: Dict[str, Any]) -> None:
     model_push = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.PUSHED_MODEL_KEY])
+    drift = input_dict.get(DRIFT_KEY) or []
+    # Read from the artifact's file, not its custom properties: a Kubeflow run hands those over
+    # in its own types.
+    result = drift_baseline.read_result(drift[0].uri) if drift else None
+    if result and result.get("blocks_push"):
+      log.warning("Not pushed: the data drifted from production's (--block_on_drift): %s",
+                  "; ".join(result["moved"]))
+      self._MarkNotPushed(model_push)
+      model_push.set_string_custom_property(REFUSED_FOR_DRIFT_KEY, json.dumps(result["moved"]))
+      return
     if not self.CheckBlessing(input_dict):
       self._MarkNotPushed(model_push)
       return
@@ -298,6 +324,9 @@ class VersionedPusherExecutor(pusher_executor.Executor):
       raise ValueError("VersionedPusherExecutor pushes to a filesystem destination only.")
     base_directory = destination.filesystem.base_directory
     model_dir = self.GetModelPath(input_dict)
+    baseline = (os.path.join(drift[0].uri, drift_baseline.OUTPUT_DIR) if drift else None)
+    if baseline and not drift_baseline.holds_baseline(baseline):
+      baseline = None
     fingerprint = saved_model_fingerprint(model_dir)
 
     versions = versions_lib.versions_by_number(base_directory)
@@ -312,8 +341,32 @@ class VersionedPusherExecutor(pusher_executor.Executor):
     run_id = self._context.pipeline_run_id if self._context else None
     blessings = input_dict.get(standard_component_specs.INFRA_BLESSING_KEY) or []
     trained_on = training_data_of(blessings[0] if blessings else None)
-    serving_dir = push_version(model_dir, base_directory, fingerprint, run_id, trained_on)
+    serving_dir = push_version(model_dir, base_directory, fingerprint, run_id, trained_on,
+                               baseline)
     io_utils.copy_dir(model_dir, model_push.uri)
     self._MarkPushed(model_push, pushed_destination=serving_dir,
                      pushed_version=os.path.basename(serving_dir))
     log.info("Pushed the model to %s.", serving_dir)
+
+
+class VersionedPusherSpec(standard_component_specs.PusherSpec):
+  """TFX's Pusher's spec, and the DriftCheck's report: its baseline is kept with the pushed
+  version, and with --block_on_drift a drift refuses the push."""
+  INPUTS = {**standard_component_specs.PusherSpec.INPUTS,
+            DRIFT_KEY: ChannelParameter(type=drift_baseline.DriftReport, optional=True)}
+
+
+class VersionedPusher(base_component.BaseComponent):
+  """TFX's Pusher with VersionedPusherExecutor, to a filesystem directory, taking `drift`."""
+  SPEC_CLASS = VersionedPusherSpec
+  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(VersionedPusherExecutor)
+
+  def __init__(self, model: types.BaseChannel, model_blessing: types.BaseChannel,
+               infra_blessing: types.BaseChannel, base_directory: str,
+               drift: Optional[types.BaseChannel] = None):
+    destination = pusher_pb2.PushDestination(
+        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=base_directory))
+    super().__init__(spec=VersionedPusherSpec(
+        model=model, model_blessing=model_blessing, infra_blessing=infra_blessing,
+        push_destination=destination, custom_config=None, drift=drift,
+        pushed_model=types.Channel(type=standard_artifacts.PushedModel)))

@@ -14,14 +14,15 @@ from kubeflow import kfp_entrypoint, platform
 from kubeflow.cluster import cluster_parts
 from kubeflow.cluster_config import ClusterConfig, step_kind, step_pod
 from components.span_check import STEP_ID as SPAN_CHECK_ID
-from pipeline.pipeline import WARM_START_MODEL_ID, create_pipeline
+from pipeline.pipeline import DRIFT_BASELINE_MODEL_ID, WARM_START_MODEL_ID, create_pipeline
 
 # What backend/src/v2/compiler/argocompiler/dag.go (kubeflow/pipelines) turns into a workflow;
 # it fails the whole pipeline on a resolver ("not implemented") or customJob ("Google Cloud
 # only") executor.
 OPEN_SOURCE_EXECUTOR_KINDS = ("container", "importer")
 # Tasks whose result depends on state outside their inputs (the serving directory, the run).
-UNCACHEABLE_TASKS = ("ProductionModel", WARM_START_MODEL_ID, SPAN_CHECK_ID)
+UNCACHEABLE_TASKS = ("ProductionModel", WARM_START_MODEL_ID, DRIFT_BASELINE_MODEL_ID,
+                     SPAN_CHECK_ID)
 # Query-based, so TFX compiles no driver hook for it; its driver (span pattern, window,
 # fingerprint) runs in the entrypoint as the file-based ExampleGen's does.
 IMAGE_FOLDER_EXAMPLE_GEN = "ImageDatasetExampleGen"

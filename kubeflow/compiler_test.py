@@ -181,6 +181,21 @@ def test_the_baseline_is_the_model_in_production_read_afresh_on_every_run(compil
   assert tasks["Trainer"].caching_options.enable_cache
 
 
+@pytest.mark.parametrize("target", ["vertex", "tfrecord"])
+def test_the_drift_check_reads_productions_baseline_before_training_and_feeds_the_pusher(
+    compiled, target):
+  _, package = compiled[target]
+  tasks = _spec(package).root.dag.tasks
+  baseline = tasks["DriftCheck"].inputs.artifacts["production_model"].task_output_artifact
+  assert (baseline.producer_task, baseline.output_artifact_key) == ("DriftBaselineModel",
+                                                                    "model")
+  assert not tasks["DriftBaselineModel"].caching_options.enable_cache
+  assert "DriftCheck" in tasks["Transform"].dependent_tasks
+  for consumer in ("Pusher", "RunReport"):
+    drift = tasks[consumer].inputs.artifacts["drift"].task_output_artifact
+    assert (drift.producer_task, drift.output_artifact_key) == ("DriftCheck", "drift_report")
+
+
 def test_warm_start_from_production_feeds_the_trainer_without_a_resolver(tmp_path):
   from kubeflow.conftest import TFRECORD_FLAGS
   config = from_flags([*TFRECORD_FLAGS, "--warm_start=production"])
@@ -232,7 +247,7 @@ def test_the_kfp_spec_runs_example_gens_driver_and_caches_nothing_that_reads_out
   # New files under the same data_root leave KFP's cache key unchanged: no caching there.
   uncached = {name for name, task in tasks.items()
               if not task.get("cachingOptions", {}).get("enableCache")}
-  assert uncached == {"ImportExampleGen", "ProductionModel", "SpanCheck"}
+  assert uncached == {"ImportExampleGen", "ProductionModel", "SpanCheck", "DriftBaselineModel"}
 
 
 def test_an_image_folder_is_read_again_on_every_kubeflow_run(tmp_path):

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 from local_runner.run_record import RunRecord
 from pipeline.config import PipelineConfig
-from reporting.run_report import GATE_FAILURES, SERVED_CHECK_PROBLEMS
+from reporting.run_report import DRIFT_MOVED, DRIFT_STATUS, GATE_FAILURES, SERVED_CHECK_PROBLEMS
 from reporting.sections import span_summary
 
 
@@ -48,6 +48,7 @@ def report_lines(config: PipelineConfig, run: RunRecord) -> List[str]:
   if get("served_check_passed") != 1:
     lines.append("  served check:    failed, the Pusher pushed nothing:")
     lines += [f"    - {problem}" for problem in json.loads(get(SERVED_CHECK_PROBLEMS) or "[]")]
+  lines += drift_lines(get)
   serving = get("pushed_version") or None
   if get("pushed") == 1 and run.states.get("Pusher") != "CACHED":
     lines.append(f"  pushed model:    {serving}")
@@ -78,6 +79,21 @@ def data_lines(run: RunRecord) -> List[str]:
   summary = span_summary(_value(examples, "span"), _value(examples, "version"),
                          json.loads(window) if window else ())
   return [f"  data read:       {summary}"] if summary else []
+
+
+def drift_lines(get) -> List[str]:
+  """What moved from the data the model in production was trained on, by how much, against
+  which bound, with which p-value; and whether that refused the push."""
+  status = get(DRIFT_STATUS)
+  if status is None:
+    return []
+  moved = json.loads(get(DRIFT_MOVED) or "[]")
+  if not moved:
+    return [f"  drift:           {status}"]
+  action = ("the Pusher refused the candidate (--block_on_drift)" if get("drift_blocked_push")
+            == 1 else "a warning: the gate decided the push")
+  return [f"  drift:           {len(moved)} feature(s) moved, {action}:"] + [
+      f"    - {sentence}" for sentence in moved]
 
 
 def copy_report(config: PipelineConfig, run: RunRecord, report) -> str:

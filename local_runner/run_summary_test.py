@@ -157,3 +157,19 @@ def test_the_span_read_and_the_train_window_come_from_the_examples_artifact(tmp_
   plain.set_int_custom_property("span", 0)  # TFX's span of a source without spans.
   outputs["examples"] = plain.mlmd_artifact
   assert not report_lines(config, with_examples)[0].startswith("  data read:")
+
+
+def test_drift_is_named_with_its_bound_and_p_value_and_whether_it_refused_the_push(
+    tmp_path, config):
+  from reporting.run_report import DRIFT_MOVED, DRIFT_STATUS
+  moved = ["brightness: Jensen-Shannon 0.4908 (bound 0.05), KS p-value 2e-186 (threshold "
+           "0.00111)"]
+  for blocked, action in ((0, "a warning: the gate decided the push"),
+                          (1, "the Pusher refused the candidate (--block_on_drift)")):
+    figures = {**BLESSED_AND_PUSHED, DRIFT_STATUS: "drift", DRIFT_MOVED: json.dumps(moved),
+               "drift_blocked_push": blocked}
+    lines = report_lines(config, _run(tmp_path, figures))
+    at = lines.index(f"  drift:           1 feature(s) moved, {action}:")
+    assert lines[at + 1] == f"    - {moved[0]}"
+  quiet = {**BLESSED_AND_PUSHED, DRIFT_STATUS: "no production model", DRIFT_MOVED: "[]"}
+  assert "  drift:           no production model" in report_lines(config, _run(tmp_path, quiet))

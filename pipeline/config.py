@@ -261,6 +261,29 @@ class GateConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class DriftConfig:
+  """Drift: how far the new data may move from the data the model in production was trained on
+  (docs/pipeline.md, "Drift"). A feature moved when its distance exceeds its bound and its
+  two-sample test's p-value is below drift_p_value; a class that vanished or appeared always
+  stops the run before training. The defaults detect every shift bench/drift.py applies, with
+  no false alarm in its random splits."""
+  max_category_distance: float = 0.03  # Largest L-infinity change of a class's (or format's) share.
+  max_image_divergence: float = 0.05  # Largest Jensen-Shannon divergence of an image statistic.
+  drift_p_value: float = 0.02  # Family-wise significance of the two-sample tests (Bonferroni).
+  block_on_drift: bool = False  # A moved feature refuses the push; off: it warns only.
+  drift_sample_size: int = 2000  # Images per split the image statistics and BBSD read.
+
+  def __post_init__(self):
+    require_finite(self)
+    for name in ("max_category_distance", "max_image_divergence"):
+      require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "must be in [0, 1]")
+    require(0.0 < self.drift_p_value < 1.0, "drift_p_value", self.drift_p_value,
+            "must be in (0, 1)")
+    require(self.drift_sample_size >= 10, "drift_sample_size", self.drift_sample_size,
+            "must be >= 10")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunnerConfig:
   """Runner: the run's name, where its outputs go, and the step cache."""
   pipeline_name: str = "wrn_image_classifier"  # Names the run's directories and MLMD contexts.
@@ -382,6 +405,7 @@ class PipelineConfig:
   evaluation: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
   ensemble: EnsembleConfig = dataclasses.field(default_factory=EnsembleConfig)
   gate: GateConfig = dataclasses.field(default_factory=GateConfig)
+  drift: DriftConfig = dataclasses.field(default_factory=DriftConfig)
   runner: RunnerConfig = dataclasses.field(default_factory=RunnerConfig)
   beam: BeamConfig = dataclasses.field(default_factory=BeamConfig)
 

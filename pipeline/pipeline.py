@@ -10,7 +10,6 @@ import os
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from tfx import v1 as tfx
-from tfx.dsl.components.base import executor_spec
 
 from components import evaluation_set
 from components.class_schema import ClassSchemaGen
@@ -20,7 +19,8 @@ from components import spans
 from components.example_gen import ImageDatasetExampleGen, TFRecordExampleGen
 from components.evaluator import Evaluator
 from components.production_model import ProductionModel
-from components.pusher import VersionedPusherExecutor
+from components.pusher import VersionedPusher
+from components.drift_check import STEP_ID as DRIFT_CHECK_ID, DriftCheck
 from components.data_check import STEP_ID as DATA_CHECK_ID, DataCheck
 from reporting.run_report import RunReport
 from components.served_model_check import ServedModelCheck
@@ -32,6 +32,7 @@ from trainer_module.config import (FINGERPRINT_KEY, TRAINER_CONFIG_KEY,
                                    WARM_START_FROM_PRODUCTION)
 
 WARM_START_MODEL_ID = "WarmStartModel"
+DRIFT_BASELINE_MODEL_ID = "DriftBaselineModel"  # Production's model and its drift baseline.
 TRAINER_RUN_FN = "trainer_module.tfx_trainer.run_fn"  # Every runner's Trainer runs this.
 _REPOSITORY_DIR = os.path.dirname(os.path.dirname(__file__))
 _TRAINER_MODULE_DIR = os.path.join(_REPOSITORY_DIR, "trainer_module")
@@ -152,6 +153,20 @@ def input_steps(config: PipelineConfig, parts: RunnerParts, fingerprint: str,
   return examples, statistics, schema, validator, data_check, transform
 
 
+def drift_check(config: PipelineConfig, examples, statistics, schema, baseline_model):
+  """The new data against the baseline kept with the model in production: a changed class set
+  stops the run before training; a moved distribution warns, or with --block_on_drift makes
+  the Pusher refuse the candidate."""
+  settings = config.drift
+  return DriftCheck(
+      examples=examples.outputs["examples"], statistics=statistics.outputs["statistics"],
+      schema=schema.outputs["schema"], production_model=baseline_model.outputs["model"],
+      max_category_distance=settings.max_category_distance,
+      max_image_divergence=settings.max_image_divergence,
+      drift_p_value=settings.drift_p_value, block_on_drift=int(settings.block_on_drift),
+      sample_size=settings.drift_sample_size).with_id(DRIFT_CHECK_ID)
+
+
 def create_pipeline(config: PipelineConfig, parts: RunnerParts) -> tfx.dsl.Pipeline:
   examples = example_gen(config, parts)
   check = span_check(config, examples)
@@ -177,11 +192,18 @@ def training_steps(config: PipelineConfig, parts: RunnerParts, examples, check) 
       config, parts, fingerprint, examples)
 
   # The Evaluator's ProductionModel depends on the Trainer (its candidate), so the Trainer's
-  # base model comes from an instance of its own, resolved before training.
+  # base model, and the drift check's baseline, come from an instance of their own, resolved
+  # before training.
   warm_start_model = None
   if config.trainer.training.warm_start == WARM_START_FROM_PRODUCTION:
     warm_start_model = ProductionModel(
         serving_directory=config.runner.serving_model_dir).with_id(WARM_START_MODEL_ID)
+  baseline_model = warm_start_model or ProductionModel(
+      serving_directory=config.runner.serving_model_dir).with_id(DRIFT_BASELINE_MODEL_ID)
+  drift = drift_check(config, examples, statistics, schema, baseline_model)
+  drift.add_upstream_node(data_check)
+  transform.add_upstream_node(drift)  # Before Transform and the Trainer: a changed class set
+  # stops the run before it costs their time.
   trainers = [parts.make_trainer(
       trial, trainer_custom_config(config, fingerprint, trial),
       base_model=warm_start_model.outputs["model"] if warm_start_model else None,
@@ -234,14 +256,14 @@ def training_steps(config: PipelineConfig, parts: RunnerParts, examples, check) 
   served_check = ServedModelCheck(model=model, examples=examples.outputs["examples"],
                                   evaluation=evaluator.outputs["evaluation"])
 
-  pusher = tfx.components.Pusher(
+  # Keeps the drift baseline of this run's data with the version it pushes; with
+  # --block_on_drift refuses a candidate trained on data that moved.
+  pusher = VersionedPusher(
       model=model,
       model_blessing=evaluator.outputs["blessing"],
       infra_blessing=served_check.outputs["infra_blessing"],
-      push_destination=tfx.proto.PushDestination(
-          filesystem=tfx.proto.PushDestination.Filesystem(
-              base_directory=config.runner.serving_model_dir)),
-      custom_executor_spec=executor_spec.ExecutorClassSpec(VersionedPusherExecutor))
+      base_directory=config.runner.serving_model_dir,
+      drift=drift.outputs["drift_report"]).with_id("Pusher")
 
   # Whatever the gate and the check decided: the report says what was pushed, or why not.
   report = RunReport(
@@ -250,9 +272,8 @@ def training_steps(config: PipelineConfig, parts: RunnerParts, examples, check) 
       pushed_model=pusher.outputs["pushed_model"],
       evaluation_set=eval_examples.outputs["evaluation_set"],
       input_examples=examples.outputs["examples"], span_decision=check.outputs["decision"],
-      settings=report_settings(config).to_json(),
+      drift=drift.outputs["drift_report"], settings=report_settings(config).to_json(),
       history_dir=config.runner.history_directory, history_runs=config.runner.history_runs)
 
-  return [statistics, schema, validator, data_check, transform, eval_examples,
-          *([warm_start_model] if warm_start_model else []), *model_components,
-          production, evaluator, served_check, pusher, report]
+  return [statistics, schema, validator, data_check, baseline_model, drift, transform,
+          eval_examples, *model_components, production, evaluator, served_check, pusher, report]

@@ -131,3 +131,15 @@ def history_chart(labels: Sequence[str], series: Dict[str, List[Optional[float]]
                   ha="right" if long_labels else "center", parse_math=False)
   axes.legend(fontsize=8)
   return _png(figure)
+
+
+def distribution_chart(edges: Sequence[float], series: Dict[str, Sequence[float]], title: str,
+                       xlabel: str) -> bytes:
+  """Histograms over shared bin edges, one outline per series (each bin's share of its
+  series' examples): the baseline's and the new data's distribution of one feature."""
+  top = max((max(values, default=0.0) for values in series.values()), default=0.0)
+  figure, axes = _figure(title, xlabel, "share of images", (0.0, max(top * 1.15, 0.01)))
+  for name, values in series.items():
+    axes.stairs(values, edges, label=name, linewidth=1.8)
+  axes.legend(fontsize=8)
+  return _png(figure)

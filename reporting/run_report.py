@@ -15,8 +15,9 @@ from tfx.utils import path_utils
 
 import tensorflow_model_analysis as tfma
 
-from components import run_history, served_model_check, serving_versions, span_check, \
-    tfma_results
+from components import drift_baseline, run_history, served_model_check, serving_versions, \
+    span_check, tfma_results
+from components.drift_baseline import DriftReport
 from components.example_gen import read_skipped_files, read_train_window
 from components.pusher import ALREADY_SERVING_KEY
 from reporting import figures, render, sections
@@ -25,6 +26,8 @@ from storage.object_storage import is_object_store_uri
 DISPLAY_NAME = "display_name"  # What the KFP UI lists an HTML or Markdown artifact by.
 GATE_FAILURES = "gate_failures"  # JSON list of the bounds missed, as sentences.
 SERVED_CHECK_PROBLEMS = "served_check_problems"  # JSON list.
+DRIFT_STATUS = "drift_status"  # The DriftCheck's status (components/drift_baseline.py).
+DRIFT_MOVED = "drift_moved"  # JSON list of the moved features, as sentences.
 
 
 class _TextFile(ValueArtifact):
@@ -114,6 +117,7 @@ def RunReport(  # pylint: disable=invalid-name
     evaluation_set: InputArtifact[standard_artifacts.Examples],
     input_examples: InputArtifact[standard_artifacts.Examples],
     span_decision: InputArtifact[span_check.SpanDecision],
+    drift: InputArtifact[DriftReport],
     report: OutputArtifact[HtmlReport],
     report_markdown: OutputArtifact[MarkdownReport],
     settings: Parameter[str],
@@ -122,7 +126,7 @@ def RunReport(  # pylint: disable=invalid-name
   """Writes the run's entry in the run history (history_dir), then the run's report with the
   last history_runs runs, and records its headline figures on it. input_examples: ExampleGen's,
   for the image files an image_dir run left out (skip_bad_images); span_decision: the span
-  check's, for the span the run trained on."""
+  check's, for the span the run trained on; drift: the DriftCheck's result."""
   report_settings = figures.ReportSettings.from_json(settings)
   values = _load("evaluation", evaluation.uri, tfma_results.load_metrics)
   if not values:
@@ -144,6 +148,7 @@ def RunReport(  # pylint: disable=invalid-name
       problems=tuple(check["problems"]))
   skipped = _load("input_examples", input_examples.uri, read_skipped_files)
   headline = figures.headline(report_settings, values)
+  drift_result = _load("drift", drift.uri, drift_baseline.read_result)
   decision = span_check.read_decision(span_decision)
   history = []
   if history_dir:
@@ -156,7 +161,8 @@ def RunReport(  # pylint: disable=invalid-name
   input_span = sections.span_summary(span, version, read_train_window(input_examples))
   document = sections.run_report(report_settings, evaluation.uri, blessed, model_dir,
                                  serving if pushed else None, evaluation_set.uri, served, skipped,
-                                 input_span, history, decision["reason"] or None)
+                                 input_span, history, decision["reason"] or None,
+                                 drift_result)
   _write(report, render.to_html(document), "run report")
   _write(report_markdown, render.to_markdown(document), "run report (Markdown)")
   recorded = {**headline, "span": decision["span"], "span_check": decision["reason"],
@@ -168,7 +174,10 @@ def RunReport(  # pylint: disable=invalid-name
                       "evaluation_uri": evaluation.uri, "skipped_images": len(skipped),
                       "input_span_summary": input_span or "",
                       GATE_FAILURES: json.dumps([failure.describe() for failure in failures]),
-                      SERVED_CHECK_PROBLEMS: json.dumps(check["problems"])}
+                      SERVED_CHECK_PROBLEMS: json.dumps(check["problems"]),
+                      DRIFT_STATUS: drift_result["status"] if drift_result else "not checked",
+                      DRIFT_MOVED: json.dumps(drift_result["moved"] if drift_result else []),
+                      "drift_blocked_push": bool(drift_result and drift_result["blocks_push"])}
   if check["accuracy"] is not None:
     recorded["served_accuracy"] = check["accuracy"]
   record_headline(report, recorded)

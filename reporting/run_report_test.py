@@ -5,7 +5,7 @@ import os
 import pytest
 from tfx.types import standard_artifacts
 
-from components import span_check
+from components import drift_baseline, span_check
 from reporting import figures, run_report
 
 
@@ -33,7 +33,8 @@ def test_a_missing_or_damaged_evaluator_output_fails_naming_it(tmp_path, damage)
                               ("pushed_model", standard_artifacts.PushedModel),
                               ("evaluation_set", standard_artifacts.Examples),
                               ("input_examples", standard_artifacts.Examples),
-                              ("span_decision", span_check.SpanDecision)):
+                              ("span_decision", span_check.SpanDecision),
+                              ("drift", drift_baseline.DriftReport)):
     artifact = artifact_class()
     artifact.uri = str(tmp_path / key)
     inputs[key] = [artifact]

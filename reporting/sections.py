@@ -497,6 +497,76 @@ def span_summary(span: Optional[int], version: Optional[int],
   return line
 
 
+DRIFT_STATUS_TEXT = {
+    "no production model": "No model in production: nothing to compare the new data with; the "
+                           "check passed.",
+    "production has no baseline": "The model in production was pushed without a drift baseline "
+                                  "(before the check existed): nothing to compare with; the "
+                                  "check passed.",
+    "no drift": "No feature moved beyond its bound with a significant two-sample test.",
+}
+
+
+def drift_section(result: Optional[dict]) -> Section:
+  """What moved between the data the model in production was trained on and the new data: each
+  feature's distance against its bound, its two-sample p-value, and a chart per moved one."""
+  if result is None:
+    return Section("Drift", Paragraph("Not checked: the run recorded no drift result."))
+  status = result["status"]
+  blocks: list = []
+  production = result.get("production_version") or ""
+  if status == "drift":
+    moved = result.get("moved", [])
+    blocks.append(Paragraph(
+        Strong("DRIFT"), f": {len(moved)} feature(s) moved from the data the model in "
+        "production was trained on", *((" (", Code(production), ")") if production else ()),
+        ". " + ("--block_on_drift: the Pusher refuses the candidate." if result.get(
+            "blocks_push") else "A warning only: the gate decides the push "
+            "(--block_on_drift would refuse it).")))
+    blocks.append(BulletList(moved))
+  else:
+    blocks.append(Paragraph(DRIFT_STATUS_TEXT.get(status, status), *(
+        (" Baseline: ", Code(production), ".") if production else ())))
+  if result.get("bbsd_not_run"):
+    blocks.append(Paragraph("Model outputs (BBSD) not compared: ", result["bbsd_not_run"]))
+  comparisons = result.get("comparisons", [])
+  if comparisons:
+    limits = result.get("limits", {})
+    threshold = comparisons[0]["threshold"]
+    tests = round(limits["p_value"] / threshold) if limits.get("p_value") else None
+    blocks.append(Paragraph(
+        "A feature moved when TFDV's distance exceeds its bound and its two-sample test "
+        f"rejects at p < {threshold:.3g}", (f" (drift_p_value {limits['p_value']:g} over the "
+                                            f"{tests} tests that can reject, Bonferroni)"
+                                            if tests else ""),
+        ". Label and image statistics: the new train split "
+        "against the production model's; model outputs (BBSD): the production model's softmax "
+        "on the new eval split against its own held-out eval images."))
+    blocks.append(Table(
+        ["feature", "measure", "distance", "bound", "test", "p-value", "moved"],
+        [(c["feature"], c["measure"], _fmt(c["distance"]),
+          "n/a" if c["bound"] is None else f"{c['bound']:g}", c["test"],
+          f"{c['p_value']:.3g}", Strong("yes") if c["moved"] else "no")
+         for c in comparisons]))
+  for comparison in comparisons:
+    if not comparison["moved"]:
+      continue
+    chart = comparison["chart"]
+    title = f"{comparison['feature']}: baseline and new"
+    if "categories" in chart:
+      top = max(chart["baseline"] + chart["new"] + [0.01])
+      png = plots.bar_chart([str(c) for c in chart["categories"]],
+                            {"baseline": chart["baseline"], "new": chart["new"]}, title,
+                            "share of images", (0.0, min(1.0, top * 1.2)))
+    else:
+      xlabel = (f"softmax output of class {chart['class_index']}" if "class_index" in chart
+                else comparison["feature"])
+      png = plots.distribution_chart(chart["edges"], {"baseline": chart["baseline"],
+                                                      "new": chart["new"]}, title, xlabel)
+    blocks.append(Chart(title, png))
+  return Section("Drift", *blocks)
+
+
 def about_run(settings: ReportSettings, model_dir: Optional[str], pushed: Optional[str],
               evaluation_uri: str, input_span: Optional[str] = None,
               span_check: Optional[str] = None) -> BulletList:
@@ -522,12 +592,13 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
                skipped_files: Sequence[Tuple[str, str]] = (),
                input_span: Optional[str] = None,
                history: Sequence[run_history.Entry] = (),
-               span_check: Optional[str] = None) -> Report:
+               span_check: Optional[str] = None,
+               drift: Optional[dict] = None) -> Report:
   """The report of a run. evaluation_set_uri: EvaluationSetGen's examples, whose served distance
   scores the report shows for a model calibrated by distance. skipped_files: (path, reason) of
   the input files an image_dir run left out (skip_bad_images). input_span: span_summary of the
   Examples read. history: the pipeline's last runs, this one last. span_check: why the span
-  check let this run train."""
+  check let this run train. drift: the DriftCheck's result (components/drift_check.py)."""
   values = tfma_results.load_metrics(evaluation_uri)
   try:
     validation = tfma.load_validation_result(evaluation_uri)
@@ -543,6 +614,7 @@ def run_report(settings: ReportSettings, evaluation_uri: str, blessed: bool,
   sections = [
       gate_section(settings, values, blessed, validation),
       served_check_section(served_check),
+      drift_section(drift),
       metric_section(settings, values),
       ensemble_section(ensemble) if ensemble else None,
       temperature_section(settings, values, calibration),

@@ -4,8 +4,8 @@ they are written)."""
 import numpy as np
 
 from components.calibration_metrics import RELIABILITY_NAME
-from reporting import figures, sections
-from reporting.document import Chart, Code, Paragraph, Table
+from reporting import figures, render, sections
+from reporting.document import BulletList, Chart, Code, Paragraph, Report, Table
 from reporting.figures_test import _values
 from trainer_module.class_names import CLASS_NAMES_FILE
 from trainer_module.export import write_record
@@ -269,3 +269,45 @@ def test_the_report_names_the_span_read_and_the_spans_of_the_train_split():
   lines = sections.about_run(_SETTINGS, None, None, "/tfma", "span 3").items
   assert lines[1] == ("data read: span 3",)
   assert ("data read: span 3",) not in sections.about_run(_SETTINGS, None, None, "/tfma").items
+
+
+def _drift_result(blocks):
+  from components import drift
+  rng = np.random.default_rng(0)
+  table = {drift.LABEL: np.repeat(np.arange(3), 100), drift.FORMAT: np.array(["png"] * 300),
+           drift.BRIGHTNESS: rng.normal(0.3, 0.05, 300), drift.CONTRAST: rng.normal(0.3, 0.04, 300),
+           drift.COLOURFULNESS: np.zeros(300), drift.NOISE: rng.normal(0.02, 0.005, 300),
+           drift.HEIGHT: np.full(300, 32), drift.WIDTH: np.full(300, 32)}
+  darker = {**table, drift.BRIGHTNESS: table[drift.BRIGHTNESS] * 0.7,
+            drift.LABEL: np.repeat(np.arange(3), [150, 100, 50])}
+  probabilities = rng.dirichlet(np.ones(3), 300)
+  comparisons = drift.compare(table, darker, drift.Limits(0.03, 0.05, 0.01), probabilities,
+                              probabilities[::-1] ** 3 / (probabilities[::-1] ** 3).sum(
+                                  1, keepdims=True))
+  return {"status": "drift", "limits": {"p_value": 0.01}, "production_version": "/s/<b>1",
+          "comparisons": [c.to_json() for c in comparisons], "blocks_push": blocks,
+          "moved": [c.describe() for c in comparisons if c.moved]}
+
+
+def test_the_drift_section_names_what_moved_with_its_bound_p_value_and_a_chart_each():
+  result = _drift_result(blocks=False)
+  section = sections.drift_section(result)
+  moved = [c for c in result["comparisons"] if c["moved"]]
+  assert {c["feature"] for c in moved} >= {"label", "brightness", "model outputs (BBSD)"}
+  charts = [block for block in section.blocks if isinstance(block, Chart)]
+  assert [chart.title for chart in charts] == [f"{c['feature']}: baseline and new"
+                                               for c in moved]
+  table = next(block for block in section.blocks if isinstance(block, Table))
+  brightness = next(row for row in table.rows if row[0] == ("brightness",))
+  assert brightness[1:4] == (("Jensen-Shannon",), (f"{moved[1]['distance']:.4f}",), ("0.05",))
+  markdown = _markdown(section)
+  assert "A warning only" in markdown and "/s/<b>1" in markdown
+  assert "<b>" not in render.to_html(Report("r", BulletList([]), (section,))).replace(
+      "&lt;b&gt;", "")
+  assert "the Pusher refuses" in _markdown(sections.drift_section(_drift_result(True)))
+  assert "nothing to compare" in _markdown(sections.drift_section(
+      {"status": "no production model", "comparisons": []}))
+
+
+def _markdown(section):
+  return render.to_markdown(Report("r", BulletList([]), (section,)))

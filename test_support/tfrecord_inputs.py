@@ -4,7 +4,7 @@ import os
 import struct
 import zlib
 from types import MappingProxyType
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -21,14 +21,20 @@ def png_of_shape(shape) -> bytes:
 
 def write_digits_tfrecord_dir(
     path: str, per_split_limit: Optional[int] = None,
-    corrupt: Mapping[int, Callable[[tf.train.Example], None]] = MappingProxyType({})) -> str:
+    corrupt: Mapping[int, Callable[[tf.train.Example], None]] = MappingProxyType({}),
+    shift: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    without_classes: Sequence[int] = ()) -> str:
   """Digits as uncompressed TFRecords; corrupt[i] edits train example i in place, after giving
-  it the key `bad-{i}`."""
+  it the key `bad-{i}`; shift maps every image (uint8 HxWx3) to the image written;
+  without_classes are left out."""
   for split in image_sources.SPLITS:
     os.makedirs(os.path.join(path, split), exist_ok=True)
     records = list(image_sources.digits_records(split, 0.15, 0.15))[:per_split_limit]
+    records = [record for record in records if record[2] not in without_classes]
     with tf.io.TFRecordWriter(os.path.join(path, split, "digits.tfrecord")) as writer:
       for index, (key, png, label) in enumerate(records):
+        if shift is not None:
+          png = image_sources.encode_png(shift(image_sources.decode_png(png)))
         example = image_sources.make_example(key, png, label)
         if split == "train" and index in corrupt:
           example.features.feature["key"].bytes_list.value[:] = [f"bad-{index}".encode()]

@@ -10,6 +10,7 @@ import os
 import pytest
 from kfp.local import executor_input_utils
 
+from components import drift_baseline
 from kubeflow import cli
 from kubeflow import compiler
 from kubeflow import local_run
@@ -90,6 +91,15 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_model_in_production_over
   assert len(versions) == 2 and f"{config.runner.serving_model_dir}/{versions[0]}" == production
   pushed_version = f"{config.runner.serving_model_dir}/{versions[1]}"
   assert kfp_harness.local_output_metadata(run.tasks["Pusher"], "pushed_model")["pushed"] == 1
+  # The drift check found the model in production (pushed without a baseline) and passed; the
+  # new version keeps the baseline of the data it was trained on, for the next run.
+  drift = kfp_harness.local_output_metadata(run.tasks["DriftCheck"], "drift_report")
+  assert drift["drift_status"] == "production has no baseline" and drift["blocks_push"] == 0
+  assert drift["production_version"] == production
+  bucket, _, prefix = pushed_version[len("s3://"):].partition("/")
+  kept = {key.rsplit("/", 1)[1] for key, _ in s3_server.keys(
+      bucket, f"{prefix}/assets.extra/drift_baseline/")}
+  assert kept == set(drift_baseline.FILES)
   # The report step's page: the file at its artifact's URI, with the figures as its metadata.
   report = kfp_harness.local_output_metadata(run.tasks["RunReport"], "report")
   assert report["display_name"] == "run report" and report["blessed"] == 1

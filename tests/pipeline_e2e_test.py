@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from bench import calibration_goals
+from components import drift_baseline
 from local_runner.run_record import RunRecord
 from pipeline.config import from_flags
 from reporting.render import escape_markdown
@@ -26,7 +27,8 @@ from trainer_module.calibration.record import read_calibration_info
 pytestmark = pytest.mark.e2e  # Local pipeline runs.
 
 PIPELINE_COMPONENTS = {"ImageDatasetExampleGen", "SpanCheck", "StatisticsGen", "ClassSchemaGen",
-                       "ExampleValidator", "ValidationGate", "Transform", "Trainer",
+                       "ExampleValidator", "ValidationGate", "DriftBaselineModel", "Transform",
+                       "Trainer",
                        "EvaluationSetGen", "Evaluator", "ServedModelCheck", "Pusher",
                        "RunReport"}
 _GATE_FAILURE = re.compile(r"- accuracy on eval_set=eval is (\S+); needs >= (\S+) "
@@ -88,6 +90,9 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert len(versions) == 1 and versions[0].isdigit()
   pushed = os.path.join(config.runner.serving_model_dir, versions[0])
   assert f"pushed model:    {pushed}" in first.stdout
+  # The drift baseline of the data it was trained on travels with the pushed model.
+  assert "drift:           no production model" in first.stdout
+  assert sorted(os.listdir(drift_baseline.baseline_dir(pushed))) == sorted(drift_baseline.FILES)
 
   # The pushed model, in a fresh process, on raw serialized tf.Examples of the test split.
   examples = run.latest_output("examples")
@@ -216,6 +221,9 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert run.latest_output("pushed_model").custom_properties["pushed"].int_value == 0
   assert _file_hashes(config.runner.serving_model_dir) == served
   assert "blessed:         no, the gate failed:" in degraded.stdout
+  # The drift check had production's baseline, the first run's data: the same data, no drift.
+  assert run.states["DriftBaselineModel"] == run.states["DriftCheck"] == "COMPLETE"
+  assert "drift:           no drift" in degraded.stdout
   value, bound, margin = map(float, _GATE_FAILURE.search(degraded.stdout).groups())
   assert bound == 0.5 and value < bound and margin == pytest.approx(bound - value, abs=2e-4)
   change, allowed, change_margin = map(float, _CHANGE_FAILURE.search(degraded.stdout).groups())
@@ -265,6 +273,41 @@ def test_digits_pipeline_pushes_reuses_the_cache_refuses_a_degraded_model_and_wa
   assert calibration["validation_ece_after"] <= calibration["validation_ece_before"]
   assert "warm-started:    the model in production" in warm.stdout
   assert "- warm-started from: the model in production" in _report_markdown(warm.stdout)
+
+  # A darker night's data (the same digits at 0.8 of their brightness) with --block_on_drift:
+  # the drift is named with its measure, bound and p-value in the summary and the report, with
+  # a chart, and the Pusher refuses the candidate.
+  served = _file_hashes(config.runner.serving_model_dir)
+  darker_dir = write_digits_tfrecord_dir(
+      str(tmp_path / "darker"), shift=lambda image: np.round(image * 0.8).astype(np.uint8))
+  tfrecord = ["--dataset=tfrecord", "--beam_running_mode=in_memory", "--train_steps=2"]
+  darker = pipeline_runner(*flags, *tfrecord, f"--tfrecord_dir={darker_dir}",
+                           "--block_on_drift=true")
+  assert darker.returncode == 0, darker.stdout[-3000:] + darker.stderr[-3000:]
+  assert ("feature(s) moved, the Pusher refused the candidate (--block_on_drift):"
+          in darker.stdout)
+  assert re.search(r"    - brightness: Jensen-Shannon [0-9.]+ \(bound 0.05\), KS p-value \S+ "
+                   r"\(threshold \S+\)", darker.stdout)
+  drift = RunRecord(config).latest_output("drift_report")
+  assert drift.custom_properties["blocks_push"].int_value == 1
+  assert drift.custom_properties["brightness_distance"].double_value > 0.05
+  pushed_model = RunRecord(config).latest_output("pushed_model")
+  assert pushed_model.custom_properties["pushed"].int_value == 0
+  assert "brightness" in pushed_model.custom_properties["refused_for_drift"].string_value
+  assert _file_hashes(config.runner.serving_model_dir) == served
+  report = _report_markdown(darker.stdout)
+  assert "**DRIFT**" in report
+  assert escape_markdown("--block_on_drift: the Pusher refuses the candidate.") in report
+  assert "![brightness: baseline and new](data:image/png;base64," in report
+
+  # A night that lost a class stops before training, naming it.
+  without_seven = write_digits_tfrecord_dir(str(tmp_path / "without_seven"), without_classes=(7,))
+  vanished = pipeline_runner(*flags, *tfrecord, f"--tfrecord_dir={without_seven}")
+  assert vanished.returncode != 0
+  assert ("The class set changed; the run stops before training: class(es) 7 of the data the "
+          "model in production" in vanished.stdout + vanished.stderr)
+  states = RunRecord(config).states
+  assert "Trainer" not in states or states["Trainer"] != "COMPLETE"
 
 
 def test_tfrecord_input_trains_an_ensemble_on_default_augmix_views_and_serves_it_without_them(
