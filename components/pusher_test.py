@@ -427,7 +427,7 @@ def test_the_push_record_names_the_span_version_and_window_the_model_was_trained
   setter(pusher.TRAINED_VERSION_KEY, number(2))
   infra.set_string_custom_property(pusher.TRAIN_WINDOW_KEY, "20261130,20261201")
   pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), str(tmp_path / "serving"),
-                         "first", infra)
+                         "first", infra_blessing=infra)
   version_dir = pushed.get_string_custom_property("pushed_destination")
   assert serving_versions.recorded_training_data(version_dir) == {
       "span": 20261201, "version": 2, "train_window": "20261130,20261201"}
