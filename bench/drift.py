@@ -1,5 +1,5 @@
-"""The drift check's detection rate for each shift it must catch, and its false-alarm rate, at
-the default bounds, on the embedded digits.
+"""The drift check's detection rate for each shift it must catch, and its rate of false alarms,
+at the default bounds, on the embedded digits.
 
 A tiny model (logistic regression on the 32x32 grey pixels) is trained once on a fixed 20% of
 the 1,797 digits: it stands in for the production model whose softmax outputs BBSD compares.
@@ -66,10 +66,14 @@ def shifted(shift, images, labels, rng):
   return np.clip(np.round(pixels * 255.0), 0, 255).astype(np.uint8), labels
 
 
+def build_parser():
+  return harness.parser(__doc__, harness.Flag("draws", 20, "draws per shift (default "
+                                                           "%(default)s)"),
+                        harness.Flag("seed", 0, "random seed (default %(default)s)"))
+
+
 def main() -> int:
-  args = harness.parser(__doc__, harness.Flag("draws", 20, "draws per shift (default "
-                                                            "%(default)s)"),
-                        harness.Flag("seed", 0, "random seed (default %(default)s)")).parse_args()
+  args = build_parser().parse_args()
   from sklearn.datasets import load_digits
   from sklearn.linear_model import LogisticRegression
   digits = load_digits()
