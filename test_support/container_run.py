@@ -23,8 +23,10 @@ def compile_for_image(server, package_dir: str, image: str, flags: List[str]):
   replace its settings."""
   from configs.flags import over_defaults
   from test_support.tiny_config import SMALL_MODEL
+  # --force_retrain: the second run trains on the data the first run's model was trained on.
   return kfp_harness.compile_for_s3(server, package_dir, over_defaults(
-      SMALL_MODEL + [f"--image={image}", f"--pipeline_name={PIPELINE_NAME}"], flags))
+      SMALL_MODEL + [f"--image={image}", f"--pipeline_name={PIPELINE_NAME}",
+                     "--force_retrain=true"], flags))
 
 
 def local_run_command(spec_path: str, pipeline_root: str, *flags: str) -> List[str]:
