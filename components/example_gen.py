@@ -25,6 +25,7 @@ from tfx.types.component_spec import ExecutionParameter
 from tfx.utils import proto_utils
 
 from components import image_folder, image_sources, spans
+from components.splits import SPLITS
 SOURCES = ("digits", "cifar10", "image_dir")
 CLASS_NAMES_FILE = "class_names.json"  # {"class_names": [...]}, in label order.
 SKIPPED_FILES_FILE = "skipped_images.json"  # [[path, reason], ...]: left out, and why.
@@ -146,7 +147,7 @@ def _list_window(spec: dict, window: List[spans.Span]):
              for folder in folders]
   newest = layouts[0]
   label = {name: index for index, name in enumerate(newest.class_names)}
-  listed = {split: [] for split in image_sources.SPLITS}
+  listed = {split: [] for split in SPLITS}
   problems, train_counts = [], []
   for index, layout in enumerate(layouts):
     prefix = spans.key_prefix(pattern, window[index]) + "/" if window else ""
@@ -157,7 +158,7 @@ def _list_window(spec: dict, window: List[spans.Span]):
           f"{unknown} that the newest span {newest.image_dir} lacks; the window's train splits "
           "need the newest span's classes (rename or remove them, or lower --train_spans)")
     problems += layout.problems
-    for split in (image_sources.SPLITS if index == 0 else ("train",)):
+    for split in (SPLITS if index == 0 else ("train",)):
       listed[split] += [(layout.image_dir, key, label[layout.class_names[file_label]],
                          prefix + key) for key, file_label in layout.files[split]]
     train_counts.append(len(layout.files["train"]))
@@ -488,7 +489,7 @@ class ImageDatasetExampleGen(QueryBasedExampleGen):
             name=split,
             pattern=source_query(source, split, eval_fraction, test_fraction, tfds_data_dir,
                                  image_dir, skip_bad_images, train_spans))
-        for split in image_sources.SPLITS
+        for split in SPLITS
     ]
     base_beam_component.BaseBeamComponent.__init__(self, spec=_spec(
         _ImageDatasetSpec, example_gen_pb2.Input(splits=splits), span))

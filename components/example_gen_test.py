@@ -12,6 +12,7 @@ from tfx.proto import example_gen_pb2
 from tfx.utils import proto_utils
 
 from components import example_gen, image_folder, image_sources
+from components.splits import SPLITS, split_for_key
 from test_support import image_folders
 from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 
@@ -141,7 +142,7 @@ def test_the_digits_go_through_the_same_executor_and_record_no_folder_files(tmp_
   examples = run_example_gen("", str(tmp_path), False, source="digits")
   written = _examples(examples.uri)
   assert sum(len(records) for records in written.values()) == 1797
-  for split in image_sources.SPLITS:  # Each split as its fractions, in their order, give it.
+  for split in SPLITS:  # Each split as its fractions, in their order, give it.
     expected = image_sources.digits_records(split, EVAL_FRACTION, TEST_FRACTION)
     assert len(written[f"Split-{split}"]) == len(list(expected)), split
   assert example_gen.read_class_names(examples.uri) is None  # The config names them.
@@ -206,7 +207,7 @@ def dated(tmp_path_factory):
 
 def _expected_split(relatives, split):
   return sorted(relative for relative in relatives
-                if image_sources.split_for_key(relative, EVAL_FRACTION, TEST_FRACTION) == split)
+                if split_for_key(relative, EVAL_FRACTION, TEST_FRACTION) == split)
 
 
 def test_a_dated_folder_reads_the_newest_days_splits_and_the_windows_train_splits(dated,

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from components import image_sources
+from components.splits import SPLITS, split_for_key
 from storage import object_storage
 from trainer_module import image_format
 
@@ -178,7 +179,7 @@ def _without_repeated_links(image_dir: str, found: Dict[Tuple[str, str], List[st
 def is_fixed_split_layout(image_dir: str) -> bool:
   """DIR/{train,eval,test}/<class>/ rather than DIR/<class>/: DIR's folders are splits."""
   folders, _, _ = _subfolders(image_dir)
-  return "train" in folders and set(folders) <= set(image_sources.SPLITS)
+  return "train" in folders and set(folders) <= set(SPLITS)
 
 
 def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLayout:
@@ -190,7 +191,7 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
     raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
   problems: List[BadFile] = []
   top, _, _ = _subfolders(image_dir)
-  splits = [name for name in image_sources.SPLITS if name in top]
+  splits = [name for name in SPLITS if name in top]
   if splits and ("train" not in splits or len(splits) < len(top)):
     others = [name for name in top if name not in splits]
     raise ImageFolderError(
@@ -199,14 +200,14 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
         ": give train/, eval/ and test/, each with the class folders, or only class folders "
         "(split by key); a class may not be named like a split.")
   if is_fixed_split_layout(image_dir):
-    missing = [split for split in image_sources.SPLITS
+    missing = [split for split in SPLITS
                if not tf.io.gfile.isdir(os.path.join(image_dir, split))]
     if missing:
       raise ImageFolderError(
           f"image_dir {image_dir} has fixed splits (a train/ folder) but no "
           f"{', '.join(s + '/' for s in missing)}: give train/, eval/ and test/, each with "
           "the class folders, or only class folders (split by key).")
-    split_roots = {split: split for split in image_sources.SPLITS}
+    split_roots = {split: split for split in SPLITS}
   else:
     split_roots = {None: ""}
   found = {}  # (split root, class) -> files
@@ -235,7 +236,7 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
         f"{list(class_names)}; at least {MIN_CLASSES} are needed ("
         f"{'train/' if train_root else ''}<class name>/<image files>).")
   label = {name: index for index, name in enumerate(class_names)}
-  files = {split: [] for split in image_sources.SPLITS}
+  files = {split: [] for split in SPLITS}
   for split, root in split_roots.items():
     if root:
       for name in class_names:
@@ -251,7 +252,7 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
         continue
       for relative in class_files:
         key = posixpath.join(*[part for part in (root, name, relative) if part])
-        target = split or image_sources.split_for_key(key, eval_fraction, test_fraction)
+        target = split or split_for_key(key, eval_fraction, test_fraction)
         files[target].append((key, label[name]))
   return FolderLayout(image_dir, class_names, files, sorted(problems))
 

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from components import image_folder, image_sources
+from components.splits import split_for_key
 from test_support import image_folders
 from trainer_module import image_format
 from trainer_module.features import IMAGE_SHAPE
@@ -25,7 +26,7 @@ def test_class_folders_give_sorted_classes_keys_by_relative_path_and_a_split_by_
   assert files == {key: layout.class_names.index(name) for key, name in written.items()}
   assert "grass/more/0009.png" in files  # Subfolders of a class folder are read too.
   for split, split_files in layout.files.items():
-    assert {image_sources.split_for_key(key, 0.1, 0.3) for key, _ in split_files} == {split}
+    assert {split_for_key(key, 0.1, 0.3) for key, _ in split_files} == {split}
   assert len(layout.files["test"]) > len(layout.files["eval"])  # 30% against 10% of 90 files.
   assert layout == image_folder.scan(str(tmp_path), 0.1, 0.3)
 

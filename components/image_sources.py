@@ -1,11 +1,11 @@
-"""Where images come from: the embedded digits, tensorflow-datasets, and the split by key.
+"""Where images come from: the embedded digits and tensorflow-datasets (the split by key is
+components/splits.py).
 
 Every source yields `(key, png_bytes, label)` with a stable, unique key, so the split of an
 example, and everything derived from its key later, is the same on every run and machine.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from typing import Iterator, Optional, Tuple
@@ -13,23 +13,12 @@ from typing import Iterator, Optional, Tuple
 import numpy as np
 from PIL import Image
 
+from components.splits import split_for_key
 from trainer_module.features import EXAMPLE_KEY, IMAGE_KEY, IMAGE_SHAPE, LABEL_KEY
 
-SPLITS = ("train", "eval", "test")
 DIGITS_NUM_CLASSES = 10
 
 Record = Tuple[str, bytes, int]
-
-
-def split_for_key(key: str, eval_fraction: float, test_fraction: float) -> str:
-  """Assigns a key to train, eval or test by a hash of the key alone."""
-  digest = hashlib.sha256(key.encode("utf-8")).digest()
-  position = int.from_bytes(digest[:8], "big") / 2.0**64
-  if position < test_fraction:
-    return "test"
-  if position < test_fraction + eval_fraction:
-    return "eval"
-  return "train"
 
 
 def encode_png(image: np.ndarray) -> bytes:

@@ -1,10 +1,6 @@
-"""Ingestion: stable keys, a deterministic split, lossless PNGs, and the tfds path."""
-import collections
+"""Ingestion: stable keys, the digits split as components/splits.py assigns it, lossless PNGs,
+and the tfds path."""
 import io
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,6 +9,7 @@ from PIL import Image
 
 from components import image_sources
 from components.example_gen import records_for_query, source_query
+from components.splits import SPLITS
 from trainer_module.features import IMAGE_SHAPE
 
 
@@ -23,53 +20,8 @@ def _digits(split):
   return list(image_sources.digits_records(split, EVAL_FRACTION, TEST_FRACTION))
 
 
-def test_split_for_key_is_a_pure_function_of_the_key():
-  keys = [f"example-{i}" for i in range(5000)]
-  first = [image_sources.split_for_key(k, EVAL_FRACTION, TEST_FRACTION) for k in keys]
-  second = [image_sources.split_for_key(k, EVAL_FRACTION, TEST_FRACTION)
-            for k in reversed(keys)][::-1]
-  assert first == second
-  counts = collections.Counter(first)
-  assert abs(counts["train"] / 5000 - 0.6) < 0.03
-  assert abs(counts["eval"] / 5000 - EVAL_FRACTION) < 0.03
-  assert abs(counts["test"] / 5000 - TEST_FRACTION) < 0.03
-
-
-# Known keys and their splits under (EVAL_FRACTION, TEST_FRACTION): the position each key's
-# SHA-256 gives, [0, 1), is 0.1718, 0.8884, 0.2908, 0.3013, 0.4231 and 0.0766 (test below 0.3,
-# eval below 0.4).
-PINNED_SPLITS = {"digits-0000": "test", "digits-0001": "train", "digits-0002": "test",
-                 "digits-0007": "eval", "digits-0006": "train", "digits-0009": "test"}
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _splits_in_a_new_process(keys, hash_seed):
-  code = ("import json, sys; from components.image_sources import split_for_key; "
-          f"print(json.dumps([split_for_key(k, {EVAL_FRACTION}, {TEST_FRACTION}) "
-          "for k in json.loads(sys.argv[1])]))")
-  result = subprocess.run([sys.executable, "-c", code, json.dumps(keys)], cwd=_REPO,
-                          env={**os.environ, "PYTHONHASHSEED": str(hash_seed),
-                               "PYTHONPATH": _REPO},
-                          capture_output=True, text=True, check=True)
-  return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def test_split_for_key_is_the_same_in_every_process_and_pinned_for_known_keys():
-  """Beam's worker processes and the next nightly run split alike: a salted hash would not."""
-  keys = list(PINNED_SPLITS) + [f"cifar10-train_{i:05d}" for i in range(200)]
-  here = [image_sources.split_for_key(k, EVAL_FRACTION, TEST_FRACTION) for k in keys]
-  assert here[:len(PINNED_SPLITS)] == list(PINNED_SPLITS.values())
-  assert _splits_in_a_new_process(keys, 1) == here
-  assert _splits_in_a_new_process(keys, 2) == here
-
-
-def test_split_for_key_without_test_fraction_never_picks_test():
-  assert {image_sources.split_for_key(f"k{i}", 0.2, 0.0) for i in range(2000)} == {"train",
-                                                                                    "eval"}
-
-
 def test_digits_splits_partition_all_1797_examples_with_unique_stable_keys():
-  splits = {split: _digits(split) for split in image_sources.SPLITS}
+  splits = {split: _digits(split) for split in SPLITS}
   keys = [key for records in splits.values() for key, _, _ in records]
   assert len(keys) == len(set(keys)) == 1797
   assert 1797 * 0.55 < len(splits["train"]) < 1797 * 0.65  # 60% of 1797 is 1078.
@@ -127,7 +79,7 @@ def test_cifar10_through_tfds_splits_train_into_train_and_eval_and_keeps_test():
   import tensorflow_datasets as tfds
   with tfds.testing.mock_data(num_examples=40):
     splits = {split: list(image_sources.tfds_records("cifar10", split, eval_fraction=0.25))
-              for split in image_sources.SPLITS}
+              for split in SPLITS}
   train_keys = {key for key, _, _ in splits["train"]}
   eval_keys = {key for key, _, _ in splits["eval"]}
   assert len(train_keys) + len(eval_keys) == 40 and not train_keys & eval_keys

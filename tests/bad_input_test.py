@@ -6,6 +6,7 @@ import re
 import pytest
 
 from components import image_sources
+from components.splits import SPLITS
 from pipeline.config import from_flags
 from local_runner.run_record import RunRecord
 from tests.conftest import run_pipeline
@@ -113,7 +114,7 @@ def truncated_gzip_run(tmp_path_factory):
   went to the console): (damaged file, completed process, run log text)."""
   tmp_path = tmp_path_factory.mktemp("truncated_gzip")
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=60)
-  for split in image_sources.SPLITS:
+  for split in SPLITS:
     path = os.path.join(data_dir, split, "digits.tfrecord")
     with open(path, "rb") as source, gzip.open(path + ".gz", "wb") as target:
       target.write(source.read())

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tfx.components.example_gen import utils as example_gen_utils
 
 from components import image_folder, image_sources
+from components.splits import split_for_key
 from components.evaluation_set import read_evaluation_set
 from configs.flags import over_defaults
 from local_runner.run_record import RunRecord
@@ -113,7 +114,7 @@ def test_the_newest_day_is_read_with_the_day_befores_train_split_and_recorded(ru
   assert examples.custom_properties["span"].int_value == newest
   # Each day's train split as its keys' hashes give it (the bad files are the newest day's
   # eval or test images, or not images at all), counted by ExampleGen.
-  train = {date: sum(image_sources.split_for_key(relative, config.data.eval_fraction,
+  train = {date: sum(split_for_key(relative, config.data.eval_fraction,
                                                   config.data.test_fraction) == "train"
                      for relative in files) for date, files in written.items()}
   window = json.loads(examples.custom_properties["train_window"].string_value)

