@@ -4,15 +4,22 @@ compiles from it. (TFX's Pusher skips a blessing input that is missing, so a gra
 would push every model.)"""
 import pytest
 from tfx.dsl.compiler import compiler as tfx_compiler
+from tfx.proto import pusher_pb2
+from tfx.utils import proto_utils
 
+from components.drift_check import STEP_ID as DRIFT_CHECK_ID
 from local_runner import runner as local_runner
 from pipeline.config import from_preset
 from pipeline.pipeline import create_pipeline
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-  config = from_preset("tiny").replace(output_dir=str(tmp_path_factory.mktemp("outputs")))
+def config(tmp_path_factory):
+  return from_preset("tiny").replace(output_dir=str(tmp_path_factory.mktemp("outputs")))
+
+
+@pytest.fixture(scope="module")
+def graph(config):
   return create_pipeline(config, local_runner.local_parts(config))
 
 
@@ -56,3 +63,16 @@ def test_the_compiled_ir_feeds_the_pusher_both_blessings(graph):
   assert producer("infra_blessing") == ("ServedModelCheck", "infra_blessing")
   assert producer("model") == ("Trainer", "model")
   assert {"Evaluator", "ServedModelCheck"} <= set(pusher.upstream_nodes)
+
+
+def test_the_pusher_publishes_to_the_configured_serving_directory_with_the_drift_report(
+    graph, config):
+  """What the Pusher's executor reads: its destination, the config's serving directory (a
+  filesystem one), and the DriftCheck's report (--block_on_drift refuses a push through it)."""
+  pusher = _component(graph, "Pusher")
+  destination = proto_utils.json_to_proto(pusher.exec_properties["push_destination"],
+                                          pusher_pb2.PushDestination())
+  assert destination.WhichOneof("destination") == "filesystem"
+  assert destination.filesystem.base_directory == config.runner.serving_model_dir
+  assert _producer(pusher.inputs["drift"]) == (DRIFT_CHECK_ID, "drift_report")
+  assert pusher.outputs["pushed_model"].type_name == "PushedModel"
