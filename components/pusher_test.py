@@ -389,9 +389,10 @@ def test_a_copy_on_s3_that_differs_from_the_source_is_withdrawn_graph_first(
       f"serving/.version-claims/{pusher.claimed_versions(f'{root}/serving')[0]}.json"]
 
 
-def _push_blessed(tmp_path, model_dir, base, name, blessed=True, infra_blessing=None):
+def _push_blessed(tmp_path, model_dir, base, name, blessed=True, infra_blessing=None,
+                  drift=None):
   """Runs the Pusher's executor on a blessed (or not) Trainer output holding model_dir's
-  files."""
+  files (and the DriftCheck's report, `drift`, when given)."""
   from tfx.proto import pusher_pb2
   from tfx.types import standard_artifacts
   from tfx.utils import proto_utils
@@ -406,6 +407,8 @@ def _push_blessed(tmp_path, model_dir, base, name, blessed=True, infra_blessing=
   inputs = {"model": [model], "model_blessing": [blessing]}
   if infra_blessing is not None:
     inputs["infra_blessing"] = [infra_blessing]
+  if drift is not None:
+    inputs[pusher.DRIFT_KEY] = [drift]
   pusher.VersionedPusherExecutor().Do(
       inputs, {"pushed_model": [pushed]},
       {"push_destination": proto_utils.proto_to_json(destination)})
@@ -479,6 +482,58 @@ def test_a_model_the_gate_did_not_bless_is_not_pushed(tmp_path):
                          blessed=False)
   assert pushed.get_int_custom_property("pushed") == 0
   assert not os.path.exists(base) or pusher.serving_versions(base) == []
+
+
+def _drift_report(path, blocks_push, moved, baseline=True):
+  """A DriftCheck output: its drift.json, and (with `baseline`) the baseline of this run's
+  data that the Pusher keeps with the version."""
+  from components import drift_baseline
+  report = drift_baseline.DriftReport()
+  report.uri = path
+  os.makedirs(path)
+  with open(os.path.join(path, drift_baseline.RESULT_FILE), "w") as f:
+    json.dump({drift_baseline.BLOCKS_PUSH_KEY: blocks_push, "moved": moved}, f)
+  if baseline:
+    os.makedirs(os.path.join(path, drift_baseline.OUTPUT_DIR))
+    for name in drift_baseline.FILES:
+      with open(os.path.join(path, drift_baseline.OUTPUT_DIR, name), "w") as f:
+        f.write(f"the {name} of this run's data")
+  return report
+
+
+def test_a_drift_that_blocks_the_push_refuses_it_and_says_what_moved(tmp_path, caplog):
+  """--block_on_drift: the DriftCheck's verdict stops a blessed model, and the pushed_model
+  artifact and the log name each moved feature."""
+  caplog.set_level("WARNING", logger=pusher.__name__)
+  base = str(tmp_path / "serving")
+  moved = ["mean brightness moved", "label share moved"]
+  pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), base, "refused",
+                         drift=_drift_report(str(tmp_path / "drift"), 1, moved))
+  assert pushed.get_int_custom_property("pushed") == 0
+  assert json.loads(pushed.get_string_custom_property(pusher.REFUSED_FOR_DRIFT_KEY)) == moved
+  assert not os.path.exists(base) or pusher.serving_versions(base) == []
+  assert caplog.messages == ["Not pushed: the data drifted from production's "
+                             "(--block_on_drift): mean brightness moved; label share moved"]
+
+
+@pytest.mark.parametrize("with_baseline", [True, False], ids=["baseline", "no-baseline"])
+def test_a_drift_that_does_not_block_pushes_the_version_with_the_baseline_of_its_data(
+    tmp_path, with_baseline):
+  from components import drift_baseline
+  pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), str(tmp_path / "serving"),
+                         "pushed", drift=_drift_report(str(tmp_path / "drift"), 0,
+                                                       ["mean brightness moved"], with_baseline))
+  assert pushed.get_int_custom_property("pushed") == 1
+  assert not pushed.has_custom_property(pusher.REFUSED_FOR_DRIFT_KEY)
+  version_dir = pushed.get_string_custom_property("pushed_destination")
+  kept = drift_baseline.baseline_dir(version_dir)
+  if with_baseline:
+    assert sorted(os.listdir(kept)) == sorted(drift_baseline.FILES)
+    with open(os.path.join(kept, drift_baseline.INFO_FILE)) as f:
+      assert f.read() == f"the {drift_baseline.INFO_FILE} of this run's data"
+  else:
+    assert not os.path.exists(kept)
+  assert pusher.version_problem(version_dir) is None  # The baseline is outside the fingerprint.
 
 
 def test_the_executor_refuses_a_destination_other_than_a_filesystem(tmp_path):
