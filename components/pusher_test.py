@@ -429,12 +429,28 @@ def test_the_push_record_names_the_span_version_and_window_the_model_was_trained
   setter(pusher.TRAINED_SPAN_KEY, number(20261201))
   setter(pusher.TRAINED_VERSION_KEY, number(2))
   infra.set_string_custom_property(pusher.TRAIN_WINDOW_KEY, "20261130,20261201")
+  infra.set_string_custom_property(pusher.TRAINED_FINGERPRINT_KEY, "split:train,num_files:3")
   pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), str(tmp_path / "serving"),
                          "first", infra_blessing=infra)
   version_dir = pushed.get_string_custom_property("pushed_destination")
   assert serving_versions.recorded_training_data(version_dir) == {
-      "span": 20261201, "version": 2, "train_window": "20261130,20261201"}
+      "span": 20261201, "version": 2, "train_window": "20261130,20261201",
+      "input_fingerprint": "split:train,num_files:3"}
   assert pusher.version_problem(version_dir) is None  # The record is outside the fingerprint.
+
+
+def test_a_span_without_a_version_is_recorded_as_version_0(tmp_path):
+  """ExampleGen's first version of a span is 0: a blessing naming only the span says so."""
+  from tfx.types import standard_artifacts
+  from components import serving_versions
+  infra = standard_artifacts.InfraBlessing()
+  infra.uri = str(tmp_path / "infra")
+  infra.set_int_custom_property("blessed", 1)
+  infra.set_int_custom_property(pusher.TRAINED_SPAN_KEY, 20261201)
+  pushed = _push_blessed(tmp_path, _model(str(tmp_path / "source")), str(tmp_path / "serving"),
+                         "first", infra_blessing=infra)
+  assert serving_versions.recorded_training_data(
+      pushed.get_string_custom_property("pushed_destination")) == {"span": 20261201, "version": 0}
 
 
 def test_a_push_without_the_checks_record_of_the_data_records_none(tmp_path):
