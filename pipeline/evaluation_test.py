@@ -158,3 +158,22 @@ def test_the_evaluator_scores_the_serving_signature_with_the_configs_bins_and_ba
   gated = [metric.class_name for metric in evaluation.metrics_specs[0].metrics]
   assert gated == ["ExampleCount", "TopLabelAccuracy", "ExpectedCalibrationError",
                    "NegativeLogLikelihood", "BrierScore", "MeanSliceECE"]
+
+
+def test_each_calibration_metric_is_built_from_its_module_with_the_configs_settings():
+  """As a Beam worker builds them: TFMA imports the module the MetricConfig names (a worker
+  need not have imported it) and passes the JSON config as arguments."""
+  from tensorflow_model_analysis.metrics import metric_specs
+  evaluation = eval_config(from_flags(["--num_bins=7"]))
+  built = {}
+  for metrics_spec in evaluation.metrics_specs:
+    for metric in metrics_spec.metrics:
+      if metric.class_name != "ExampleCount":
+        assert metric.module == "components.calibration_metrics", metric.class_name
+        built[metric.class_name] = metric_specs.metric_instance(metric, {}).get_config()
+  assert set(built) == {"TopLabelAccuracy", "ExpectedCalibrationError",
+                        "NegativeLogLikelihood", "BrierScore", "MeanSliceECE"}
+  assert {name: config["num_bins"] for name, config in built.items()} == dict.fromkeys(built, 7)
+  assert built["MeanSliceECE"]["sub_slice_keys"] == [evaluation_set.CORRUPTION_KEY,
+                                                     evaluation_set.SEVERITY_KEY]
+  assert built["MeanSliceECE"]["resample_key"] == evaluation_set.SOURCE_IMAGE_KEY
