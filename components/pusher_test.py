@@ -390,7 +390,7 @@ def test_a_copy_on_s3_that_differs_from_the_source_is_withdrawn_graph_first(
 
 
 def _push_blessed(tmp_path, model_dir, base, name, blessed=True, infra_blessing=None,
-                  drift=None):
+                  drift=None, context=None):
   """Runs the Pusher's executor on a blessed (or not) Trainer output holding model_dir's
   files (and the DriftCheck's report, `drift`, when given)."""
   from tfx.proto import pusher_pb2
@@ -409,7 +409,7 @@ def _push_blessed(tmp_path, model_dir, base, name, blessed=True, infra_blessing=
     inputs["infra_blessing"] = [infra_blessing]
   if drift is not None:
     inputs[pusher.DRIFT_KEY] = [drift]
-  pusher.VersionedPusherExecutor().Do(
+  pusher.VersionedPusherExecutor(context).Do(
       inputs, {"pushed_model": [pushed]},
       {"push_destination": proto_utils.proto_to_json(destination)})
   return pushed
@@ -550,6 +550,21 @@ def test_a_drift_that_does_not_block_pushes_the_version_with_the_baseline_of_its
   else:
     assert not os.path.exists(kept)
   assert pusher.version_problem(version_dir) is None  # The baseline is outside the fingerprint.
+
+
+def test_the_push_names_the_pipeline_run_it_belongs_to(tmp_path, monkeypatch):
+  """An object-store push records the run in its version claim: the executor hands the run id
+  of its context to push_version (None outside a pipeline run)."""
+  from tfx.dsl.components.base import base_executor
+  calls = []
+  push_version = pusher.push_version
+  monkeypatch.setattr(pusher, "push_version",
+                      lambda *args: calls.append(args[3]) or push_version(*args))
+  model, base = _model(str(tmp_path / "source")), str(tmp_path / "serving")
+  _push_blessed(tmp_path, model, base, "in-a-run",
+                context=base_executor.BaseExecutor.Context(pipeline_run_id="run-20261203"))
+  _push_blessed(tmp_path, _model(str(tmp_path / "other"), b"other"), base, "alone")
+  assert calls == ["run-20261203", None]
 
 
 def test_the_executor_refuses_a_destination_other_than_a_filesystem(tmp_path):
