@@ -181,6 +181,37 @@ def test_each_output_of_a_multi_output_model_is_read_by_its_name_with_its_weight
       assert values[name] == pytest.approx(expected[name], rel=1e-12), (output, name)
 
 
+_SHARED = [calibration_metrics.TopLabelAccuracy, calibration_metrics.ExpectedCalibrationError,
+           calibration_metrics.NegativeLogLikelihood, calibration_metrics.BrierScore]
+
+
+@pytest.mark.parametrize("metric", _SHARED, ids=lambda metric: metric.__name__)
+def test_each_metric_is_reported_under_the_model_output_and_weighting_tfma_asks_for(metric):
+  """TFMA looks a value up by its full key: the model, the output and whether examples were
+  weighted; the shared pass is keyed the same way, so two outputs never share statistics."""
+  statistics, derived = metric(num_bins=7).computations(
+      model_names=["candidate"], output_names=["calibrated"], example_weighted=True)
+  (key,) = [key for key in derived.keys if key.name == metric.REPORTS]
+  assert key == metric_types.MetricKey(name=metric.REPORTS, model_name="candidate",
+                                       output_name="calibrated", example_weighted=True)
+  (statistics_key,) = statistics.keys
+  assert (statistics_key.model_name, statistics_key.output_name,
+          statistics_key.example_weighted) == ("candidate", "calibrated", True)
+
+
+@pytest.mark.parametrize("option", [{"sub_keys": [metric_types.SubKey(top_k=2)]},
+                                    {"aggregation_type": metric_types.AggregationType(
+                                        macro_average=True)},
+                                    {"class_weights": {0: 1.0}}],
+                         ids=["top-k", "macro-average", "class-weights"])
+def test_binarization_top_k_and_aggregation_are_refused_naming_the_metric(option):
+  """These metrics read the whole probability vector: an option that would binarize it or
+  average per class is an error, not a silently different number."""
+  with pytest.raises(ValueError, match="^Metric 'ece' is computed over the full probability "
+                     "vector"):
+    calibration_metrics.ExpectedCalibrationError(num_bins=7).computations(**option)
+
+
 _PROBABILITIES = _softmax(np.zeros((1, 3)))[0]
 
 
