@@ -197,6 +197,25 @@ def test_each_metric_is_reported_under_the_model_output_and_weighting_tfma_asks_
   (statistics_key,) = statistics.keys
   assert (statistics_key.model_name, statistics_key.output_name,
           statistics_key.example_weighted) == ("candidate", "calibrated", True)
+  # And the value is of that model's output, weighted: the other model, the other output and
+  # the weights all differ.
+  rng = np.random.default_rng(9)
+  logits, labels = _random_predictions(rng, 30)
+  calibrated, raw = _softmax(logits, TEMPERATURE), _softmax(logits)
+  weights = rng.integers(1, 4, len(labels)).astype(np.float64)
+  combiner = statistics.combiner
+  accumulator = combiner.create_accumulator()
+  for y, c, r, w in zip(labels, calibrated, raw, weights):
+    accumulator = combiner.add_input(accumulator, metric_types.StandardMetricInputs(
+        labels={"candidate": {"calibrated": np.array([y]), "raw": np.array([(y + 1) % 10])},
+                "baseline": {"calibrated": np.array([(y + 2) % 10])}},
+        predictions={"candidate": {"calibrated": c, "raw": r}, "baseline": {"calibrated": r}},
+        example_weights={"candidate": {"calibrated": np.array([w]), "raw": np.array([1.0])},
+                         "baseline": {"calibrated": np.array([1.0])}}))
+  rows = np.repeat(np.arange(len(labels)), weights.astype(int))
+  expected = reference_metrics.metrics(calibrated[rows], labels[rows], num_bins=7)
+  value = derived.result(combiner.extract_output(accumulator))[key]
+  assert value == pytest.approx(expected[metric.REPORTS], rel=1e-12)
 
 
 @pytest.mark.parametrize("option", [{"sub_keys": [metric_types.SubKey(top_k=2)]},
