@@ -6,7 +6,7 @@ import signal
 import pytest
 import tensorflow as tf
 
-from trainer_module.checkpoints import Checkpoints, StopSignal, damage
+from trainer_module.checkpoints import Checkpoints, StopSignal, TrainingState, damage
 
 
 def _saved(directory, values):
@@ -143,3 +143,15 @@ def test_when_no_checkpoint_can_be_restored_the_advice_deletes_nothing(tmp_path)
   assert ("). Repair them, or move them out of the directory to train from scratch."
           in str(error.value))
   assert "remove" not in str(error.value)
+
+
+def test_the_data_position_and_seed_survive_a_checkpoint_past_two_to_the_31_examples(tmp_path):
+  """The number of examples consumed is an int64 counter: a long run's position (and its seed)
+  comes back exactly, never wrapped around."""
+  state = TrainingState(seed=2**40 + 7, precision=2)
+  state.examples_seen.assign(5_000_000_000)
+  Checkpoints(str(tmp_path), max_to_keep=1, state=state).save(1)
+  restored = TrainingState(seed=0, precision=0)
+  Checkpoints(str(tmp_path), max_to_keep=1, state=restored).restore_latest()
+  assert (int(restored.examples_seen.numpy()), int(restored.seed.numpy()),
+          int(restored.precision.numpy())) == (5_000_000_000, 2**40 + 7, 2)
