@@ -82,3 +82,22 @@ def test_the_ece_floor_weights_each_bins_expected_gap_and_shrinks_with_the_slice
   assert ece_floor([1, 0], [0.5, 0.3]) == pytest.approx(0.5)  # One example: E|B(1, .5) - .5|.
   # 1 / sqrt(n): a 100-image slice at confidence 0.8 sits near 0.032, 900 images near 0.011.
   assert ece_floor([100], [0.8]) == pytest.approx(3 * ece_floor([900], [0.8]), rel=0.02)
+
+
+def test_updates_in_replica_context_sum_into_the_result_read_across_replicas():
+  """As training uses them: created under a MirroredStrategy, updated in replica context, read
+  outside it; each statistic is summed over the replicas' updates."""
+  rng = np.random.default_rng(1)
+  labels = rng.integers(0, 10, 64)
+  logits = (rng.normal(size=(64, 10)) * 3).astype(np.float32)
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+  with strategy.scope():
+    metrics = ClassificationMetrics(num_bins=15)
+  for start in (0, 32):
+    strategy.run(tf.function(lambda: metrics.update(tf.constant(labels[start:start + 32]),
+                                                    tf.constant(logits[start:start + 32]))))
+  probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+  expected = reference_metrics.metrics(probabilities / probabilities.sum(-1, keepdims=True),
+                                       labels, 15)
+  assert metrics.result() == pytest.approx({name: expected[name]
+                                            for name in ("accuracy", "nll", "ece")}, abs=1e-6)
