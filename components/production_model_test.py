@@ -183,8 +183,32 @@ def test_versions_of_which_none_is_complete_stop_the_run_instead_of_a_first_bles
   damaged = _damaged_versions(serving, source)
   with pytest.raises(production_model.NoCompleteVersion, match="none is complete") as error:
     _run_executor(tmp_path / "snapshot", serving)
-  for path in damaged[:-1]:  # Every numbered one; the foreign name is only warned about.
-    assert path in str(error.value)
+  # Every numbered one, newest first; the foreign name is only warned about.
+  assert str(error.value) == (
+      f"The serving directory {serving} holds version(s) {', '.join(reversed(damaged[:-1]))} "
+      "but none is complete (a SavedModel with the push record it matches), so what is in "
+      "production cannot be compared with; the gate will not judge the candidate as a first "
+      "blessing. Repair them or move them out of the serving directory, then run again.")
+
+
+def test_each_damaged_version_passed_over_is_named_with_its_problem(tmp_path, caplog):
+  serving = str(tmp_path / "serving")
+  good = _pushed(serving, "good")
+  damaged = _damaged_versions(serving, good)
+  assert production_model.production_version_dir(serving, []) == good
+  for path in damaged[:-1]:
+    assert (f"Serving directory: skipping version {path}: {pusher.version_problem(path)}."
+            in caplog.messages)
+
+
+def test_damaged_versions_above_the_candidate_itself_leave_nothing_to_compare_with(tmp_path):
+  """The one complete version is the candidate (pushed by an earlier run): no production model
+  to compare with, and no error, as the damaged ones are not all there is."""
+  serving = str(tmp_path / "serving")
+  candidate = _trainer_output(str(tmp_path / "trainer"), "candidate")
+  itself = _pushed(serving, "candidate")
+  _damaged_versions(serving, itself)
+  assert production_model.production_version_dir(serving, [candidate]) is None
 
 
 def _renamed(version_dir, name):
