@@ -177,3 +177,14 @@ def test_each_calibration_metric_is_built_from_its_module_with_the_configs_setti
   assert built["MeanSliceECE"]["sub_slice_keys"] == [evaluation_set.CORRUPTION_KEY,
                                                      evaluation_set.SEVERITY_KEY]
   assert built["MeanSliceECE"]["resample_key"] == evaluation_set.SOURCE_IMAGE_KEY
+
+
+def test_every_slice_a_bound_gates_is_a_slice_the_evaluator_computes(config):
+  """TFMA computes only the slices EvalConfig.slicing_specs lists: a bound on another slice
+  would never be checked."""
+  evaluation = eval_config(config)
+  computed = [sorted(spec.feature_keys) for spec in evaluation.slicing_specs]
+  gated = [sorted(spec.feature_values) for metrics_spec in evaluation.metrics_specs
+           for metric in metrics_spec.metrics for per_slice in metric.per_slice_thresholds
+           for spec in per_slice.slicing_specs]
+  assert gated and all(keys in computed for keys in gated), (gated, computed)
