@@ -56,3 +56,33 @@ def test_the_compiled_ir_feeds_the_pusher_both_blessings(graph):
   assert producer("infra_blessing") == ("ServedModelCheck", "infra_blessing")
   assert producer("model") == ("Trainer", "model")
   assert {"Evaluator", "ServedModelCheck"} <= set(pusher.upstream_nodes)
+
+
+def _ids(pipeline):
+  return {component.id for component in pipeline.components}
+
+
+def test_the_drift_check_and_its_baseline_model_come_before_transform(graph):
+  assert {"DriftCheck", "DriftBaselineModel"} <= _ids(graph)
+  assert "DriftCheck" in {node.id for node in _component(graph, "Transform").upstream_nodes}
+  assert _producer(_component(graph, "Pusher").inputs["drift"]) == ("DriftCheck", "drift_report")
+
+
+def test_drift_check_off_leaves_the_check_and_its_baseline_model_out(tmp_path):
+  config = from_preset("tiny").replace(output_dir=str(tmp_path), drift_check=False)
+  pipeline = create_pipeline(config, local_runner.local_parts(config))
+  ids = _ids(pipeline)
+  assert not {"DriftCheck", "DriftBaselineModel"} & ids
+  assert {"Transform", "Trainer", "Pusher", "RunReport"} <= ids
+  assert "drift" not in _component(pipeline, "Pusher").inputs
+  assert "drift" not in _component(pipeline, "RunReport").inputs
+  tfx_compiler.Compiler().compile(pipeline)  # Compiles without the optional inputs.
+
+
+def test_drift_check_off_keeps_the_warm_start_model(tmp_path):
+  config = from_preset("tiny").replace(output_dir=str(tmp_path), drift_check=False,
+                                       warm_start="production")
+  pipeline = create_pipeline(config, local_runner.local_parts(config))
+  assert "WarmStartModel" in _ids(pipeline)
+  assert _producer(_component(pipeline, "Trainer").inputs["base_model"]) == \
+      ("WarmStartModel", "model")
