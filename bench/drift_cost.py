@@ -43,7 +43,8 @@ FLAGS = (harness.Flag("config", configs.DEFAULT_PRESET, "the preset both variant
          harness.repeats(2, "the medians and each round's ratio count"),
          harness.Flag("pipeline_flags", "", "more flags for every run of the pipeline, as one "
                       "string (e.g. \"--train_epochs=2\"; default none)"),
-         harness.Flag("work_dir", None, "where the runs' output directories go (default: a new "
+         harness.Flag("work_dir", None, "where the runs' output directories go; the model in "
+                      "production that an earlier call left there is reused (default: a new "
                       "temporary directory, deleted at the end)"),
          harness.Flag("keep", False, "keep every run's output directory (default: each is "
                       "deleted once its figures are read)"))
@@ -106,11 +107,12 @@ def main():
   print(f"before: {harness.load_average()}", flush=True)
   try:
     production = os.path.join(work, "production")
-    output = run_pipeline(production, [*extra, *VARIANT_FLAGS[WITH]],
-                          os.path.join(work, "production.log"))
     serving_dir, _ = paths(production, extra)
-    if not os.listdir(serving_dir):
-      raise RuntimeError("The first run pushed no model:\n" + output[-3000:])
+    if not (os.path.isdir(serving_dir) and os.listdir(serving_dir)):  # Else an earlier call's.
+      output = run_pipeline(production, [*extra, *VARIANT_FLAGS[WITH]],
+                            os.path.join(work, "production.log"))
+      if not (os.path.isdir(serving_dir) and os.listdir(serving_dir)):
+        raise RuntimeError("The first run pushed no model:\n" + output[-3000:])
     print(f"model in production: {serving_dir} ({', '.join(sorted(os.listdir(serving_dir)))})",
           flush=True)
     figures = {WITH: [], WITHOUT: []}
@@ -127,8 +129,8 @@ def main():
       check_status(variant, status)
       runner = _FINISHED.search(timed.value)
       check_seconds = sum(harness.execution_seconds(connection, "DriftCheck").values())
-      row = (variant, number, timed.wall, timed.cpu, int(runner.group(1)) if runner else None,
-             check_seconds, status, harness.load_average())
+      row = (variant, status, number, timed.wall, timed.cpu,
+             int(runner.group(1)) if runner else None, check_seconds, os.getloadavg()[0])
       figures[variant].append(row)
       print("  " + " | ".join(str(cell) for cell in row), flush=True)
       if not args.keep:
@@ -140,12 +142,13 @@ def main():
     if not args.keep and not args.work_dir:
       shutil.rmtree(work, ignore_errors=True)
   print(f"after: {harness.load_average()}")
-  rows = [(variant, number, f"{wall:.1f}", f"{cpu:.1f}", runner, f"{check:.1f}", status, load)
+  rows = [(variant, status, number, f"{wall:.1f}", f"{cpu:.1f}", runner, f"{check:.1f}",
+           f"{load:.1f}")
           for variant in (WITH, WITHOUT)
-          for variant, number, wall, cpu, runner, check, status, load in figures[variant]]
-  print(harness.table(["variant", "run", "wall s", "CPU s", "runner s", "DriftCheck s",
-                       "drift", "load"], rows, left=2))
-  for column, name in ((2, "wall"), (3, "CPU")):
+          for variant, status, number, wall, cpu, runner, check, load in figures[variant]]
+  print(harness.table(["variant", "drift", "run", "wall s", "CPU s", "runner s", "DriftCheck s",
+                       "load average"], rows, left=2))
+  for column, name in ((3, "wall"), (4, "CPU")):
     with_check = [row[column] for row in figures[WITH]]
     without = [row[column] for row in figures[WITHOUT]]
     pairs = ", ".join(f"{a / b:.3f}" for a, b in zip(with_check, without))
