@@ -46,8 +46,7 @@ FLAGS = (harness.Flag("config", configs.DEFAULT_PRESET, "the preset both variant
          harness.Flag("work_dir", None, "where the runs' output directories go; the model in "
                       "production that an earlier call left there is reused (default: a new "
                       "temporary directory, deleted at the end)"),
-         harness.Flag("keep", False, "keep every run's output directory (default: each is "
-                      "deleted once its figures are read)"))
+         harness.keep("every run's output directory", "once its figures are read"))
 
 
 def build_parser():
