@@ -34,6 +34,11 @@ def repeats(default: int, counts: str = "the median counts") -> Flag:
                                   "%(default)s)")
 
 
+def keep(what: str, deleted: str = "at the end") -> Flag:
+  """The switch that keeps what a benchmark writes and would delete."""
+  return Flag("keep", False, f"keep {what} (default: deleted {deleted})")
+
+
 def parser(doc: str, *flags: Flag) -> argparse.ArgumentParser:
   """The script's parser: its description is the docstring's first paragraph (whole sentences;
   examples and details stay in the file), its flags `flags`."""

@@ -47,8 +47,7 @@ _STEPS = re.compile(r"for (\d+) steps \((\d+) per epoch")
 FLAGS = (harness.Flag("transfer_steps", "10,30", "comma-separated training step counts of the "
                       "5-class transfer runs, each run from scratch and warm-started (default "
                       "%(default)s)"),
-         harness.Flag("keep", False, "keep the work directory of transformed data, checkpoints "
-                      "and models (default: deleted at the end)"))
+         harness.keep("the work directory of transformed data, checkpoints and models"))
 
 
 def build_parser():

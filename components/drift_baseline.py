@@ -75,18 +75,20 @@ def read_table(path: str) -> Dict[str, np.ndarray]:
     return {name: data[name] for name in data.files}
 
 
-def read_info(directory: str) -> Optional[dict]:
-  path = os.path.join(directory, INFO_FILE)
+def _read_json(directory: str, name: str) -> Optional[dict]:
+  """The JSON file `name` in `directory`, or None when there is none."""
+  path = os.path.join(directory, name)
   if not fileio.exists(path):
     return None
   with fileio.open(path, "r") as f:
     return json.load(f)
+
+
+def read_info(directory: str) -> Optional[dict]:
+  """A baseline's baseline.json (its counts and sizes), or None for a baseline without one."""
+  return _read_json(directory, INFO_FILE)
 
 
 def read_result(drift_uri: str) -> Optional[dict]:
   """The DriftCheck's drift.json, or None when the artifact holds none."""
-  path = os.path.join(drift_uri, RESULT_FILE)
-  if not fileio.exists(path):
-    return None
-  with fileio.open(path, "r") as f:
-    return json.load(f)
+  return _read_json(drift_uri, RESULT_FILE)

@@ -20,24 +20,36 @@ from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 EVAL_FRACTION, TEST_FRACTION = 0.1, 0.3  # Unequal, so that swapping the two shows.
 
 
-def _exec_properties(image_dir: str, skip_bad_images: bool, source: str = "image_dir") -> dict:
-  component = example_gen.ImageDatasetExampleGen(
-      source=source, eval_fraction=EVAL_FRACTION, test_fraction=TEST_FRACTION,
-      image_dir=image_dir if source == "image_dir" else None, skip_bad_images=skip_bad_images)
+def _properties(component) -> dict:
+  """A component's exec properties as its driver and executor receive them."""
   return {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
           for name, value in component.exec_properties.items() if value is not None}
 
 
-def run_example_gen(image_dir: str, output_uri: str, skip_bad_images: bool,
-                    source: str = "image_dir"):
+def _component_properties(**options) -> dict:
+  """The exec properties of an ImageDatasetExampleGen with `options` (the test fractions)."""
+  return _properties(example_gen.ImageDatasetExampleGen(
+      eval_fraction=EVAL_FRACTION, test_fraction=TEST_FRACTION, **options))
+
+
+def _exec_properties(image_dir: str, skip_bad_images: bool, source: str = "image_dir") -> dict:
+  return _component_properties(source=source, skip_bad_images=skip_bad_images,
+                               image_dir=image_dir if source == "image_dir" else None)
+
+
+def _run_executor(properties: dict, output_uri: str, executor_class=example_gen._Executor):
   """The executor's Do, as the pipeline's ExampleGen step runs it; returns its Examples."""
-  properties = _exec_properties(image_dir, skip_bad_images, source)
   examples = standard_artifacts.Examples()
   examples.uri = output_uri
-  executor = example_gen._Executor(base_beam_executor.BaseBeamExecutor.Context(
+  executor = executor_class(base_beam_executor.BaseBeamExecutor.Context(
       beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]))
   executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, properties)
   return examples
+
+
+def run_example_gen(image_dir: str, output_uri: str, skip_bad_images: bool,
+                    source: str = "image_dir"):
+  return _run_executor(_exec_properties(image_dir, skip_bad_images, source), output_uri)
 
 
 def _examples(uri: str) -> dict:
@@ -174,20 +186,8 @@ def test_cifar10_is_prepared_once_in_the_step_before_its_workers_read_it(tmp_pat
 
 
 def _span_exec_properties(pattern: str, train_spans: int, span: str = "") -> dict:
-  component = example_gen.ImageDatasetExampleGen(
-      source="image_dir", eval_fraction=EVAL_FRACTION, test_fraction=TEST_FRACTION,
-      image_dir=pattern, span=span, train_spans=train_spans)
-  return {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
-          for name, value in component.exec_properties.items() if value is not None}
-
-
-def _run_executor(properties: dict, output_uri: str):
-  examples = standard_artifacts.Examples()
-  examples.uri = output_uri
-  executor = example_gen._Executor(base_beam_executor.BaseBeamExecutor.Context(
-      beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]))
-  executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, properties)
-  return examples
+  return _component_properties(source="image_dir", image_dir=pattern, span=span,
+                               train_spans=train_spans)
 
 
 def _keys(uri: str) -> dict:
@@ -288,18 +288,12 @@ def test_a_tfrecord_dir_of_span_folders_reads_the_newest_span_or_the_requested_o
         input_config=example_gen_pb2.Input(splits=[
             example_gen_pb2.Input.Split(name=s, pattern=f"span-{{SPAN}}/{s}/*")
             for s in ("train", "eval")]))
-    properties = {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR")
-                  else value for name, value in component.exec_properties.items()
-                  if value is not None}
+    properties = _properties(component)
     resolved = example_gen.driver_for(properties)(None).resolve_exec_properties(
         properties, None, None)
     assert resolved[example_gen_utils.SPAN_PROPERTY_NAME] == expected
-    examples = standard_artifacts.Examples()
-    examples.uri = str(tmp_path / f"out-{requested or 'newest'}")
-    executor = component.executor_spec.executor_class(
-        base_beam_executor.BaseBeamExecutor.Context(
-            beam_pipeline_args=["--direct_running_mode=in_memory"]))
-    executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, resolved)
+    examples = _run_executor(resolved, str(tmp_path / f"out-{requested or 'newest'}"),
+                             component.executor_spec.executor_class)
     written = _examples(examples.uri)
     assert len(written["Split-train"]) == (7 if expected == 2 else 5)
   with pytest.raises(ValueError, match=r"span 3 of the pattern .*/data/span-\{SPAN\} is "
@@ -307,10 +301,7 @@ def test_a_tfrecord_dir_of_span_folders_reads_the_newest_span_or_the_requested_o
     component = example_gen.TFRecordExampleGen(
         input_base=str(tmp_path / "data"), span="3", input_config=example_gen_pb2.Input(
             splits=[example_gen_pb2.Input.Split(name="train", pattern="span-{SPAN}/train/*")]))
-    example_gen._FileDriver(None).resolve_exec_properties(
-        {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR") else value
-         for name, value in component.exec_properties.items() if value is not None},
-        None, None)
+    example_gen._FileDriver(None).resolve_exec_properties(_properties(component), None, None)
 
 
 def test_a_tfrecord_window_adds_the_older_spans_train_records_with_their_keys_prefixed(
@@ -323,19 +314,11 @@ def test_a_tfrecord_window_adds_the_older_spans_train_records_with_their_keys_pr
       input_config=example_gen_pb2.Input(splits=[
           example_gen_pb2.Input.Split(name=s, pattern=f"span-{{SPAN}}/{s}/*")
           for s in ("train", "eval")]))
-  properties = {name: proto_utils.proto_to_json(value) if hasattr(value, "DESCRIPTOR")
-                else value for name, value in component.exec_properties.items()
-                if value is not None}
-  resolved = example_gen._FileDriver(None).resolve_exec_properties(dict(properties), None,
+  resolved = example_gen._FileDriver(None).resolve_exec_properties(_properties(component), None,
                                                                    None)
   fingerprint = resolved[example_gen_utils.FINGERPRINT_PROPERTY_NAME]
   assert f"train of {tmp_path}/data/span-2" in fingerprint  # The older span's files too.
-  examples = standard_artifacts.Examples()
-  examples.uri = str(tmp_path / "out")
-  executor = component.executor_spec.executor_class(
-      base_beam_executor.BaseBeamExecutor.Context(
-          beam_pipeline_args=["--direct_running_mode=in_memory"]))
-  executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, resolved)
+  examples = _run_executor(resolved, str(tmp_path / "out"), component.executor_spec.executor_class)
   keys = _keys(examples.uri)
   newest = [key for key, _, _ in image_sources.digits_records("train", 0.15, 0.15)][:5]
   older = [key for key, _, _ in image_sources.digits_records("train", 0.15, 0.15)][:6]

@@ -272,9 +272,14 @@ class DriftConfig:
   drift_p_value: float = 0.02  # Family-wise significance of the two-sample tests (Bonferroni).
   block_on_drift: bool = False  # A moved feature refuses the push; off: it warns only.
   drift_sample_size: int = 2000  # Images per split the image statistics and BBSD read.
+  # Off: no DriftCheck step, so no comparison, no stop on a changed class set, and the version
+  # this run pushes keeps no drift baseline (a later run's check against it passes, saying so).
+  drift_check: bool = True  # Compare the data with production's before training.
 
   def __post_init__(self):
     require_finite(self)
+    require(self.drift_check or not self.block_on_drift, "block_on_drift", self.block_on_drift,
+            "needs drift_check=true: with the check off nothing is compared")
     for name in ("max_category_distance", "max_image_divergence"):
       require(0.0 <= getattr(self, name) <= 1.0, name, getattr(self, name), "must be in [0, 1]")
     require(0.0 < self.drift_p_value < 1.0, "drift_p_value", self.drift_p_value,

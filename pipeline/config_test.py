@@ -494,6 +494,14 @@ def test_values_that_fail_only_in_the_trainer_are_refused_up_front(flag, message
     from_flags([flag])
 
 
+def test_block_on_drift_without_the_drift_check_is_refused():
+  with pytest.raises(ValueError, match=r"Invalid config value block_on_drift=True: needs "
+                                       r"drift_check=true"):
+    from_flags(["--drift_check=false", "--block_on_drift=true"])
+  assert not from_flags(["--drift_check=false"]).drift.drift_check
+  assert from_flags([]).drift.drift_check  # The check runs unless turned off.
+
+
 def _serving_dir(tmp_path):
   config = from_flags([f"--output_dir={tmp_path / 'out'}"])
   return config, pathlib.Path(config.runner.serving_model_dir)

@@ -198,12 +198,17 @@ def training_steps(config: PipelineConfig, parts: RunnerParts, examples, check) 
   if config.trainer.training.warm_start == WARM_START_FROM_PRODUCTION:
     warm_start_model = ProductionModel(
         serving_directory=config.runner.serving_model_dir).with_id(WARM_START_MODEL_ID)
-  baseline_model = warm_start_model or ProductionModel(
-      serving_directory=config.runner.serving_model_dir).with_id(DRIFT_BASELINE_MODEL_ID)
-  drift = drift_check(config, examples, statistics, schema, baseline_model)
-  drift.add_upstream_node(data_check)
-  transform.add_upstream_node(drift)  # Before Transform and the Trainer: a changed class set
-  # stops the run before it costs their time.
+  production_steps = [warm_start_model] if warm_start_model else []
+  drift_report = None  # With --drift_check=false: nothing compared, no baseline pushed.
+  if config.drift.drift_check:
+    baseline_model = warm_start_model or ProductionModel(
+        serving_directory=config.runner.serving_model_dir).with_id(DRIFT_BASELINE_MODEL_ID)
+    drift = drift_check(config, examples, statistics, schema, baseline_model)
+    drift.add_upstream_node(data_check)
+    transform.add_upstream_node(drift)  # Before Transform and the Trainer: a changed class set
+    # stops the run before it costs their time.
+    production_steps = [baseline_model, drift]
+    drift_report = drift.outputs["drift_report"]
   trainers = [parts.make_trainer(
       trial, trainer_custom_config(config, fingerprint, trial),
       base_model=warm_start_model.outputs["model"] if warm_start_model else None,
@@ -263,7 +268,7 @@ def training_steps(config: PipelineConfig, parts: RunnerParts, examples, check) 
       model_blessing=evaluator.outputs["blessing"],
       infra_blessing=served_check.outputs["infra_blessing"],
       base_directory=config.runner.serving_model_dir,
-      drift=drift.outputs["drift_report"]).with_id("Pusher")
+      drift=drift_report).with_id("Pusher")
 
   # Whatever the gate and the check decided: the report says what was pushed, or why not.
   report = RunReport(
@@ -272,8 +277,8 @@ def training_steps(config: PipelineConfig, parts: RunnerParts, examples, check) 
       pushed_model=pusher.outputs["pushed_model"],
       evaluation_set=eval_examples.outputs["evaluation_set"],
       input_examples=examples.outputs["examples"], span_decision=check.outputs["decision"],
-      drift=drift.outputs["drift_report"], settings=report_settings(config).to_json(),
+      drift=drift_report, settings=report_settings(config).to_json(),
       history_dir=config.runner.history_directory, history_runs=config.runner.history_runs)
 
-  return [statistics, schema, validator, data_check, baseline_model, drift, transform,
+  return [statistics, schema, validator, data_check, *production_steps, transform,
           eval_examples, *model_components, production, evaluator, served_check, pusher, report]

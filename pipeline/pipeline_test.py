@@ -76,3 +76,32 @@ def test_the_pusher_publishes_to_the_configured_serving_directory_with_the_drift
   assert destination.filesystem.base_directory == config.runner.serving_model_dir
   assert _producer(pusher.inputs["drift"]) == (DRIFT_CHECK_ID, "drift_report")
   assert pusher.outputs["pushed_model"].type_name == "PushedModel"
+
+
+def _ids(pipeline):
+  return {component.id for component in pipeline.components}
+
+
+def test_the_drift_check_and_its_baseline_model_come_before_transform(graph):
+  assert {"DriftCheck", "DriftBaselineModel"} <= _ids(graph)
+  assert "DriftCheck" in {node.id for node in _component(graph, "Transform").upstream_nodes}
+
+
+def test_drift_check_off_leaves_the_check_and_its_baseline_model_out(tmp_path):
+  config = from_preset("tiny").replace(output_dir=str(tmp_path), drift_check=False)
+  pipeline = create_pipeline(config, local_runner.local_parts(config))
+  ids = _ids(pipeline)
+  assert not {"DriftCheck", "DriftBaselineModel"} & ids
+  assert {"Transform", "Trainer", "Pusher", "RunReport"} <= ids
+  assert "drift" not in _component(pipeline, "Pusher").inputs
+  assert "drift" not in _component(pipeline, "RunReport").inputs
+  tfx_compiler.Compiler().compile(pipeline)  # Compiles without the optional inputs.
+
+
+def test_drift_check_off_keeps_the_warm_start_model(tmp_path):
+  config = from_preset("tiny").replace(output_dir=str(tmp_path), drift_check=False,
+                                       warm_start="production")
+  pipeline = create_pipeline(config, local_runner.local_parts(config))
+  assert "WarmStartModel" in _ids(pipeline)
+  assert _producer(_component(pipeline, "Trainer").inputs["base_model"]) == \
+      ("WarmStartModel", "model")

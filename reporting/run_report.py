@@ -117,16 +117,17 @@ def RunReport(  # pylint: disable=invalid-name
     evaluation_set: InputArtifact[standard_artifacts.Examples],
     input_examples: InputArtifact[standard_artifacts.Examples],
     span_decision: InputArtifact[span_check.SpanDecision],
-    drift: InputArtifact[DriftReport],
     report: OutputArtifact[HtmlReport],
     report_markdown: OutputArtifact[MarkdownReport],
     settings: Parameter[str],
     history_dir: Parameter[str],
-    history_runs: Parameter[int] = run_history.DEFAULT_RUNS) -> None:
+    history_runs: Parameter[int] = run_history.DEFAULT_RUNS,
+    drift: InputArtifact[DriftReport] = None) -> None:
   """Writes the run's entry in the run history (history_dir), then the run's report with the
   last history_runs runs, and records its headline figures on it. input_examples: ExampleGen's,
   for the image files an image_dir run left out (skip_bad_images); span_decision: the span
-  check's, for the span the run trained on; drift: the DriftCheck's result."""
+  check's, for the span the run trained on; drift: the DriftCheck's result (none with
+  --drift_check=false)."""
   report_settings = figures.ReportSettings.from_json(settings)
   values = _load("evaluation", evaluation.uri, tfma_results.load_metrics)
   if not values:
@@ -148,7 +149,7 @@ def RunReport(  # pylint: disable=invalid-name
       problems=tuple(check["problems"]))
   skipped = _load("input_examples", input_examples.uri, read_skipped_files)
   headline = figures.headline(report_settings, values)
-  drift_result = _load("drift", drift.uri, drift_baseline.read_result)
+  drift_result = _load("drift", drift.uri, drift_baseline.read_result) if drift else None
   decision = span_check.read_decision(span_decision)
   history = []
   if history_dir:

@@ -68,3 +68,10 @@ def test_execution_seconds_reads_only_the_named_components_executions(tmp_path):
   seconds = harness.execution_seconds(connection, "Transform")
   assert list(seconds) == [ids["tfx.components.transform.component.Transform"]]
   assert 0 <= seconds[ids["tfx.components.transform.component.Transform"]] < 60
+
+
+def test_keep_is_a_switch_that_says_what_is_kept_and_when_it_is_deleted_otherwise():
+  parser = harness.parser("Runs.", harness.keep("the runs", "once read"))
+  assert parser.parse_args([]).keep is False and parser.parse_args(["--keep"]).keep is True
+  assert " ".join(parser.format_help().split()).endswith(
+      "--keep keep the runs (default: deleted once read)")
