@@ -756,6 +756,60 @@ def local_output_metadata(task, name: str) -> dict:
   return artifact["metadata"]
 
 
+# The outputs whose metadata say why a run pushed nothing: (task, output key).
+OUTCOME_OUTPUTS = {"decision": ("SpanCheck", "decision"), "blessing": ("Evaluator", "blessing"),
+                   "pushed": ("Pusher", "pushed_model")}
+
+
+def nothing_pushed(decision: Optional[dict], blessing: Optional[dict],
+                   pushed: Optional[dict]) -> Tuple[int, str]:
+  """(exit status, what to print) for a run that pushed no new version, from the metadata of
+  its span decision, blessing and pushed model (None: not produced; numbers as either
+  orchestrator hands them back). Nothing new to train on, or the blessed model already serving,
+  is a run that did its job: 0. A refused candidate (not blessed, or blocked by the drift check)
+  is 1: this command starts from an empty object store, with no model in production, so only
+  a candidate that misses the gate's own bounds or drifts is refused, and the check has failed."""
+  if decision is not None and not decision.get("train", 1):
+    return 0, f"pushed model:   nothing pushed: {decision.get('reason', 'nothing new')}"
+  pushed = pushed or {}
+  if pushed.get("already_serving"):
+    return 0, f"pushed model:   nothing pushed: the blessed model already serves as " \
+              f"{pushed['already_serving']}"
+  if pushed.get("refused_for_drift"):
+    return 1, ("pushed model:   none: the drift check blocked the push (--block_on_drift): "
+               + "; ".join(json.loads(pushed["refused_for_drift"])))
+  if blessing is not None and not blessing.get("blessed", 0):
+    return 1, ("pushed model:   none: the Evaluator did not bless the candidate (the run report "
+               "says why)")
+  return 1, "pushed model:   none: the run pushed nothing (its task logs say why)"
+
+
+def _harness_outcome_metadata(harness: "Harness", run: PipelineRun) -> Dict[str, Optional[dict]]:
+  found = {}
+  for name, (task, key) in OUTCOME_OUTPUTS.items():
+    artifact_id = run.tasks[task].outputs.get(key) if task in run.tasks else None
+    found[name] = (None if artifact_id is None
+                   else harness.metadata.runtime_artifact(artifact_id)["metadata"])
+  return found
+
+
+def _kfp_local_outcome_metadata(pipeline_root: str) -> Dict[str, Optional[dict]]:
+  """The same metadata from the newest kfp.local run under pipeline_root: each task's executor
+  output file (<root>/<pipeline>-<time>/<task>/executor_output.json, kfp/local/
+  executor_input_utils.py construct_local_task_root)."""
+  runs = sorted((entry.path for entry in os.scandir(pipeline_root) if entry.is_dir()),
+                key=os.path.getmtime) if os.path.isdir(pipeline_root) else []
+  found = {}
+  for name, (task, key) in OUTCOME_OUTPUTS.items():
+    found[name] = None
+    path = os.path.join(runs[-1], task, "executor_output.json") if runs else ""
+    if os.path.exists(path):
+      with open(path) as f:
+        artifacts = json.load(f).get("artifacts", {}).get(key, {}).get("artifacts", [])
+      found[name] = artifacts[0].get("metadata") if artifacts else None
+  return found
+
+
 def _run_on_kfp_local(spec_path: str, pipeline_root: str, env: Mapping[str, str]) -> None:
   """`python -m kubeflow local-run` on the spec, as a user runs it (it prints each task's log,
   then their times and the run directory); raises TaskFailed if it fails."""
@@ -796,21 +850,25 @@ def main(argv: List[str]) -> int:
         harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
                           env=cluster.environ(), secrets=s3_secrets(server))
         run = harness.run()
+        outcome = _harness_outcome_metadata(harness, run)
         for task in run.tasks.values():
           print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}"
                 f"{f' (skipped: {task.skipped})' if task.skipped else ''}")
         print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s")
       else:
-        _run_on_kfp_local(compiled.spec_path, os.path.join(workdir, "pipeline_root"),
+        pipeline_root = os.path.join(workdir, "pipeline_root")
+        _run_on_kfp_local(compiled.spec_path, pipeline_root,
                           dict(server.environ(), **cluster.environ()))
+        outcome = _kfp_local_outcome_metadata(pipeline_root)
     except TaskFailed as error:
       print(f"error: {error}", file=sys.stderr)
       return 1
     print(f"with compile and S3 server: {time.monotonic() - start:.0f} s")
     versions = pushed_versions(server, config.runner.serving_model_dir)
     if not versions:
-      print("pushed model:   none (the Evaluator did not bless the candidate)")
-      return 1
+      status, line = nothing_pushed(**outcome)
+      print(line, file=sys.stderr if status else sys.stdout)
+      return status
     pushed = f"{config.runner.serving_model_dir}/{versions[-1]}"
     local_copy = os.path.join(workdir, "pushed_model", versions[-1])
     download(server, pushed, local_copy)
