@@ -702,6 +702,19 @@ def compile_for_s3(server, package_dir: str, flags: List[str],
   return config, compiler.compile_pipeline(config, package_dir)
 
 
+def dated_digits(server, local_dir: str, name: str, dates: Tuple[str, ...]) -> str:
+  """The digits as dated spans of an image folder (image_folders.write_digit_spans), one
+  span per date, copied to s3://BUCKET/images/<name>/ of `server`; returns the span pattern
+  (s3://BUCKET/images/<name>/{YYYY}-{MM}-{DD}) for --image_dir."""
+  from test_support import image_folders
+  if BUCKET not in {b["Name"] for b in server.client().list_buckets()["Buckets"]}:
+    server.create_bucket(BUCKET)
+  image_folders.write_digit_spans(local_dir, dates)
+  root = f"s3://{BUCKET}/images/{name}"
+  upload(server, local_dir, root)
+  return f"{root}/{image_folders.DATE_PATTERN}"
+
+
 def pushed_versions(server, serving_dir: str) -> List[str]:
   """Version directories under an s3:// serving directory that hold a SavedModel."""
   bucket, _, prefix = serving_dir[len("s3://"):].partition("/")
