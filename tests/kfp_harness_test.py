@@ -346,12 +346,16 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
 
 def _check_the_span_and_the_drift_baseline(run, harness, production, pattern, newest,
                                            s3_server):
-  """The Examples record the newest day, as the driver resolved it (MLMD: numbers as doubles);
-  the drift check compared the new data with the baseline kept with the model in production."""
+  """The Examples record the newest day, as the driver resolved it (MLMD: numbers as doubles;
+  a custom property named as a property of the type as "custom:<name>", as TFX's entrypoint
+  writes it into the metadata); the drift check compared the new data with the baseline kept
+  with the model in production."""
+  from tfx.types.artifact import CUSTOM_PROPERTIES_PREFIX
   from components import drift, drift_baseline
   examples = harness.metadata.artifact(run.tasks["ImageDatasetExampleGen"].outputs["examples"])
   properties = examples["custom_properties"]
-  assert properties["span"] == {"double_value": float(newest)} and "version" not in properties
+  assert properties[CUSTOM_PROPERTIES_PREFIX + "span"] == {"double_value": float(newest)}
+  assert not {"span", "version", CUSTOM_PROPERTIES_PREFIX + "version"} & set(properties)
   (window,) = json.loads(properties["train_window"]["string_value"])
   assert (window["span"], window["folder"]) == (newest, pattern.replace("{YYYY}-{MM}-{DD}",
                                                                         NEWEST))

@@ -16,6 +16,7 @@ import pytest
 from kfp.local import executor_input_utils
 
 from tfx.components.example_gen import utils as example_gen_utils
+from tfx.types.artifact import CUSTOM_PROPERTIES_PREFIX
 
 from components import drift, drift_baseline
 from kubeflow import cli
@@ -72,10 +73,14 @@ def test_kfp_local_runs_the_compiled_spec_and_hands_the_model_in_production_over
                      f"--pipeline_root={tmp_path / 'root'}", f"--span={OLDER}"]
   assert cli.main(local_run_flags) == 0
   (run,) = runs
-  # The ExampleGen's driver resolved the day asked for, not the newest, and recorded it.
+  # The ExampleGen's driver resolved the day asked for, not the newest, and recorded it: a
+  # custom property named as a property of the type (span, version) reaches the metadata as
+  # "custom:<name>" (tfx/orchestration/kubeflow/v2/container/kubeflow_v2_entrypoint_utils.py,
+  # _get_json_metadata_mapping); no version, as the pattern has no {VERSION}.
   older = example_gen_utils.date_to_span_number(*map(int, OLDER.split("-")))
   examples = kfp_harness.local_output_metadata(run.tasks["ImageDatasetExampleGen"], "examples")
-  assert examples["span"] == older and "version" not in examples  # No {VERSION} in the pattern.
+  assert examples[CUSTOM_PROPERTIES_PREFIX + "span"] == older
+  assert not {"span", "version", CUSTOM_PROPERTIES_PREFIX + "version"} & set(examples)
   assert examples["input_fingerprint"]
   (window,) = json.loads(examples["train_window"])
   assert (window["span"], window["folder"]) == (older, pattern.replace(
