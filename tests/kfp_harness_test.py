@@ -311,8 +311,12 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
     # span pattern is never cached: a new day may have landed), as it reads the span check and
     # the model in production; every step after the span check takes its decision (the input of
     # its trigger condition), a new artifact each run: they run again.
-    rerun = _run_dependent(spec["root"]["dag"]["tasks"], "trainer_config")
+    tasks = spec["root"]["dag"]["tasks"]
+    rerun = _run_dependent(tasks, "trainer_config")
     assert rerun >= set(UPSTREAM_OF_TRAINER)
+    uncached = {name for name, task in tasks.items()
+                if not task.get("cachingOptions", {}).get("enableCache")}
+    assert uncached & set(UPSTREAM_OF_TRAINER) == {"ImageDatasetExampleGen"}
     assert {"SpanCheck", "DriftCheck", "Trainer", "ProductionModel", "Evaluator",
             "Pusher"} <= rerun
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
