@@ -806,16 +806,24 @@ def _harness_outcome_metadata(harness: "Harness", run: PipelineRun) -> Dict[str,
   return found
 
 
-def _kfp_local_outcome_metadata(pipeline_root: str) -> Dict[str, Optional[dict]]:
-  """The same metadata from the newest kfp.local run under pipeline_root: each task's executor
-  output file (<root>/<pipeline>-<time>/<task>/executor_output.json, kfp/local/
-  executor_input_utils.py construct_local_task_root)."""
+def _kfp_local_outcome_metadata(pipeline_root: str, spec: dict) -> Dict[str, Optional[dict]]:
+  """The same metadata from the newest kfp.local run of `spec` under pipeline_root: each task's
+  executor output file, <root>/<pipeline>-<time>/<task root>/executor_output.json, the task root
+  named by kfp.local from the task's component name (kfp/local/task_dispatcher.py,
+  executor_input_utils.get_local_task_resource_name: the name less a "comp-" prefix's length,
+  whichever five characters it starts with)."""
+  from kfp.local import executor_input_utils
   runs = sorted((entry.path for entry in os.scandir(pipeline_root) if entry.is_dir()),
                 key=os.path.getmtime) if os.path.isdir(pipeline_root) else []
+  tasks = spec["root"]["dag"]["tasks"]
   found = {}
   for name, (task, key) in OUTCOME_OUTPUTS.items():
     found[name] = None
-    path = os.path.join(runs[-1], task, "executor_output.json") if runs else ""
+    if not runs or task not in tasks:
+      continue
+    task_root = executor_input_utils.get_local_task_resource_name(
+        tasks[task]["componentRef"]["name"])
+    path = os.path.join(runs[-1], task_root, "executor_output.json")
     if os.path.exists(path):
       with open(path) as f:
         artifacts = json.load(f).get("artifacts", {}).get(key, {}).get("artifacts", [])
@@ -872,7 +880,8 @@ def main(argv: List[str]) -> int:
         pipeline_root = os.path.join(workdir, "pipeline_root")
         _run_on_kfp_local(compiled.spec_path, pipeline_root,
                           dict(server.environ(), **cluster.environ()))
-        outcome = _kfp_local_outcome_metadata(pipeline_root)
+        outcome = _kfp_local_outcome_metadata(pipeline_root,
+                                              load_documents(compiled.spec_path)[0])
     except TaskFailed as error:
       print(f"error: {error}", file=sys.stderr)
       return 1

@@ -31,9 +31,17 @@ def test_a_run_that_pushed_nothing_exits_0_only_when_it_had_nothing_to_push(
   assert got_line.startswith("pushed model:   ") and line in got_line
 
 
+# As TFX compiles them: component names without kfp's "comp-" prefix.
+SPEC = {"root": {"dag": {"tasks": {task: {"componentRef": {"name": task}} for task in (
+    "SpanCheck", "Evaluator", "Pusher")}}}}
+
+
 def _executor_output(root, run, task, key, metadata):
-  os.makedirs(os.path.join(root, run, task))
-  with open(os.path.join(root, run, task, "executor_output.json"), "w") as f:
+  """An executor output file where kfp.local keeps it: the task root is the component name
+  less its first five characters (kfp/local/executor_input_utils.py)."""
+  task_root = os.path.join(root, run, task[len("comp-"):])
+  os.makedirs(task_root)
+  with open(os.path.join(task_root, "executor_output.json"), "w") as f:
     json.dump({"artifacts": {key: {"artifacts": [{"metadata": metadata}]}}}, f)
 
 
@@ -45,11 +53,11 @@ def test_the_kfp_local_outcome_is_read_from_the_newest_runs_executor_outputs(tmp
   older = os.path.join(root, "p-2026-12-01-00-00-00-000001")
   os.utime(older, (1, 1))
   _executor_output(root, "p-2026-12-02-00-00-00-000001", "SpanCheck", "decision", SKIPPED)
-  found = kfp_harness._kfp_local_outcome_metadata(root)  # pylint: disable=protected-access
+  found = kfp_harness._kfp_local_outcome_metadata(root, SPEC)  # pylint: disable=protected-access
   assert found == {"decision": SKIPPED, "blessing": None, "pushed": None}
   assert kfp_harness.nothing_pushed(**found)[0] == 0
-  assert kfp_harness._kfp_local_outcome_metadata(str(tmp_path / "none")) == {
-      "decision": None, "blessing": None, "pushed": None}
+  assert kfp_harness._kfp_local_outcome_metadata(  # pylint: disable=protected-access
+      str(tmp_path / "none"), SPEC) == {"decision": None, "blessing": None, "pushed": None}
 
 
 def test_the_harness_outcome_is_read_from_its_metadata_as_the_driver_hands_it_over(tmp_path):
