@@ -377,14 +377,15 @@ def _check_the_span_and_the_drift_baseline(run, harness, production, pattern, ne
 
 
 def _push_recording_span(tmp_path, production, s3_server, serving_dir, span):
-  """The model in production pushed again, as the next version, with a push record naming
-  `span` (version 0) as its training data; returns the new version's URI."""
+  """The model in production pushed again, as the next version (its drift baseline kept), with
+  a push record naming `span` (version 0) as its training data; returns the new version's
+  URI."""
   from components import pusher, serving_versions
   local_copy = str(tmp_path / "production-copy")
   kfp_harness.download(s3_server, production, local_copy)
   version_dir = pusher.push_version(
       local_copy, str(tmp_path / "recorded"),
-      pusher.saved_model_fingerprint(local_copy, exclude=(pusher.PUSH_INFO_PATH,)),
+      pusher.saved_model_fingerprint(local_copy, exclude=pusher.NOT_OF_THE_MODEL),
       trained_on=serving_versions.trained_on(span, 0))
   uri = f"{serving_dir}/{os.path.basename(version_dir)}"
   kfp_harness.upload(s3_server, version_dir, uri)
