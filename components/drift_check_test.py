@@ -5,66 +5,23 @@ import json
 import os
 import shutil
 
-import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx.proto import pusher_pb2
 from tfx.types import standard_artifacts
 from tfx.utils import proto_utils
 
-from components import drift, drift_baseline, drift_check, image_sources, pusher
+from components import drift, drift_baseline, drift_check, pusher
 from components.production_model import ProductionModelExecutor
+from test_support import drift_baselines
 
 LIMITS = dict(max_category_distance=0.03, max_image_divergence=0.05, drift_p_value=0.01,
               sample_size=2000)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def _digits(count=700):
-  from sklearn.datasets import load_digits
-  digits = load_digits()
-  return image_sources.digits_to_images(digits.images[:count]), digits.target[:count]
-
-
-def _examples(path, images, labels, darker=1.0):
-  """An Examples artifact: Split-train and Split-eval, gzipped TFRecords of tf.Examples."""
-  artifact = standard_artifacts.Examples()
-  artifact.uri = str(path)
-  artifact.split_names = '["train", "eval"]'
-  writers = {split: tf.io.TFRecordWriter(
-      os.path.join(artifact.uri, f"Split-{split}", "data.gz"), options="GZIP")
-      for split in ("train", "eval") if os.makedirs(os.path.join(artifact.uri, f"Split-{split}"),
-                                                    exist_ok=True) is None}
-  for index, (image, label) in enumerate(zip(images, labels)):
-    key = f"digits-{index:04d}"
-    image = np.clip(np.round(image * darker), 0, 255).astype(np.uint8)
-    split = "eval" if index % 3 == 0 else "train"
-    writers[split].write(image_sources.make_example(key, image_sources.encode_png(image),
-                                                    int(label)).SerializeToString())
-  for writer in writers.values():
-    writer.close()
-  return artifact
-
-
-def _statistics(path):
-  artifact = standard_artifacts.ExampleStatistics()
-  artifact.uri = str(path)
-  os.makedirs(os.path.join(artifact.uri, "Split-train"))
-  stats = statistics_pb2.DatasetFeatureStatisticsList()
-  stats.datasets.add(num_examples=1)
-  with open(os.path.join(artifact.uri, "Split-train", "FeatureStats.pb"), "wb") as f:
-    f.write(stats.SerializeToString())
-  return artifact
-
-
-def _schema(path):
-  artifact = standard_artifacts.Schema()
-  artifact.uri = str(path)
-  os.makedirs(artifact.uri)
-  shutil.copy(os.path.join(REPO, "components", "schema.pbtxt"),
-              os.path.join(artifact.uri, "schema.pbtxt"))
-  return artifact
+_digits = drift_baselines.digits
+_examples = drift_baselines.examples
+_statistics = drift_baselines.statistics
+_schema = drift_baselines.schema
 
 
 class _BrightnessModel(tf.Module):

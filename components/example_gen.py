@@ -79,6 +79,16 @@ def _bad_file_line(result):
   return [json.dumps(result[1])] if result[1] else []
 
 
+def _write_lines(lines: List[str], path: str) -> None:
+  """One file of `lines`, empty when there are none, written with TFX's fileio: Beam's own
+  text sink would write an empty file to s3:// as a multipart upload of no parts, which S3
+  refuses (MalformedXML; apache_beam/io/aws/s3io.py, S3Uploader.finish)."""
+  from tfx.dsl.io import fileio
+  fileio.makedirs(os.path.dirname(path))
+  with fileio.open(path, "w") as f:
+    f.write("".join(line + "\n" for line in sorted(lines)))
+
+
 @beam.ptransform_fn
 def _ImageSourceToExamples(pipeline: beam.Pipeline, exec_properties: Dict[str, Any],
                            split_pattern: str,
@@ -96,8 +106,8 @@ def _ImageSourceToExamples(pipeline: beam.Pipeline, exec_properties: Dict[str, A
             | "Read" >> beam.MapTuple(_read_listed))
     _ = (read
          | "BadFiles" >> beam.FlatMap(_bad_file_line)
-         | "WriteBadFiles" >> beam.io.WriteToText(os.path.join(bad_files_dir, spec["split"]),
-                                                  shard_name_template=""))
+         | "AllBadFiles" >> beam.combiners.ToList()
+         | "WriteBadFiles" >> beam.Map(_write_lines, os.path.join(bad_files_dir, spec["split"])))
     records = read | "Records" >> beam.FlatMap(_record_only)
   else:
     records = (pipeline

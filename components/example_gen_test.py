@@ -329,3 +329,13 @@ def test_a_tfrecord_window_adds_the_older_spans_train_records_with_their_keys_pr
        "train_examples": 5},
       {"span": 2, "version": None, "folder": str(tmp_path / "data" / "span-2"),
        "train_examples": 6}]
+
+
+def test_the_bad_file_list_of_a_split_is_one_file_even_when_empty(tmp_path):
+  """Written with fileio, not Beam's text sink, whose empty file S3 refuses."""
+  from components import example_gen as example_gen_module
+  path = str(tmp_path / "bad_files" / "eval")
+  example_gen_module._write_lines([], path)  # pylint: disable=protected-access
+  assert open(path).read() == ""
+  example_gen_module._write_lines(['["b"]', '["a"]'], path)  # pylint: disable=protected-access
+  assert open(path).read() == '["a"]\n["b"]\n'

@@ -279,7 +279,7 @@ def test_a_portable_job_server_runs_the_pipeline_image_as_sdk_harness(flags, env
   # (tfx/utils/dependency_utils.py) and nothing is staged.
   assert from_flags(PORTABLE + flags).beam_pipeline_args() == [
       "--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099"] + environment + [
-          "--sdk_container_image=gcr.io/proj/wrn:1"]
+          "--job_server_timeout=604800", "--sdk_container_image=gcr.io/proj/wrn:1"]
 
 
 def test_every_sdk_worker_sets_up_s3_when_a_path_is_on_s3():

@@ -326,7 +326,7 @@ BEAM_STEPS = ("ImageDatasetExampleGen", "StatisticsGen", "Transform", "Evaluatio
       "--beam_job_endpoint=flink-jobserver.flink:8099"],
      ["--runner=PortableRunner", "--job_endpoint=flink-jobserver.flink:8099",
       "--environment_type=DOCKER", "--environment_config=gcr.io/proj/wrn-pipeline:7",
-      "--sdk_container_image=gcr.io/proj/wrn-pipeline:7",
+      "--job_server_timeout=604800", "--sdk_container_image=gcr.io/proj/wrn-pipeline:7",
       "--beam_plugin=storage.beam_worker"]),
 ])
 def test_the_beam_engine_and_no_credential_is_compiled_into_every_beam_step(flags, engine,

@@ -31,6 +31,14 @@ def check_job_server_answers(endpoint: str) -> None:
             f"no job server answers there ({error.strerror or error})")
 
 
+# Beam's portable runner opens the job's state stream with the job server timeout as its gRPC
+# deadline and follows it until the job ends (apache_beam/runners/portability/
+# portable_runner.py, JobServiceHandle.run: GetStateStream(..., timeout=job_server_timeout);
+# default 60 s, options/pipeline_options.py): with the default, every step whose Beam job runs
+# longer than a minute fails with DEADLINE_EXCEEDED. A week bounds the wait instead.
+JOB_SERVER_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
 def portable_args(endpoint: str, environment_type: str, environment_config: str,
                   image: str) -> list:
   """Beam arguments submitting a step to the portable job server; `image`: the pipeline's
@@ -38,7 +46,8 @@ def portable_args(endpoint: str, environment_type: str, environment_config: str,
   environment = environment_config or {
       "DOCKER": image, "PROCESS": json.dumps({"command": BEAM_BOOT})}[environment_type]
   return ["--runner=PortableRunner", f"--job_endpoint={endpoint}",
-          f"--environment_type={environment_type}", f"--environment_config={environment}"]
+          f"--environment_type={environment_type}", f"--environment_config={environment}",
+          f"--job_server_timeout={JOB_SERVER_TIMEOUT_SECONDS}"]
 
 
 def is_process_config(text: str) -> bool:

@@ -15,8 +15,8 @@ def test_a_local_run_submits_every_beam_step_to_the_portable_job_server(tmp_path
   config = from_flags([f"--output_dir={tmp_path}"] + EXTERNAL)
   assert config.beam_pipeline_args(10) == [
       "--runner=PortableRunner", "--job_endpoint=127.0.0.1:8099", "--environment_type=EXTERNAL",
-      "--environment_config=127.0.0.1:50000", f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}",
-      "--requirements_cache=skip"]
+      "--environment_config=127.0.0.1:50000", "--job_server_timeout=604800",
+      f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}", "--requirements_cache=skip"]
   assert config.beam_step_args(10) == []  # No DirectRunner mode overrides the engine.
   assert from_flags([f"--output_dir={tmp_path}"]).beam.beam_runner == "direct"  # The default.
 

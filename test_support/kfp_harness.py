@@ -702,6 +702,19 @@ def compile_for_s3(server, package_dir: str, flags: List[str],
   return config, compiler.compile_pipeline(config, package_dir)
 
 
+def dated_digits(server, local_dir: str, name: str, dates: Tuple[str, ...]) -> str:
+  """The digits as dated spans of an image folder (image_folders.write_digit_spans), one
+  span per date, copied to s3://BUCKET/images/<name>/ of `server`; returns the span pattern
+  (s3://BUCKET/images/<name>/{YYYY}-{MM}-{DD}) for --image_dir."""
+  from test_support import image_folders
+  if BUCKET not in {b["Name"] for b in server.client().list_buckets()["Buckets"]}:
+    server.create_bucket(BUCKET)
+  image_folders.write_digit_spans(local_dir, dates)
+  root = f"s3://{BUCKET}/images/{name}"
+  upload(server, local_dir, root)
+  return f"{root}/{image_folders.DATE_PATTERN}"
+
+
 def pushed_versions(server, serving_dir: str) -> List[str]:
   """Version directories under an s3:// serving directory that hold a SavedModel."""
   bucket, _, prefix = serving_dir[len("s3://"):].partition("/")
@@ -756,6 +769,68 @@ def local_output_metadata(task, name: str) -> dict:
   return artifact["metadata"]
 
 
+# The outputs whose metadata say why a run pushed nothing: (task, output key).
+OUTCOME_OUTPUTS = {"decision": ("SpanCheck", "decision"), "blessing": ("Evaluator", "blessing"),
+                   "pushed": ("Pusher", "pushed_model")}
+
+
+def nothing_pushed(decision: Optional[dict], blessing: Optional[dict],
+                   pushed: Optional[dict]) -> Tuple[int, str]:
+  """(exit status, what to print) for a run that pushed no new version, from the metadata of
+  its span decision, blessing and pushed model (None: not produced; numbers as either
+  orchestrator hands them back). Nothing new to train on, or the blessed model already serving,
+  is a run that did its job: 0. A refused candidate (not blessed, or blocked by the drift check)
+  is 1: this command starts from an empty object store, with no model in production, so only
+  a candidate that misses the gate's own bounds or drifts is refused, and the check has failed."""
+  if decision is not None and not decision.get("train", 1):
+    return 0, f"pushed model:   nothing pushed: {decision.get('reason', 'nothing new')}"
+  pushed = pushed or {}
+  if pushed.get("already_serving"):
+    return 0, f"pushed model:   nothing pushed: the blessed model already serves as " \
+              f"{pushed['already_serving']}"
+  if pushed.get("refused_for_drift"):
+    return 1, ("pushed model:   none: the drift check blocked the push (--block_on_drift): "
+               + "; ".join(json.loads(pushed["refused_for_drift"])))
+  if blessing is not None and not blessing.get("blessed", 0):
+    return 1, ("pushed model:   none: the Evaluator did not bless the candidate (the run report "
+               "says why)")
+  return 1, "pushed model:   none: the run pushed nothing (its task logs say why)"
+
+
+def _harness_outcome_metadata(harness: "Harness", run: PipelineRun) -> Dict[str, Optional[dict]]:
+  found = {}
+  for name, (task, key) in OUTCOME_OUTPUTS.items():
+    artifact_id = run.tasks[task].outputs.get(key) if task in run.tasks else None
+    found[name] = (None if artifact_id is None
+                   else harness.metadata.runtime_artifact(artifact_id)["metadata"])
+  return found
+
+
+def _kfp_local_outcome_metadata(pipeline_root: str, spec: dict) -> Dict[str, Optional[dict]]:
+  """The same metadata from the newest kfp.local run of `spec` under pipeline_root: each task's
+  executor output file, <root>/<pipeline>-<time>/<task root>/executor_output.json, the task root
+  named by kfp.local from the task's component name (kfp/local/task_dispatcher.py,
+  executor_input_utils.get_local_task_resource_name: the name less a "comp-" prefix's length,
+  whichever five characters it starts with)."""
+  from kfp.local import executor_input_utils
+  runs = sorted((entry.path for entry in os.scandir(pipeline_root) if entry.is_dir()),
+                key=os.path.getmtime) if os.path.isdir(pipeline_root) else []
+  tasks = spec["root"]["dag"]["tasks"]
+  found = {}
+  for name, (task, key) in OUTCOME_OUTPUTS.items():
+    found[name] = None
+    if not runs or task not in tasks:
+      continue
+    task_root = executor_input_utils.get_local_task_resource_name(
+        tasks[task]["componentRef"]["name"])
+    path = os.path.join(runs[-1], task_root, "executor_output.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        artifacts = json.load(f).get("artifacts", {}).get(key, {}).get("artifacts", [])
+      found[name] = artifacts[0].get("metadata") if artifacts else None
+  return found
+
+
 def _run_on_kfp_local(spec_path: str, pipeline_root: str, env: Mapping[str, str]) -> None:
   """`python -m kubeflow local-run` on the spec, as a user runs it (it prints each task's log,
   then their times and the run directory); raises TaskFailed if it fails."""
@@ -796,21 +871,26 @@ def main(argv: List[str]) -> int:
         harness = Harness(compiled.spec_path, os.path.join(workdir, "harness"),
                           env=cluster.environ(), secrets=s3_secrets(server))
         run = harness.run()
+        outcome = _harness_outcome_metadata(harness, run)
         for task in run.tasks.values():
           print(f"  {task.name:<24} {task.seconds:6.1f} s{' (cached)' if task.cached else ''}"
                 f"{f' (skipped: {task.skipped})' if task.skipped else ''}")
         print(f"harness run {run.run_id}: {len(run.tasks)} tasks in {run.seconds:.0f} s")
       else:
-        _run_on_kfp_local(compiled.spec_path, os.path.join(workdir, "pipeline_root"),
+        pipeline_root = os.path.join(workdir, "pipeline_root")
+        _run_on_kfp_local(compiled.spec_path, pipeline_root,
                           dict(server.environ(), **cluster.environ()))
+        outcome = _kfp_local_outcome_metadata(pipeline_root,
+                                              load_documents(compiled.spec_path)[0])
     except TaskFailed as error:
       print(f"error: {error}", file=sys.stderr)
       return 1
     print(f"with compile and S3 server: {time.monotonic() - start:.0f} s")
     versions = pushed_versions(server, config.runner.serving_model_dir)
     if not versions:
-      print("pushed model:   none (the Evaluator did not bless the candidate)")
-      return 1
+      status, line = nothing_pushed(**outcome)
+      print(line, file=sys.stderr if status else sys.stdout)
+      return status
     pushed = f"{config.runner.serving_model_dir}/{versions[-1]}"
     local_copy = os.path.join(workdir, "pushed_model", versions[-1])
     download(server, pushed, local_copy)

@@ -28,7 +28,7 @@ def production_version(tmp_path, s3_server):
   import tensorflow_transform as tft
 
   from components import pusher
-  from test_support import kfp_harness
+  from test_support import drift_baselines, kfp_harness
   from test_support.tiny_config import TINY_NETWORK, plain_trainer
   from test_support.transform_runs import raw_digit_examples, run_transform
   from trainer_module.export import export_serving_model
@@ -40,10 +40,15 @@ def production_version(tmp_path, s3_server):
   export_serving_model(wide_resnet(plain_trainer(**TINY_NETWORK)),
                        tft.TFTransformOutput(transform_dir), model_dir,
                        calibration={"temperature": 1.0})
-  version_dir = pusher.push_version(model_dir, str(tmp_path / "serving"),
-                                    pusher.saved_model_fingerprint(model_dir))
 
-  def put(serving_dir):
+  def put(serving_dir, with_baseline=False):
+    """with_baseline: the version keeps a drift baseline of the digits, as the Pusher keeps
+    the DriftCheck's (test_support/drift_baselines.py)."""
+    baseline = (drift_baselines.digits_baseline(str(tmp_path / "baseline"))[0] if with_baseline
+                else None)
+    version_dir = pusher.push_version(model_dir, str(tmp_path / "serving"),
+                                      pusher.saved_model_fingerprint(model_dir),
+                                      baseline_dir=baseline)
     uri = f"{serving_dir}/{os.path.basename(version_dir)}"
     kfp_harness.upload(s3_server, version_dir, uri)
     return uri

@@ -23,6 +23,7 @@ from test_support import image_folders
 from test_support.tiny_config import SMALL_MODEL
 from tests.conftest import run_pipeline
 from trainer_module.class_names import read_class_names
+from trainer_module.warm_start import TRAINING_INFO_PATH
 
 CLASSES = ["blue sky", "grass", "red_car"]
 NOT_ASCII = "café 猫.jpg"  # Its key's hash puts it in the test split.
@@ -151,8 +152,8 @@ def test_a_schedule_skips_a_day_already_served_refuses_an_older_one_and_trains_a
   """The nightly runs after the first (the newest day on a window of two days, pushed), on a
   copy of its outputs: the same day again trains nothing, says so and succeeds; an older day is
   refused naming both spans; a new day trains on the window of it and the day before and is
-  pushed; the run history, in the report and from `python -m local_runner history`, shows every
-  run."""
+  pushed, its Trainer warm-started from the model in production (--warm_start=production); the
+  run history, in the report and from `python -m local_runner history`, shows every run."""
   import shutil
   import subprocess
   import sys
@@ -180,8 +181,10 @@ def test_a_schedule_skips_a_day_already_served_refuses_an_older_one_and_trains_a
           "refused") in older.stderr
   assert sorted(os.listdir(serving)) == [first]
 
+  # The new day, warm-started from the model in production (trained on the day before).
   image_folders.write_dated_spans(root, PER_CLASS[NEWEST], ("2026-12-02",))
-  new_day = run_pipeline(*_flags(output, pattern))
+  new_day_flags = _flags(output, pattern, "--warm_start=production")
+  new_day = run_pipeline(*new_day_flags)
   assert new_day.returncode == 0, new_day.stdout[-3000:] + new_day.stderr[-3000:]
   assert (f"span check:      span {newest + 1} is newer than span {newest} of production "
           f"version {first}: training") in new_day.stdout
@@ -193,6 +196,16 @@ def test_a_schedule_skips_a_day_already_served_refuses_an_older_one_and_trains_a
     trained_on = json.load(f)["trained_on"]
   assert (trained_on["span"], trained_on["train_window"]) == (
       newest + 1, f"{newest + 1},{newest}")
+  # Its Trainer started from the version in production, the one trained on the day before.
+  start = RunRecord(from_flags(new_day_flags)).latest_output("model", producer="WarmStartModel")
+  assert start.custom_properties["production_version"].string_value == os.path.join(
+      serving, first)
+  with open(os.path.join(serving, second[0], TRAINING_INFO_PATH)) as f:
+    training = json.load(f)
+  assert training["trainer_config"]["warm_start"] == "production"
+  assert training["warm_start"]["source"].startswith("the model in production")
+  assert training["warm_start"]["restored_variables"] > 0
+  assert "warm-started:    the model in production" in new_day.stdout
 
   page = re.search(r"run report: +(\S+)", new_day.stdout).group(1)
   report = open(os.path.join(os.path.dirname(page), "report.md")).read()

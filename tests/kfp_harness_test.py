@@ -1,7 +1,10 @@
 """The compiled kfp spec, executed as an open-source KFP v2 backend would (test_support/kfp_harness.py),
-on s3:// of a local S3 server with a model in production: the Evaluator compares a degraded
-candidate with that model and refuses it; nothing is pushed (the blessed and pushed candidate:
-tests/kfp_local_test.py, on the same spec). The spec has two Trainer nodes: its Trainer step
+on s3:// of a local S3 server with a model in production, over the digits as two dated spans of
+an image folder on s3:// (--image_dir=s3://.../{YYYY}-{MM}-{DD}): the ExampleGen's driver
+resolves the newest day and records it on the Examples; the drift check reads the baseline kept
+with the model in production; the Evaluator compares a degraded candidate with that model and
+refuses it; nothing is pushed (the blessed and pushed candidate: tests/kfp_local_test.py, on the
+same spec). The spec has two Trainer nodes: its Trainer step
 launches a Kubeflow Trainer TrainJob, whose nodes run as local processes
 (test_support/trainjob_nodes.py). Its Beam steps go to a Beam
 worker pool (test_support/beam_servers.py) whose environment has the S3 credentials only: the
@@ -12,6 +15,7 @@ import re
 
 import pytest
 import yaml
+from tfx.components.example_gen import utils as example_gen_utils
 
 from kubeflow import submit
 from storage import object_storage
@@ -24,6 +28,7 @@ from test_support.trainjob_nodes import LocalTrainJobs
 TWO_NODES = ["--replica_count=2", "--distribution_strategy=multi_worker_mirrored",
              "--per_core_batch_size=32"]
 PIPELINE_NAME = "wrn-kfp-harness-test"  # Its own serving directory on the session's S3 server.
+OLDER, NEWEST = "2026-11-30", "2026-12-01"  # The image folder's days.
 UPSTREAM_OF_TRAINER = ("ImageDatasetExampleGen", "StatisticsGen", "ClassSchemaGen",
                        "ExampleValidator", "ValidationGate", "Transform")
 
@@ -251,11 +256,8 @@ def test_a_false_trigger_condition_skips_the_task_and_every_task_after_it(tmp_pa
   run = harness.run({"train": train})
   assert sorted(condition_specs.ran(record)) == sorted(ran)
   skipped = {name: task.skipped for name, task in run.tasks.items() if task.skipped}
-  if train:
-    assert not skipped
-  else:
-    assert skipped == {"Gated": f"condition {condition_specs.CONDITION} is false",
-                       "After": "upstream task Gated was skipped"}
+  assert skipped == condition_specs.skipped_when(train)
+  if not train:
     assert run.tasks["Gated"].outputs == {}  # No outputs provisioned or recorded.
 
 
@@ -297,53 +299,94 @@ def test_the_compiled_spec_runs_on_s3_compares_with_production_and_refuses_a_deg
   with PortableBeam(env=_credentials_only(s3_server)) as beam, \
       LocalTrainJobs(str(tmp_path / "trainjobs"), kfp_harness.without_host_credentials(os.environ),
                      secrets=secrets) as cluster:
+    pattern = kfp_harness.dated_digits(s3_server, str(tmp_path / "images"), PIPELINE_NAME,
+                                       (OLDER, NEWEST))
     config, compiled = kfp_harness.compile_for_s3(
-        s3_server, str(tmp_path / "package"), SMALL_MODEL + TWO_NODES + beam.beam_flags(),
+        s3_server, str(tmp_path / "package"),
+        SMALL_MODEL + TWO_NODES + beam.beam_flags() + ["--dataset=image_dir",
+                                                       f"--image_dir={pattern}"],
         PIPELINE_NAME)
     spec = submit.load_spec(compiled.spec_path)
-    # A later run with another Trainer config takes ExampleGen from KFP's cache (the harness's
-    # cache: the test above); the span check and the model in production are read afresh, and
-    # every step after the span check takes its decision (the input of its trigger condition),
-    # a new artifact each run: they run again.
-    rerun = _run_dependent(spec["root"]["dag"]["tasks"], "trainer_config")
-    assert rerun & set(UPSTREAM_OF_TRAINER) == set(UPSTREAM_OF_TRAINER) - {
-        "ImageDatasetExampleGen"}
-    assert {"SpanCheck", "Trainer", "ProductionModel", "Evaluator", "Pusher"} <= rerun
+    # A later run with another Trainer config reads the newest span afresh (ExampleGen over a
+    # span pattern is never cached: a new day may have landed), as it reads the span check and
+    # the model in production; every step after the span check takes its decision (the input of
+    # its trigger condition), a new artifact each run: they run again.
+    tasks = spec["root"]["dag"]["tasks"]
+    rerun = _run_dependent(tasks, "trainer_config")
+    assert rerun >= set(UPSTREAM_OF_TRAINER)
+    uncached = {name for name, task in tasks.items()
+                if not task.get("cachingOptions", {}).get("enableCache")}
+    assert uncached & set(UPSTREAM_OF_TRAINER) == {"ImageDatasetExampleGen"}
+    assert {"SpanCheck", "DriftCheck", "Trainer", "ProductionModel", "Evaluator",
+            "Pusher"} <= rerun
     harness = kfp_harness.Harness(compiled.spec_path, str(tmp_path / "harness"),
                                   env=cluster.environ(), secrets=secrets)
-    production = production_version(config.runner.serving_model_dir)
+    production = production_version(config.runner.serving_model_dir, with_baseline=True)
     versions = kfp_harness.pushed_versions(s3_server, config.runner.serving_model_dir)
-    # A degraded candidate (two training steps, a runtime parameter), compared with the model
-    # in production and refused: nothing is pushed.
+    # A degraded candidate (two training steps, a runtime parameter) of the newest day, compared
+    # with the model in production and refused: nothing is pushed.
     run = harness.run(_trainer_config(spec, "--train_steps=2"))
+    newest = example_gen_utils.date_to_span_number(*map(int, NEWEST.split("-")))
+    _check_the_span_and_the_drift_baseline(run, harness, production, pattern, newest, s3_server)
     _check_the_refused_run(run, config, harness, production, versions, s3_server, cluster, beam)
 
-    # A model in production that records it was trained on this data (span 0, the digits): the
-    # next run trains nothing. The span check runs again (never cached) and decides so; every
+    # A model in production that records it was trained on the newest day: the next run trains
+    # nothing. The ExampleGen and the span check run again (never cached) and decide so; every
     # task after it is skipped, as the backend's driver skips a task whose condition is false.
-    trained_on_digits = _push_recording_span_0(tmp_path, production, s3_server,
-                                               config.runner.serving_model_dir)
+    trained_on_newest = _push_recording_span(tmp_path, production, s3_server,
+                                             config.runner.serving_model_dir, newest)
     again = harness.run(_trainer_config(spec, "--train_steps=2"))
-    assert not again.tasks["SpanCheck"].cached
+    assert not again.tasks["SpanCheck"].cached and not again.tasks[
+        "ImageDatasetExampleGen"].cached
     decision = harness.metadata.artifact(again.tasks["SpanCheck"].outputs["decision"])
     assert decision["custom_properties"]["train"] == {"double_value": 0.0}
     assert decision["custom_properties"]["reason"]["string_value"].startswith(
-        f"span 0 already in production as version {os.path.basename(trained_on_digits)}")
+        f"span {newest} already in production as version "
+        f"{os.path.basename(trained_on_newest)}")
     skipped = {name for name, task in again.tasks.items() if task.skipped}
     assert skipped == set(again.tasks) - {"ImageDatasetExampleGen", "SpanCheck"}
     assert again.tasks["Trainer"].outputs == {}
 
 
-def _push_recording_span_0(tmp_path, production, s3_server, serving_dir):
-  """The model in production pushed again, as the next version, with a push record naming
-  span 0 and version 0 as its training data; returns the new version's URI."""
+def _check_the_span_and_the_drift_baseline(run, harness, production, pattern, newest,
+                                           s3_server):
+  """The Examples record the newest day, as the driver resolved it (MLMD: numbers as doubles;
+  a custom property named as a property of the type as "custom:<name>", as TFX's entrypoint
+  writes it into the metadata); the drift check compared the new data with the baseline kept
+  with the model in production."""
+  from tfx.types.artifact import CUSTOM_PROPERTIES_PREFIX
+  from components import drift, drift_baseline
+  examples = harness.metadata.artifact(run.tasks["ImageDatasetExampleGen"].outputs["examples"])
+  properties = examples["custom_properties"]
+  assert properties[CUSTOM_PROPERTIES_PREFIX + "span"] == {"double_value": float(newest)}
+  assert not {"span", "version", CUSTOM_PROPERTIES_PREFIX + "version"} & set(properties)
+  (window,) = json.loads(properties["train_window"]["string_value"])
+  assert (window["span"], window["folder"]) == (newest, pattern.replace("{YYYY}-{MM}-{DD}",
+                                                                        NEWEST))
+  report = harness.metadata.artifact(run.tasks["DriftCheck"].outputs["drift_report"])
+  figures = report["custom_properties"]
+  assert figures["production_version"] == {"string_value": production}
+  assert figures["drift_status"]["string_value"] in (drift_baseline.NO_DRIFT, drift_baseline.DRIFT)
+  assert figures["blocks_push"] == {"double_value": 0.0}
+  compared = json.loads(kfp_harness.read_object(
+      s3_server, f"{report['uri']}/{drift_baseline.RESULT_FILE}"))
+  kept = json.loads(kfp_harness.read_object(
+      s3_server, f"{production}/{drift_baseline.BASELINE_PATH}/{drift_baseline.INFO_FILE}"))
+  assert compared["baseline_train_examples"] == kept["train_examples"]
+  assert {c["feature"] for c in compared["comparisons"]} >= {drift.LABEL, drift.BBSD}
+
+
+def _push_recording_span(tmp_path, production, s3_server, serving_dir, span):
+  """The model in production pushed again, as the next version (its drift baseline kept), with
+  a push record naming `span` (version 0) as its training data; returns the new version's
+  URI."""
   from components import pusher, serving_versions
   local_copy = str(tmp_path / "production-copy")
   kfp_harness.download(s3_server, production, local_copy)
   version_dir = pusher.push_version(
       local_copy, str(tmp_path / "recorded"),
-      pusher.saved_model_fingerprint(local_copy, exclude=(pusher.PUSH_INFO_PATH,)),
-      trained_on=serving_versions.trained_on(0, 0))
+      pusher.saved_model_fingerprint(local_copy, exclude=pusher.NOT_OF_THE_MODEL),
+      trained_on=serving_versions.trained_on(span, 0))
   uri = f"{serving_dir}/{os.path.basename(version_dir)}"
   kfp_harness.upload(s3_server, version_dir, uri)
   return uri
