@@ -7,15 +7,14 @@ from typing import Tuple
 
 import numpy as np
 
+from test_support import image_folders
+
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def digits(count: int = 700):
   """(32x32x3 images, labels) of the first `count` digits bundled with scikit-learn."""
-  from sklearn.datasets import load_digits
-  from components import image_sources
-  loaded = load_digits()
-  return image_sources.digits_to_images(loaded.images[:count]), loaded.target[:count]
+  return image_folders.digit_images(count)
 
 
 def examples(path, images, labels, darker: float = 1.0):

@@ -67,20 +67,27 @@ def write_dated_spans(root: str, per_class: int, dates: Sequence[str] = DATES
           for date in dates}
 
 
+def digit_images(count: int):
+  """(32x32x3 uint8 images, labels) of the first `count` digits bundled with scikit-learn, as
+  the digits dataset encodes them."""
+  from sklearn.datasets import load_digits
+  from components import image_sources
+  loaded = load_digits()
+  return image_sources.digits_to_images(loaded.images[:count]), loaded.target[:count]
+
+
 def write_digit_spans(root: str, dates: Sequence[str], per_span: int = 1797
                       ) -> Dict[str, Dict[str, str]]:
   """The digits bundled with scikit-learn as dated spans of an image folder,
   root/<date>/<digit>/digits-NNNN.png (32x32 RGB PNGs, as the digits dataset encodes them), the
   first `per_span` digits in every span: each span splits them by its own keys. Returns
   {date: {relative path: class}}."""
-  from sklearn.datasets import load_digits
   from components import image_sources
-  digits = load_digits()
-  images = image_sources.digits_to_images(digits.images[:per_span])
+  images, labels = digit_images(per_span)
   written = {}
   for date in dates:
     written[date] = {}
-    for index, (image, label) in enumerate(zip(images, digits.target)):
+    for index, (image, label) in enumerate(zip(images, labels)):
       relative = os.path.join(str(label), f"digits-{index:04d}.png")
       path = os.path.join(root, date, relative)
       os.makedirs(os.path.dirname(path), exist_ok=True)
