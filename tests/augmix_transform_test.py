@@ -22,36 +22,38 @@ IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 
 
+TRAIN, HELD_OUT = raw_digit_examples(40)[:32], raw_digit_examples(40)[32:]
+
+
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory):
-  return run_transform(raw_digit_examples(), _options(), str(tmp_path_factory.mktemp("a")),
-                       IN_MEMORY)
+  """One Transform run as the component makes it: analysed on the train split, the held-out
+  examples transformed with the result."""
+  return run_transform(TRAIN, _options(), str(tmp_path_factory.mktemp("a")), IN_MEMORY,
+                       eval_raw=HELD_OUT)
 
 
 def test_views_are_bit_identical_across_beam_runs_and_worker_counts(reference_run, tmp_path):
   digests, _ = reference_run
   assert len(digests) == 40
-  again, _ = run_transform(raw_digit_examples(), _options(), str(tmp_path / "b"), IN_MEMORY)
-  two_workers, _ = run_transform(raw_digit_examples(), _options(), str(tmp_path / "c"),
-                                  TWO_PROCESSES)
-  assert again == digests
+  two_workers, _ = run_transform(TRAIN, _options(), str(tmp_path), TWO_PROCESSES,
+                                 eval_raw=HELD_OUT)
   assert two_workers == digests
 
 
-def test_only_keys_of_the_analysed_train_split_get_views(tmp_path):
-  train, held_out = raw_digit_examples(40)[:30], raw_digit_examples(40)[30:]
-  digests, _ = run_transform(train, _options(), str(tmp_path), IN_MEMORY, eval_raw=held_out)
+def test_only_keys_of_the_analysed_train_split_get_views(reference_run):
+  digests, _ = reference_run
   no_views = hashlib.sha256(b"").hexdigest()
-  assert {digests[raw["key"]] for raw in held_out} == {no_views}
-  assert no_views not in {digests[raw["key"]] for raw in train}
-  assert len(digests) == 40
+  assert {digests[raw["key"]] for raw in HELD_OUT} == {no_views}
+  assert no_views not in {digests[raw["key"]] for raw in TRAIN}
 
 
 def test_views_differ_across_keys_and_seeds(reference_run, tmp_path):
   digests, _ = reference_run
-  assert len(set(digests.values())) == len(digests)
-  other_seed, _ = run_transform(raw_digit_examples(), _options(seed=7), str(tmp_path), IN_MEMORY)
-  assert all(other_seed[key] != digests[key] for key in digests)
+  train_digests = [digests[raw["key"]] for raw in TRAIN]
+  assert len(set(train_digests)) == len(TRAIN)
+  other_seed, _ = run_transform(TRAIN, _options(seed=7), str(tmp_path), IN_MEMORY)
+  assert all(other_seed[raw["key"]] != digests[raw["key"]] for raw in TRAIN)
 
 
 def test_serving_graph_has_no_augmix_or_random_op_and_is_deterministic(reference_run, tmp_path):
