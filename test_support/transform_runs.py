@@ -1,6 +1,9 @@
 """Small Transform runs on Beam (tft_beam), the way the Transform component runs them."""
+import glob
 import hashlib
 import os
+import shutil
+import tempfile
 
 import apache_beam as beam
 import tensorflow as tf
@@ -12,6 +15,8 @@ from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, sche
 from components.image_sources import digits_to_images, encode_png
 from test_support.tiny_config import plain_trainer
 from trainer_module import preprocessing
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RAW_SPEC = {"image": tf.io.FixedLenFeature([], tf.string),
             "label": tf.io.FixedLenFeature([], tf.int64),
@@ -67,11 +72,57 @@ def run_transform(raw, options, output_dir, beam_args, eval_raw=()):
   return digests, transform_dir
 
 
-def transformed_digits(output_dir, count=160, eval_count=32):
+def digits_transform_dir(count=8):
+  """The transform output (transform_fn) of the first `count` digits with the default options:
+  made once and shared by every test process (cached_run)."""
+  return os.path.join(cached_run(_transform_digits, count), "transform_fn")
+
+
+def transformed_digits(count=160, eval_count=32):
   """Digits through Transform, split into train/ and eval/ gzipped files like Transform's
-  output; returns the trainer's flags for them: train_files, eval_files, transform_output."""
-  _, transform_dir = run_transform(raw_digit_examples(count), plain_trainer().transform_options(),
-                                   output_dir, ["--direct_running_mode=in_memory"])
+  output (cached_run: shared, read only); returns the trainer's flags for them: train_files,
+  eval_files, transform_output."""
+  output_dir = cached_run(_transform_and_split_digits, count, eval_count)
+  return {"train_files": os.path.join(output_dir, "train", "*"),
+          "eval_files": os.path.join(output_dir, "eval", "*"),
+          "transform_output": os.path.join(output_dir, "transform_fn")}
+
+
+def cached_run(make, *args) -> str:
+  """The directory `make(directory, *args)` fills, made once per machine and then read by every
+  test process (xdist's workers, each mutant of `make mutation`): a Transform run costs seconds
+  of Beam, and the tests read its output only. Kept under the temporary directory, named by a
+  digest of `make`, its arguments, the library versions and every source file under
+  trainer_module/ and components/ (what the run executes), so a change to any of them makes a
+  new one. Made in a directory of its own and renamed into place: no process reads one
+  half-written."""
+  digest = hashlib.sha256(repr((make.__name__, args, tf.__version__, tft.__version__,
+                                beam.__version__)).encode())
+  for path in sorted(glob.glob(os.path.join(REPO, "trainer_module", "**", "*.py"), recursive=True) +
+                     glob.glob(os.path.join(REPO, "components", "**", "*.py"), recursive=True) +
+                     [os.path.abspath(__file__)]):
+    if not path.endswith("_test.py"):
+      with open(path, "rb") as f:
+        digest.update(f.read())
+  final = os.path.join(tempfile.gettempdir(), f"wrn-test-{make.__name__.strip('_')}-"
+                       f"{digest.hexdigest()[:16]}")
+  if not os.path.isdir(final):
+    staging = tempfile.mkdtemp(prefix=os.path.basename(final) + ".making-")
+    make(staging, *args)
+    try:
+      os.rename(staging, final)
+    except OSError:  # Another process made it first: theirs is the same.
+      shutil.rmtree(staging)
+  return final
+
+
+def _transform_digits(output_dir, count):
+  run_transform(raw_digit_examples(count), plain_trainer().transform_options(), output_dir,
+                ["--direct_running_mode=in_memory"])
+
+
+def _transform_and_split_digits(output_dir, count, eval_count):
+  _transform_digits(output_dir, count)
   records = list(tf.data.TFRecordDataset(
       tf.io.gfile.glob(os.path.join(output_dir, "transformed*.gz")), "GZIP").as_numpy_iterator())
   splits = {"train": records[eval_count:], "eval": records[:eval_count]}
@@ -80,6 +131,3 @@ def transformed_digits(output_dir, count=160, eval_count=32):
     with tf.io.TFRecordWriter(os.path.join(output_dir, split, "part-0.gz"), "GZIP") as writer:
       for record in split_records:
         writer.write(record)
-  return {"train_files": os.path.join(output_dir, "train", "*"),
-          "eval_files": os.path.join(output_dir, "eval", "*"),
-          "transform_output": transform_dir}

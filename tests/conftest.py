@@ -30,12 +30,11 @@ def production_version(tmp_path, s3_server):
   from components import pusher
   from test_support import drift_baselines, kfp_harness
   from test_support.tiny_config import TINY_NETWORK, plain_trainer
-  from test_support.transform_runs import raw_digit_examples, run_transform
+  from test_support.transform_runs import digits_transform_dir
   from trainer_module.export import export_serving_model
   from trainer_module.model import wide_resnet
 
-  _, transform_dir = run_transform(raw_digit_examples(8), plain_trainer().transform_options(),
-                                   str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
+  transform_dir = digits_transform_dir()
   model_dir = str(tmp_path / "production")
   export_serving_model(wide_resnet(plain_trainer(**TINY_NETWORK)),
                        tft.TFTransformOutput(transform_dir), model_dir,

@@ -20,7 +20,7 @@ from components import image_folder, image_sources
 from test_support import image_folders
 from test_support.tfrecord_inputs import png_bomb
 from test_support.tiny_config import TINY_NETWORK, plain_trainer
-from test_support.transform_runs import raw_digit_examples, run_transform
+from test_support.transform_runs import digits_transform_dir, raw_digit_examples
 from trainer_module.calibration import model_outputs, record, registry
 from trainer_module.calibration.distances import distance_scores, support_from_features
 from trainer_module.class_names import CLASS_NAMES_FILE
@@ -33,11 +33,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
-def transform_dir(tmp_path_factory):
-  _, output = run_transform(raw_digit_examples(8), plain_trainer().transform_options(),
-                            str(tmp_path_factory.mktemp("transform")),
-                            ["--direct_running_mode=in_memory"])
-  return output
+def transform_dir():
+  return digits_transform_dir()
 
 
 @pytest.fixture(scope="module")

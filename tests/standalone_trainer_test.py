@@ -29,9 +29,8 @@ TINY = [*TINY_NETWORK_FLAGS, *PLAIN_FLAGS, "--lr_warmup_epochs=0", "--log_every_
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-  paths = transformed_digits(str(tmp_path_factory.mktemp("transformed")), count=160,
-                             eval_count=32)
+def inputs():
+  paths = transformed_digits(count=160, eval_count=32)
   return [f"--{name}={value}" for name, value in paths.items()]
 
 

@@ -32,7 +32,7 @@ TRAIN_STEPS = 8
 def step_inputs(tmp_path_factory):
   """The Trainer step's input artifacts: Transform's examples (train/eval) and graph."""
   root = tmp_path_factory.mktemp("step")
-  paths = transformed_digits(str(root / "transformed"), count=160, eval_count=32)
+  paths = transformed_digits(count=160, eval_count=32)
   examples = standard_artifacts.Examples()
   examples.uri = str(root / "examples")
   examples.split_names = json.dumps(["train", "eval"])

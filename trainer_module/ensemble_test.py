@@ -155,7 +155,7 @@ def test_disagreement_is_the_mean_pairwise_share_of_differing_top_classes():
 def members(tmp_path_factory):
   """Three differently initialised (untrained) WRN-10-1s exported like trained members."""
   work = tmp_path_factory.mktemp("ensemble")
-  flags = transformed_digits(str(work / "data"), count=60, eval_count=40)
+  flags = transformed_digits(count=60, eval_count=40)
   tft_output = tft.TFTransformOutput(flags["transform_output"])
   result = []
   for seed in range(3):

@@ -13,9 +13,8 @@ TRAIN_EXAMPLES = 64  # 4 steps an epoch.
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-  return transformed_digits(str(tmp_path_factory.mktemp("transformed")),
-                            count=TRAIN_EXAMPLES + BATCH, eval_count=BATCH)
+def inputs():
+  return transformed_digits(count=TRAIN_EXAMPLES + BATCH, eval_count=BATCH)
 
 
 def _config(**fields):
