@@ -533,3 +533,21 @@ def test_a_tfrecord_span_pattern_is_data_root_and_split_patterns(tmp_path):
   input_config = json.loads(task["inputs"]["parameters"]["input_config"]["runtimeValue"][
       "constant"])
   assert [s["pattern"] for s in input_config["splits"]] == ["{SPAN}/train/*", "{SPAN}/eval/*"]
+
+
+def test_without_the_drift_check_no_task_or_input_of_it_is_compiled(tmp_path):
+  """--drift_check=false: the Pusher and the report compile without their optional drift
+  input, in the task and in the component's definition: nothing in the spec names an artifact
+  no task makes."""
+  from kubeflow.conftest import TFRECORD_FLAGS
+  spec = _spec(compiler.compile_pipeline(from_flags([*TFRECORD_FLAGS, "--drift_check=false"]),
+                                         str(tmp_path)))
+  tasks = spec.root.dag.tasks
+  assert not {"DriftCheck", "DriftBaselineModel"} & set(tasks)
+  assert {"Pusher", "RunReport", "Transform"} <= set(tasks)  # Control: the rest is there.
+  for name in ("Pusher", "RunReport"):
+    assert "drift" not in tasks[name].inputs.artifacts
+    component = spec.components[tasks[name].component_ref.name]
+    assert "drift" not in component.input_definitions.artifacts
+  for task in tasks.values():
+    assert not {"DriftCheck", "DriftBaselineModel"} & set(task.dependent_tasks)
