@@ -241,24 +241,45 @@ def test_a_split_without_a_readable_record_is_refused_naming_it_and_its_director
   assert f"split '{split}': {problem.format(split_dir=split_dir)}" in str(error.value)
 
 
-@pytest.mark.parametrize("flag, message", [
+PATH_FLAG_CASES = [
     ("--warm_start={tmp}/nonexistent", "warm_start={tmp}/nonexistent: no such checkpoint or "
      "SavedModel"),
     ("--warm_start={tmp}", "warm_start={tmp}: the directory holds neither a SavedModel"),
     ("--tfds_data_dir={tmp}/nonexistent", "tfds_data_dir='{tmp}/nonexistent': is not a "
      "directory"),
     ("--tfrecord_dir={tmp}/data", "split 'eval': every file in {tmp}/data/eval is empty"),
-], ids=["warm-start-missing", "warm-start-empty-dir", "tfds-data-dir", "empty-eval-split"])
-def test_a_path_a_flag_names_is_checked_before_any_step_runs(tmp_path, flag, message):
+]
+
+
+def _runner_flags_with_an_empty_eval_split(tmp_path, flag):
   data_dir = write_digits_tfrecord_dir(str(tmp_path / "data"), per_split_limit=3)
   with open(os.path.join(data_dir, "eval", "digits.tfrecord"), "wb"):
     pass  # Zero records.
   flags = [f"--output_dir={tmp_path / 'out'}", flag.format(tmp=tmp_path)]
-  if "tfrecord_dir" in flag:
-    flags.append("--dataset=tfrecord")
-  result = subprocess.run([sys.executable, "-m", "local_runner", *flags], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": _REPO})
+  return flags + (["--dataset=tfrecord"] if "tfrecord_dir" in flag else [])
+
+
+@pytest.mark.parametrize("flag, message", PATH_FLAG_CASES,
+                         ids=["warm-start-missing", "warm-start-empty-dir", "tfds-data-dir",
+                              "empty-eval-split"])
+def test_a_path_a_flag_names_is_checked_before_any_step_runs(tmp_path, capsys, flag, message):
+  from local_runner import runner
+  assert runner.main(_runner_flags_with_an_empty_eval_split(tmp_path, flag)) == 2
+  stderr = capsys.readouterr().err
+  assert stderr.startswith("error: Invalid config value")
+  assert message.format(tmp=tmp_path) in stderr, stderr
+  assert len(stderr.splitlines()) == 1
+  assert not (tmp_path / "out").exists(), "nothing may be written"
+
+
+def test_python_m_local_runner_refuses_a_bad_path_with_status_2_and_one_line(tmp_path):
+  """The same check through the command users type (the module's entry point and its exit)."""
+  flag, message = PATH_FLAG_CASES[-1]
+  result = subprocess.run(
+      [sys.executable, "-m", "local_runner", *_runner_flags_with_an_empty_eval_split(tmp_path,
+                                                                                  flag)],
+      capture_output=True, text=True, timeout=300, cwd=tmp_path,
+      env={**os.environ, "PYTHONPATH": _REPO})
   assert result.returncode == 2, result.stderr[-2000:]
   assert result.stderr.startswith("error: Invalid config value")
   assert message.format(tmp=tmp_path) in result.stderr, result.stderr
