@@ -8,10 +8,13 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_transform as tft
 import tf_keras as keras
 
 from test_support.tiny_config import TINY_NETWORK, plain_trainer
+from test_support.transform_runs import digits_transform_dir
 from trainer_module import warm_start
+from trainer_module.export import export_serving_model
 from trainer_module.model import wide_resnet
 from trainer_module.training_loop import Training, learning_rate_schedule
 
@@ -52,7 +55,9 @@ def test_a_savedmodel_is_a_source_too(tmp_path):
   exported = wide_resnet(plain_trainer(**{**TINY, "seed": 7}))
   for variable in exported.variables:
     variable.assign(saved[warm_start.variable_name(variable)])
-  exported.save(str(tmp_path / "saved_model"), save_format="tf")
+  # As the Trainer exports it: the serving SavedModel (the network beside the transform graph).
+  export_serving_model(exported, tft.TFTransformOutput(digits_transform_dir()),
+                       str(tmp_path / "saved_model"))
   model = wide_resnet(plain_trainer(**TINY))
   record = warm_start.warm_start(model, str(tmp_path / "saved_model"), exclude=())
   assert record["kind"] == "saved_model" and record["restored_variables"] == len(saved)
