@@ -1,10 +1,11 @@
 """The tf.distribute strategy and precision policy a run asks for; the global batch is
 per_core_batch_size x replicas (docs/standalone_trainer.md, "Distribution").
 """
+import contextlib
 import dataclasses
 import logging
 import os
-from typing import Tuple
+from typing import Iterator, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -101,6 +102,19 @@ def set_precision_policy(config: TrainerConfig) -> Precision:
   keras.mixed_precision.set_global_policy(precision.policy)
   log.info("Precision policy %s (%s).", precision.policy, precision.reason)
   return precision
+
+
+@contextlib.contextmanager
+def precision_policy(config: TrainerConfig) -> Iterator[Precision]:
+  """The global Keras policy the config resolves to, within the block (set_precision_policy),
+  and the policy found before it again after it, however the block ends: TFX's LocalDagRunner
+  runs every component in one process, so an EnsembleSelector after the trial Trainers would
+  otherwise build its network under the last trial's mixed policy."""
+  previous = keras.mixed_precision.global_policy()
+  try:
+    yield set_precision_policy(config)
+  finally:
+    keras.mixed_precision.set_global_policy(previous)
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -163,9 +163,12 @@ def ensemble_network(members: Sequence[keras.Model], weights: Sequence[float],
     logits, features = with_features(images, training=False)
     member_logits.append(logits)
     member_features.append(features)
-  outputs = LogMeanProbability(weights, temperatures, name="log_mean_probability")(member_logits)
+  # float32 whatever the global policy, as the members are served (export.float32_model): a
+  # layer under a mixed policy would cast the members' logits and features to 16 bits.
+  outputs = LogMeanProbability(weights, temperatures, name="log_mean_probability",
+                               dtype="float32")(member_logits)
   features = (member_features[0] if len(member_features) == 1 else
-              keras.layers.Concatenate(name="member_features")(member_features))
+              keras.layers.Concatenate(name="member_features", dtype="float32")(member_features))
   return (keras.Model(images, outputs, name=f"ensemble_of_{len(members)}"),
           keras.Model(images, features, name="member_features"))
 
@@ -179,7 +182,7 @@ def member_features_model(network: keras.Model) -> keras.Model:
     raise ValueError(f"{network.name} has no member_<i> layers: not an ensemble network.")
   features = [member(network.inputs[0], training=False)[1] for member in members]
   return keras.Model(network.inputs, features[0] if len(features) == 1 else
-                     keras.layers.Concatenate(name="member_features")(features),
+                     keras.layers.Concatenate(name="member_features", dtype="float32")(features),
                      name="member_features")
 
 

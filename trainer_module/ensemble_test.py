@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+from scipy import special
 import tensorflow as tf
 import tensorflow_transform as tft
 import tf_keras as keras
@@ -17,7 +18,8 @@ from trainer_module.calibration.record import (read_calibration_info, read_featu
                                                write_calibration_info)
 from trainer_module.export import (ENSEMBLE_FILE, TRAINING_FILE, export_serving_model,
                                    read_record)
-from trainer_module.features import PROBABILITIES_KEY, UNCALIBRATED_PROBABILITIES_KEY
+from trainer_module.features import (IMAGE_SHAPE, PROBABILITIES_KEY,
+                                     UNCALIBRATED_PROBABILITIES_KEY)
 from trainer_module.model import wide_resnet
 from trainer_module.reference_corruptions import VALIDATION_CORRUPTIONS
 
@@ -149,6 +151,34 @@ def test_disagreement_is_the_mean_pairwise_share_of_differing_top_classes():
   c = _two_class([0.1, 0.9, 0.9, 0.9])  # Differs from a on 1/4, from b on 3/4.
   assert ensemble.disagreement(np.stack([a, b, c])) == pytest.approx((0.5 + 0.25 + 0.75) / 3)
   assert ensemble.disagreement(np.stack([a])) == 0.0
+
+
+def _small_member(seed):
+  """A float32 network from images to logits with a pooled penultimate layer, as a member."""
+  images = keras.Input(IMAGE_SHAPE)
+  initializer = keras.initializers.RandomNormal(stddev=3.0, seed=seed)
+  features = keras.layers.GlobalAveragePooling2D()(
+      keras.layers.Conv2D(8, 3, kernel_initializer=initializer)(images))
+  return keras.Model(images, keras.layers.Dense(10, kernel_initializer=initializer)(features))
+
+
+def test_the_ensemble_network_computes_in_float32_under_a_mixed_global_policy():
+  """As the members are served, whatever policy the process was left in."""
+  networks = [_small_member(seed) for seed in range(2)]
+  images = np.random.default_rng(0).normal(size=(8,) + IMAGE_SHAPE).astype(np.float32)
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    network, features_model = ensemble.ensemble_network(networks, [0.25, 0.75], [1.0, 2.0])
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  logits = [n(images).numpy().astype(np.float64) for n in networks]
+  assert np.ptp(logits) > 10  # Logits bfloat16 would round by more than the tolerance.
+  expected = (0.25 * special.softmax(logits[0], axis=1)
+              + 0.75 * special.softmax(logits[1] / 2.0, axis=1))
+  np.testing.assert_allclose(np.exp(network(images).numpy()), expected, atol=1e-6)
+  member_features = [model_outputs.penultimate_model(n)(images).numpy() for n in networks]
+  np.testing.assert_allclose(features_model(images).numpy(),
+                             np.concatenate(member_features, axis=1), rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,7 @@ from trainer_module import data
 from trainer_module.calibration import inputs, registry
 from trainer_module.checkpoints import StopSignal
 from trainer_module.config import TrainerConfig
-from trainer_module.distribution import (Precision, is_chief, make_strategy,
-                                         set_precision_policy)
+from trainer_module.distribution import Precision, is_chief, make_strategy, precision_policy
 from trainer_module.export import PRECISION_FILE, TRAINING_FILE, export_serving_model, float32_model
 from trainer_module.training_loop import Training, fit
 
@@ -42,8 +41,14 @@ def run(config: TrainerConfig, paths: RunPaths,
         class_names: Optional[Sequence[str]] = None
         ) -> Dict[str, float]:  # pragma: no mutate block
   """Trains and/or evaluates as the config's mode says; returns the last metrics. class_names: what
-  the served model names its classes (default: their indices)."""
-  precision = set_precision_policy(config)
+  the served model names its classes (default: their indices). The precision policy the run
+  trains in is the process's global Keras policy during the run only."""
+  with precision_policy(config) as precision:
+    return _run(config, paths, class_names, precision)
+
+
+def _run(config: TrainerConfig, paths: RunPaths, class_names: Optional[Sequence[str]],
+         precision: Precision) -> Dict[str, float]:  # pragma: no mutate block
   if config.distribution.op_determinism:
     tf.config.experimental.enable_op_determinism()
   strategy = make_strategy(config)

@@ -3,6 +3,7 @@ is restored, the input starts past the examples already trained on, and the step
 from where it stopped. (tests/standalone_trainer_test.py kills real processes, end to end.)"""
 import pytest
 import tensorflow as tf
+import tf_keras as keras
 
 from test_support.tiny_config import TINY_NETWORK, plain_trainer
 from test_support.transform_runs import transformed_digits
@@ -18,9 +19,9 @@ def inputs():
 
 
 def _config(**fields):
-  return plain_trainer(**TINY_NETWORK, per_core_batch_size=BATCH, eval_batch_size=BATCH,
-                       train_epochs=2, lr_warmup_epochs=0, log_every_steps=1, mode="train",
-                       **fields)
+  return plain_trainer(**{**TINY_NETWORK, **dict(
+      per_core_batch_size=BATCH, eval_batch_size=BATCH, train_epochs=2, lr_warmup_epochs=0,
+      log_every_steps=1, mode="train"), **fields})
 
 
 def _paths(inputs, tmp_path):
@@ -79,3 +80,26 @@ def test_a_finished_run_is_not_trained_again(inputs, tmp_path, spied):
   training_job.run(_config(), paths)
   assert spied["restores"] == [0, 8]
   assert spied["fit_from"] == [(0, 0)]  # The second run restores and stops.
+
+
+def test_a_run_trains_in_its_precision_policy_and_leaves_the_global_one_as_it_found_it(
+    inputs, tmp_path, monkeypatch):
+  """TFX's local runner runs the trial Trainers and then the EnsembleSelector in one process:
+  a mixed policy left behind would make the ensemble network compute in 16 bits."""
+  policies, fit = [], training_job.fit
+
+  def spy_fit(training, *args, **kwargs):
+    policies.append(keras.mixed_precision.global_policy().name)
+    return fit(training, *args, **kwargs)
+
+  monkeypatch.setattr(training_job, "fit", spy_fit)
+  assert keras.mixed_precision.global_policy().name == "float32"
+  training_job.run(_config(mixed_precision="mixed_bfloat16", train_steps=1),
+                   _paths(inputs, tmp_path))
+  assert policies == ["mixed_bfloat16"]
+  assert keras.mixed_precision.global_policy().name == "float32"
+  # A run that fails after choosing its policy leaves it behind neither.
+  with pytest.raises(ValueError, match="fewer than one global batch"):
+    training_job.run(_config(mixed_precision="mixed_bfloat16",
+                             per_core_batch_size=4 * TRAIN_EXAMPLES), _paths(inputs, tmp_path))
+  assert keras.mixed_precision.global_policy().name == "float32"
