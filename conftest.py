@@ -13,7 +13,10 @@ from test_support.s3_server import (  # noqa: F401  (pytest finds them by name)
 LONGEST_FILES_FIRST = ("tests/pipeline_e2e_test.py", "tests/kfp_harness_test.py",
                        "tests/kfp_local_test.py", "tests/standalone_trainer_test.py",
                        "tests/portable_beam_test.py", "tests/calibration_metrics_test.py",
-                       "tests/augmix_transform_test.py")
+                       "tests/augmix_transform_test.py",
+                       "trainer_module/ensemble_test.py", "components/example_gen_test.py",
+                       "storage/object_storage_test.py", "tests/serving_signatures_test.py",
+                       "components/pusher_test.py", "trainer_module/training_loop_test.py")
 
 
 def pytest_collection_modifyitems(items):
