@@ -618,7 +618,116 @@ def test_a_version_at_the_int64_limit_refuses_the_push_naming_the_entry(tmp_path
   model = _model(str(tmp_path / "model"))
   base = tmp_path / "serving"
   (base / "9223372036854775807").mkdir(parents=True)
-  with pytest.raises(pusher.UnusableServingDirectory, match=r"serving/9223372036854775807, version "
-                     r"9223372036854775807, the largest TF Serving can parse"):
+  with pytest.raises(pusher.UnusableServingDirectory) as error:
     pusher.push_version(model, str(base), pusher.saved_model_fingerprint(model))
+  assert str(error.value) == (
+      f"Cannot push to {base}: it holds {base}/9223372036854775807, version 9223372036854775807, "
+      "the largest TF Serving can parse (int64), so no later version can be pushed; move that "
+      "entry out of the serving directory.")
   assert os.listdir(base) == ["9223372036854775807"]  # No staging copy left behind.
+
+
+def test_the_largest_version_tf_serving_parses_is_still_pushed(tmp_path):
+  model = _model(str(tmp_path / "model"))
+  base = tmp_path / "serving"
+  (base / str(2**63 - 2)).mkdir(parents=True)
+  version_dir = pusher.push_version(model, str(base), pusher.saved_model_fingerprint(model))
+  assert os.path.basename(version_dir) == str(2**63 - 1)
+
+
+def test_the_next_version_is_one_past_a_claimed_number_ahead_of_the_clock(tmp_path):
+  """An object store's claims can run ahead of the time: the next number is the one after."""
+  ahead = int(time.time()) + 10**6
+  assert pusher._next_version(str(tmp_path), [ahead - 5, ahead]) == ahead + 1
+  with pytest.raises(pusher.UnusableServingDirectory) as error:
+    pusher._next_version(str(tmp_path), [2**63 - 1])
+  assert str(error.value) == (f"Cannot push to {tmp_path}: version 9223372036854775807 is "
+                              "claimed, the largest TF Serving can parse (int64).")
+
+
+def _version_made_unpublishable(version_dir, defect):
+  if defect == "symbolic link":
+    os.symlink(_model(version_dir + "-target"), version_dir)
+  elif defect == "file":
+    open(version_dir, "wb").close()
+  else:
+    _model(version_dir)
+    os.makedirs(os.path.dirname(os.path.join(version_dir, pusher.PUSH_INFO_PATH)))
+    with open(os.path.join(version_dir, pusher.PUSH_INFO_PATH), "w") as f:
+      json.dump({"model_fingerprint": pusher.saved_model_fingerprint(
+          version_dir, exclude=pusher.NOT_OF_THE_MODEL)}, f)
+    if defect == "no saved_model.pb":
+      os.remove(os.path.join(version_dir, "saved_model.pb"))
+    elif defect == "no variables":
+      shutil.rmtree(os.path.join(version_dir, "variables"))
+    elif defect == "no push record":
+      os.remove(os.path.join(version_dir, pusher.PUSH_INFO_PATH))
+    elif defect == "altered":
+      with open(os.path.join(version_dir, "variables", "variables.data"), "ab") as f:
+        f.write(b"!")
+
+
+@pytest.mark.parametrize("defect, problem", [
+    ("symbolic link", "a symbolic link, not a version the Pusher published"),
+    ("file", "a file, not a version directory"),
+    ("no saved_model.pb", "no saved_model.pb (TF Serving cannot load it)"),
+    ("no variables", "no variables/ directory"),
+    ("no push record", f"no readable push record ({pusher.PUSH_INFO_PATH}): not pushed by this "
+     "pipeline"),
+    ("altered", "its files do not match the fingerprint of its push record (truncated or "
+     "altered)"),
+    ("none", None),
+])
+def test_each_way_a_version_is_not_a_published_copy_is_named(tmp_path, defect, problem):
+  """What production-model lookup and the run's summary print for a version they skip."""
+  version_dir = str(tmp_path / "1")
+  _version_made_unpublishable(version_dir, defect)
+  assert pusher.version_problem(version_dir) == problem
+
+
+def test_a_number_already_taken_is_not_renamed_onto_and_the_staged_copy_stays(tmp_path):
+  staging, final = _model(str(tmp_path / "staging")), _model(str(tmp_path / "1"))
+  assert pusher._rename_if_absent(staging, final) is False
+  assert os.path.exists(os.path.join(staging, "saved_model.pb"))
+
+
+def test_a_number_taken_between_the_check_and_the_rename_is_a_lost_race_not_an_error(
+    tmp_path, monkeypatch):
+  staging, final = _model(str(tmp_path / "staging")), _model(str(tmp_path / "1"), b"theirs")
+  exists = pusher.fileio.exists
+  checked = []
+  # The other push renames right after this one's check: the check sees no version yet.
+  monkeypatch.setattr(pusher.fileio, "exists",
+                      lambda path: exists(path) if checked else checked.append(path) or False)
+  assert pusher._rename_if_absent(staging, final) is False
+  assert checked == [final]
+  with open(os.path.join(final, "variables", "variables.data"), "rb") as f:
+    assert f.read() == b"theirs"  # The winner's version, untouched.
+
+
+def test_a_rename_that_fails_for_another_reason_raises(tmp_path, monkeypatch):
+  staging, final = _model(str(tmp_path / "staging")), str(tmp_path / "1")
+
+  def failing_rename(source, target, overwrite=False):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(pusher.fileio, "rename", failing_rename)
+  with pytest.raises(OSError, match="No space left"):
+    pusher._rename_if_absent(staging, final)
+
+
+def test_the_pusher_component_pushes_to_its_directory_and_reads_the_drift_check():
+  from tfx import types
+  from tfx.types import standard_artifacts
+  from components import drift_baseline
+  channels = {name: types.Channel(type=artifact_type) for name, artifact_type in (
+      ("model", standard_artifacts.Model), ("model_blessing", standard_artifacts.ModelBlessing),
+      ("infra_blessing", standard_artifacts.InfraBlessing),
+      ("drift", drift_baseline.DriftReport))}
+  component = pusher.VersionedPusher(base_directory="/serving/wrn", **channels)
+  destination = json.loads(component.exec_properties["push_destination"])  # TFX keeps JSON.
+  assert destination == {"filesystem": {"base_directory": "/serving/wrn"}}
+  assert all(component.inputs[name] is channel for name, channel in channels.items())
+  assert component.outputs["pushed_model"].type == standard_artifacts.PushedModel
+  assert "drift" not in pusher.VersionedPusher(
+      base_directory="/serving/wrn", **{k: v for k, v in channels.items() if k != "drift"}).inputs
