@@ -24,7 +24,11 @@ def metrics(probabilities: np.ndarray, labels: np.ndarray, num_bins: int = 15) -
   assert counts.sum() == n
   ece = np.abs(correct_sums - confidence_sums).sum() / n
   one_hot = np.eye(p.shape[1])[y]
+  occupied = np.maximum(counts, 1)
+  reliability = np.stack([counts, np.where(counts > 0, confidence_sums / occupied, 0.0),
+                          np.where(counts > 0, correct_sums / occupied, 0.0)], axis=1)
   return {"accuracy": correct.mean(),
+          "reliability": reliability,  # Per bin: examples, mean confidence, accuracy (0 if empty).
           "nll": -np.log(np.maximum(p[np.arange(n), y], PROBABILITY_FLOOR)).mean(),
           "brier_score": ((p - one_hot) ** 2).sum(axis=1).mean(),
           "ece": ece}

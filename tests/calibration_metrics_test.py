@@ -76,8 +76,26 @@ def test_each_metric_matches_numpy_from_partial_results_merged_exactly():
   reliability = _computed(calibration_metrics.ExpectedCalibrationError(num_bins=7),
                           probabilities, labels)[
       metric_types.MetricKey(name=calibration_metrics.RELIABILITY_NAME)]
-  assert reliability.shape == (7, 3) and reliability[:, 0].sum() == 300
-  assert reliability[-1, 1] > 6 / 7 and 0 <= reliability[:, 2].min() <= reliability[:, 2].max() <= 1
+  # Per bin: examples, mean confidence, accuracy; an empty bin reads 0, a bin of one its example.
+  np.testing.assert_allclose(reliability, expected["reliability"], rtol=0, atol=1e-12)
+  assert reliability[-1, 1] > 6 / 7
+  # Empty bins and a bin of one example (confidences 0.5; 0.9 and 0.95 in bins 3 and 6 of 7).
+  few = np.array([[0.5, 0.5] + [0.0] * (NUM_CLASSES - 2), [0.1, 0.9] + [0.0] * (NUM_CLASSES - 2),
+                  [0.95, 0.05] + [0.0] * (NUM_CLASSES - 2)])
+  few_labels = np.array([0, 0, 0])
+  few_reliability = _computed(calibration_metrics.ExpectedCalibrationError(num_bins=7), few,
+                              few_labels, workers=2)[
+      metric_types.MetricKey(name=calibration_metrics.RELIABILITY_NAME)]
+  assert list(few_reliability[:, 0]) == [0, 0, 0, 1, 0, 0, 2]
+  np.testing.assert_allclose(few_reliability, reference_metrics.metrics(
+      few, few_labels, num_bins=7)["reliability"], rtol=0, atol=1e-12)
+
+
+def test_one_example_is_measured_not_nan():
+  probabilities, labels = np.array([[0.2, 0.8] + [0.0] * (NUM_CLASSES - 2)]), np.array([1])
+  values = _computed(calibration_metrics.ExpectedCalibrationError(num_bins=5), probabilities,
+                     labels, workers=1)
+  assert values[metric_types.MetricKey(name="ece")] == pytest.approx(0.2)
 
 
 def test_the_metrics_of_one_output_share_one_pass_over_the_examples():
