@@ -82,6 +82,15 @@ def test_a_finished_run_is_not_trained_again(inputs, tmp_path, spied):
   assert spied["fit_from"] == [(0, 0)]  # The second run restores and stops.
 
 
+def test_a_finished_run_with_an_eval_split_is_only_evaluated_again(inputs, tmp_path, spied):
+  paths = _paths(inputs, tmp_path)
+  trained = training_job.run(_config(mode="train_and_eval"), paths)
+  again = training_job.run(_config(mode="train_and_eval"), paths)
+  assert spied["fit_from"] == [(0, 0)]  # Not trained again...
+  evaluated = {name: value for name, value in trained.items() if name.startswith("eval/")}
+  assert evaluated and again == pytest.approx(evaluated, abs=1e-6)  # ...its checkpoint scored.
+
+
 def test_a_run_trains_in_its_precision_policy_and_leaves_the_global_one_as_it_found_it(
     inputs, tmp_path, monkeypatch):
   """TFX's local runner runs the trial Trainers and then the EnsembleSelector in one process:
