@@ -157,6 +157,8 @@ def test_statistics_of_nothing_are_nan_not_an_error():
   merged = combiner.merge_accumulators([combiner.create_accumulator() for _ in range(3)])
   values = calibration_metrics._values(combiner.extract_output(merged)[key])
   assert np.isnan(values["ece"]) and np.isnan(values["nll"])
+  # The reliability table keeps its shape, every bin empty: one row a bin, as when measured.
+  np.testing.assert_array_equal(values[calibration_metrics.RELIABILITY_NAME], np.zeros((15, 3)))
 
 
 @pytest.mark.parametrize("label", [NUM_CLASSES, -1])
