@@ -207,9 +207,14 @@ def test_a_published_copy_that_differs_from_the_source_is_withdrawn(tmp_path, mo
       f.write(b"damaged in transit")
 
   monkeypatch.setattr(pusher.io_utils, "copy_dir", copy_that_damages)
-  with pytest.raises(RuntimeError, match="does not match the model"):
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(RuntimeError, match=f"does not match the model {model} "):
     pusher.push_version(model, base, pusher.saved_model_fingerprint(model))
   assert pusher.serving_versions(base) == []
+  # Withdrawn aside within the serving directory, as an entry TF Serving never loads.
+  (withdrawn,) = os.listdir(base)
+  assert withdrawn.startswith(".incomplete-bad-")
+  assert sorted(os.listdir(tmp_path)) == ["model", "serving"]
 
 
 def test_a_staging_directory_of_a_live_push_is_left_alone(tmp_path):
@@ -731,3 +736,42 @@ def test_the_pusher_component_pushes_to_its_directory_and_reads_the_drift_check(
   assert component.outputs["pushed_model"].type == standard_artifacts.PushedModel
   assert "drift" not in pusher.VersionedPusher(
       base_directory="/serving/wrn", **{k: v for k, v in channels.items() if k != "drift"}).inputs
+
+
+def test_a_push_to_an_object_store_hands_every_argument_to_the_object_store_push(monkeypatch):
+  handed = []
+  monkeypatch.setattr(pusher, "serving_directory_problem", lambda base: None)
+  monkeypatch.setattr(pusher, "_push_to_object_store", lambda *args: handed.append(args) or "v")
+  trained_on, arguments = {"span": 3}, ("/model", "s3://bucket/serving", "fingerprint")
+  assert pusher.push_version(*arguments, run_id="run-1", trained_on=trained_on,
+                             baseline_dir="/baseline") == "v"
+  assert handed == [(*arguments, "run-1", trained_on, "/baseline")]
+
+
+@pytest.mark.parametrize("record, with_graph", [
+    ({"model_fingerprint": "abc"}, False), ({"model_fingerprint": 42}, True)],
+    ids=["no-saved-model-pb", "fingerprint-not-a-string"])
+def test_a_version_without_its_graph_or_a_readable_fingerprint_has_none(tmp_path, record,
+                                                                        with_graph):
+  version_dir = _model(str(tmp_path / "1"))
+  if not with_graph:
+    os.remove(os.path.join(version_dir, "saved_model.pb"))
+  os.makedirs(os.path.dirname(os.path.join(version_dir, pusher.PUSH_INFO_PATH)))
+  with open(os.path.join(version_dir, pusher.PUSH_INFO_PATH), "w") as f:
+    json.dump(record, f)
+  assert pusher.pushed_fingerprint(version_dir) is None
+
+
+def test_a_whole_copy_whose_record_names_another_model_is_withdrawn(tmp_path):
+  """A complete, self-consistent version that is not this push's model (its record names
+  another fingerprint) is withdrawn like a damaged one."""
+  model = _model(str(tmp_path / "model"))
+  version_dir = pusher.push_version(model, str(tmp_path / "serving"),
+                                    pusher.saved_model_fingerprint(model))
+  withdrawn = []
+  with pytest.raises(RuntimeError) as error:
+    pusher._verify_published(model, version_dir, "another", lambda: withdrawn.append(True))
+  assert withdrawn == [True]
+  assert str(error.value) == (
+      f"The copy published as {version_dir} does not match the model {model} (its push record "
+      "does not name the fingerprint another of the model); it was withdrawn.")

@@ -1,5 +1,7 @@
 """The gate enforces the bounds its flags set and the run report shows: each bound flag, set to
 a value of its own, reaches exactly one TFMA threshold and one row of the report's gate table."""
+import json
+
 import pytest
 import tensorflow_model_analysis as tfma
 
@@ -177,6 +179,17 @@ def test_each_calibration_metric_is_built_from_its_module_with_the_configs_setti
   assert built["MeanSliceECE"]["sub_slice_keys"] == [evaluation_set.CORRUPTION_KEY,
                                                      evaluation_set.SEVERITY_KEY]
   assert built["MeanSliceECE"]["resample_key"] == evaluation_set.SOURCE_IMAGE_KEY
+
+
+def test_the_uncalibrated_output_is_measured_ungated_with_the_configs_bins():
+  """What the report sets beside the served (temperature-scaled) figures: the raw output's
+  accuracy, ECE, NLL and Brier score, with no bound on them."""
+  (spec,) = [spec for spec in eval_config(from_flags(["--num_bins=7"])).metrics_specs
+             if list(spec.output_names) == [UNCALIBRATED_PROBABILITIES_KEY]]
+  assert [(metric.class_name, json.loads(metric.config)) for metric in spec.metrics] == [
+      (name, {"num_bins": 7}) for name in ("TopLabelAccuracy", "ExpectedCalibrationError",
+                                           "NegativeLogLikelihood", "BrierScore")]
+  assert not any(metric.HasField("threshold") for metric in spec.metrics)
 
 
 def test_every_slice_a_bound_gates_is_a_slice_the_evaluator_computes(config):
