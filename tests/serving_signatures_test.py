@@ -81,6 +81,20 @@ def test_a_bfloat16_trained_model_is_served_in_float32_and_says_what_it_trained_
   assert result["uncalibrated_probabilities"].dtype == tf.float32
 
 
+def test_a_float32_copy_is_made_only_of_a_mixed_model_and_the_policy_is_left_as_found(
+    exported):
+  """The Trainer exports inside its run's (mixed) policy, which must hold after the copy."""
+  _, trained = exported
+  config = plain_trainer(**TINY_NETWORK)
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    copy = float32_model(trained, config)
+    assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert copy is not trained and float32_model(copy, config) is copy
+
+
 def _example(png):
   feature = {"image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[png]))}
   return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
