@@ -775,3 +775,20 @@ def test_a_whole_copy_whose_record_names_another_model_is_withdrawn(tmp_path):
   assert str(error.value) == (
       f"The copy published as {version_dir} does not match the model {model} (its push record "
       "does not name the fingerprint another of the model); it was withdrawn.")
+
+
+def test_the_fingerprint_leaves_out_only_the_excluded_files(tmp_path):
+  """A file beside an excluded one still counts: the push record is left out, not its folder."""
+  model = _model(str(tmp_path / "model"))
+  extra = os.path.join(model, "assets.extra")
+  os.makedirs(extra)
+  for name in ("a_record.json", "z_labels.txt"):
+    with open(os.path.join(extra, name), "w") as f:
+      f.write("first")
+  before = pusher.saved_model_fingerprint(model, exclude=("assets.extra/a_record.json",))
+  with open(os.path.join(extra, "a_record.json"), "w") as f:
+    f.write("changed")
+  assert pusher.saved_model_fingerprint(model, exclude=("assets.extra/a_record.json",)) == before
+  with open(os.path.join(extra, "z_labels.txt"), "w") as f:
+    f.write("changed")
+  assert pusher.saved_model_fingerprint(model, exclude=("assets.extra/a_record.json",)) != before
