@@ -650,6 +650,13 @@ def test_the_next_version_is_one_past_a_claimed_number_ahead_of_the_clock(tmp_pa
                               "claimed, the largest TF Serving can parse (int64).")
 
 
+def _write_push_record(version_dir, record):
+  path = os.path.join(version_dir, pusher.PUSH_INFO_PATH)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(record, f)
+
+
 def _version_made_unpublishable(version_dir, defect):
   if defect == "symbolic link":
     os.symlink(_model(version_dir + "-target"), version_dir)
@@ -657,10 +664,8 @@ def _version_made_unpublishable(version_dir, defect):
     open(version_dir, "wb").close()
   else:
     _model(version_dir)
-    os.makedirs(os.path.dirname(os.path.join(version_dir, pusher.PUSH_INFO_PATH)))
-    with open(os.path.join(version_dir, pusher.PUSH_INFO_PATH), "w") as f:
-      json.dump({"model_fingerprint": pusher.saved_model_fingerprint(
-          version_dir, exclude=pusher.NOT_OF_THE_MODEL)}, f)
+    _write_push_record(version_dir, {"model_fingerprint": pusher.saved_model_fingerprint(
+        version_dir, exclude=pusher.NOT_OF_THE_MODEL)})
     if defect == "no saved_model.pb":
       os.remove(os.path.join(version_dir, "saved_model.pb"))
     elif defect == "no variables":
@@ -756,9 +761,7 @@ def test_a_version_without_its_graph_or_a_readable_fingerprint_has_none(tmp_path
   version_dir = _model(str(tmp_path / "1"))
   if not with_graph:
     os.remove(os.path.join(version_dir, "saved_model.pb"))
-  os.makedirs(os.path.dirname(os.path.join(version_dir, pusher.PUSH_INFO_PATH)))
-  with open(os.path.join(version_dir, pusher.PUSH_INFO_PATH), "w") as f:
-    json.dump(record, f)
+  _write_push_record(version_dir, record)
   assert pusher.pushed_fingerprint(version_dir) is None
 
 
