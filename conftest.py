@@ -4,6 +4,7 @@ workers (the Makefile runs it with `-n auto --dist loadfile`)."""
 import pytest
 
 import trainer_module  # noqa: F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
+from test_support import mutation_runs
 from test_support.s3_server import (  # noqa: F401  (pytest finds them by name)
     pytest_pyfunc_call, pytest_runtest_logreport, pytest_sessionfinish, pytest_unconfigure, s3,
     s3_server)
@@ -19,11 +20,12 @@ LONGEST_FILES_FIRST = ("tests/pipeline_e2e_test.py", "tests/kfp_harness_test.py"
                        "components/pusher_test.py", "trainer_module/training_loop_test.py")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
   """The longest files first, then the other end-to-end files. (pytest-xdist's loadfile keeps
   a file's tests on one worker: a module-scoped run is made once, and a file's s3 tests share
-  their process.)"""
+  their process.) Under `make mutation`, see test_support/mutation_runs.py."""
   items.sort(key=_start_rank)
+  mutation_runs.after_collection(config, items)
 
 
 def _start_rank(item):

@@ -11,6 +11,7 @@ from components.drift_check import STEP_ID as DRIFT_CHECK_ID
 from local_runner import runner as local_runner
 from pipeline.config import from_preset
 from pipeline.pipeline import create_pipeline
+from test_support.mutation_runs import per_test_while_mapping
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def config(tmp_path_factory):
   return from_preset("tiny").replace(output_dir=str(tmp_path_factory.mktemp("outputs")))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope=per_test_while_mapping)
 def graph(config):
   return create_pipeline(config, local_runner.local_parts(config))
 

@@ -18,6 +18,7 @@ from PIL import Image
 
 from components import image_folder, image_sources
 from test_support import image_folders
+from test_support.mutation_runs import per_test_while_mapping
 from test_support.tfrecord_inputs import png_bomb
 from test_support.tiny_config import TINY_NETWORK, plain_trainer
 from test_support.transform_runs import digits_transform_dir, raw_digit_examples
@@ -37,7 +38,7 @@ def transform_dir():
   return digits_transform_dir()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope=per_test_while_mapping)
 def exported(tmp_path_factory, transform_dir):
   """(export dir, the model as trained: under mixed_bfloat16)."""
   work = tmp_path_factory.mktemp("serving")
@@ -56,7 +57,7 @@ def exported(tmp_path_factory, transform_dir):
   return export_dir, trained
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope=per_test_while_mapping)
 def served(exported):
   return tf.saved_model.load(exported[0])
 
@@ -172,7 +173,7 @@ print(json.dumps([error, request_rise, decode_rise]))
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope=per_test_while_mapping)
 def bomb_requests(exported):
   """{signature: (its error for [good, bomb, bomb], the peak memory's rise in MB for it, then
   for one bomb decoded)}, each signature in a fresh process."""
