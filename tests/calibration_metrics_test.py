@@ -246,8 +246,8 @@ def test_each_metric_is_reported_under_the_model_output_and_weighting_tfma_asks_
 def test_binarization_top_k_and_aggregation_are_refused_naming_the_metric(option):
   """These metrics read the whole probability vector: an option that would binarize it or
   average per class is an error, not a silently different number."""
-  with pytest.raises(ValueError, match="^Metric 'ece' is computed over the full probability "
-                     "vector"):
+  with pytest.raises(ValueError, match=r"^Metric 'ece' is computed over the full probability "
+                     r"vector; binarization, top-k and aggregation options do not apply\.$"):
     calibration_metrics.ExpectedCalibrationError(num_bins=7).computations(**option)
 
 
@@ -258,20 +258,22 @@ _PROBABILITIES = _softmax(np.zeros((1, 3)))[0]
     ("", np.array([1]), {"calibrated": _PROBABILITIES}, None, "prediction",
      "the output named in MetricsSpec.output_names"),
     ("calibrated", None, {"calibrated": _PROBABILITIES}, None, "label",
-     r"a label feature named in ModelSpec.label_key"),
+     r"a label feature named in ModelSpec\.label_key\.$"),
     ("", {"calibrated": np.array([1])}, _PROBABILITIES, None, "label", "a label feature"),
     ("calibrated", np.array([1]), {"raw": _PROBABILITIES}, None, "prediction", "the output"),
     ("", np.array([1, 2]), _PROBABILITIES, None, "label", "a label feature"),
+    ("", np.array([1]), np.array([]), None, "prediction",
+     r"the output named in MetricsSpec.output_names\.$"),
     ("", np.array([1]), _PROBABILITIES, {"calibrated": np.array([2.0])}, "example weight",
-     "one weight per example"),
+     r"one weight per example \(ModelSpec\.example_weight_key\)\.$"),
     ("", np.array([1]), _PROBABILITIES, np.array([1.0, 2.0]), "example weight",
      "one weight per example"),
 ], ids=["prediction-dict", "no-label", "label-dict", "output-not-there", "two-labels",
-        "weight-dict", "two-weights"])
+        "empty-prediction", "weight-dict", "two-weights"])
 def test_an_example_without_one_label_prediction_or_weight_is_refused_naming_what_is_needed(
     output_name, labels, predictions, weights, refused, needs):
   """A multi-output model's values read without an output name (a dict, not one value), a
-  value missing for the output, or two where one belongs: an error naming the output and what
+  value missing or empty for the output, or two where one belongs: an error naming the output and what
   the configuration needs, not a wrong figure."""
   element = metric_types.StandardMetricInputs(labels=labels, predictions=predictions,
                                               example_weights=weights)
@@ -295,6 +297,33 @@ def test_predictions_of_different_class_counts_in_one_slice_are_refused():
 def test_num_bins_must_be_a_positive_integer(bad):
   with pytest.raises(ValueError, match=f"num_bins must be a positive integer, got {bad!r}"):
     calibration_metrics.ExpectedCalibrationError(num_bins=bad)
+
+
+def test_one_bin_is_a_valid_choice_and_gives_mean_confidence_minus_accuracy_in_size():
+  """num_bins=1, the smallest positive one: every example in one bin, so the ECE is
+  |mean confidence - accuracy| over all of them."""
+  rng = np.random.default_rng(12)
+  logits, labels = _random_predictions(rng, 50)
+  probabilities = _softmax(logits)
+  values = _computed(calibration_metrics.ExpectedCalibrationError(num_bins=1), probabilities,
+                     labels, workers=2)
+  expected = abs(probabilities.max(axis=1).mean() - np.mean(probabilities.argmax(1) == labels))
+  assert values[metric_types.MetricKey(name="ece")] == pytest.approx(expected, rel=1e-12)
+  reliability = values[metric_types.MetricKey(name=calibration_metrics.RELIABILITY_NAME)]
+  assert reliability.shape == (1, 3) and reliability[0, 0] == len(labels)
+
+
+def test_a_label_or_weight_is_read_as_its_number_and_a_prediction_as_a_flat_array():
+  """However TFMA shapes them ([1], [1, 1] or a scalar): one number for a label or a weight,
+  a flat vector of the class probabilities for a prediction."""
+  read = calibration_metrics._read
+  for value in (np.array([3]), np.array([[3]]), np.int64(3)):
+    label = read(value, "label", "", "", "a label")
+    assert np.ndim(label) == 0 and label == 3
+  weight = read(np.array([[2.5]]), "example weight", "", "", "a weight")
+  assert np.ndim(weight) == 0 and weight == 2.5
+  prediction = read(np.array([[0.2, 0.8]]), "prediction", "", "", "a prediction", scalar=False)
+  np.testing.assert_array_equal(prediction, [0.2, 0.8])
 
 
 def _slice_inputs(probabilities, labels, sub_slices, sources):
@@ -338,6 +367,24 @@ def _numpy_slice_means(probabilities, labels, slice_ids, num_bins):
     eces.append(expected["ece"])
     gaps.append(probabilities[mask].max(axis=1).mean() - expected["accuracy"])
   return np.mean(eces), np.mean(gaps)
+
+
+def test_sub_slice_and_source_image_values_are_read_as_plain_python_values():
+  """A sub-slice's key and a source image's name are plain Python values, whatever carried
+  them: bytes decoded, a numpy scalar as the Python number it holds, a Python value in an
+  object array (as Arrow gives string columns) as it is; no features, no such feature or an
+  empty one read as None (the example has no sub-slice)."""
+  value_of = calibration_metrics._feature_value
+  assert value_of({"corruption": np.array([b"fog"], dtype=object)}, "corruption") == "fog"
+  assert value_of({"corruption": np.array(["fog"], dtype=object)}, "corruption") == "fog"
+  assert value_of({"corruption": np.array(["fog"])}, "corruption") == "fog"
+  severity = value_of({"severity": np.array([[3]])}, "severity")
+  assert type(severity) is int and severity == 3
+  source = value_of({"source_image": np.array([0.1], np.float32)}, "source_image")
+  assert type(source) is float and source == float(np.float32(0.1))
+  assert value_of(None, "corruption") is None
+  assert value_of({"severity": np.array([3])}, "corruption") is None
+  assert value_of({"corruption": np.array([], dtype=object)}, "corruption") is None
 
 
 def _correlated_slices(rng, images, corruptions, severities):
@@ -448,6 +495,14 @@ def test_poisson_weights_follow_their_definition_so_every_process_draws_the_same
       weights.astype(int).tolist()
 
 
+def test_poisson_weights_follow_their_definition_to_the_last_bit_of_the_hash():
+  """A draw whose uniform lies within 2**-31 of a step of the Poisson CDF: only there does the
+  last xor-shift of splitmix64's finalizer (by 31) decide the count, so an almost-right hash
+  would draw the same counts nearly everywhere (found by a search over image names)."""
+  weights = calibration_metrics.poisson_weights(["test-04837510"], 64)
+  assert weights[63, 0] == _splitmix64_poisson("test-04837510", 64) == 4
+
+
 def test_a_replicate_that_drew_none_of_a_slices_images_is_left_out_of_the_deviation():
   """Two images per slice: about e^-2 = 14% of replicates draw neither, and have no mean."""
   rng = np.random.default_rng(8)
@@ -467,6 +522,139 @@ def test_a_replicate_that_drew_none_of_a_slices_images_is_left_out_of_the_deviat
       for array in (probabilities, labels, slice_ids)), 15) for r in drawn])
   assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
       np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
+
+
+def test_two_bootstrap_replicates_the_fewest_allowed_give_a_deviation():
+  """With bootstrap_replicates=2 (both replicates draw images of every sub-slice) the
+  deviations are those of the two replicates' means, as numpy computes them."""
+  rng = np.random.default_rng(13)
+  rows = _correlated_slices(rng, 20, ("fog",), (1, 2))
+  probabilities = np.stack([r[0] for r in rows])
+  labels = np.array([r[1] for r in rows])
+  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
+  sources = np.array([r[3] for r in rows])
+  values = _mean_slice_values(calibration_metrics.MeanSliceECE(bootstrap_replicates=2),
+                              _slice_inputs(probabilities, labels, [r[2] for r in rows],
+                                            sources), workers=2)
+  counts = calibration_metrics.poisson_weights(sources, 2).astype(int)
+  replicate_means = np.array([_numpy_slice_means(*(
+      array[np.repeat(np.arange(len(labels)), counts[r])]
+      for array in (probabilities, labels, slice_ids)), 15) for r in range(2)])
+  assert np.all(np.isfinite(replicate_means))
+  assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
+      np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
+  assert values["mean_slice_confidence_gap_bootstrap_sd"] == pytest.approx(
+      np.std(replicate_means[:, 1], ddof=1), rel=1e-9)
+  assert values["mean_slice_ece_bootstrap_sd"] > 0
+
+
+def test_each_replicate_sums_the_slice_with_each_example_counted_its_draws_times_its_weight():
+  """The sums behind the deviations: replicate r's weight, confidence and correct predictions
+  per bin are the slice's, each example counted poisson_weights(...)[r] times its weight."""
+  rng = np.random.default_rng(14)
+  logits, labels = _random_predictions(rng, 60)
+  probabilities = _softmax(logits)
+  weights = rng.integers(1, 4, len(labels)).astype(np.float64)
+  sources = [f"test-{i:03d}" for i in range(len(labels))]
+  accumulator = calibration_metrics._Accumulator(num_bins=5, replicates=7)
+  for element, source in zip(_weighted_inputs(probabilities, labels, weights), sources):
+    accumulator.add(element, "", "", True, source)
+  accumulator.flush()
+  confidence = probabilities.max(axis=1)
+  correct = (probabilities.argmax(axis=1) == labels).astype(np.float64)
+  replicate_weights = calibration_metrics.poisson_weights(sources, 7) * weights
+  for r in range(7):
+    for sums, values in ((accumulator.replicate_count, 1.0),
+                         (accumulator.replicate_confidence, confidence),
+                         (accumulator.replicate_correct, correct)):
+      expected, _ = np.histogram(confidence, bins=5, range=(0.0, 1.0),
+                                 weights=replicate_weights[r] * values)
+      np.testing.assert_allclose(sums[r], expected, rtol=1e-12, atol=0)
+  assert accumulator.bootstrap_complete
+
+
+def test_no_bootstrap_is_kept_where_none_is_asked_for():
+  """The plain metrics' statistics, and MeanSliceECE's with bootstrap_replicates=0, sum
+  nothing per replicate (nothing of the kind travels between workers) and read their
+  bootstrap as unavailable, before examples arrive and after."""
+  combiner, key = _statistics_combiner(flush_size=2)
+  accumulator = combiner.create_accumulator()
+  assert accumulator.replicate_count.shape == (0, 15) and not accumulator.bootstrap_complete
+  probabilities = _softmax(np.zeros((3, NUM_CLASSES)))
+  for element in _inputs(probabilities, [0, 1, 2]):
+    accumulator = combiner.add_input(accumulator, element)
+  statistics = combiner.extract_output(accumulator)[key]
+  assert statistics.replicate_count.shape == (0, 15) and not statistics.bootstrap_complete
+  (computation,) = calibration_metrics.MeanSliceECE(bootstrap_replicates=0).computations()
+  sub_slices = computation.combiner.create_accumulator()
+  for element in _slice_inputs(probabilities, [0, 1, 2], [("fog", 1)] * 3,
+                               ["test-0", "test-1", "test-2"]):
+    sub_slices = computation.combiner.add_input(sub_slices, element)
+  for statistics in computation.combiner.compact(sub_slices).values():
+    assert statistics.replicate_count.shape == (0, 15) and not statistics.bootstrap_complete
+
+
+def test_mean_slice_ece_reads_its_model_and_output_and_weights_examples_when_asked():
+  """TFMA hands a metric of a multi-model, multi-output EvalConfig every model's and output's
+  values: MeanSliceECE reads those of the model and output it is keyed by and, example
+  weighted, counts each example its weight times in the means and in every bootstrap
+  replicate (numpy on the examples repeated weight x poisson count times)."""
+  rng = np.random.default_rng(15)
+  rows = _correlated_slices(rng, 40, ("fog", "contrast"), (1, 3))
+  probabilities = np.stack([r[0] for r in rows])
+  labels = np.array([r[1] for r in rows])
+  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
+  sources = np.array([r[3] for r in rows])
+  other = _softmax(rng.normal(0, 3, probabilities.shape))  # Another output's, another model's.
+  weights = rng.integers(1, 4, len(labels)).astype(np.float64)
+  metric = calibration_metrics.MeanSliceECE(num_bins=10, bootstrap_replicates=20)
+  (computation,) = metric.computations(model_names=["candidate"], output_names=["calibrated"],
+                                       example_weighted=True)
+  assert {(key.model_name, key.output_name, key.example_weighted)
+          for key in computation.keys} == {("candidate", "calibrated", True)}
+  inputs = []
+  for element, p, q, y, w in zip(
+      _slice_inputs(probabilities, labels, [r[2] for r in rows], sources), probabilities, other,
+      labels, weights):
+    inputs.append(metric_types.StandardMetricInputs(
+        labels={"candidate": {"calibrated": np.array([y]), "raw": np.array([(y + 1) % 10])},
+                "baseline": {"calibrated": np.array([(y + 2) % 10])}},
+        predictions={"candidate": {"calibrated": p, "raw": q}, "baseline": {"calibrated": q}},
+        example_weights={"candidate": {"calibrated": np.array([w]), "raw": np.array([1.0])},
+                         "baseline": {"calibrated": np.array([1.0])}},
+        features=element.features))
+  combiner = computation.combiner
+  accumulator = combiner.create_accumulator()
+  for element in inputs:
+    accumulator = combiner.add_input(accumulator, element)
+  values = {key.name: value for key, value in combiner.extract_output(accumulator).items()}
+  rows_weighted = np.repeat(np.arange(len(labels)), weights.astype(int))
+  ece, gap = _numpy_slice_means(*(array[rows_weighted]
+                                  for array in (probabilities, labels, slice_ids)), 10)
+  assert values["mean_slice_ece"] == pytest.approx(ece, rel=1e-9)
+  assert values["mean_slice_confidence_gap"] == pytest.approx(gap, rel=1e-9)
+  counts = calibration_metrics.poisson_weights(sources, 20).astype(int) * weights.astype(int)
+  replicate_means = np.array([_numpy_slice_means(*(
+      array[np.repeat(np.arange(len(labels)), counts[r])]
+      for array in (probabilities, labels, slice_ids)), 10) for r in range(20)])
+  assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
+      np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
+  assert values["mean_slice_confidence_gap_bootstrap_sd"] == pytest.approx(
+      np.std(replicate_means[:, 1], ddof=1), rel=1e-9)
+
+
+def test_mean_slice_ece_holds_at_most_flush_size_examples_waiting_in_a_sub_slice():
+  """The FLUSH_SIZE-th example of a sub-slice adds the waiting ones to its statistics (memory
+  stays bounded on a large slice); another sub-slice's keep waiting."""
+  size = calibration_metrics.FLUSH_SIZE
+  probabilities = _softmax(np.zeros((size + 3, NUM_CLASSES)))
+  (computation,) = calibration_metrics.MeanSliceECE(bootstrap_replicates=0).computations()
+  accumulator = computation.combiner.create_accumulator()
+  for element in _slice_inputs(probabilities, [0] * (size + 3),
+                               [("fog", 1)] * size + [("fog", 2)] * 3, [None] * (size + 3)):
+    accumulator = computation.combiner.add_input(accumulator, element)
+  assert not accumulator[("fog", 1)].pending and accumulator[("fog", 1)].count == size
+  assert len(accumulator[("fog", 2)].pending) == 3 and accumulator[("fog", 2)].count == 0
 
 
 @pytest.mark.parametrize("missing", [25, 35, 45])
