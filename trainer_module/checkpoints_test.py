@@ -1,12 +1,14 @@
 """Checkpoints: the newest intact one is restored, damaged ones are skipped, SIGTERM recorded."""
 import glob
 import os
+import re
 import signal
 
 import pytest
 import tensorflow as tf
 
-from trainer_module.checkpoints import Checkpoints, StopSignal, TrainingState, damage
+from trainer_module.checkpoints import (Checkpoints, ConfigRecord, StopSignal, TrainingState,
+                                        damage)
 
 
 def _saved(directory, values):
@@ -38,7 +40,43 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous(tmp_path, capl
   assert damage(str(tmp_path / "ckpt-2"))
   path, value = _restored_value(tmp_path)
   assert path.endswith("ckpt-1") and value == 1.0
-  assert "ckpt-2 is damaged" in caplog.text
+  problem = damage(str(tmp_path / "ckpt-2"))
+  assert f"Checkpoint {tmp_path / 'ckpt-2'} is damaged ({problem}); skipping it." in caplog.text
+
+
+@pytest.mark.parametrize("harm, problem", [
+    ("truncate", "IndexError: Read less bytes than requested"),
+    ("remove", r"OpError: .*ckpt-1\.data-00000-of-00001; No such file or directory")])
+def test_a_damaged_checkpoint_is_named_with_its_error_type_and_first_line(tmp_path, harm, problem):
+  _saved(tmp_path, [1.0])
+  data_file = glob.glob(str(tmp_path / "ckpt-1.data-*"))[0]
+  if harm == "truncate":
+    with open(data_file, "r+b") as f:
+      f.truncate(os.path.getsize(data_file) - 2)
+  else:
+    os.remove(data_file)
+  assert re.fullmatch(problem, damage(str(tmp_path / "ckpt-1")))
+
+
+def test_an_intact_checkpoint_has_no_damage(tmp_path):
+  _saved(tmp_path, [1.0])
+  assert damage(str(tmp_path / "ckpt-1")) is None
+
+
+def test_the_training_state_counts_in_int64_and_no_optimizer_sees_it():
+  """Examples seen pass 2**31 in a long run; an int32 counter would wrap."""
+  state = TrainingState(seed=7, precision=2)
+  state.examples_seen.assign(2**40)
+  assert [variable.dtype for variable in state.variables] == [tf.int64] * 3
+  assert state.trainable_variables == ()
+  assert (int(state.examples_seen), int(state.seed), int(state.precision)) == (2**40, 7, 2)
+
+
+def test_the_config_record_holds_two_strings_no_optimizer_sees():
+  record = ConfigRecord('{"training": {}}')
+  assert [variable.dtype for variable in record.variables] == [tf.string, tf.string]
+  assert record.trainable_variables == ()
+  assert (record.config.numpy(), record.warm_start.numpy()) == (b'{"training": {}}', b"")
 
 
 def test_when_every_checkpoint_is_damaged_restore_refuses(tmp_path):
