@@ -33,8 +33,8 @@ def test_only_a_mutants_name_counts_as_a_mutant_run(monkeypatch, name, is_mutant
   assert mutation_runs.mutant_under_test() == is_mutant
 
 
-@pytest.mark.parametrize("phase, scope", [("stats", "function"), ("", "module"),
-                                           ("components.splits.x_split_for_key__mutmut_1", "module")])
+@pytest.mark.parametrize("phase, scope", [
+    ("stats", "function"), ("", "module"), ("components.splits.x_split_for_key__mutmut_1", "module")])
 def test_a_fixture_calling_mutated_code_is_made_per_test_only_while_mutmut_maps_tests(
     monkeypatch, phase, scope):
   monkeypatch.setenv("MUTANT_UNDER_TEST", phase)

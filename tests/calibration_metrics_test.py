@@ -273,8 +273,8 @@ _PROBABILITIES = _softmax(np.zeros((1, 3)))[0]
 def test_an_example_without_one_label_prediction_or_weight_is_refused_naming_what_is_needed(
     output_name, labels, predictions, weights, refused, needs):
   """A multi-output model's values read without an output name (a dict, not one value), a
-  value missing or empty for the output, or two where one belongs: an error naming the output and what
-  the configuration needs, not a wrong figure."""
+  value missing or empty for the output, or two where one belongs: an error naming the output
+  and what the configuration needs, not a wrong figure."""
   element = metric_types.StandardMetricInputs(labels=labels, predictions=predictions,
                                               example_weights=weights)
   combiner = calibration_metrics._StatisticsCombiner(
