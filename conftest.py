@@ -4,10 +4,11 @@ workers (the Makefile runs it with `-n auto --dist loadfile`)."""
 import pytest
 
 import trainer_module  # noqa: F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
-from test_support import mutation_runs
 from test_support.s3_server import (  # noqa: F401  (pytest finds them by name)
     pytest_pyfunc_call, pytest_runtest_logreport, pytest_sessionfinish, pytest_unconfigure, s3,
     s3_server)
+
+pytest_plugins = ["test_support.mutation_runs"]  # How the tests run under `make mutation`.
 
 # The files whose tests take longest start first, so the workers finish together: the pipeline
 # runs (`make test`), then the slowest of the fast tier.
@@ -20,12 +21,11 @@ LONGEST_FILES_FIRST = ("tests/pipeline_e2e_test.py", "tests/kfp_harness_test.py"
                        "components/pusher_test.py", "trainer_module/training_loop_test.py")
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_modifyitems(items):
   """The longest files first, then the other end-to-end files. (pytest-xdist's loadfile keeps
   a file's tests on one worker: a module-scoped run is made once, and a file's s3 tests share
-  their process.) Under `make mutation`, see test_support/mutation_runs.py."""
+  their process.)"""
   items.sort(key=_start_rank)
-  mutation_runs.after_collection(config, items)
 
 
 def _start_rank(item):
