@@ -347,3 +347,17 @@ def test_a_rebuilt_state_file_still_resumes_after_the_directory_moves(tmp_path, 
   caplog.clear()
   assert _restored_value(tmp_path / "moved") == (str(tmp_path / "moved" / "ckpt-3"), 3.0)
   assert _said(caplog) == []  # Not rebuilt again: the moved state file is intact.
+
+
+def test_a_rebuilt_state_file_counts_checkpoints_dated_ahead_of_the_clock(tmp_path):
+  """Files copied from a machine whose clock runs ahead: max_to_keep still bounds them."""
+  _saved(tmp_path, [1.0, 2.0, 3.0])
+  ahead = os.path.getmtime(tmp_path / "ckpt-3.index") + 3600
+  for index_file in glob.glob(str(tmp_path / "ckpt-*.index")):
+    os.utime(index_file, (ahead, ahead))
+  _state_file_says(tmp_path, "garbled")
+  checkpoints = Checkpoints(str(tmp_path), max_to_keep=3, value=tf.Variable(0.0))
+  checkpoints.save(4)
+  checkpoints.save(5)
+  assert sorted(os.path.basename(path) for path in glob.glob(str(tmp_path / "ckpt-*.index"))) == [
+      "ckpt-3.index", "ckpt-4.index", "ckpt-5.index"]
