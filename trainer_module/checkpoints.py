@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import tempfile
+import time
 from typing import Callable, List, Optional
 
 import tensorflow as tf
@@ -160,11 +161,14 @@ def repair_state_file(directory: str) -> None:
                        f"move {state_path} away to start training from scratch.")
   log.warning("The checkpoint state file %s is unusable (%s); rebuilt from the checkpoint "
               "files: %s.", state_path, problem, ", ".join(map(os.path.basename, paths)))
-  # With their times, which CheckpointManager needs to count them towards max_to_keep.
+  # With their times, which CheckpointManager needs to count them towards max_to_keep: it
+  # counts those later than last_preserved_timestamp, and if that is in the future (files
+  # dated ahead of this clock) it counts none, so they would pile up past max_to_keep.
   times = [tf.io.gfile.stat(f"{path}.index").mtime_nsec / 1e9 for path in paths]
   checkpoint_management.update_checkpoint_state_internal(
       directory, paths[-1], all_model_checkpoint_paths=paths, save_relative_paths=True,
-      all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
+      all_model_checkpoint_timestamps=times,
+      last_preserved_timestamp=min(times + [time.time()]) - 1)
 
 
 def damage(path: str) -> Optional[str]:
