@@ -1,13 +1,21 @@
 """A run that stops part-way resumes in-process, in seconds on the tiny network: the checkpoint
 is restored, the input starts past the examples already trained on, and the step counter goes on
 from where it stopped. (tests/standalone_trainer_test.py kills real processes, end to end.)"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
 
 from test_support.tiny_config import TINY_NETWORK, plain_trainer
-from test_support.transform_runs import transformed_digits
+from test_support.transform_runs import REPO, transformed_digits
 from trainer_module import training_job
+from trainer_module.checkpoints import Preempted
 
 BATCH = 16
 TRAIN_EXAMPLES = 64  # 4 steps an epoch.
@@ -112,3 +120,83 @@ def test_a_run_trains_in_its_precision_policy_and_leaves_the_global_one_as_it_fo
     training_job.run(_config(mixed_precision="mixed_bfloat16",
                              per_core_batch_size=4 * TRAIN_EXAMPLES), _paths(inputs, tmp_path))
   assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_sigterm_stops_the_run_after_the_current_step_with_a_checkpoint_it_resumes_from(
+    inputs, tmp_path, monkeypatch, spied):
+  """How a scheduler preempts a worker: the signal arrives during step 3 of 8."""
+  fit, steps = training_job.fit, []
+
+  def fit_signalled_during_step_3(training, *args, **kwargs):
+    train_step = training.train_step
+
+    def step(batches):
+      steps.append(training.step)
+      if len(steps) == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return train_step(batches)
+
+    training.train_step = step
+    return fit(training, *args, **kwargs)
+
+  monkeypatch.setattr(training_job, "fit", fit_signalled_during_step_3)
+  paths = _paths(inputs, tmp_path)
+  handler = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(Preempted, match=r"^Stopped at step 3 of 8 on request"):
+    training_job.run(_config(), paths)
+  assert len(steps) == 3
+  assert tf.train.latest_checkpoint(paths.checkpoint_dir).endswith("ckpt-3")
+  assert signal.getsignal(signal.SIGTERM) == handler  # The run's handler is gone with it.
+
+  monkeypatch.setattr(training_job, "fit", fit)
+  training_job.run(_config(), paths)
+  assert spied["restores"] == [0, 3]
+  assert spied["start_examples"] == [0, 3 * BATCH]
+
+
+# Runs in a process of its own: the CPU split into two logical devices must be set before
+# TensorFlow starts. Prints the labels of the first step as each replica receives them, and the
+# first global batch of the same input read in one piece.
+_TWO_REPLICAS = """
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from trainer_module import data, training_job
+from trainer_module.training_job_test import _config, _paths
+
+class FirstStep(Exception):
+  pass
+
+def first_step(training, train_dataset, *args, **kwargs):
+  images, views, labels = next(iter(train_dataset))
+  replicas = training.strategy.experimental_local_results(labels)
+  print(json.dumps({"replicas": [r.numpy().tolist() for r in replicas],
+                    "global_batch": training.global_batch_size}))
+  raise FirstStep()
+
+training_job.fit = first_step
+inputs, tmp_path = json.loads(sys.argv[1]), sys.argv[2]
+import pathlib
+config = _config(distribution_strategy="mirrored")
+try:
+  training_job.run(config, _paths(inputs, pathlib.Path(tmp_path)))
+except FirstStep:
+  pass
+"""
+
+
+def test_two_replicas_each_train_on_their_half_of_the_configs_global_batch(inputs, tmp_path):
+  process = subprocess.run([sys.executable, "-c", _TWO_REPLICAS, json.dumps(inputs),
+                            str(tmp_path)], cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+                           capture_output=True, text=True, timeout=300)
+  assert process.returncode == 0, process.stderr[-3000:]
+  seen = json.loads(process.stdout.strip().splitlines()[-1])
+  assert seen["global_batch"] == 2 * BATCH
+  config = _config()
+  feature_spec = training_job.tft.TFTransformOutput(
+      inputs["transform_output"]).transformed_feature_spec()
+  _, _, labels = next(iter(training_job.data.training_batches(
+      [inputs["train_files"]], feature_spec, config, 2 * BATCH)))
+  labels = labels.numpy().tolist()
+  assert seen["replicas"] == [labels[:BATCH], labels[BATCH:]]
