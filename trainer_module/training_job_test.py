@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras as keras
@@ -154,49 +153,53 @@ def test_sigterm_stops_the_run_after_the_current_step_with_a_checkpoint_it_resum
   assert spied["start_examples"] == [0, 3 * BATCH]
 
 
-# Runs in a process of its own: the CPU split into two logical devices must be set before
-# TensorFlow starts. Prints the labels of the first step as each replica receives them, and the
-# first global batch of the same input read in one piece.
+class _FirstStep(Exception):
+  """Ends a run at its first step: these tests look at the input, not at the training."""
+
+
+def _first_step_labels(config, paths):
+  """The labels of a run's first step, as each of its replicas receives them."""
+  seen, fit = [], training_job.fit
+
+  def first_step(training, train_dataset, *args, **kwargs):
+    _, _, labels = next(iter(train_dataset))
+    seen.extend(replica.numpy().tolist()
+                for replica in training.strategy.experimental_local_results(labels))
+    raise _FirstStep()
+
+  training_job.fit = first_step
+  try:
+    training_job.run(config, paths)
+  except _FirstStep:
+    pass
+  finally:
+    training_job.fit = fit
+  return seen
+
+
+# In a process of its own: the CPU must be split into two logical devices before TensorFlow
+# starts.
 _TWO_REPLICAS = """
-import json, sys
+import json, pathlib, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from trainer_module import data, training_job
-from trainer_module.training_job_test import _config, _paths
-
-class FirstStep(Exception):
-  pass
-
-def first_step(training, train_dataset, *args, **kwargs):
-  images, views, labels = next(iter(train_dataset))
-  replicas = training.strategy.experimental_local_results(labels)
-  print(json.dumps({"replicas": [r.numpy().tolist() for r in replicas],
-                    "global_batch": training.global_batch_size}))
-  raise FirstStep()
-
-training_job.fit = first_step
-inputs, tmp_path = json.loads(sys.argv[1]), sys.argv[2]
-import pathlib
-config = _config(distribution_strategy="mirrored")
-try:
-  training_job.run(config, _paths(inputs, pathlib.Path(tmp_path)))
-except FirstStep:
-  pass
+from trainer_module.training_job_test import BATCH, _config, _first_step_labels, _paths
+print(json.dumps(_first_step_labels(
+    _config(per_core_batch_size=BATCH, distribution_strategy="mirrored"),
+    _paths(json.loads(sys.argv[1]), pathlib.Path(sys.argv[2])))))
 """
 
 
-def test_two_replicas_each_train_on_their_half_of_the_configs_global_batch(inputs, tmp_path):
+def test_two_replicas_each_train_on_their_half_of_the_global_batch_one_device_trains_on(
+    inputs, tmp_path):
+  one_device = _first_step_labels(_config(per_core_batch_size=2 * BATCH),
+                                  _paths(inputs, tmp_path / "one"))
+  assert [len(labels) for labels in one_device] == [2 * BATCH]
   process = subprocess.run([sys.executable, "-c", _TWO_REPLICAS, json.dumps(inputs),
-                            str(tmp_path)], cwd=REPO, env={**os.environ, "PYTHONPATH": REPO},
+                            str(tmp_path / "two")], cwd=REPO,
+                           env={**os.environ, "PYTHONPATH": REPO},
                            capture_output=True, text=True, timeout=300)
   assert process.returncode == 0, process.stderr[-3000:]
-  seen = json.loads(process.stdout.strip().splitlines()[-1])
-  assert seen["global_batch"] == 2 * BATCH
-  config = _config()
-  feature_spec = training_job.tft.TFTransformOutput(
-      inputs["transform_output"]).transformed_feature_spec()
-  _, _, labels = next(iter(training_job.data.training_batches(
-      [inputs["train_files"]], feature_spec, config, 2 * BATCH)))
-  labels = labels.numpy().tolist()
-  assert seen["replicas"] == [labels[:BATCH], labels[BATCH:]]
+  two_replicas = json.loads(process.stdout.strip().splitlines()[-1])
+  assert two_replicas == [one_device[0][:BATCH], one_device[0][BATCH:]]
