@@ -121,7 +121,9 @@ def test_the_ece_floor_weights_each_bins_expected_gap_and_shrinks_with_the_slice
 
 def test_updates_in_replica_context_sum_into_the_result_read_across_replicas():
   """As training uses them: created under a MirroredStrategy, updated in replica context, read
-  outside it; each statistic is summed over the replicas' updates."""
+  outside it; each statistic is summed over the replicas' updates. (One device here; with
+  several, mirrored writes would read the same sums: the ON_READ test above pins the variables'
+  kind.)"""
   rng = np.random.default_rng(1)
   labels = rng.integers(0, 10, 64)
   logits = (rng.normal(size=(64, 10)) * 3).astype(np.float32)
