@@ -13,9 +13,11 @@ def confidence_bins(confidence, num_bins: int):
   TFMA's metrics, the temperature fit): bin i holds [i/B, (i+1)/B) and a confidence of 1 the
   last bin. It is tf.histogram_fixed_width_bins over [0, 1], which robustness_metrics' ECE uses
   (robustness_metrics/metrics/uncertainty.py, _KerasECEMetric.update_state). Tensors give
-  int32 tensors (on device); anything else numpy int64."""
+  int32 tensors (on device); anything else numpy int64. Both multiply in float64: a float32
+  product rounds up across an edge (float32 0.7 is 0.69999999, in bin 6 of 10, but
+  float32(0.69999999 * 10) is 7.0), and a float32 confidence is binned by its exact value."""
   if tf.is_tensor(confidence):
-    return tf.minimum(tf.cast(confidence * num_bins, tf.int32), num_bins - 1)
+    return tf.minimum(tf.cast(tf.cast(confidence, tf.float64) * num_bins, tf.int32), num_bins - 1)
   return np.minimum((np.asarray(confidence, np.float64) * num_bins).astype(np.int64),
                     num_bins - 1)
 
@@ -66,6 +68,9 @@ class ClassificationMetrics(tf.Module):
   def update(self, labels, logits, weights=None):
     """Adds a batch; `weights` (0 or 1) masks padding examples out."""
     logits = tf.cast(logits, tf.float32)
+    if logits.shape.rank != 2 or labels.shape.rank != 1:
+      raise ValueError(f"Expected logits [batch, classes] and labels [batch], got shapes "
+                       f"{logits.shape} and {labels.shape}.")
     weights = tf.ones_like(labels, tf.float64) if weights is None else tf.cast(weights, tf.float64)
     nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0),
                                                          logits=logits)

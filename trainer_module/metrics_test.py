@@ -38,7 +38,7 @@ def test_perfectly_confident_correct_predictions_are_calibrated_and_reset_clears
   assert metrics.result()["ece"] == pytest.approx(0.0, abs=1e-6)
   assert metrics.result()["accuracy"] == 1.0
   metrics.reset()
-  with pytest.raises(ValueError, match="No examples"):
+  with pytest.raises(ValueError, match=r"^No examples were evaluated\.$"):
     metrics.result()
 
 
@@ -56,6 +56,41 @@ def test_on_device_and_numpy_bins_agree_on_many_confidences():
   confidence = np.random.default_rng(3).uniform(size=5000).astype(np.float32)
   np.testing.assert_array_equal(confidence_bins(tf.constant(confidence), 15).numpy(),
                                 confidence_bins(confidence, 15))
+
+
+@pytest.mark.parametrize("confidence, num_bins", [(0.7, 10), (0.9, 10), (5 / 6, 6)])
+def test_a_float32_confidence_falls_in_the_bin_of_its_exact_value(confidence, num_bins):
+  """float32(0.7) is 0.69999999 (bin 6 of 10, as TFMA's float64 metric bins it), but its
+  product with 10 rounds to 7.0 in float32."""
+  value = np.float32(confidence)
+  exact_bin = math.floor(Fraction(float(value)) * num_bins)
+  assert exact_bin == math.floor(confidence * num_bins) - 1  # Just below an edge.
+  assert int(value * np.float32(num_bins)) == exact_bin + 1  # Where float32 puts it.
+  assert int(confidence_bins(value, num_bins)) == exact_bin
+  assert int(confidence_bins(np.array([value]), num_bins)[0]) == exact_bin
+  assert int(confidence_bins(tf.constant(value), num_bins)) == exact_bin
+
+
+def test_the_accumulators_sum_over_replicas_on_read_and_are_not_trained():
+  """Each replica adds to its own copy, with no cross-replica traffic per step; a Keras model or
+  optimizer tracking the metric must not see them as weights."""
+  with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+    module = tf.Module()
+    module.metrics = ClassificationMetrics(num_bins=15)
+  assert len(module.variables) == 5
+  assert not module.trainable_variables
+  for variable in module.variables:
+    assert variable.synchronization == tf.VariableSynchronization.ON_READ
+    assert variable.aggregation == tf.VariableAggregation.SUM
+
+
+@pytest.mark.parametrize("labels, logits", [(np.zeros([2, 3]), np.zeros([2, 3, 4])),
+                                            (np.zeros([2]), np.zeros([4])),
+                                            (np.zeros([2, 1]), np.zeros([2, 4]))])
+def test_update_takes_a_batch_of_logits_over_classes_and_its_labels(labels, logits):
+  metrics = ClassificationMetrics(num_bins=15)
+  with pytest.raises(ValueError, match=r"logits \[batch, classes\] and labels \[batch\]"):
+    metrics.update(tf.constant(labels, tf.int64), tf.constant(logits, tf.float32))
 
 
 def _exact_mean_absolute_deviation(n, p):
@@ -86,7 +121,9 @@ def test_the_ece_floor_weights_each_bins_expected_gap_and_shrinks_with_the_slice
 
 def test_updates_in_replica_context_sum_into_the_result_read_across_replicas():
   """As training uses them: created under a MirroredStrategy, updated in replica context, read
-  outside it; each statistic is summed over the replicas' updates."""
+  outside it; each statistic is summed over the replicas' updates. (One device here; with
+  several, mirrored writes would read the same sums: the ON_READ test above pins the variables'
+  kind.)"""
   rng = np.random.default_rng(1)
   labels = rng.integers(0, 10, 64)
   logits = (rng.normal(size=(64, 10)) * 3).astype(np.float32)
