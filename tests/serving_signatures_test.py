@@ -263,8 +263,20 @@ def test_each_served_answer_carries_the_name_of_its_class_index(transform_dir, t
                  served.signatures["serving_default"](
                      examples=tf.constant([_example(png) for png in pngs]))):
     assert result["class_ids"].numpy().tolist() == [bright, dark]
+    # Without calibration the temperature is 1: the probabilities are the logits' softmax.
+    np.testing.assert_allclose(result["probabilities"], result["uncalibrated_probabilities"],
+                               rtol=1e-6)
+    assert np.ptp(result["probabilities"].numpy()[0]) > 0.01  # The white image's logits differ.
     assert [name.decode() for name in result["class_names"].numpy()] == [names[bright],
                                                                         names[dark]]
+
+
+def test_class_names_not_one_per_class_are_refused_saying_both_counts(transform_dir, tmp_path):
+  export_dir = tmp_path / "model"
+  with pytest.raises(ValueError, match=r"^3 class names for a model of 11 classes\.$"):
+    export_serving_model(_brightness_model(11, 10, 3), tft.TFTransformOutput(transform_dir),
+                         str(export_dir), class_names=("zebra", "ant", "moth"))
+  assert not export_dir.exists()
 
 
 @pytest.mark.parametrize("payload", [
@@ -349,6 +361,13 @@ def test_a_bad_serialized_example_is_an_invalid_argument_naming_its_position(ser
     served.signatures["serving_default"](examples=tf.constant([good, payload, good]))
 
 
+def test_a_request_with_many_bad_examples_names_the_first_ten_of_their_positions(served):
+  good = _example(raw_digit_examples(1)[0]["image"])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"at batch positions\] \[1 2 3 4 5 6 7 8 9 10\.\.\.\]"):
+    served.signatures["serving_default"](examples=tf.constant([good] + [b"not a proto"] * 12))
+
+
 @pytest.mark.parametrize("signature", ["serving_images", "serving_default"])
 def test_an_empty_batch_gets_empty_outputs(served, signature):
   result = served.signatures[signature](**{_INPUT[signature]: tf.constant([], tf.string)})
@@ -390,6 +409,9 @@ def test_distance_detail_curve_serves_each_inputs_detail_and_t_as_numpy_computes
   served = tf.saved_model.load(str(tmp_path))
   result = served.signatures["serving_images"](images=tf.constant(pngs[150:]))
   images = transformed.numpy()[150:]
+  # The logits served are the network's, not the features it also computes for the distances.
+  np.testing.assert_allclose(result["uncalibrated_probabilities"],
+                             tf.nn.softmax(model(images, training=False)), rtol=1e-3, atol=1e-5)
   # The graph computes the features with other kernels than eager Keras: float32 rounding.
   np.testing.assert_allclose(result["distance_score"], distance_scores(features[150:], support),
                              rtol=1e-3, atol=2e-3)
