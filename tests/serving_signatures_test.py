@@ -374,6 +374,7 @@ def test_an_empty_batch_gets_empty_outputs(served, signature):
   assert result["probabilities"].shape == (0, 10)
   assert result["class_ids"].shape == (0,)
   assert result["class_names"].shape == (0,)
+  assert {name: value.shape[0] for name, value in result.items()} == dict.fromkeys(result, 0)
 
 
 def test_distance_detail_curve_serves_each_inputs_detail_and_t_as_numpy_computes_them(
