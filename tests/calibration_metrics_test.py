@@ -387,6 +387,20 @@ def test_sub_slice_and_source_image_values_are_read_as_plain_python_values():
   assert value_of({"corruption": np.array([], dtype=object)}, "corruption") is None
 
 
+def _slice_arrays(rows):
+  """_correlated_slices' rows as (probabilities, labels, slice ids, sub-slices, sources)."""
+  return (np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]),
+          np.array([f"{c}_{v}" for _, _, (c, v), _ in rows]), [r[2] for r in rows],
+          np.array([r[3] for r in rows]))
+
+
+def _replicate_means(probabilities, labels, slice_ids, counts, num_bins, replicates):
+  """numpy's (mean slice ECE, gap) of each replicate r, example i repeated counts[r, i] times."""
+  return np.array([_numpy_slice_means(*(
+      array[np.repeat(np.arange(len(labels)), counts[r])]
+      for array in (probabilities, labels, slice_ids)), num_bins) for r in replicates])
+
+
 def _correlated_slices(rng, images, corruptions, severities):
   """Each source image under every (corruption, severity): an image the model gets wrong in one
   slice it tends to get wrong in all, as real corrupted images are."""
@@ -408,21 +422,17 @@ def test_mean_slice_ece_its_gap_and_their_bootstrap_deviations_equal_numpy_repea
   and their standard deviations are the metric's, from merged partial results."""
   rng = np.random.default_rng(5)
   rows = _correlated_slices(rng, 60, ("fog", "contrast"), (1, 5))
-  probabilities = np.stack([r[0] for r in rows])
-  labels = np.array([r[1] for r in rows])
-  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
-  sources = np.array([r[3] for r in rows])
+  probabilities, labels, slice_ids, sub_slices, sources = _slice_arrays(rows)
   replicates = 30
   values = _mean_slice_values(
       calibration_metrics.MeanSliceECE(num_bins=10, bootstrap_replicates=replicates),
-      _slice_inputs(probabilities, labels, [r[2] for r in rows], sources))
+      _slice_inputs(probabilities, labels, sub_slices, sources))
   ece, gap = _numpy_slice_means(probabilities, labels, slice_ids, 10)
   assert values["mean_slice_ece"] == pytest.approx(ece, abs=1e-12)
   assert values["mean_slice_confidence_gap"] == pytest.approx(gap, abs=1e-12)
   counts = calibration_metrics.poisson_weights(sources, replicates).astype(int)
-  replicate_means = np.array([_numpy_slice_means(*(
-      array[np.repeat(np.arange(len(labels)), counts[r])]
-      for array in (probabilities, labels, slice_ids)), 10) for r in range(replicates)])
+  replicate_means = _replicate_means(probabilities, labels, slice_ids, counts, 10,
+                                     range(replicates))
   assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
       np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
   assert values["mean_slice_confidence_gap_bootstrap_sd"] == pytest.approx(
@@ -507,19 +517,15 @@ def test_a_replicate_that_drew_none_of_a_slices_images_is_left_out_of_the_deviat
   """Two images per slice: about e^-2 = 14% of replicates draw neither, and have no mean."""
   rng = np.random.default_rng(8)
   rows = _correlated_slices(rng, 2, ("fog",), (1, 2))
-  probabilities = np.stack([r[0] for r in rows])
-  labels = np.array([r[1] for r in rows])
-  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
-  sources = np.array([r[3] for r in rows])
+  probabilities, labels, slice_ids, sub_slices, sources = _slice_arrays(rows)
   values = _mean_slice_values(calibration_metrics.MeanSliceECE(bootstrap_replicates=50),
-                              _slice_inputs(probabilities, labels, [r[2] for r in rows],
-                                            sources), workers=2)
+                              _slice_inputs(probabilities, labels, sub_slices, sources),
+                              workers=2)
   counts = calibration_metrics.poisson_weights(sources, 50).astype(int)
   drawn = [r for r in range(50) if counts[r].sum()]
   assert 30 < len(drawn) < 50
-  replicate_means = np.array([_numpy_slice_means(*(
-      array[np.repeat(np.arange(len(labels)), counts[r])]
-      for array in (probabilities, labels, slice_ids)), 15) for r in drawn])
+  replicate_means = _replicate_means(probabilities, labels, slice_ids, counts, 15,
+                                     drawn)
   assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
       np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
 
@@ -529,17 +535,13 @@ def test_two_bootstrap_replicates_the_fewest_allowed_give_a_deviation():
   deviations are those of the two replicates' means, as numpy computes them."""
   rng = np.random.default_rng(13)
   rows = _correlated_slices(rng, 20, ("fog",), (1, 2))
-  probabilities = np.stack([r[0] for r in rows])
-  labels = np.array([r[1] for r in rows])
-  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
-  sources = np.array([r[3] for r in rows])
+  probabilities, labels, slice_ids, sub_slices, sources = _slice_arrays(rows)
   values = _mean_slice_values(calibration_metrics.MeanSliceECE(bootstrap_replicates=2),
-                              _slice_inputs(probabilities, labels, [r[2] for r in rows],
-                                            sources), workers=2)
+                              _slice_inputs(probabilities, labels, sub_slices, sources),
+                              workers=2)
   counts = calibration_metrics.poisson_weights(sources, 2).astype(int)
-  replicate_means = np.array([_numpy_slice_means(*(
-      array[np.repeat(np.arange(len(labels)), counts[r])]
-      for array in (probabilities, labels, slice_ids)), 15) for r in range(2)])
+  replicate_means = _replicate_means(probabilities, labels, slice_ids, counts, 15,
+                                     range(2))
   assert np.all(np.isfinite(replicate_means))
   assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
       np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
@@ -601,10 +603,7 @@ def test_mean_slice_ece_reads_its_model_and_output_and_weights_examples_when_ask
   replicate (numpy on the examples repeated weight x poisson count times)."""
   rng = np.random.default_rng(15)
   rows = _correlated_slices(rng, 40, ("fog", "contrast"), (1, 3))
-  probabilities = np.stack([r[0] for r in rows])
-  labels = np.array([r[1] for r in rows])
-  slice_ids = np.array([f"{c}_{v}" for _, _, (c, v), _ in rows])
-  sources = np.array([r[3] for r in rows])
+  probabilities, labels, slice_ids, sub_slices, sources = _slice_arrays(rows)
   other = _softmax(rng.normal(0, 3, probabilities.shape))  # Another output's, another model's.
   weights = rng.integers(1, 4, len(labels)).astype(np.float64)
   metric = calibration_metrics.MeanSliceECE(num_bins=10, bootstrap_replicates=20)
@@ -614,7 +613,7 @@ def test_mean_slice_ece_reads_its_model_and_output_and_weights_examples_when_ask
           for key in computation.keys} == {("candidate", "calibrated", True)}
   inputs = []
   for element, p, q, y, w in zip(
-      _slice_inputs(probabilities, labels, [r[2] for r in rows], sources), probabilities, other,
+      _slice_inputs(probabilities, labels, sub_slices, sources), probabilities, other,
       labels, weights):
     inputs.append(metric_types.StandardMetricInputs(
         labels={"candidate": {"calibrated": np.array([y]), "raw": np.array([(y + 1) % 10])},
@@ -634,9 +633,8 @@ def test_mean_slice_ece_reads_its_model_and_output_and_weights_examples_when_ask
   assert values["mean_slice_ece"] == pytest.approx(ece, rel=1e-9)
   assert values["mean_slice_confidence_gap"] == pytest.approx(gap, rel=1e-9)
   counts = calibration_metrics.poisson_weights(sources, 20).astype(int) * weights.astype(int)
-  replicate_means = np.array([_numpy_slice_means(*(
-      array[np.repeat(np.arange(len(labels)), counts[r])]
-      for array in (probabilities, labels, slice_ids)), 10) for r in range(20)])
+  replicate_means = _replicate_means(probabilities, labels, slice_ids, counts, 10,
+                                     range(20))
   assert values["mean_slice_ece_bootstrap_sd"] == pytest.approx(
       np.std(replicate_means[:, 0], ddof=1), rel=1e-9)
   assert values["mean_slice_confidence_gap_bootstrap_sd"] == pytest.approx(
