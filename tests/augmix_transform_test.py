@@ -19,7 +19,9 @@ def _options(seed=42, num_views=2):
 
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
-TWO_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+# Two Beam workers the input is partitioned between (threads: the same partitioning as worker
+# processes, without a TensorFlow import per process).
+TWO_WORKERS = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 
 
 TRAIN, HELD_OUT = raw_digit_examples(40)[:32], raw_digit_examples(40)[32:]
@@ -36,7 +38,7 @@ def reference_run(tmp_path_factory):
 def test_views_are_bit_identical_across_beam_runs_and_worker_counts(reference_run, tmp_path):
   digests, _ = reference_run
   assert len(digests) == 40
-  two_workers, _ = run_transform(TRAIN, _options(), str(tmp_path), TWO_PROCESSES,
+  two_workers, _ = run_transform(TRAIN, _options(), str(tmp_path), TWO_WORKERS,
                                  eval_raw=HELD_OUT)
   assert two_workers == digests
 

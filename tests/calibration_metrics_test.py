@@ -739,9 +739,11 @@ def _save(model, model_dir):
   return model_dir
 
 
-# The metrics are computed in two worker processes, their partial results merged as on a Beam
-# cluster; the gate's decisions on the metrics need no second process.
-TWO_WORKER_PROCESSES = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+# The metrics are computed by two Beam workers, the input partitioned between them and their
+# partial results encoded and merged as on a cluster (threads: the same partitioning and merging
+# as worker processes, without a TensorFlow import per process); the gate's decisions on the
+# metrics need one worker.
+TWO_WORKERS = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 IN_MEMORY = ["--direct_running_mode=in_memory"]
 
 
@@ -776,7 +778,7 @@ def evaluated(tmp_path_factory):
   config = PipelineConfig().replace(min_eval_accuracy=0.95, max_eval_ece=1.0, max_eval_nll=10.0,
                           min_corrupted_accuracy=0.0, **_LOOSE_SHIFT_BOUNDS)
   output = _evaluate(work, config, _save(_FakeModel(), str(work / "model")),
-                     beam_args=TWO_WORKER_PROCESSES)
+                     beam_args=TWO_WORKERS)
   return rows, output, config
 
 
