@@ -72,7 +72,8 @@ class KubeApi:
     self.server.daemon_threads = True
     self.server.handle_error = lambda request, address: None  # A reset is on purpose.
     self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-    self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    self._thread = threading.Thread(target=self.server.serve_forever, daemon=True,
+                                    kwargs={"poll_interval": 0.05})  # Quick to shut down.
 
   def __enter__(self):
     self._thread.start()
