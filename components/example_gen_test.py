@@ -13,11 +13,17 @@ from tfx.utils import proto_utils
 
 from components import example_gen, image_folder, image_sources
 from components.splits import SPLITS, split_for_key
+from pipeline.config import LOCAL_BEAM_REQUIREMENTS
 from test_support import image_folders
 from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 
 
 EVAL_FRACTION, TEST_FRACTION = 0.1, 0.3  # Unequal, so that swapping the two shows.
+# A small step's Beam arguments as the local pipeline passes them (PipelineConfig.
+# beam_pipeline_args): the requirements file stops TFX from building an sdist of itself for
+# each executor (tfx/utils/dependency_utils.py, make_beam_dependency_flags).
+BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1",
+             f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}"]
 
 
 def _properties(component) -> dict:
@@ -42,7 +48,7 @@ def _run_executor(properties: dict, output_uri: str, executor_class=example_gen.
   examples = standard_artifacts.Examples()
   examples.uri = output_uri
   executor = executor_class(base_beam_executor.BaseBeamExecutor.Context(
-      beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"]))
+      beam_pipeline_args=BEAM_ARGS))
   executor.Do({}, {standard_component_specs.EXAMPLES_KEY: [examples]}, properties)
   return examples
 
