@@ -11,7 +11,7 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils, standard_artifacts
 from tfx.utils import proto_utils
 
-from components import evaluation_set, served_model_check
+from components import evaluation_set, served_model_check, serving_client
 from components.calibration_metrics import ACCURACY_NAME
 from components.pusher import VersionedPusherExecutor
 from trainer_module.features import (CLASS_IDS_KEY, LABEL_KEY, PROBABILITIES_KEY)
@@ -86,17 +86,32 @@ def _check(tmp_path, model, evaluator_accuracy=1.0, labels=LABELS):
   return blessing, served_model_check.read_result(blessing.uri)
 
 
-def test_a_candidate_that_serves_raw_examples_passes(tmp_path):
-  blessing, result = _check(tmp_path, _export(str(tmp_path / "model"), "examples"))
+@pytest.fixture(scope="module")
+def good_model(tmp_path_factory):
+  """The candidate that serves raw examples correctly, exported once for the module."""
+  return _export(str(tmp_path_factory.mktemp("good_model")), "examples")
+
+
+@pytest.fixture
+def scored_in_this_process(monkeypatch):
+  """The check with serving_client's scores computed in the test's process (TensorFlow is
+  loaded here already) instead of a fresh interpreter's: for the checks of what the scores
+  mean. The child process itself, its JSON line and its failure, is checked by the tests of a
+  passing candidate and of a wrong input key, which keep it."""
+  monkeypatch.setattr(served_model_check, "served_scores", serving_client.score)
+
+
+def test_a_candidate_that_serves_raw_examples_passes(tmp_path, good_model):
+  blessing, result = _check(tmp_path, good_model)
   assert blessing.get_int_custom_property("blessed") == 1
   assert result["passed"] and result["problems"] == []
   assert (result["split"], result["accuracy"], result["examples"]) == ("test", 1.0, len(LABELS))
   assert os.path.exists(os.path.join(blessing.uri, "INFRA_BLESSED"))
 
 
-def test_accuracy_disagreeing_with_the_evaluator_is_refused(tmp_path):
-  blessing, result = _check(tmp_path, _export(str(tmp_path / "model"), "examples"),
-                            evaluator_accuracy=0.9)
+def test_accuracy_disagreeing_with_the_evaluator_is_refused(tmp_path, good_model,
+                                                            scored_in_this_process):
+  blessing, result = _check(tmp_path, good_model, evaluator_accuracy=0.9)
   assert blessing.get_int_custom_property("blessed") == 0
   assert result["problems"] == ["served accuracy 1.0000 differs from the Evaluator's 0.9000 on "
                                 "the same split by more than 0.01"]
@@ -114,7 +129,7 @@ def test_the_accuracy_tolerance_holds_in_both_directions(served, evaluated, refu
                     "on the same split by more than 0.125"] if refused else [])
 
 
-def test_non_normalised_probabilities_are_refused(tmp_path):
+def test_non_normalised_probabilities_are_refused(tmp_path, scored_in_this_process):
   _, result = _check(tmp_path, _export(str(tmp_path / "model"), "examples", scale=2.0))
   assert not result["passed"]
   assert result["problems"] == [f"{len(LABELS)} of {len(LABELS)} examples got probabilities "
@@ -147,8 +162,9 @@ def test_a_candidate_exported_with_a_wrong_input_key_is_refused_before_anything_
   assert not serving.exists() or not os.listdir(serving)
 
 
-def test_an_empty_split_is_named_and_refused_not_a_division_by_zero(tmp_path):
-  blessing, result = _check(tmp_path, _export(str(tmp_path / "model"), "examples"), labels=[])
+def test_an_empty_split_is_named_and_refused_not_a_division_by_zero(tmp_path, good_model,
+                                                                   scored_in_this_process):
+  blessing, result = _check(tmp_path, good_model, labels=[])
   assert blessing.get_int_custom_property("blessed") == 0
   assert result["problems"] == ["the test split holds no examples: the candidate could not be "
                                 "served any, so it is not checked as a serving client sees it"]
