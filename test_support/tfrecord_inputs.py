@@ -1,5 +1,7 @@
 """Writes directories of TFRecord files like the ones users bring (train/, eval/, test/)."""
+import functools
 import io
+import itertools
 import os
 import struct
 import zlib
@@ -20,6 +22,13 @@ def png_of_shape(shape) -> bytes:
   return buffer.getvalue()
 
 
+@functools.lru_cache(maxsize=None)
+def _first_digits(split: str, limit: Optional[int]) -> tuple:
+  """The split's first `limit` (None: all) digit records (key, png, label), made once per
+  process: digits_records encodes each record it yields, so only these are encoded."""
+  return tuple(itertools.islice(image_sources.digits_records(split, 0.15, 0.15), limit))
+
+
 def write_digits_tfrecord_dir(
     path: str, per_split_limit: Optional[int] = None,
     corrupt: Mapping[int, Callable[[tf.train.Example], None]] = MappingProxyType({}),
@@ -30,8 +39,8 @@ def write_digits_tfrecord_dir(
   without_classes are left out."""
   for split in SPLITS:
     os.makedirs(os.path.join(path, split), exist_ok=True)
-    records = list(image_sources.digits_records(split, 0.15, 0.15))[:per_split_limit]
-    records = [record for record in records if record[2] not in without_classes]
+    records = [record for record in _first_digits(split, per_split_limit)
+               if record[2] not in without_classes]
     with tf.io.TFRecordWriter(os.path.join(path, split, "digits.tfrecord")) as writer:
       for index, (key, png, label) in enumerate(records):
         if shift is not None:
