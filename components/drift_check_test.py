@@ -83,11 +83,25 @@ def digits():
   return _digits()
 
 
-def test_the_baseline_travels_with_the_pushed_model_and_drift_is_named(tmp_path, digits):
+@pytest.fixture(scope="module")
+def plain_examples(digits, tmp_path_factory):
+  """The digits' Examples, written once for the module (DriftCheck only reads its input)."""
   images, labels = digits
+  return _examples(tmp_path_factory.mktemp("plain"), images, labels)
+
+
+@pytest.fixture(scope="module")
+def darker_examples(digits, tmp_path_factory):
+  """The same digits at 0.8 of their brightness, written once for the module."""
+  images, labels = digits
+  return _examples(tmp_path_factory.mktemp("darker"), images, labels, darker=0.8)
+
+
+def test_the_baseline_travels_with_the_pushed_model_and_drift_is_named(
+    tmp_path, digits, plain_examples, darker_examples):
+  _, labels = digits
   serving = str(tmp_path / "serving")
-  first = _run_check(tmp_path, "first", _examples(tmp_path / "a", images, labels),
-                     _production(tmp_path, "first", serving))
+  first = _run_check(tmp_path, "first", plain_examples, _production(tmp_path, "first", serving))
   assert first.get_string_custom_property(drift_baseline.STATUS_KEY) == \
       drift_baseline.NO_PRODUCTION
   assert first.get_int_custom_property(drift_baseline.BLOCKS_PUSH_KEY) == 0
@@ -106,10 +120,9 @@ def test_the_baseline_travels_with_the_pushed_model_and_drift_is_named(tmp_path,
 
   # The next runs find it where they find the model in production.
   production = _production(tmp_path, "second", serving)
-  same = _run_check(tmp_path, "same", _examples(tmp_path / "b", images, labels), production)
+  same = _run_check(tmp_path, "same", plain_examples, production)
   assert same.get_string_custom_property(drift_baseline.STATUS_KEY) == drift_baseline.NO_DRIFT
-  darker = _run_check(tmp_path, "darker",
-                      _examples(tmp_path / "c", images, labels, darker=0.8), production)
+  darker = _run_check(tmp_path, "darker", darker_examples, production)
   result = drift_baseline.read_result(darker.uri)
   assert result["status"] == drift_baseline.DRIFT
   moved = {c["feature"] for c in result["comparisons"] if c["moved"]}
@@ -122,24 +135,21 @@ def test_the_baseline_travels_with_the_pushed_model_and_drift_is_named(tmp_path,
 
 
 def test_block_on_drift_makes_the_pusher_refuse_and_a_vanished_class_stops_the_run(
-    tmp_path, digits):
+    tmp_path, digits, plain_examples, darker_examples):
   images, labels = digits
   serving = str(tmp_path / "serving")
-  first = _run_check(tmp_path, "first", _examples(tmp_path / "a", images, labels),
-                     _production(tmp_path, "first", serving))
+  first = _run_check(tmp_path, "first", plain_examples, _production(tmp_path, "first", serving))
   _push(tmp_path, "first", _saved_model(tmp_path / "trained"), serving, first)
   production = _production(tmp_path, "second", serving)
 
-  blocked = _run_check(tmp_path, "blocked",
-                       _examples(tmp_path / "b", images, labels, darker=0.8), production, block=1)
+  blocked = _run_check(tmp_path, "blocked", darker_examples, production, block=1)
   assert blocked.get_int_custom_property(drift_baseline.BLOCKS_PUSH_KEY) == 1
   refused = _push(tmp_path, "blocked", _saved_model(tmp_path / "other"), serving, blocked)
   assert refused.get_int_custom_property("pushed") == 0
   assert "brightness" in refused.get_string_custom_property(pusher.REFUSED_FOR_DRIFT_KEY)
   assert len(pusher.serving_versions(serving)) == 1
 
-  unblocked = _run_check(tmp_path, "same", _examples(tmp_path / "c", images, labels), production,
-                         block=1)
+  unblocked = _run_check(tmp_path, "same", plain_examples, production, block=1)
   assert unblocked.get_int_custom_property(drift_baseline.BLOCKS_PUSH_KEY) == 0
 
   keep = labels != 7
