@@ -340,14 +340,30 @@ def _damage(path, how):
   return images
 
 
+@pytest.fixture(scope="module")
+def contrast_set(tmp_path_factory):
+  """(examples, a contrast set made from them, the cache that run filled), made once for the
+  module: the tests of damaged entries each damage a copy of the cache."""
+  root = tmp_path_factory.mktemp("contrast_set")
+  examples = _example_gen_output(root / "examples", per_split=3)
+  evaluation_set.write_evaluation_set(examples, ["train", "eval", "test"], str(root / "fresh"),
+                                      "generated", ["contrast"], 0, cache_dir=str(root / "cache"))
+  return examples, str(root / "fresh"), str(root / "cache")
+
+
+def _cache_copy(contrast_set, tmp_path):
+  """The module's examples, its fresh set, and a copy of its cache of this test's own."""
+  examples, fresh, cache = contrast_set
+  shutil.copytree(cache, tmp_path / "cache")
+  return examples, fresh, str(tmp_path / "cache")
+
+
 @pytest.mark.parametrize("how", ["truncated", "zero bytes", "float64", "a row short", "zeros",
                                  "no checksum"])
 def test_a_damaged_cache_entry_is_made_again_with_a_line_naming_it(tmp_path, monkeypatch,
-                                                                    caplog, how):
-  examples = _example_gen_output(tmp_path / "examples", per_split=3)
-  splits, cache = ["train", "eval", "test"], str(tmp_path / "cache")
-  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fresh"), "generated",
-                                      ["contrast"], 0, cache_dir=cache)
+                                                                    caplog, how, contrast_set):
+  examples, fresh_set, cache = _cache_copy(contrast_set, tmp_path)
+  splits = ["train", "eval", "test"]
   damaged = _entry(cache, "contrast_3")
   _damage(damaged, how)
   made_again = []
@@ -362,7 +378,7 @@ def test_a_damaged_cache_entry_is_made_again_with_a_line_naming_it(tmp_path, mon
                                       ["contrast"], 0, cache_dir=cache)
   assert made_again == [("contrast", 3)] * 3  # That slice's three images, and nothing else.
   assert f"Corruption cache entry {damaged} cannot be used" in caplog.text
-  fresh, again = (_read(str(tmp_path / name), "corrupted") for name in ("fresh", "again"))
+  fresh, again = _read(fresh_set, "corrupted"), _read(str(tmp_path / "again"), "corrupted")
   assert [f["image"].bytes_list.value for f in fresh] == \
       [f["image"].bytes_list.value for f in again]
   made_again.clear()
@@ -372,11 +388,9 @@ def test_a_damaged_cache_entry_is_made_again_with_a_line_naming_it(tmp_path, mon
 
 
 def test_an_entry_damaged_after_its_check_is_made_again_when_read(tmp_path, monkeypatch,
-                                                                   caplog):
-  examples = _example_gen_output(tmp_path / "examples", per_split=3)
-  splits, cache = ["train", "eval", "test"], str(tmp_path / "cache")
-  evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "fresh"), "generated",
-                                      ["contrast"], 0, cache_dir=cache)
+                                                                   caplog, contrast_set):
+  examples, fresh_set, cache = _cache_copy(contrast_set, tmp_path)
+  splits = ["train", "eval", "test"]
   entry = _entry(cache, "contrast_2")
   is_whole = evaluation_set.cached_slice_is_whole
   checks = []
@@ -392,7 +406,7 @@ def test_an_entry_damaged_after_its_check_is_made_again_when_read(tmp_path, monk
   evaluation_set.write_evaluation_set(examples, splits, str(tmp_path / "again"), "generated",
                                       ["contrast"], 0, cache_dir=cache)
   assert f"Corruption cache entry {entry} cannot be used" in caplog.text
-  fresh, again = (_read(str(tmp_path / name), "corrupted") for name in ("fresh", "again"))
+  fresh, again = _read(fresh_set, "corrupted"), _read(str(tmp_path / "again"), "corrupted")
   assert [f["image"].bytes_list.value for f in fresh] == \
       [f["image"].bytes_list.value for f in again]
   assert evaluation_set.read_cached_slice(entry, (3, 32, 32, 3)) is not None  # Rewritten.
