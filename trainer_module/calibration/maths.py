@@ -40,10 +40,8 @@ def ece(logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0,
   sums = metrics.batch_sums(tf.constant(np.asarray(labels, np.int64)),
                             tf.constant(np.asarray(logits, np.float64) / temperature, tf.float32),
                             num_bins)
-  count = float(sums["count"])
-  if count == 0:
-    raise ValueError("No examples were evaluated.")
-  return metrics.expected_calibration_error(sums["bin_correct"], sums["bin_confidence"], count)
+  return metrics.expected_calibration_error(sums["bin_correct"], sums["bin_confidence"],
+                                           float(sums["count"]))
 
 
 def check_logits(logits: np.ndarray, labels: np.ndarray) -> None:
