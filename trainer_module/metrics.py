@@ -46,6 +46,37 @@ def ece_floor(bin_counts: Sequence[float], bin_mean_confidences: Sequence[float]
              for n, c in zip(counts, bin_mean_confidences)) / total
 
 
+def batch_sums(labels, logits, num_bins: int, weights=None) -> Dict[str, tf.Tensor]:
+  """What a batch adds to ClassificationMetrics' sums (float64 tensors): its example count,
+  summed NLL and correct predictions, and per confidence bin the summed top-label confidence
+  and correct predictions; `weights` (0 or 1) masks padding examples out."""
+  logits = tf.cast(logits, tf.float32)
+  if logits.shape.rank != 2 or labels.shape.rank != 1:
+    raise ValueError(f"Expected logits [batch, classes] and labels [batch], got shapes "
+                     f"{logits.shape} and {labels.shape}.")
+  weights = tf.ones_like(labels, tf.float64) if weights is None else tf.cast(weights, tf.float64)
+  nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0),
+                                                       logits=logits)
+  probabilities = tf.nn.softmax(logits)
+  confidence = tf.reduce_max(probabilities, axis=-1)
+  correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels),
+                    tf.float64) * weights
+  bins = confidence_bins(confidence, num_bins)
+  confidence = tf.cast(confidence, tf.float64) * weights
+  return {"count": tf.reduce_sum(weights),
+          "nll": tf.reduce_sum(tf.cast(nll, tf.float64) * weights),
+          "correct": tf.reduce_sum(correct),
+          "bin_confidence": tf.math.unsorted_segment_sum(confidence, bins, num_bins),
+          "bin_correct": tf.math.unsorted_segment_sum(correct, bins, num_bins)}
+
+
+def expected_calibration_error(bin_correct, bin_confidence, count: float) -> float:
+  """Per bin |accuracy - confidence| weighted by the bin's share of examples, from the bins'
+  summed correct predictions and confidences over `count` examples."""
+  gaps = abs(np.asarray(bin_correct) - np.asarray(bin_confidence))
+  return float(gaps.sum()) / count
+
+
 class ClassificationMetrics(tf.Module):
   """Create under the strategy's scope; `update` in replica context; `result` outside it.
   A tf.Module, so a checkpoint holds a partly accumulated epoch."""
@@ -67,35 +98,21 @@ class ClassificationMetrics(tf.Module):
 
   def update(self, labels, logits, weights=None):
     """Adds a batch; `weights` (0 or 1) masks padding examples out."""
-    logits = tf.cast(logits, tf.float32)
-    if logits.shape.rank != 2 or labels.shape.rank != 1:
-      raise ValueError(f"Expected logits [batch, classes] and labels [batch], got shapes "
-                       f"{logits.shape} and {labels.shape}.")
-    weights = tf.ones_like(labels, tf.float64) if weights is None else tf.cast(weights, tf.float64)
-    nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.maximum(labels, 0),
-                                                         logits=logits)
-    probabilities = tf.nn.softmax(logits)
-    confidence = tf.reduce_max(probabilities, axis=-1)
-    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=labels.dtype), labels),
-                      tf.float64) * weights
-    bins = confidence_bins(confidence, self.num_bins)
-    confidence = tf.cast(confidence, tf.float64) * weights
-    self._count.assign_add(tf.reduce_sum(weights))
-    self._nll.assign_add(tf.reduce_sum(tf.cast(nll, tf.float64) * weights))
-    self._correct.assign_add(tf.reduce_sum(correct))
-    self._bin_confidence.assign_add(
-        tf.math.unsorted_segment_sum(confidence, bins, self.num_bins))
-    self._bin_correct.assign_add(tf.math.unsorted_segment_sum(correct, bins, self.num_bins))
+    sums = batch_sums(labels, logits, self.num_bins, weights)
+    self._count.assign_add(sums["count"])
+    self._nll.assign_add(sums["nll"])
+    self._correct.assign_add(sums["correct"])
+    self._bin_confidence.assign_add(sums["bin_confidence"])
+    self._bin_correct.assign_add(sums["bin_correct"])
 
   def result(self) -> Dict[str, float]:
     count = float(self._count.read_value())
     if count == 0:
       raise ValueError("No examples were evaluated.")
-    # Per bin |accuracy - confidence| weighted by the bin's share of examples.
-    gaps = abs(self._bin_correct.read_value().numpy() - self._bin_confidence.read_value().numpy())
     return {"accuracy": float(self._correct.read_value()) / count,
             "nll": float(self._nll.read_value()) / count,
-            "ece": float(gaps.sum()) / count}
+            "ece": expected_calibration_error(self._bin_correct.read_value(),
+                                              self._bin_confidence.read_value(), count)}
 
   def reset(self):
     for variable in (self._count, self._nll, self._correct,

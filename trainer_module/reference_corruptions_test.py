@@ -167,6 +167,7 @@ def test_a_corruption_without_its_dependency_fails_naming_it(monkeypatch, images
 def test_motion_blur_and_snow_in_process_are_the_pixels_of_tfds_convert_process(images,
                                                                                  monkeypatch):
   """tfds runs `convert` per image; the same call through MagickWand gives the same images."""
+  images = images[1:]  # A grey digit and the colour image: one `convert` process per image.
   in_process = [corruptions.corrupt(image, name, severity, f"k{index}")
                 for name in ("motion_blur", "snow") for severity in corruptions.SEVERITIES
                 for index, image in enumerate(images)]

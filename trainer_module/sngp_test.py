@@ -121,13 +121,11 @@ def test_training_serves_the_last_epoch_s_precision_and_resumes_with_it(tmp_path
 
 def test_an_exported_sngp_model_serves_the_mean_field_logits_in_both_signatures(tmp_path):
   import tensorflow_transform as tft
-  from test_support.transform_runs import raw_digit_examples, run_transform
+  from test_support.transform_runs import digits_transform_dir, raw_digit_examples
   from trainer_module.export import export_serving_model, float32_model
   from trainer_module.features import IMAGE_KEY, UNCALIBRATED_PROBABILITIES_KEY
   raw = raw_digit_examples(8)
-  _, transform_dir = run_transform(raw, plain_trainer().transform_options(),
-                                   str(tmp_path / "transform"), ["--direct_running_mode=in_memory"])
-  tft_output = tft.TFTransformOutput(transform_dir)
+  tft_output = tft.TFTransformOutput(digits_transform_dir(len(raw)))  # These 8, transformed.
   config = plain_trainer(**TINY_NETWORK, output_layer="sngp")
   keras.mixed_precision.set_global_policy("mixed_bfloat16")
   try:
