@@ -135,6 +135,8 @@ class LogMeanProbability(keras.layers.Layer):
     self.member_temperatures = [float(t) for t in member_temperatures]
 
   def call(self, member_logits):
+    if isinstance(member_logits, tf.Tensor):  # One member, as Keras loads it back: no list.
+      member_logits = [member_logits]
     logits = tf.stack([tf.cast(l, tf.float32) for l in member_logits], axis=1)
     temperatures = tf.constant(self.member_temperatures, tf.float32)[:, tf.newaxis]
     log_p = tf.nn.log_softmax(logits / temperatures)

@@ -180,6 +180,19 @@ def test_the_ensemble_network_computes_in_float32_under_a_mixed_global_policy():
                              np.concatenate(member_features, axis=1), rtol=1e-6)
 
 
+def test_an_ensemble_of_one_member_loads_back_from_its_savedmodel_with_its_layer(tmp_path):
+  """As bench/calibration.py loads a pushed ensemble (one of several members: the distance
+  detail test): a selection may keep one member, which Keras hands the layer as a tensor
+  rather than a list of one."""
+  network, _ = ensemble.ensemble_network([_small_member(0)], [1.0], [2.0])
+  network.save(str(tmp_path / "ensemble"))
+  loaded = keras.models.load_model(str(tmp_path / "ensemble"), compile=False, custom_objects={
+      "LogMeanProbability": ensemble.LogMeanProbability})
+  images = np.random.default_rng(0).normal(size=(4,) + IMAGE_SHAPE).astype(np.float32)
+  np.testing.assert_allclose(loaded(images).numpy(), network(images).numpy(), rtol=1e-6)
+  assert ensemble.member_features_model(loaded)(images).shape == (4, 8)
+
+
 def _member_network(seed):
   """A differently initialised member that ends as a Wide ResNet does (batch norm, ReLU, its one
   global average pooling, the logits): all an ensemble reads of its members, at a fraction of a
