@@ -217,8 +217,8 @@ class _StartedOnFirstUse:
 
 @pytest.fixture(scope="session")
 def s3_server():
-  """One moto S3 server for the session (and its s3 tests' process); each test makes its own
-  bucket."""
+  """One moto S3 server for the session (and its s3 tests' process, if this process starts
+  that), started when first used; each test makes its own bucket."""
   if _in_s3_tests_process():
     yield S3Server(port=int(os.environ[_SERVER_PORT_VARIABLE]))  # The session's, running.
     return
