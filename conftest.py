@@ -5,8 +5,8 @@ import pytest
 
 import trainer_module  # noqa: F401  Sets TF_USE_LEGACY_KERAS before TensorFlow loads.
 from test_support.s3_server import (  # noqa: F401  (pytest finds them by name)
-    pytest_pyfunc_call, pytest_runtest_logreport, pytest_sessionfinish, pytest_unconfigure, s3,
-    s3_server)
+    pytest_configure_node, pytest_pyfunc_call, pytest_runtest_logreport, pytest_sessionfinish,
+    pytest_unconfigure, s3, s3_server)
 
 pytest_plugins = ["test_support.mutation_runs"]  # How the tests run under `make mutation`.
 
@@ -23,8 +23,7 @@ LONGEST_FILES_FIRST = ("tests/pipeline_e2e_test.py", "tests/kfp_harness_test.py"
 
 def pytest_collection_modifyitems(items):
   """The longest files first, then the other end-to-end files. (pytest-xdist's loadfile keeps
-  a file's tests on one worker: a module-scoped run is made once, and a file's s3 tests share
-  their process.)"""
+  a file's tests on one worker: a module-scoped run is made once.)"""
   items.sort(key=_start_rank)
 
 

@@ -3,13 +3,16 @@
 `S3Server` starts `python -m moto.server` on a free port in its own process, waits until it
 answers, and kills it on exit; `environ()` is what a pod would get from a Kubernetes secret
 (the standard AWS variables plus the endpoint), so code under test configures itself exactly
-as it does in a cluster. The `s3_server` fixture below shares one per session.
+as it does in a cluster. The `s3_server` fixture below shares one per session, started when
+first used.
 """
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -162,14 +165,23 @@ def _write_self_signed_certificate(cert_path: str, key_path: str) -> None:
 #
 # tensorflow-io's S3 filesystem aborts at exit the process that used it
 # (storage.object_storage.end_process says why). So the tests that use s3:// in-process (the
-# `s3` fixture) run in a pytest process of their own, one per test file (a file's tests share a
-# pytest-xdist worker), started by the session when it reaches the file's first s3 test and
-# ended with its own status; the session process never uses s3:// through
-# TensorFlow (importing tensorflow-io, as TFMA does, is harmless) and ends as Python does, so a
-# crash at exit fails it.
+# `s3` fixture) run in a pytest process of their own: one per session for all the s3 tests it
+# selected (-k, -m, node ids), of every file, started when the session reaches its first s3 test
+# and ended with its own status. Under pytest-xdist each worker collects every test but runs
+# whole files; the first worker to reach an s3 test runs that process on its moto server while
+# holding a lock in a directory the controller gives every worker, and leaves the reports there;
+# a worker reaching an s3 test later waits for the lock and reads them, starting no process and
+# no server. The session's processes never use s3:// through TensorFlow (importing
+# tensorflow-io, as TFMA does, is harmless) and end as Python does, so a crash at exit fails
+# them.
 S3_TESTS_PROCESS_TIMEOUT_SECONDS = 1800
+# A worker waits this long for another worker's s3 tests' process (its server's start included).
+S3_TESTS_WAIT_SECONDS = S3_TESTS_PROCESS_TIMEOUT_SECONDS + 2 * START_TIMEOUT_SECONDS
 _SERVER_PORT_VARIABLE = "S3_TESTS_SERVER_PORT"  # Set in that process: the session's server.
 _REPORTS_VARIABLE = "S3_TESTS_REPORTS"  # Set in that process: where it writes its reports.
+_SHARED_DIRECTORY_KEY = "s3_tests_directory"  # In each pytest-xdist worker's workerinput.
+_RESULT_FILE = "result.json"  # In that directory: the process's reports, status and output.
+_LOCK_FILE = "lock"
 _session = {}
 
 
@@ -177,16 +189,45 @@ def _in_s3_tests_process() -> bool:
   return _REPORTS_VARIABLE in os.environ
 
 
+class _StartedOnFirstUse:
+  """An S3Server started when first used: a pytest-xdist worker whose s3 tests' reports come
+  from another worker's process, and that runs no other test using the server, starts none."""
+
+  def __init__(self):
+    self._server: Optional[S3Server] = None
+    self._error: Optional[Exception] = None  # Why it did not start, raised at every use.
+
+  def __getattr__(self, name):
+    if name.startswith("__"):
+      raise AttributeError(name)
+    if self._error is not None:
+      raise self._error
+    if self._server is None:
+      try:
+        self._server = S3Server().start()
+      except Exception as error:
+        self._error = error
+        raise
+    return getattr(self._server, name)
+
+  def stop(self) -> None:
+    if self._server is not None:
+      self._server.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_server():
-  """One moto S3 server for the session (and its s3 tests' process); each test makes its own
-  bucket."""
+  """One moto S3 server for the session (and its s3 tests' process, if this process starts
+  that), started when first used; each test makes its own bucket."""
   if _in_s3_tests_process():
     yield S3Server(port=int(os.environ[_SERVER_PORT_VARIABLE]))  # The session's, running.
     return
-  with S3Server() as server:
-    _session["server"] = server
+  server = _StartedOnFirstUse()
+  _session["server"] = server
+  try:
     yield server
+  finally:
+    server.stop()
 
 
 @pytest.fixture
@@ -210,20 +251,20 @@ def s3(s3_server, request, monkeypatch):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
-  """In the session process, a test using `s3` takes its outcome from its file's s3 tests'
-  process (started for all of them at the first)."""
+  """In the session's processes, a test using `s3` takes its outcome from the session's s3
+  tests' process (started for all of them at the first)."""
   if _in_s3_tests_process() or "s3" not in pyfuncitem.fixturenames:
     return None
-  path = pyfuncitem.nodeid.split("::")[0]
-  if path not in _session.setdefault("reports", {}):
-    _session["reports"][path] = _run_s3_tests(pyfuncitem.config, [  # Those selected (-k, -m).
-        item.nodeid for item in pyfuncitem.session.items
-        if "s3" in item.fixturenames and item.nodeid.startswith(path + "::")])
-  reports, status, output = _session["reports"][path]
-  report = reports.get(pyfuncitem.nodeid)
+  if "result" not in _session:
+    selected = [item.nodeid for item in pyfuncitem.session.items  # Those selected (-k, -m).
+                if "s3" in item.fixturenames]
+    _session["result"] = _shared_result(
+        pyfuncitem.config, lambda: _run_s3_tests(pyfuncitem.config, selected))
+  result = _session["result"]
+  report = result["reports"].get(pyfuncitem.nodeid)
   if report is None:
-    pytest.fail(f"The s3 tests' process (exit status {status}) reported nothing for this test:"
-                f"\n{output}", pytrace=False)
+    pytest.fail(f"The s3 tests' process ({result['end']}) reported nothing for this test:"
+                f"\n{result['output']}", pytrace=False)
   if report["outcome"] == "skipped":
     pytest.skip(report["text"])
   if report["outcome"] == "failed":
@@ -231,18 +272,57 @@ def pytest_pyfunc_call(pyfuncitem):
   return True
 
 
+def _shared_result(config, run):
+  """run()'s result, made once per session. Under pytest-xdist the first worker to ask runs it
+  holding the lock (released when its file closes, also if the worker dies) and leaves it in
+  the shared directory; a worker asking later waits for the lock (S3_TESTS_WAIT_SECONDS at
+  most) and reads it, or runs it if the holder died first."""
+  directory = getattr(config, "workerinput", {}).get(_SHARED_DIRECTORY_KEY)
+  if directory is None:  # One process; or workers given no directory, each running its own.
+    return run()
+  result_path = os.path.join(directory, _RESULT_FILE)
+  with open(os.path.join(directory, _LOCK_FILE), "w") as lock:
+    deadline = time.monotonic() + S3_TESTS_WAIT_SECONDS
+    while True:
+      try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        break
+      except BlockingIOError:
+        if time.monotonic() > deadline:
+          return {"reports": {}, "output": "",
+                  "end": f"run by another worker, not ended after {S3_TESTS_WAIT_SECONDS} s"}
+        time.sleep(0.2)
+    if os.path.exists(result_path):
+      with open(result_path) as f:
+        return json.load(f)
+    result = run()
+    with open(result_path + ".partial", "w") as f:
+      json.dump(result, f)
+    os.replace(result_path + ".partial", result_path)
+    return result
+
+
 def _run_s3_tests(config, node_ids):
-  """Runs the tests in one pytest process on the session's server: ({node id: report},
-  exit status, the end of its output)."""
-  server = _session["server"]
+  """Runs the tests in one pytest process on the session's server: {"reports": {node id:
+  report}, "end": how the process ended, "output": the end of its output}."""
+  try:
+    port = _session["server"].port  # Starts it.
+  except Exception as error:  # pylint: disable=broad-except  Every s3 test fails with it.
+    return {"reports": {}, "end": "not started", "output": f"{type(error).__name__}: {error}"}
   with tempfile.TemporaryDirectory() as directory:
     reports_path = os.path.join(directory, "reports.jsonl")
-    process = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *node_ids],
-        cwd=str(config.rootpath), capture_output=True, text=True,
-        timeout=S3_TESTS_PROCESS_TIMEOUT_SECONDS,
-        env={**os.environ, _SERVER_PORT_VARIABLE: str(server.port),
-             _REPORTS_VARIABLE: reports_path})
+    try:
+      process = subprocess.run(
+          [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *node_ids],
+          cwd=str(config.rootpath), capture_output=True, text=True,
+          timeout=S3_TESTS_PROCESS_TIMEOUT_SECONDS,
+          env={**os.environ, _SERVER_PORT_VARIABLE: str(port), _REPORTS_VARIABLE: reports_path})
+      end = f"exit status {process.returncode}"
+      output = process.stdout + process.stderr
+    except subprocess.TimeoutExpired as timeout:
+      end = f"killed after {S3_TESTS_PROCESS_TIMEOUT_SECONDS} s"
+      output = "".join(text.decode(errors="replace") if isinstance(text, bytes) else text
+                       for text in (timeout.stdout, timeout.stderr) if text)
     reports = {}
     if os.path.exists(reports_path):
       with open(reports_path) as f:
@@ -250,11 +330,11 @@ def _run_s3_tests(config, node_ids):
           report = json.loads(line)
           if report["outcome"] != "passed" or report["node_id"] not in reports:
             reports[report["node_id"]] = report  # Its first failing phase, or its call.
-  return reports, process.returncode, (process.stdout + process.stderr)[-3000:]
+  return {"reports": reports, "end": end, "output": output[-3000:]}
 
 
 def pytest_runtest_logreport(report):
-  """In the s3 tests' process: each phase's outcome, for the session process."""
+  """In the s3 tests' process: each phase's outcome, for the session's processes."""
   if not _in_s3_tests_process() or (report.when != "call" and report.passed):
     return
   if report.skipped:
@@ -266,6 +346,15 @@ def pytest_runtest_logreport(report):
                         "text": text}) + "\n")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+  """pytest-xdist's controller: one directory for all its workers' s3 tests (removed at its
+  end)."""
+  if "shared_directory" not in _session:
+    _session["shared_directory"] = tempfile.mkdtemp(prefix="s3-tests-")
+  node.workerinput[_SHARED_DIRECTORY_KEY] = _session["shared_directory"]
+
+
 def pytest_sessionfinish(session, exitstatus):
   _session["status"] = int(exitstatus)
 
@@ -273,6 +362,8 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
   """The s3 tests' process ends with its own status, not tensorflow-io's abort."""
+  if "shared_directory" in _session:
+    shutil.rmtree(_session.pop("shared_directory"), ignore_errors=True)
   if _in_s3_tests_process():
     from storage import object_storage
     object_storage.end_process(_session.get("status", 1))
