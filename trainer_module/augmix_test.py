@@ -127,18 +127,29 @@ def _epochs(images, epoch=0):
   return tf.fill([len(images)], epoch)
 
 
+@tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.uint8),
+                              tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int64),
+                              tf.TensorSpec([None], tf.int32)])
+def _two_views(images, keys, seed, epochs):
+  """augmix_views(count=2, default parameters) in a graph, as the input pipeline runs it online:
+  traced once for the module (eagerly, each call's map_fn loops in Python, ~0.7 CPU-s for 24
+  images)."""
+  return augmix.augmix_views(images, keys, seed, 2, augmix.AugMixParams(), epochs)
+
+
+def _online(images, keys, seed, epoch=0):
+  return _two_views(images, keys, tf.constant(seed, tf.int64), _epochs(images, epoch)).numpy()
+
+
 def test_views_are_reproducible_and_differ_across_keys_seeds_views_and_epochs(images):
   keys = tf.constant([f"key-{i}" for i in range(len(images))])
-  params = augmix.AugMixParams()
-  views = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images)).numpy()
+  views = _online(images, keys, 42)
   assert views.shape == (len(images), 2, SIZE, SIZE, 3)
   assert views.min() >= 0.0 and views.max() <= 1.0
-  np.testing.assert_array_equal(
-      views, augmix.augmix_views(images, keys, 42, 2, params, _epochs(images)).numpy())
-  other_seed = augmix.augmix_views(images, keys, 43, 2, params, _epochs(images)).numpy()
-  other_keys = augmix.augmix_views(images, tf.constant([f"other-{i}" for i in range(len(images))]),
-                                   42, 2, params, _epochs(images)).numpy()
-  other_epoch = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images, 1)).numpy()
+  np.testing.assert_array_equal(views, _online(images, keys, 42))
+  other_seed = _online(images, keys, 43)
+  other_keys = _online(images, tf.constant([f"other-{i}" for i in range(len(images))]), 42)
+  other_epoch = _online(images, keys, 42, epoch=1)
   for other in (other_seed, other_keys, other_epoch):
     assert np.mean(np.any(views != other, axis=(1, 2, 3, 4))) > 0.9
   assert np.mean(np.any(views[:, 0] != views[:, 1], axis=(1, 2, 3))) > 0.9
@@ -161,7 +172,7 @@ def test_view_set_s_is_epoch_s_of_online_augmix_rounded_to_uint8(images):
   for epoch in range(5):
     stored = augmix.decode_view_set(view_sets, _epochs(images, epoch), 2, (SIZE, SIZE, 3))
     if epoch < 3:  # Set s is epoch s: equal up to rounding to the nearest 1/255.
-      online = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images, epoch)).numpy()
+      online = _online(images, keys, 42, epoch)
       np.testing.assert_allclose(stored.numpy(), online, rtol=0, atol=0.5 / 255 + 1e-6)
     else:  # Then the sets repeat.
       np.testing.assert_array_equal(stored.numpy(), augmix.decode_view_set(
