@@ -141,6 +141,14 @@ def _online(images, keys, seed, epoch=0):
   return _two_views(images, keys, tf.constant(seed, tf.int64), _epochs(images, epoch)).numpy()
 
 
+@tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.uint8),
+                              tf.TensorSpec([None], tf.string)])
+def _three_view_sets(images, keys):
+  """encode_view_sets(seed 42, 2 views, 3 sets) in a graph of any batch size, as Transform
+  runs it: traced once for the module."""
+  return augmix.encode_view_sets(images, keys, 42, 2, 3, augmix.AugMixParams())
+
+
 def test_views_are_reproducible_and_differ_across_keys_seeds_views_and_epochs(images):
   keys = tf.constant([f"key-{i}" for i in range(len(images))])
   views = _online(images, keys, 42)
@@ -166,8 +174,7 @@ def test_an_image_does_not_depend_on_its_batch(images):
 
 def test_view_set_s_is_epoch_s_of_online_augmix_rounded_to_uint8(images):
   keys = tf.constant([f"key-{i}" for i in range(len(images))])
-  params = augmix.AugMixParams()
-  view_sets = augmix.encode_view_sets(images, keys, 42, 2, 3, params)
+  view_sets = _three_view_sets(images, keys)
   assert view_sets.shape == (len(images), 3)
   for epoch in range(5):
     stored = augmix.decode_view_set(view_sets, _epochs(images, epoch), 2, (SIZE, SIZE, 3))
@@ -193,9 +200,7 @@ def test_a_view_set_is_one_png_of_the_views_channel_planes(images):
 
 def test_a_batch_without_training_examples_encodes_to_no_view_sets(images):
   """Transform's eval batches: a graph (as Transform runs it) over zero training images."""
-  encode = tf.function(lambda i, k: augmix.encode_view_sets(i, k, 42, 2, 4,
-                                                            augmix.AugMixParams()))
-  assert encode(images[:0], tf.constant([], tf.string)).shape == (0, 4)
+  assert _three_view_sets(images[:0], tf.constant([], tf.string)).shape == (0, 3)
 
 
 def test_view_sets_of_another_view_count_fail_with_the_reason(images):
