@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
+from test_support.mutation_runs import per_test_while_mapping
 from test_support.tiny_config import TINY_NETWORK, plain_trainer
 from trainer_module import training_job
 from trainer_module.checkpoints import Preempted
@@ -91,7 +92,9 @@ def _snapshot(seen, paths):
           "checkpoint": os.path.basename(tf.train.latest_checkpoint(paths.checkpoint_dir))}
 
 
-@pytest.fixture(scope="module")
+# Per test while mutmut maps which test calls which function (test_support/mutation_runs.py):
+# every test below then meets the mutants of the code these runs call.
+@pytest.fixture(scope=per_test_while_mapping)
 def lifetime(inputs, tmp_path_factory):
   """One run's life in five runs over one checkpoint directory, what each saw recorded for the
   tests below (each training run costs seconds of model building and tracing):
