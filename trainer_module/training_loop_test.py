@@ -194,9 +194,9 @@ def _tiny_config(**overrides):
 
 
 def test_mixed_float16_trains_with_loss_scaling_and_float32_weights(tmp_path):
-  """Batches of 2: float16 gradients on CPU cost ~0.2 CPU-s an image (emulated half-precision
-  convolutions), and what is checked (the optimizer, the dtypes, finite losses after loss-scaled
-  steps) does not depend on the batch."""
+  """Batches of 2: a float16 training step on CPU costs ~0.2 CPU-s an image, and what is
+  checked (the optimizer, the dtypes, finite losses after loss-scaled steps) does not depend on
+  the batch."""
   rng = np.random.default_rng(2)
   images = rng.normal(size=(4, 32, 32, 3)).astype(np.float32)
   labels = rng.integers(0, 3, 4)

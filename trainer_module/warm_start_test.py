@@ -252,8 +252,8 @@ def test_restored_variables_move_by_the_ratio_times_the_step_of_fresh_ones(
   strategy = (tf.distribute.MirroredStrategy(["/cpu:0"]) if strategy == "mirrored"
               else tf.distribute.get_strategy())
   source, _ = trained
-  # A batch of 2: float16 gradients on CPU cost ~0.2 CPU-s an image, and the ratio of two
-  # moves does not depend on the batch.
+  # A batch of 2: a float16 training step on CPU costs ~0.2 CPU-s an image, and the ratio of
+  # two moves does not depend on the batch.
   rng = np.random.default_rng(0)
   batch = (rng.normal(size=(2, 32, 32, 3)).astype(np.float32),
            np.zeros((2, 0, 32, 32, 3), np.float32), rng.integers(0, 5, 2))
