@@ -93,10 +93,15 @@ def _seeds(count, seed=7, view=0):
                               epochs=tf.zeros([count], tf.int32))
 
 
+def _draws(count, params):
+  """sample_draws for `count` keys, seeds and draws in one graph, as Transform and the input
+  pipeline make them (eagerly, map_fn loops in Python: ~6 CPU-s for 4,000 seeds alone)."""
+  return tf.function(lambda: augmix.sample_draws(_seeds(count), params))()
+
+
 def test_mixing_weights_have_the_dirichlet_and_beta_means_and_depth_covers_1_to_3():
   params = augmix.AugMixParams(width=3, depth=-1, alpha=0.5)
-  # In a graph, as Transform and the input pipeline draw them (eagerly, map_fn takes ~20 s).
-  draws = tf.function(lambda seeds: augmix.sample_draws(seeds, params))(_seeds(4000))
+  draws = _draws(4000, params)
   weights = draws.chain_weights.numpy()
   np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-5)
   np.testing.assert_allclose(weights.mean(axis=0), [1 / 3] * 3, atol=0.02)
@@ -113,7 +118,7 @@ def test_mixing_weights_have_the_dirichlet_and_beta_means_and_depth_covers_1_to_
 
 
 def test_a_fixed_depth_is_used_as_given():
-  draws = augmix.sample_draws(_seeds(50), augmix.AugMixParams(depth=2))
+  draws = _draws(50, augmix.AugMixParams(depth=2))
   assert set(np.unique(draws.depths.numpy())) == {2}
   assert draws.operations.shape[2] == 2
 
@@ -122,18 +127,37 @@ def _epochs(images, epoch=0):
   return tf.fill([len(images)], epoch)
 
 
+@tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.uint8),
+                              tf.TensorSpec([None], tf.string), tf.TensorSpec([], tf.int64),
+                              tf.TensorSpec([None], tf.int32)])
+def _two_views(images, keys, seed, epochs):
+  """augmix_views(count=2, default parameters) in a graph, as the input pipeline runs it online:
+  traced once for the module (eagerly, each call's map_fn loops in Python, ~0.7 CPU-s for 24
+  images)."""
+  return augmix.augmix_views(images, keys, seed, 2, augmix.AugMixParams(), epochs)
+
+
+def _online(images, keys, seed, epoch=0):
+  return _two_views(images, keys, tf.constant(seed, tf.int64), _epochs(images, epoch)).numpy()
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.uint8),
+                              tf.TensorSpec([None], tf.string)])
+def _three_view_sets(images, keys):
+  """encode_view_sets(seed 42, 2 views, 3 sets) in a graph of any batch size, as Transform
+  runs it: traced once for the module."""
+  return augmix.encode_view_sets(images, keys, 42, 2, 3, augmix.AugMixParams())
+
+
 def test_views_are_reproducible_and_differ_across_keys_seeds_views_and_epochs(images):
   keys = tf.constant([f"key-{i}" for i in range(len(images))])
-  params = augmix.AugMixParams()
-  views = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images)).numpy()
+  views = _online(images, keys, 42)
   assert views.shape == (len(images), 2, SIZE, SIZE, 3)
   assert views.min() >= 0.0 and views.max() <= 1.0
-  np.testing.assert_array_equal(
-      views, augmix.augmix_views(images, keys, 42, 2, params, _epochs(images)).numpy())
-  other_seed = augmix.augmix_views(images, keys, 43, 2, params, _epochs(images)).numpy()
-  other_keys = augmix.augmix_views(images, tf.constant([f"other-{i}" for i in range(len(images))]),
-                                   42, 2, params, _epochs(images)).numpy()
-  other_epoch = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images, 1)).numpy()
+  np.testing.assert_array_equal(views, _online(images, keys, 42))
+  other_seed = _online(images, keys, 43)
+  other_keys = _online(images, tf.constant([f"other-{i}" for i in range(len(images))]), 42)
+  other_epoch = _online(images, keys, 42, epoch=1)
   for other in (other_seed, other_keys, other_epoch):
     assert np.mean(np.any(views != other, axis=(1, 2, 3, 4))) > 0.9
   assert np.mean(np.any(views[:, 0] != views[:, 1], axis=(1, 2, 3))) > 0.9
@@ -150,13 +174,12 @@ def test_an_image_does_not_depend_on_its_batch(images):
 
 def test_view_set_s_is_epoch_s_of_online_augmix_rounded_to_uint8(images):
   keys = tf.constant([f"key-{i}" for i in range(len(images))])
-  params = augmix.AugMixParams()
-  view_sets = augmix.encode_view_sets(images, keys, 42, 2, 3, params)
+  view_sets = _three_view_sets(images, keys)
   assert view_sets.shape == (len(images), 3)
   for epoch in range(5):
-    online = augmix.augmix_views(images, keys, 42, 2, params, _epochs(images, epoch)).numpy()
     stored = augmix.decode_view_set(view_sets, _epochs(images, epoch), 2, (SIZE, SIZE, 3))
     if epoch < 3:  # Set s is epoch s: equal up to rounding to the nearest 1/255.
+      online = _online(images, keys, 42, epoch)
       np.testing.assert_allclose(stored.numpy(), online, rtol=0, atol=0.5 / 255 + 1e-6)
     else:  # Then the sets repeat.
       np.testing.assert_array_equal(stored.numpy(), augmix.decode_view_set(
@@ -177,9 +200,7 @@ def test_a_view_set_is_one_png_of_the_views_channel_planes(images):
 
 def test_a_batch_without_training_examples_encodes_to_no_view_sets(images):
   """Transform's eval batches: a graph (as Transform runs it) over zero training images."""
-  encode = tf.function(lambda i, k: augmix.encode_view_sets(i, k, 42, 2, 4,
-                                                            augmix.AugMixParams()))
-  assert encode(images[:0], tf.constant([], tf.string)).shape == (0, 4)
+  assert _three_view_sets(images[:0], tf.constant([], tf.string)).shape == (0, 3)
 
 
 def test_view_sets_of_another_view_count_fail_with_the_reason(images):

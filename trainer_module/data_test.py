@@ -57,12 +57,25 @@ def _write_transformed(path, with_views=0, view_sets=1, online_inputs=False):
   return [path], spec
 
 
+@pytest.fixture(scope="module")
+def plain_file(tmp_path_factory):
+  return _write_transformed(str(tmp_path_factory.mktemp("plain") / "t.gz"))
+
+
+@pytest.fixture
+def plain(plain_file):
+  """(files, spec) of examples without views, written once for the module: tests only read
+  them (each gets its own lists)."""
+  files, spec = plain_file
+  return list(files), dict(spec)
+
+
 def _labels(dataset, batches):
   return np.concatenate([labels.numpy() for _, _, labels in dataset.take(batches)])
 
 
-def test_epochs_are_shuffled_differently_but_the_same_on_every_run(tmp_path):
-  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+def test_epochs_are_shuffled_differently_but_the_same_on_every_run(plain):
+  files, spec = plain
   config = plain_trainer(per_core_batch_size=8)
   first = _labels(data.training_batches(files, spec, config), 6)
   again = _labels(data.training_batches(files, spec, config), 6)
@@ -71,8 +84,8 @@ def test_epochs_are_shuffled_differently_but_the_same_on_every_run(tmp_path):
   assert sorted(epoch_1) == sorted(epoch_2) and list(epoch_1) != list(epoch_2)
 
 
-def test_without_augmix_views_are_empty(tmp_path):
-  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+def test_without_augmix_views_are_empty(plain):
+  files, spec = plain
   images, views, labels = next(
       iter(data.training_batches(files, spec,
                                  plain_trainer(per_core_batch_size=8))))
@@ -146,22 +159,22 @@ def test_online_views_are_fresh_each_epoch_and_reproducible(tmp_path):
   np.testing.assert_array_equal(two_epochs()[0], views_1)
 
 
-def test_missing_transform_outputs_are_named(tmp_path):
-  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+def test_missing_transform_outputs_are_named(plain):
+  files, spec = plain
   with pytest.raises(ValueError, match="augmix_views"):
     data.training_batches(files, spec, plain_trainer(augmix=True, aug_count=2))
 
 
-def test_a_resumed_stream_continues_at_the_example_it_left_off(tmp_path):
-  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+def test_a_resumed_stream_continues_at_the_example_it_left_off(plain):
+  files, spec = plain
   config = plain_trainer(per_core_batch_size=8)
   uninterrupted = _labels(data.training_batches(files, spec, config), 9)
   resumed = _labels(data.training_batches(files, spec, config, start_example=5 * 8), 4)
   np.testing.assert_array_equal(resumed, uninterrupted[5 * 8:])
 
 
-def test_replicas_take_consecutive_slices_of_each_global_batch(tmp_path):
-  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+def test_replicas_take_consecutive_slices_of_each_global_batch(plain):
+  files, spec = plain
   config = plain_trainer(per_core_batch_size=3)
   global_batches = _labels(data.training_batches(files, spec, config, global_batch_size=12), 2)
   # Two workers with two replicas each: worker 1 feeds replicas 2 and 3.
@@ -174,8 +187,8 @@ def test_replicas_take_consecutive_slices_of_each_global_batch(tmp_path):
                                 np.concatenate([global_batches[6:12], global_batches[18:24]]))
 
 
-def test_eval_batches_cover_every_example_once_padded_with_zero_weight(tmp_path):
-  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+def test_eval_batches_cover_every_example_once_padded_with_zero_weight(plain):
+  files, spec = plain
   batches = list(data.eval_batches(files, spec, global_batch_size=10))
   assert [images.shape[0] for images, _, _ in batches] == [10, 10, 10]
   labels = np.concatenate([labels for _, labels, _ in batches])
@@ -185,10 +198,10 @@ def test_eval_batches_cover_every_example_once_padded_with_zero_weight(tmp_path)
   assert (labels[NUM:] == -1).all()
 
 
-def test_seed_0_shuffles_reproducibly_like_any_other_seed(tmp_path):
+def test_seed_0_shuffles_reproducibly_like_any_other_seed(plain):
   """TensorFlow refuses a per-epoch tensor seed under a global seed of 0 (a Python comparison
   with (0, 0) in random_seed.get_seed); the run's seeds are set so that seed 0 trains too."""
-  files, spec = _write_transformed(str(tmp_path / "t.gz"))
+  files, spec = plain
   config = plain_trainer(per_core_batch_size=8, seed=0)
   try:
     data.set_run_seeds(0)

@@ -38,8 +38,18 @@ def _trained(tmp_path, steps=3, **config):
   return str(tmp_path / "source"), _values(training.model)
 
 
-def test_every_matching_variable_is_restored_exactly(tmp_path):
-  source, saved = _trained(tmp_path)
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """_trained's default source, made once for the module: the tests only read it (its values
+  are read-only arrays, warm_start only reads the directory)."""
+  source, saved = _trained(tmp_path_factory.mktemp("trained"))
+  for value in saved.values():
+    value.flags.writeable = False
+  return source, saved
+
+
+def test_every_matching_variable_is_restored_exactly(trained):
+  source, saved = trained
   model = wide_resnet(plain_trainer(**TINY))
   record = warm_start.warm_start(model, source, exclude=())
   restored = _values(model)
@@ -50,8 +60,8 @@ def test_every_matching_variable_is_restored_exactly(tmp_path):
   assert record["kind"] == "checkpoint" and record["source_step"] == 3
 
 
-def test_a_savedmodel_is_a_source_too(tmp_path):
-  _, saved = _trained(tmp_path)
+def test_a_savedmodel_is_a_source_too(trained, tmp_path):
+  _, saved = trained
   exported = wide_resnet(plain_trainer(**{**TINY, "seed": 7}))
   for variable in exported.variables:
     variable.assign(saved[warm_start.variable_name(variable)])
@@ -65,8 +75,8 @@ def test_a_savedmodel_is_a_source_too(tmp_path):
     np.testing.assert_array_equal(value, saved[name], err_msg=name)
 
 
-def test_excluded_head_keeps_its_fresh_initialisation_for_a_new_label_set(tmp_path):
-  source, saved = _trained(tmp_path)
+def test_excluded_head_keeps_its_fresh_initialisation_for_a_new_label_set(trained):
+  source, saved = trained
   model = wide_resnet(plain_trainer(**{**TINY, "num_classes": 5}))
   fresh_head = model.get_layer("logits").kernel.numpy()
   record = warm_start.warm_start(model, source, exclude=("head",))
@@ -79,8 +89,8 @@ def test_excluded_head_keeps_its_fresh_initialisation_for_a_new_label_set(tmp_pa
     np.testing.assert_array_equal(value, saved[name], err_msg=name)
 
 
-def test_mismatched_variables_fail_with_their_names_and_shapes(tmp_path):
-  source, _ = _trained(tmp_path)
+def test_mismatched_variables_fail_with_their_names_and_shapes(trained):
+  source, _ = trained
   model = wide_resnet(plain_trainer(**{**TINY, "num_classes": 5}))
   before = _values(model)
   with pytest.raises(warm_start.WarmStartError) as error:
@@ -93,10 +103,10 @@ def test_mismatched_variables_fail_with_their_names_and_shapes(tmp_path):
       "nothing is restored when anything mismatches"
 
 
-def test_spectral_normalisation_can_be_turned_on_or_off_across_a_warm_start(tmp_path):
+def test_spectral_normalisation_can_be_turned_on_or_off_across_a_warm_start(trained, tmp_path):
   """The power-iteration vectors are estimates, not parameters: a normalised model starts its
   own from a source without them, and a plain model ignores a source's. Every weight moves."""
-  source, saved = _trained(tmp_path)
+  source, saved = trained
   normalised = wide_resnet(plain_trainer(**TINY, spectral_norm_bound=1.0))
   record = warm_start.warm_start(normalised, source, exclude=())
   vectors = [n for n in _values(normalised) if n.endswith("/power_vector")]
@@ -113,11 +123,11 @@ def test_spectral_normalisation_can_be_turned_on_or_off_across_a_warm_start(tmp_
     np.testing.assert_array_equal(value, normalised_saved[name], err_msg=name)
 
 
-def test_an_sngp_head_is_excluded_whole_and_restored_whole(tmp_path):
+def test_an_sngp_head_is_excluded_whole_and_restored_whole(trained, tmp_path):
   """`head` leaves every variable of the GP layer fresh (its random features, its precision),
   so a dense body starts an SNGP model; from an SNGP source with nothing excluded the random
   features come too, without which its trained output weights would mean nothing."""
-  source, saved = _trained(tmp_path)
+  source, saved = trained
   model = wide_resnet(plain_trainer(**TINY, output_layer="sngp"))
   fresh = {name: value for name, value in _values(model).items() if name.startswith("logits/")}
   record = warm_start.warm_start(model, source, exclude=("head",))
@@ -166,8 +176,8 @@ def test_a_missing_source_is_named():
 
 
 def test_a_resumed_run_continues_its_own_checkpoints_and_does_not_warm_start_again(
-    tmp_path, caplog):
-  source, saved = _trained(tmp_path)
+    trained, tmp_path, caplog):
+  source, saved = trained
   config = plain_trainer(**TINY, warm_start=source)
   first = Training(config, tf.distribute.get_strategy(), 10, str(tmp_path / "run"),
                    warm_start_from=source)
@@ -235,16 +245,18 @@ def _one_step_moves(source, tmp_path, strategy, ratio, batch):
 @pytest.mark.parametrize("strategy,policy", [("default", "float32"), ("mirrored", "float32"),
                                              ("default", "mixed_float16")])
 def test_restored_variables_move_by_the_ratio_times_the_step_of_fresh_ones(
-    tmp_path, strategy, policy, caplog):
+    trained, tmp_path, strategy, policy, caplog):
   """The same first step at ratio 0.1 and at 1: the fresh head moves the same, every restored
   variable a tenth (with Nesterov SGD a scaled gradient is a scaled rate), also through a
   MirroredStrategy's update and loss scaling."""
   strategy = (tf.distribute.MirroredStrategy(["/cpu:0"]) if strategy == "mirrored"
               else tf.distribute.get_strategy())
-  source, _ = _trained(tmp_path)
+  source, _ = trained
+  # A batch of 2: a float16 training step on CPU costs ~0.2 CPU-s an image, and the ratio of
+  # two moves does not depend on the batch.
   rng = np.random.default_rng(0)
-  batch = (rng.normal(size=(8, 32, 32, 3)).astype(np.float32),
-           np.zeros((8, 0, 32, 32, 3), np.float32), rng.integers(0, 5, 8))
+  batch = (rng.normal(size=(2, 32, 32, 3)).astype(np.float32),
+           np.zeros((2, 0, 32, 32, 3), np.float32), rng.integers(0, 5, 2))
   keras.mixed_precision.set_global_policy(policy)
   try:
     with caplog.at_level(logging.INFO):
@@ -274,8 +286,8 @@ def test_inspect_lists_variables_step_and_config(tmp_path):
              for line in text.splitlines())
 
 
-def test_a_source_of_another_depth_is_refused_before_training_naming_both(tmp_path):
-  source, _ = _trained(tmp_path)  # depth 10, width 1
+def test_a_source_of_another_depth_is_refused_before_training_naming_both(trained):
+  source, _ = trained  # depth 10, width 1
   warm_start.check_source(source, plain_trainer(**TINY).to_dict())
   with pytest.raises(warm_start.WarmStartError, match=r"another architecture \(depth=10 there, "
                      r"16 here\)"):
