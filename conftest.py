@@ -11,14 +11,16 @@ from test_support.s3_server import (  # noqa: F401  (pytest finds them by name)
 pytest_plugins = ["test_support.mutation_runs"]  # How the tests run under `make mutation`.
 
 # The files whose tests take longest start first, so the workers finish together: the pipeline
-# runs (`make test`), then the slowest of the fast tier.
+# runs (`make test`), then the slowest of the fast tier, led by the file whose s3 tests start the
+# session's s3 tests' process (the other files' s3 tests, reached later, read its reports).
 LONGEST_FILES_FIRST = ("tests/pipeline_e2e_test.py", "tests/kfp_harness_test.py",
                        "tests/kfp_local_test.py", "tests/standalone_trainer_test.py",
-                       "tests/portable_beam_test.py", "tests/calibration_metrics_test.py",
-                       "tests/augmix_transform_test.py",
-                       "trainer_module/ensemble_test.py", "components/example_gen_test.py",
-                       "storage/object_storage_test.py", "tests/serving_signatures_test.py",
-                       "components/pusher_test.py", "trainer_module/training_loop_test.py")
+                       "tests/portable_beam_test.py", "storage/object_storage_test.py",
+                       "tests/augmix_transform_test.py", "trainer_module/ensemble_test.py",
+                       "trainer_module/training_loop_test.py", "components/example_gen_test.py",
+                       "tests/serving_signatures_test.py", "trainer_module/warm_start_test.py",
+                       "trainer_module/training_job_test.py", "tests/calibration_metrics_test.py",
+                       "trainer_module/reference_corruptions_test.py")
 
 
 def pytest_collection_modifyitems(items):

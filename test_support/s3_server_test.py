@@ -136,7 +136,7 @@ def test_the_s3_tests_of_two_files_on_two_workers_run_in_one_process_each_with_i
 
 
 def test_an_s3_tests_process_past_its_time_is_killed_and_its_tests_fail_saying_so(tmp_path):
-  outcomes, records = _run(tmp_path, ["-k", "sleeps"], PROCESS_TIMEOUT="10")
+  outcomes, records = _run(tmp_path, ["-k", "sleeps"], PROCESS_TIMEOUT="5")
   assert [name for name, _, _ in records] == ["b_sleeps"]
   status, message = outcomes["test_b_sleeps"]
-  assert status == "failure" and "killed after 10 s" in message and "reported nothing" in message
+  assert status == "failure" and "killed after 5 s" in message and "reported nothing" in message
