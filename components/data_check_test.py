@@ -193,12 +193,11 @@ def _run_gate(tmp_path, split_sizes, **parameters):
   with open(os.path.join(os.path.dirname(data_check.__file__), "schema.pbtxt")) as f:
     io_utils.write_string_file(os.path.join(schema.uri, "schema.pbtxt"), f.read())
   report = artifact(simple_artifacts.Metrics, "report")
-  from pipeline.config import LOCAL_BEAM_REQUIREMENTS
-  # As the local pipeline passes a small step's arguments: the requirements file stops TFX
+  from pipeline.config import PipelineConfig
+  # A small step's arguments as the local pipeline makes them: the requirements file stops TFX
   # from building an sdist of itself for the executor (tfx/utils/dependency_utils.py).
   context = base_beam_executor.BaseBeamExecutor.Context(
-      beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1",
-                          f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}"],
+      beam_pipeline_args=PipelineConfig().beam_pipeline_args(examples=1),
       tmp_dir=str(tmp_path / "tmp"))
   data_check.DataCheck.EXECUTOR_SPEC.executor_class(context).Do(
       {"examples": [examples], "anomalies": [anomalies], "schema": [schema]},

@@ -1,8 +1,6 @@
 """The Evaluator's input: clean eval/test copies and corruption x severity slices of equal size."""
 import collections
-import functools
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -14,26 +12,15 @@ import pytest
 import tensorflow as tf
 
 from components import evaluation_set, image_sources
+from test_support.tfrecord_inputs import first_digit_records
 from trainer_module import reference_corruptions
 
 
-_MOST_PER_SPLIT = 12
-
-
-@functools.lru_cache(maxsize=None)
-def _first_digits(split):
-  """The split's first digit records, made once for the module (digits_records encodes each
-  record it yields, so only these are encoded)."""
-  return tuple(itertools.islice(image_sources.digits_records(split, 0.15, 0.15),
-                                _MOST_PER_SPLIT))
-
-
-def _example_gen_output(path, per_split=_MOST_PER_SPLIT, splits=("train", "eval", "test")):
+def _example_gen_output(path, per_split=12, splits=("train", "eval", "test")):
   """Examples laid out as ExampleGen writes them (Split-<name>/*.gz)."""
-  assert per_split <= _MOST_PER_SPLIT
   for split in splits:
     os.makedirs(os.path.join(path, f"Split-{split}"))
-    records = _first_digits(split)[:per_split]
+    records = first_digit_records(split, per_split)
     with tf.io.TFRecordWriter(os.path.join(path, f"Split-{split}", "data.gz"),
                               options="GZIP") as writer:
       for key, png, label in reversed(records):  # Order must not matter.

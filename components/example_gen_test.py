@@ -14,17 +14,16 @@ from tfx.utils import proto_utils
 
 from components import example_gen, image_folder, image_sources
 from components.splits import SPLITS, split_for_key
-from pipeline.config import LOCAL_BEAM_REQUIREMENTS
+from pipeline.config import PipelineConfig
 from test_support import image_folders
 from trainer_module.features import EXAMPLE_KEY, LABEL_KEY
 
 
 EVAL_FRACTION, TEST_FRACTION = 0.1, 0.3  # Unequal, so that swapping the two shows.
-# A small step's Beam arguments as the local pipeline passes them (PipelineConfig.
-# beam_pipeline_args): the requirements file stops TFX from building an sdist of itself for
-# each executor (tfx/utils/dependency_utils.py, make_beam_dependency_flags).
-BEAM_ARGS = ["--direct_running_mode=in_memory", "--direct_num_workers=1",
-             f"--requirements_file={LOCAL_BEAM_REQUIREMENTS}"]
+# A small step's Beam arguments as the local pipeline makes them: in memory, and the
+# requirements file that stops TFX from building an sdist of itself for each executor
+# (tfx/utils/dependency_utils.py, make_beam_dependency_flags).
+BEAM_ARGS = PipelineConfig().beam_pipeline_args(examples=1)
 
 
 def _properties(component) -> dict:

@@ -23,7 +23,7 @@ def png_of_shape(shape) -> bytes:
 
 
 @functools.lru_cache(maxsize=None)
-def _first_digits(split: str, limit: Optional[int]) -> tuple:
+def first_digit_records(split: str, limit: Optional[int]) -> tuple:
   """The split's first `limit` (None: all) digit records (key, png, label), made once per
   process: digits_records encodes each record it yields, so only these are encoded."""
   return tuple(itertools.islice(image_sources.digits_records(split, 0.15, 0.15), limit))
@@ -39,7 +39,7 @@ def write_digits_tfrecord_dir(
   without_classes are left out."""
   for split in SPLITS:
     os.makedirs(os.path.join(path, split), exist_ok=True)
-    records = [record for record in _first_digits(split, per_split_limit)
+    records = [record for record in first_digit_records(split, per_split_limit)
                if record[2] not in without_classes]
     with tf.io.TFRecordWriter(os.path.join(path, split, "digits.tfrecord")) as writer:
       for index, (key, png, label) in enumerate(records):
