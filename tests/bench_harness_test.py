@@ -1,4 +1,6 @@
 """bench/harness.py: the flags every benchmark declares, variants timed in turn, and the table."""
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,11 +33,27 @@ def test_a_multiple_flag_is_required_and_collects_every_value_and_a_hidden_one_h
   assert "--child" not in parser.format_help()
 
 
-def test_timed_returns_the_value_and_its_wall_and_cpu_seconds():
+def test_timed_returns_the_value_its_wall_seconds_and_the_cpu_seconds_spent_during_it(
+    monkeypatch):
+  readings = iter([10.0, 10.25])
+  monkeypatch.setattr(harness, "cpu_seconds", lambda: next(readings))
   timed = harness.timed(lambda seconds: time.sleep(seconds) or "done", 0.05)
   assert timed.value == "done"
   assert 0.05 <= timed.wall < 5
-  assert 0 <= timed.cpu < timed.wall  # Sleeping costs no CPU.
+  assert timed.cpu == 0.25
+
+
+def test_cpu_seconds_count_this_process_and_its_finished_children():
+  # Lower bounds only: whatever else the test process runs can add CPU, never remove it.
+  before, thread_before = harness.cpu_seconds(), time.thread_time()
+  while time.thread_time() - thread_before < 0.1:
+    pass
+  assert harness.cpu_seconds() - before >= 0.9 * (time.thread_time() - thread_before)
+  before = harness.cpu_seconds()
+  child = subprocess.run([sys.executable, "-c", (
+      "import time\nwhile time.process_time() < 0.2: pass\nprint(time.process_time())")],
+      check=True, capture_output=True, text=True)
+  assert harness.cpu_seconds() - before >= 0.9 * float(child.stdout)
 
 
 def test_variants_alternate_in_turn_and_in_reverse_every_other_round():
