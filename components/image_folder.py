@@ -135,6 +135,50 @@ def _class_files(class_dir: str) -> Tuple[List[str], List[BadFile]]:
   return sorted(found), problems
 
 
+class _ListedFolder:
+  """An s3:// folder as one listing of every key under it shows it: the folders and files that
+  tf.io.gfile would find name by name, each a request to the store (what a folder of tens of
+  thousands of images cannot afford twice a run)."""
+
+  def __init__(self, image_dir: str, objects: List[object_storage.StoredObject]):
+    self._root = image_dir.rstrip("/")
+    self._folders = {""}
+    self._files: Dict[str, List[str]] = {}
+    for stored in objects:
+      parts = [part for part in stored.key.split("/") if part]
+      folders = parts if stored.key.endswith("/") else parts[:-1]  # A marker names a folder.
+      self._folders.update("/".join(folders[:depth]) for depth in range(1, len(folders) + 1))
+      if not stored.key.endswith("/") and parts:
+        self._files.setdefault("/".join(folders), []).append(parts[-1])
+
+  def _relative(self, path: str) -> str:
+    return path.rstrip("/")[len(self._root):].strip("/")
+
+  def isdir(self, path: str) -> bool:
+    return self._relative(path) in self._folders
+
+  def subfolders(self, path: str) -> Tuple[List[str], List[str], List[BadFile]]:
+    """As _subfolders: (folder names, file names, no problems) directly in path."""
+    relative = self._relative(path)
+    inside = relative + "/" if relative else ""
+    folders = [folder[len(inside):] for folder in self._folders
+               if folder.startswith(inside) and folder != relative and
+               "/" not in folder[len(inside):]]
+    return _visible(folders), _visible(self._files.get(relative, [])), []
+
+  def class_files(self, class_dir: str) -> Tuple[List[str], List[BadFile]]:
+    """As _class_files: the files under class_dir, relative to it, dot names left out."""
+    relative = self._relative(class_dir)
+    inside = relative + "/"
+    found = []
+    for folder, names in self._files.items():
+      if folder == relative or folder.startswith(inside):
+        below = folder[len(inside):] if folder != relative else ""
+        if not any(part.startswith(".") for part in below.split("/") if part):
+          found += [posixpath.join(below, name) if below else name for name in _visible(names)]
+    return sorted(found), []
+
+
 def _link_problem(path: str, real_root: str) -> Optional[str]:
   """Why the link at `path` is not read, or None when it leads to a file inside the folder."""
   try:
@@ -176,12 +220,6 @@ def _without_repeated_links(image_dir: str, found: Dict[Tuple[str, str], List[st
   return {key: files for key, files in kept.items() if files}, problems
 
 
-def is_fixed_split_layout(image_dir: str) -> bool:
-  """DIR/{train,eval,test}/<class>/ rather than DIR/<class>/: DIR's folders are splits."""
-  folders, _, _ = _subfolders(image_dir)
-  return "train" in folders and set(folders) <= set(SPLITS)
-
-
 def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLayout:
   """Lists the folder (names only: no image is read). Raises ImageFolderError when it cannot
   be a dataset at all (missing, no classes, a fixed split missing)."""
@@ -189,8 +227,13 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   _check_reachable(image_dir)
   if not tf.io.gfile.isdir(image_dir):
     raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
+  listed = (_ListedFolder(image_dir, object_storage.list_s3_folder(image_dir))
+            if image_dir.startswith("s3://") else None)
+  subfolders = listed.subfolders if listed else _subfolders
+  class_files = listed.class_files if listed else _class_files
+  isdir = listed.isdir if listed else tf.io.gfile.isdir
   problems: List[BadFile] = []
-  top, _, _ = _subfolders(image_dir)
+  top, _, _ = subfolders(image_dir)
   splits = [name for name in SPLITS if name in top]
   if splits and ("train" not in splits or len(splits) < len(top)):
     others = [name for name in top if name not in splits]
@@ -199,9 +242,8 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
         (f" beside {', '.join(name + '/' for name in others)}" if others else " but no train/") +
         ": give train/, eval/ and test/, each with the class folders, or only class folders "
         "(split by key); a class may not be named like a split.")
-  if is_fixed_split_layout(image_dir):
-    missing = [split for split in SPLITS
-               if not tf.io.gfile.isdir(os.path.join(image_dir, split))]
+  if splits:  # DIR/{train,eval,test}/<class>/ rather than DIR/<class>/.
+    missing = [split for split in SPLITS if split not in top]
     if missing:
       raise ImageFolderError(
           f"image_dir {image_dir} has fixed splits (a train/ folder) but no "
@@ -213,11 +255,11 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   found = {}  # (split root, class) -> files
   for root in split_roots.values():
     base = os.path.join(image_dir, root) if root else image_dir
-    classes, stray, bad = _subfolders(base)
+    classes, stray, bad = subfolders(base)
     problems += bad + [(os.path.join(base, name), "is not in a class folder; not read")
                        for name in stray]
     for name in classes:
-      files, bad = _class_files(os.path.join(base, name))
+      files, bad = class_files(os.path.join(base, name))
       problems += bad
       if files:
         found[(root, name)] = files
@@ -240,7 +282,7 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   for split, root in split_roots.items():
     if root:
       for name in class_names:
-        if not tf.io.gfile.isdir(os.path.join(image_dir, root, name)):
+        if not isdir(os.path.join(image_dir, root, name)):
           problems.append((os.path.join(image_dir, root, name),
                            f"missing: class '{name}' is in train/ but not in {root}/"))
     for (found_root, name), class_files in found.items():
@@ -259,8 +301,9 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
 
 def listing_fingerprint(image_dir: str) -> str:
   """A hash of every file's relative path, size and modification time under image_dir (of a
-  link, where it points), whatever the names hold: what decides whether a cached ExampleGen
-  result still holds (as TFX's file-based ExampleGens do)."""
+  link, where it points; on s3://, with its entity tag, from one listing), whatever the names
+  hold: what decides whether a cached ExampleGen result still holds (as TFX's file-based
+  ExampleGens do)."""
   import tensorflow as tf
   _check_reachable(image_dir)
   digest = hashlib.sha256()
@@ -275,6 +318,10 @@ def listing_fingerprint(image_dir: str) -> str:
             [directory[len(image_dir):], name, "link", os.readlink(path)]
             if os.path.islink(path) else
             [directory[len(image_dir):], name, stat.st_size, stat.st_mtime_ns]).encode())
+    return f"image_dir:{digest.hexdigest()}"
+  if image_dir.startswith("s3://"):
+    for stored in sorted(object_storage.list_s3_folder(image_dir), key=lambda o: o.key):
+      digest.update(json.dumps(dataclasses.astuple(stored)).encode())
     return f"image_dir:{digest.hexdigest()}"
   for directory, subdirs, files in tf.io.gfile.walk(image_dir):
     subdirs.sort()

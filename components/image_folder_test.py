@@ -1,6 +1,7 @@
 """The image folder's layout, classes and keys, and why each bad file is refused."""
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import tensorflow as tf
 
 from components import image_folder, image_sources
 from components.splits import split_for_key
-from test_support import image_folders
+from test_support import image_folders, kfp_harness
 from trainer_module import image_format
 from trainer_module.features import IMAGE_SHAPE
 
@@ -211,6 +212,85 @@ def test_an_s3_folder_that_cannot_be_reached_is_named_so_at_once(monkeypatch):
     image_folder.scan("s3://photos/cats", 0.2, 0.2)
   with pytest.raises(image_folder.ImageFolderError, match=message):
     image_folder.listing_fingerprint("s3://photos/cats")
+
+
+def _layout_on_s3(tmp_path, s3_server, bucket, fixed_splits):
+  """A local image folder with hidden files and folders, a nested folder, a stray file and (with
+  fixed splits) an empty class folder and one unknown to train/, copied to the bucket (the
+  empty folder as the marker object an S3 console makes); returns (local root, s3:// root)."""
+  root = tmp_path / "local"
+  splits = ("train", "eval", "test") if fixed_splits else ()
+  image_folders.write_image_folder(str(root), per_class=10, splits=splits)
+  base = root / "train" if fixed_splits else root
+  (base / "README.txt").write_text("stray")
+  (base / ".DS_Store").write_text("dot files are not read")
+  (base / "grass" / ".thumbnails").mkdir()
+  (base / "grass" / ".thumbnails" / "0000.png").write_bytes(image_folders.jpeg())
+  if fixed_splits:
+    os.rename(root / "eval" / "grass", root / "eval" / "gras")
+    shutil.rmtree(root / "test" / "red_car")
+    (root / "test" / "red_car").mkdir()
+  folder = "fixed" if fixed_splits else "by-key"  # The parameters share the test's bucket.
+  uri = f"s3://{bucket}/{folder}"
+  kfp_harness.upload(s3_server, str(root), uri)
+  if fixed_splits:
+    s3_server.client().put_object(Bucket=bucket, Key=f"{folder}/test/red_car/", Body=b"")
+  return str(root), uri
+
+
+@pytest.mark.parametrize("fixed_splits", [False, True], ids=["split-by-key", "fixed-splits"])
+def test_an_s3_folder_is_scanned_as_the_same_folder_on_disk(tmp_path, s3_server, s3,
+                                                             fixed_splits):
+  local, uri = _layout_on_s3(tmp_path, s3_server, s3[1], fixed_splits)
+  on_disk, on_s3 = image_folder.scan(local, 0.2, 0.2), image_folder.scan(uri, 0.2, 0.2)
+  assert on_s3.class_names == on_disk.class_names == ("blue sky", "grass", "red_car")
+  assert on_s3.files == on_disk.files
+  assert any("/grass/more/" in "/" + key for key in _files(on_s3))  # A nested folder's files.
+  assert on_s3.problems == [(path.replace(local, uri), reason)
+                            for path, reason in on_disk.problems]
+  assert len(on_s3.problems) == (4 if fixed_splits else 1)
+
+
+def test_an_s3_folder_is_listed_in_requests_that_do_not_grow_with_its_files(tmp_path, s3_server,
+                                                                            s3, monkeypatch):
+  """One listing per 1,000 keys, not a request per name: a folder of tens of thousands of
+  images is scanned and fingerprinted in seconds."""
+  from storage import object_storage
+  calls = []
+  for name in ("isdir", "listdir", "stat", "walk", "exists", "glob"):
+    monkeypatch.setattr(tf.io.gfile, name, lambda *args, _call=getattr(tf.io.gfile, name),
+                        _name=name: calls.append(_name) or _call(*args))
+  client = object_storage.s3_client(object_storage.S3Settings.from_environ())
+  requests = lambda **_: calls.append("s3 request")  # noqa: E731
+  client.meta.events.register("before-send.s3", requests)
+  try:
+    made = {}
+    for per_class in (2, 20):
+      image_folders.write_image_folder(str(tmp_path / str(per_class)), per_class)
+      uri = f"s3://{s3[1]}/{per_class}"
+      kfp_harness.upload(s3_server, str(tmp_path / str(per_class)), uri)
+      calls.clear()
+      assert len(_files(image_folder.scan(uri, 0.2, 0.2))) == 3 * per_class
+      image_folder.listing_fingerprint(uri)
+      made[per_class] = sorted(calls)
+  finally:
+    client.meta.events.unregister("before-send.s3", requests)
+  assert made[2] == made[20] and made[2].count("s3 request") == 2
+
+
+def test_an_s3_folders_fingerprint_changes_with_a_replaced_or_a_new_file(tmp_path, s3_server, s3):
+  image_folders.write_image_folder(str(tmp_path), per_class=2)
+  uri = f"s3://{s3[1]}/photos"
+  kfp_harness.upload(s3_server, str(tmp_path), uri)
+  client, key = s3_server.client(), "photos/grass/0000.jpg"
+  original = client.get_object(Bucket=s3[1], Key=key)["Body"].read()
+  before = image_folder.listing_fingerprint(uri)
+  assert image_folder.listing_fingerprint(uri) == before
+  client.put_object(Bucket=s3[1], Key=key, Body=bytes(reversed(original)))  # The same size.
+  replaced = image_folder.listing_fingerprint(uri)
+  assert replaced != before
+  client.put_object(Bucket=s3[1], Key="photos/grass/new.jpg", Body=original)
+  assert image_folder.listing_fingerprint(uri) not in (before, replaced)
 
 
 @pytest.mark.parametrize("first, second", [

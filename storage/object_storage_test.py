@@ -228,6 +228,24 @@ def test_tensorflow_reads_and_writes_s3(s3_server, s3):
   assert s3_server.keys(bucket) == [("a/b/c.txt", 7)]  # makedirs wrote no marker object.
 
 
+def test_a_folders_listing_holds_every_object_below_it_with_its_size_time_and_tag(s3_server,
+                                                                                 s3):
+  _, bucket = s3
+  client = s3_server.client()
+  for key, body in (("photos/", b""), ("photos/cat/a.png", b"abc"), ("photos/cat/deep/b.png",
+                    b"de"), ("photos/empty/", b""), ("photos2/c.png", b"f"), ("d.png", b"g")):
+    client.put_object(Bucket=bucket, Key=key, Body=body)
+  listed = object_storage.list_s3_folder(f"s3://{bucket}/photos/")
+  assert [(o.key, o.size) for o in listed] == [("cat/a.png", 3), ("cat/deep/b.png", 2),
+                                               ("empty/", 0)]
+  assert listed[0].etag == client.head_object(Bucket=bucket, Key="photos/cat/a.png")["ETag"]
+  modified = client.head_object(Bucket=bucket, Key="photos/cat/a.png")["LastModified"]
+  assert abs(listed[0].mtime_ns - modified.timestamp() * 10**9) < 10**9  # HEAD: whole seconds.
+  assert [o.key for o in object_storage.list_s3_folder(f"s3://{bucket}")] == [
+      "d.png", "photos/", "photos/cat/a.png", "photos/cat/deep/b.png", "photos/empty/",
+      "photos2/c.png"]
+
+
 def test_an_empty_file_written_by_tensorflow_does_not_exist_on_s3(s3_server, s3):
   """tensorflow-io uploads a file only when bytes were appended (Sync returns early without):
   code that needs a file on s3:// must write at least one byte."""

@@ -47,6 +47,7 @@ from /s3/... (TFX reads and writes object storage itself), MLMD's server and the
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import decimal
 import hashlib
@@ -739,13 +740,14 @@ def download(server, uri: str, local_dir: str) -> None:
 
 
 def upload(server, local_dir: str, uri: str) -> None:
-  """Copies a local directory's files under an s3:// URI (download's inverse)."""
+  """Copies a local directory's files under an s3:// URI (download's inverse), as many at a
+  time as the client keeps connections (ten)."""
   bucket, _, prefix = uri[len("s3://"):].partition("/")
   client = server.client()
-  for root, _, names in os.walk(local_dir):
-    for name in names:
-      path = os.path.join(root, name)
-      client.upload_file(path, bucket, f"{prefix}/{os.path.relpath(path, local_dir)}")
+  paths = [os.path.join(root, name) for root, _, names in os.walk(local_dir) for name in names]
+  with concurrent.futures.ThreadPoolExecutor(10) as pool:
+    list(pool.map(lambda path: client.upload_file(
+        path, bucket, f"{prefix}/{os.path.relpath(path, local_dir)}"), paths))
 
 
 def read_object(server, uri: str) -> bytes:
