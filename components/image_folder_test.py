@@ -253,16 +253,16 @@ def test_an_s3_folder_is_scanned_as_the_same_folder_on_disk(tmp_path, s3_server,
 
 def test_an_s3_folder_is_listed_in_requests_that_do_not_grow_with_its_files(tmp_path, s3_server,
                                                                             s3, monkeypatch):
-  """One listing per 1,000 keys, not a request per name: a folder of tens of thousands of
-  images is scanned and fingerprinted in seconds."""
+  """One listing per 1,000 keys, not a request per name: scanning and fingerprinting a folder
+  of ten times the images asks the store as often."""
   from storage import object_storage
   calls = []
   for name in ("isdir", "listdir", "stat", "walk", "exists", "glob"):
     monkeypatch.setattr(tf.io.gfile, name, lambda *args, _call=getattr(tf.io.gfile, name),
                         _name=name: calls.append(_name) or _call(*args))
   client = object_storage.s3_client(object_storage.S3Settings.from_environ())
-  requests = lambda **_: calls.append("s3 request")  # noqa: E731
-  client.meta.events.register("before-send.s3", requests)
+  count_call = lambda **_: calls.append("s3 call")  # noqa: E731  (A retry is not a call.)
+  client.meta.events.register("before-call.s3", count_call)
   try:
     made = {}
     for per_class in (2, 20):
@@ -274,8 +274,8 @@ def test_an_s3_folder_is_listed_in_requests_that_do_not_grow_with_its_files(tmp_
       image_folder.listing_fingerprint(uri)
       made[per_class] = sorted(calls)
   finally:
-    client.meta.events.unregister("before-send.s3", requests)
-  assert made[2] == made[20] and made[2].count("s3 request") == 2
+    client.meta.events.unregister("before-call.s3", count_call)
+  assert made[2] == made[20] and made[2].count("s3 call") == 2
 
 
 def test_an_s3_folders_fingerprint_changes_with_a_replaced_or_a_new_file(tmp_path, s3_server, s3):
