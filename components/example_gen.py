@@ -6,6 +6,7 @@ the run's `span` asks for, then its newest version, recorded on the Examples art
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import json
 import os
@@ -37,6 +38,7 @@ REQUESTED_SPAN_KEY = "requested_span"
 # On the Examples artifact of a span pattern: JSON [{"span", "version", "folder",
 # "train_examples"}, ...], newest first: the spans whose train splits the train split holds.
 TRAIN_WINDOW_PROPERTY = "train_window"
+READ_THREADS = 16  # Image files a Beam worker reads at once.
 _SPANS = "spans"  # In a resolved query: the window's spans, newest first (Span.to_json).
 
 
@@ -75,6 +77,13 @@ def _read_listed(folder: str, key: str, label: int, shown_key: str):
   return ((shown_key,) + record[1:] if record else None), bad
 
 
+def _read_batch(listed_files: List[tuple]) -> List[tuple]:
+  """_read_listed of each (folder, key, label, shown key), READ_THREADS at a time: a read from
+  an object store mostly waits for its answer (tens of milliseconds), which threads share."""
+  with concurrent.futures.ThreadPoolExecutor(READ_THREADS) as pool:
+    return list(pool.map(lambda listed: _read_listed(*listed), listed_files))
+
+
 def _bad_file_line(result):
   return [json.dumps(result[1])] if result[1] else []
 
@@ -103,7 +112,8 @@ def _ImageSourceToExamples(pipeline: beam.Pipeline, exec_properties: Dict[str, A
     read = (pipeline
             | "Files" >> beam.Create(listed[spec["split"]])
             | "Spread" >> beam.Reshuffle()
-            | "Read" >> beam.MapTuple(_read_listed))
+            | "Batch" >> beam.BatchElements(max_batch_size=4 * READ_THREADS)
+            | "Read" >> beam.FlatMap(_read_batch))
     _ = (read
          | "BadFiles" >> beam.FlatMap(_bad_file_line)
          | "AllBadFiles" >> beam.combiners.ToList()

@@ -3,6 +3,7 @@ bad files stop it naming each one, or are skipped and listed; the examples are d
 import glob
 import itertools
 import os
+import threading
 
 import pytest
 import tensorflow as tf
@@ -138,6 +139,23 @@ def test_two_runs_over_the_same_folder_write_identical_examples(skipped_runs):
   first, second = (_examples(run.uri) for run in skipped_runs)
   assert set(first) == {"Split-train", "Split-eval", "Split-test"}
   assert first == second
+
+
+def test_a_worker_reads_its_batch_of_files_at_once_and_keeps_their_order(monkeypatch):
+  """An object store answers each read after tens of milliseconds: READ_THREADS reads wait
+  together (each read below returns only once that many are waiting), and each result stays
+  with its file."""
+  together = threading.Barrier(example_gen.READ_THREADS, timeout=30)
+
+  def read_when_all_wait(folder, key, label):
+    together.wait()  # Raises BrokenBarrierError if fewer reads ever wait at once.
+    return (key, b"png of " + key.encode(), label), None
+
+  monkeypatch.setattr(image_folder, "read_image", read_when_all_wait)
+  listed = [("s3://b/photos", f"cat/{i}.png", i % 3, f"2026-12-01/cat/{i}.png")
+            for i in range(2 * example_gen.READ_THREADS)]
+  assert example_gen._read_batch(listed) == [((shown, b"png of " + key.encode(), label), None)
+                                             for _, key, label, shown in listed]
 
 
 def test_the_driver_fingerprints_the_folder_so_that_a_changed_folder_misses_the_cache(tmp_path):
