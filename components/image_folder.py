@@ -224,14 +224,14 @@ def scan(image_dir: str, eval_fraction: float, test_fraction: float) -> FolderLa
   """Lists the folder (names only: no image is read). Raises ImageFolderError when it cannot
   be a dataset at all (missing, no classes, a fixed split missing)."""
   import tensorflow as tf
-  _check_reachable(image_dir)
-  if not tf.io.gfile.isdir(image_dir):
-    raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
+  _check_reachable(image_dir)  # On s3://, refuses a folder with nothing under it.
   listed = (_ListedFolder(image_dir, object_storage.list_s3_folder(image_dir))
             if image_dir.startswith("s3://") else None)
   subfolders = listed.subfolders if listed else _subfolders
   class_files = listed.class_files if listed else _class_files
   isdir = listed.isdir if listed else tf.io.gfile.isdir
+  if not isdir(image_dir):
+    raise ImageFolderError(f"image_dir {image_dir} is not a directory.")
   problems: List[BadFile] = []
   top, _, _ = subfolders(image_dir)
   splits = [name for name in SPLITS if name in top]
